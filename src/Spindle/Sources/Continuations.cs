@@ -1,0 +1,76 @@
+using System;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// Runs continuations on the completing thread, up to a bounded nesting depth. A chain of sources that each complete
+/// the next from inside a continuation would otherwise dive the stack without limit; past
+/// <see cref="MaxInlineDepth"/> nested continuations, the next one is dispatched to the workers instead.
+/// </summary>
+internal static class Continuations
+{
+    /// <summary>How many continuations may run nested inside each other on one thread before Spindle dispatches.</summary>
+    public const int MaxInlineDepth = 32;
+
+    [ThreadStatic]
+    private static int t_depth;
+
+    public static void Invoke(Action<object?> continuation, object? state)
+    {
+        int depth = t_depth;
+        if (depth >= MaxInlineDepth)
+        {
+            Dispatch(continuation, state);
+            return;
+        }
+        t_depth = depth + 1;
+        try
+        {
+            continuation(state);
+        }
+        finally
+        {
+            t_depth = depth;
+        }
+    }
+
+    /// <summary>Queues the continuation to the default scheduler. A state-machine box is queued as itself, allocation-free.</summary>
+    public static void Dispatch(Action<object?> continuation, object? state)
+    {
+        if (continuation == StateMachineBoxBase.s_moveNext && state is WorkItem item)
+        {
+            Scheduler.Default.Queue(item);
+            return;
+        }
+        Scheduler.Default.Queue(ContinuationWorkItem.Rent(continuation, state));
+    }
+}
+
+/// <summary>A pooled work item that runs one (continuation, state) pair.</summary>
+internal sealed class ContinuationWorkItem : WorkItem, IPoolNode<ContinuationWorkItem>
+{
+    private Action<object?>? _continuation;
+    private object? _state;
+    private ContinuationWorkItem? _next;
+
+    ref ContinuationWorkItem? IPoolNode<ContinuationWorkItem>.Next => ref _next;
+
+    public static ContinuationWorkItem Rent(Action<object?> continuation, object? state)
+    {
+        ContinuationWorkItem item = ObjectPool<ContinuationWorkItem>.TryRent() ?? new ContinuationWorkItem();
+        item._continuation = continuation;
+        item._state = state;
+        return item;
+    }
+
+    public override void Execute()
+    {
+        Action<object?> c = _continuation!;
+        object? s = _state;
+        _continuation = null;
+        _state = null;
+        ObjectPool<ContinuationWorkItem>.Return(this);
+        c(s);
+    }
+}

@@ -1,0 +1,56 @@
+using System;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>The state of a Spindle source for one version token.</summary>
+public enum SpindleTaskStatus
+{
+    /// <summary>The operation has not completed yet.</summary>
+    Pending = 0,
+    /// <summary>The operation completed successfully.</summary>
+    Succeeded = 1,
+    /// <summary>The operation completed with an exception.</summary>
+    Faulted = 2,
+    /// <summary>The operation was canceled.</summary>
+    Canceled = 3,
+}
+
+/// <summary>
+/// The one awaitable contract of Spindle. Every awaitable object in Spindle implements it, and also
+/// <see cref="IValueTaskSource"/>, so that <c>AsValueTask()</c> is free.
+/// </summary>
+/// <remarks>
+/// <para>A source may be pooled. Each use of a pooled source carries a <c>short</c> version token; calling any member
+/// with a token that is not the current one is misuse and throws <see cref="InvalidOperationException"/>.</para>
+/// <para>A source supports exactly one continuation per version. <see cref="IValueTaskSource.GetResult(short)"/>
+/// consumes the result: for a pooled source it returns the object to its pool.</para>
+/// </remarks>
+public interface ISpindleSource : IValueTaskSource
+{
+    /// <summary>Gets the status of the operation identified by <paramref name="token"/>.</summary>
+    /// <exception cref="InvalidOperationException">The token is stale: the task was already awaited.</exception>
+    new SpindleTaskStatus GetStatus(short token);
+
+    /// <summary>
+    /// Schedules <paramref name="continuation"/> to run with <paramref name="state"/> when the operation completes.
+    /// The continuation runs on the thread that completes the source (after a bounded nesting depth it is
+    /// dispatched to the workers instead). No <see cref="System.Threading.ExecutionContext"/> or
+    /// <see cref="System.Threading.SynchronizationContext"/> is captured.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The token is stale, or a continuation is already registered.</exception>
+    void OnCompleted(Action<object?> continuation, object? state, short token);
+}
+
+/// <summary>The awaitable contract of Spindle for operations that produce a <typeparamref name="T"/>.</summary>
+/// <typeparam name="T">The result type.</typeparam>
+public interface ISpindleSource<T> : ISpindleSource, IValueTaskSource<T>
+{
+    /// <summary>Gets the status of the operation identified by <paramref name="token"/>.</summary>
+    /// <exception cref="InvalidOperationException">The token is stale: the task was already awaited.</exception>
+    new SpindleTaskStatus GetStatus(short token);
+
+    /// <summary>Gets the result of the operation identified by <paramref name="token"/>, consuming it.</summary>
+    /// <exception cref="InvalidOperationException">The token is stale, or the operation has not completed.</exception>
+    new T GetResult(short token);
+}

@@ -1,0 +1,72 @@
+using System;
+using System.Collections.Generic;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// Settings and maintenance for Spindle's object pools. Spindle keeps one pool per pooled type (state-machine
+/// boxes, work items, combinators): a one-object cache per thread in front of a bounded shared stack.
+/// </summary>
+/// <remarks>All members are thread-safe.</remarks>
+public static class SpindlePool
+{
+    private static int s_maxRetainedPerType = 256;
+    private static readonly object s_lock = new();
+    private static readonly List<(Type Type, Func<int> Count, Action Trim)> s_pools = new();
+
+    /// <summary>
+    /// The most objects each pool keeps in its shared stack (default 256). Objects returned past the cap are left to
+    /// the garbage collector. Lowering the cap does not drop objects already pooled; call <see cref="Trim"/> for that.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">The value is negative.</exception>
+    public static int MaxRetainedPerType
+    {
+        get => Volatile.Read(ref s_maxRetainedPerType);
+        set
+        {
+            if (value < 0)
+            {
+                ThrowHelper.ThrowArgumentOutOfRange(nameof(value), "The pool cap must be zero or positive; use 0 to disable the shared pools.");
+            }
+            Volatile.Write(ref s_maxRetainedPerType, value);
+        }
+    }
+
+    /// <summary>The number of objects currently held by all shared pools (per-thread caches excluded).</summary>
+    public static int RetainedCount
+    {
+        get
+        {
+            lock (s_lock)
+            {
+                int total = 0;
+                foreach (var p in s_pools)
+                {
+                    total += p.Count();
+                }
+                return total;
+            }
+        }
+    }
+
+    /// <summary>Empties every shared pool, and the calling thread's per-thread caches, releasing the objects to the GC.</summary>
+    public static void Trim()
+    {
+        lock (s_lock)
+        {
+            foreach (var p in s_pools)
+            {
+                p.Trim();
+            }
+        }
+    }
+
+    internal static void Register(Type type, Func<int> count, Action trim)
+    {
+        lock (s_lock)
+        {
+            s_pools.Add((type, count, trim));
+        }
+    }
+}

@@ -1,0 +1,92 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A resettable completion source for a <see cref="SpindleTask{T}"/>. See <see cref="Promise"/> for the rules.
+/// </summary>
+/// <typeparam name="T">The result type.</typeparam>
+public sealed class Promise<T> : ISpindleSource<T>
+{
+    private SourceCore<T> _core;
+
+    /// <summary>The task for the promise's current use.</summary>
+    public SpindleTask<T> Task => new(this, _core.Version);
+
+    /// <summary>True once the current use has been completed.</summary>
+    public bool IsCompleted => _core.IsCompleted;
+
+    /// <summary>Completes the task with <paramref name="result"/>. Returns false if it was already completed.</summary>
+    public bool TrySetResult(T result) => _core.TrySetResult(result);
+
+    /// <summary>Completes the task with an exception. Returns false if it was already completed.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
+    public bool TrySetException(Exception exception)
+    {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
+        return _core.TrySetException(exception);
+    }
+
+    /// <summary>Cancels the task. Returns false if it was already completed.</summary>
+    public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceled(cancellationToken);
+
+    /// <summary>Completes the task with <paramref name="result"/>.</summary>
+    /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
+    public void SetResult(T result)
+    {
+        if (!TrySetResult(result))
+        {
+            Promise.ThrowAlreadyCompleted();
+        }
+    }
+
+    /// <summary>Completes the task with an exception.</summary>
+    /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
+    public void SetException(Exception exception)
+    {
+        if (!TrySetException(exception))
+        {
+            Promise.ThrowAlreadyCompleted();
+        }
+    }
+
+    /// <summary>Cancels the task.</summary>
+    /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
+    public void SetCanceled(CancellationToken cancellationToken = default)
+    {
+        if (!TrySetCanceled(cancellationToken))
+        {
+            Promise.ThrowAlreadyCompleted();
+        }
+    }
+
+    /// <summary>Starts a new use: the promise becomes pending again and tasks from earlier uses become stale.</summary>
+    /// <exception cref="InvalidOperationException">An await on the current use is still pending.</exception>
+    public void Reset() => _core.Reset();
+
+    /// <inheritdoc/>
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<T>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    /// <inheritdoc/>
+    public T GetResult(short token) => _core.GetResult(token);
+
+    void IValueTaskSource.GetResult(short token) => _core.GetResult(token);
+
+    /// <inheritdoc/>
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+
+    void IValueTaskSource<T>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}

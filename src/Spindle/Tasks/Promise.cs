@@ -1,0 +1,95 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A resettable completion source for a <see cref="SpindleTask"/>: the Spindle counterpart of
+/// <c>TaskCompletionSource</c>, reusable with <see cref="Reset"/> so that a cycle of
+/// complete-await-reset allocates nothing.
+/// </summary>
+/// <remarks>
+/// <para>Thread-safety: the <c>TrySet*</c>/<c>Set*</c> methods may race from any threads; exactly one wins.
+/// <see cref="Reset"/> must not race with them or with an await.</para>
+/// <para>The task supports one awaiter at a time. Reading its result does not consume the promise, so a completed
+/// promise's task may be read again until <see cref="Reset"/>, after which the old task's token is stale.</para>
+/// </remarks>
+public sealed class Promise : ISpindleSource
+{
+    private SourceCore<VoidResult> _core;
+
+    /// <summary>The task for the promise's current use.</summary>
+    public SpindleTask Task => new(this, _core.Version);
+
+    /// <summary>True once the current use has been completed.</summary>
+    public bool IsCompleted => _core.IsCompleted;
+
+    /// <summary>Completes the task successfully. Returns false if it was already completed.</summary>
+    public bool TrySetResult() => _core.TrySetResult(default);
+
+    /// <summary>Completes the task with an exception. Returns false if it was already completed.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
+    public bool TrySetException(Exception exception)
+    {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
+        return _core.TrySetException(exception);
+    }
+
+    /// <summary>Cancels the task. Returns false if it was already completed.</summary>
+    public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceled(cancellationToken);
+
+    /// <summary>Completes the task successfully.</summary>
+    /// <exception cref="InvalidOperationException">The promise was already completed; call <see cref="Reset"/> first, or use <see cref="TrySetResult"/>.</exception>
+    public void SetResult()
+    {
+        if (!TrySetResult())
+        {
+            ThrowAlreadyCompleted();
+        }
+    }
+
+    /// <summary>Completes the task with an exception.</summary>
+    /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
+    public void SetException(Exception exception)
+    {
+        if (!TrySetException(exception))
+        {
+            ThrowAlreadyCompleted();
+        }
+    }
+
+    /// <summary>Cancels the task.</summary>
+    /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
+    public void SetCanceled(CancellationToken cancellationToken = default)
+    {
+        if (!TrySetCanceled(cancellationToken))
+        {
+            ThrowAlreadyCompleted();
+        }
+    }
+
+    /// <summary>Starts a new use: the promise becomes pending again and tasks from earlier uses become stale.</summary>
+    /// <exception cref="InvalidOperationException">An await on the current use is still pending.</exception>
+    public void Reset() => _core.Reset();
+
+    internal static void ThrowAlreadyCompleted() => ThrowHelper.ThrowInvalidOperation(
+        "The promise was already completed. Call Reset() to start a new use, or use the TrySet* methods, which return false instead of throwing.");
+
+    /// <inheritdoc/>
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    /// <inheritdoc/>
+    public void GetResult(short token) => _core.GetResult(token);
+
+    /// <inheritdoc/>
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}

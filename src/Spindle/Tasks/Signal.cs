@@ -1,0 +1,151 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// An auto-reset awaitable event for one waiter at a time: <see cref="Set"/> releases the waiter, or, if nobody is
+/// waiting, lets the next <see cref="WaitAsync"/> complete at once. A wait-set cycle allocates nothing.
+/// </summary>
+/// <remarks>
+/// <para>Thread-safety: <see cref="Set"/> may be called from any thread, concurrently with a wait and with
+/// cancellation; exactly one of a set and a cancellation ends a wait. Only one wait may be pending at a time: a
+/// second concurrent <see cref="WaitAsync"/> throws <see cref="InvalidOperationException"/>.</para>
+/// <para>States: Idle, Signaled (set with no waiter) and Waiting. Set moves Idle→Signaled or Waiting→Idle (and then
+/// completes the wait); a wait consumes Signaled→Idle, or moves Idle→Waiting; cancellation moves Waiting→Idle. Each
+/// transition is one CAS, so a wait ends exactly once.</para>
+/// </remarks>
+public sealed class Signal : ISpindleSource
+{
+    private const int Idle = 0;
+    private const int Signaled = 1;
+    private const int Waiting = 2;
+
+#if NET
+    private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Signal)o!).Cancel(ct);
+#else
+    private static readonly Action<object?> s_cancel = static o => ((Signal)o!).Cancel(default);
+#endif
+
+    private SourceCore<VoidResult> _core;
+    private CancellationTokenRegistration _registration;
+    private int _state;
+
+    /// <summary>Creates a signal.</summary>
+    /// <param name="initiallySet">True to start in the set state, so the first wait completes at once.</param>
+    public Signal(bool initiallySet = false) => _state = initiallySet ? Signaled : Idle;
+
+    /// <summary>True when the signal is set and no wait has consumed it yet.</summary>
+    public bool IsSet => Volatile.Read(ref _state) == Signaled;
+
+    /// <summary>True when a wait is pending.</summary>
+    public bool HasWaiter => Volatile.Read(ref _state) == Waiting;
+
+    /// <summary>
+    /// Waits for the signal. Completes at once (consuming the signal) if it is set. A canceled wait completes as
+    /// canceled at once and leaves nothing registered.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
+    public SpindleTask WaitAsync(CancellationToken cancellationToken = default)
+    {
+        if (Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
+        {
+            return default;
+        }
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled(cancellationToken);
+        }
+        if (Volatile.Read(ref _state) == Waiting)
+        {
+            ThrowSecondWaiter();
+        }
+        _core.Reset();
+        short token = _core.Version;
+        if (Interlocked.CompareExchange(ref _state, Waiting, Idle) != Idle)
+        {
+            // A Set landed since the first check; consume it.
+            if (Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
+            {
+                return default;
+            }
+            ThrowSecondWaiter();
+        }
+        if (cancellationToken.CanBeCanceled)
+        {
+#if NET
+            _registration = cancellationToken.UnsafeRegister(s_cancel, this);
+#else
+            _registration = cancellationToken.Register(s_cancel, this);
+#endif
+        }
+        return new SpindleTask(this, token);
+    }
+
+    /// <summary>Releases the pending wait, or sets the signal if nobody waits. Setting a set signal does nothing.</summary>
+    public void Set()
+    {
+        while (true)
+        {
+            int state = Volatile.Read(ref _state);
+            if (state == Signaled)
+            {
+                return;
+            }
+            if (state == Idle)
+            {
+                if (Interlocked.CompareExchange(ref _state, Signaled, Idle) == Idle)
+                {
+                    return;
+                }
+                continue;
+            }
+            if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
+            {
+                _core.TrySetResult(default);
+                return;
+            }
+        }
+    }
+
+    /// <summary>Clears the signal if it is set and nobody has consumed it.</summary>
+    public void Reset() => Interlocked.CompareExchange(ref _state, Idle, Signaled);
+
+    private void Cancel(CancellationToken cancellationToken)
+    {
+        if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
+        {
+            _core.TrySetCanceled(cancellationToken);
+        }
+    }
+
+    private static void ThrowSecondWaiter() => ThrowHelper.ThrowInvalidOperation(
+        "A wait on this Signal is already pending. A Signal has one waiter at a time; give each waiter its own Signal.");
+
+    /// <inheritdoc/>
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    /// <inheritdoc/>
+    public void GetResult(short token)
+    {
+        _core.ValidateToken(token);
+        // The wait is over: drop the cancellation registration so nothing stays registered behind it.
+        CancellationTokenRegistration registration = _registration;
+        _registration = default;
+#if NET
+        registration.Unregister();
+#else
+        registration.Dispose();
+#endif
+        _core.GetResult(token);
+    }
+
+    /// <inheritdoc/>
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}

@@ -1,0 +1,333 @@
+using System;
+using System.Collections.Generic;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>A source that completed with an exception when it was made (FromException, FromCanceled). Not pooled; awaitable any number of times.</summary>
+internal sealed class CompletedSource<T> : ISpindleSource<T>
+{
+    private readonly ExceptionDispatchInfo _error;
+
+    public CompletedSource(Exception exception) => _error = ExceptionDispatchInfo.Capture(exception);
+
+    public SpindleTaskStatus GetStatus(short token)
+        => _error.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled : SpindleTaskStatus.Faulted;
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<T>.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+    public T GetResult(short token)
+    {
+        _error.Throw();
+        return default!;
+    }
+
+    void IValueTaskSource.GetResult(short token) => _error.Throw();
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => Continuations.Invoke(continuation, state);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => Continuations.Invoke(continuation, state);
+}
+
+/// <summary>
+/// The source behind <c>Preserve()</c>: it awaits the original task once, keeps the outcome, and lets any number of
+/// awaiters read it. Continuations registered before completion are kept in a list under a lock (this is not a hot path).
+/// </summary>
+internal sealed class PreservedSource<T> : ISpindleSource<T>
+{
+    private static readonly Action<object?> s_onSourceCompleted = static o => ((PreservedSource<T>)o!).OnSourceCompleted();
+
+    private readonly object _lock = new();
+    private ISpindleSource? _source;
+    private readonly short _token;
+    private bool _completed;
+    private T _result = default!;
+    private ExceptionDispatchInfo? _error;
+    private List<(Action<object?> Continuation, object? State)>? _waiters;
+
+    public PreservedSource(ISpindleSource source, short token)
+    {
+        _source = source;
+        _token = token;
+        source.OnCompleted(s_onSourceCompleted, this, token);
+    }
+
+    private void OnSourceCompleted()
+    {
+        ISpindleSource source = _source!;
+        T result = default!;
+        ExceptionDispatchInfo? error = null;
+        try
+        {
+            result = source is ISpindleSource<T> typed ? typed.GetResult(_token) : ReadVoid(source);
+        }
+        catch (Exception ex)
+        {
+            error = ExceptionDispatchInfo.Capture(ex);
+        }
+        List<(Action<object?>, object?)>? waiters;
+        lock (_lock)
+        {
+            _result = result;
+            _error = error;
+            _completed = true;
+            _source = null;
+            waiters = _waiters;
+            _waiters = null;
+        }
+        if (waiters is not null)
+        {
+            foreach (var (c, s) in waiters)
+            {
+                Continuations.Invoke(c, s);
+            }
+        }
+    }
+
+    private T ReadVoid(ISpindleSource source)
+    {
+        source.GetResult(_token);
+        return default!;
+    }
+
+    public SpindleTaskStatus GetStatus(short token)
+    {
+        lock (_lock)
+        {
+            if (!_completed)
+            {
+                return SpindleTaskStatus.Pending;
+            }
+        }
+        return _error is null ? SpindleTaskStatus.Succeeded
+            : _error.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
+            : SpindleTaskStatus.Faulted;
+    }
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<T>.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+    public T GetResult(short token)
+    {
+        lock (_lock)
+        {
+            if (!_completed)
+            {
+                ThrowHelper.ThrowNotCompleted();
+            }
+        }
+        _error?.Throw();
+        return _result;
+    }
+
+    void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token)
+    {
+        if (continuation is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(continuation));
+        }
+        lock (_lock)
+        {
+            if (!_completed)
+            {
+                (_waiters ??= new List<(Action<object?>, object?)>(2)).Add((continuation, state));
+                return;
+            }
+        }
+        Continuations.Invoke(continuation, state);
+    }
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => OnCompleted(continuation, state, token);
+}
+
+/// <summary>Observes a forgotten task: reads its result when it completes, reporting a fault. Pooled.</summary>
+internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
+{
+    private static readonly Action<object?> s_onCompleted = static o => ((ForgetObserver)o!).OnCompleted();
+
+    private ISpindleSource? _source;
+    private short _token;
+    private ForgetObserver? _next;
+
+    ref ForgetObserver? IPoolNode<ForgetObserver>.Next => ref _next;
+
+    public static void Observe(ISpindleSource source, short token)
+    {
+        if (source.GetStatus(token) != SpindleTaskStatus.Pending)
+        {
+            ReadAndReport(source, token);
+            return;
+        }
+        ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();
+        observer._source = source;
+        observer._token = token;
+        source.OnCompleted(s_onCompleted, observer, token);
+    }
+
+    private void OnCompleted()
+    {
+        ISpindleSource source = _source!;
+        short token = _token;
+        _source = null;
+        ObjectPool<ForgetObserver>.Return(this);
+        ReadAndReport(source, token);
+    }
+
+    private static void ReadAndReport(ISpindleSource source, short token)
+    {
+        try
+        {
+            source.GetResult(token);
+        }
+        catch (OperationCanceledException)
+        {
+            // Cancellation is an outcome, not a fault.
+        }
+        catch (Exception ex)
+        {
+            UnobservedExceptions.Report(ex);
+        }
+    }
+}
+
+/// <summary>Bridges a Spindle source to a <see cref="Task"/> (allocates: a Task is an object).</summary>
+internal static class TaskBridge
+{
+    public static Task ToTask(ISpindleSource source, short token)
+    {
+        switch (source.GetStatus(token))
+        {
+            case SpindleTaskStatus.Succeeded:
+                source.GetResult(token);
+                return Task.CompletedTask;
+            case SpindleTaskStatus.Pending:
+                var bridge = new Bridge<VoidResult>(source, token);
+                source.OnCompleted(Bridge<VoidResult>.s_onCompleted, bridge, token);
+                return bridge.Task;
+            default:
+                try
+                {
+                    source.GetResult(token);
+                    return Task.CompletedTask;
+                }
+                catch (OperationCanceledException oce)
+                {
+                    return Task.FromCanceled(oce.CancellationToken.IsCancellationRequested ? oce.CancellationToken : new CancellationToken(true));
+                }
+                catch (Exception ex)
+                {
+                    return Task.FromException(ex);
+                }
+        }
+    }
+
+    public static Task<T> ToTask<T>(ISpindleSource<T> source, short token)
+    {
+        if (source.GetStatus(token) == SpindleTaskStatus.Succeeded)
+        {
+            return Task.FromResult(source.GetResult(token));
+        }
+        var bridge = new Bridge<T>(source, token);
+        source.OnCompleted(Bridge<T>.s_onCompleted, bridge, token);
+        return bridge.Task;
+    }
+
+    private sealed class Bridge<T> : TaskCompletionSource<T>
+    {
+        public static readonly Action<object?> s_onCompleted = static o => ((Bridge<T>)o!).Complete();
+
+        private readonly ISpindleSource _source;
+        private readonly short _token;
+
+        public Bridge(ISpindleSource source, short token)
+        {
+            _source = source;
+            _token = token;
+        }
+
+        private void Complete()
+        {
+            try
+            {
+                T result = _source is ISpindleSource<T> typed ? typed.GetResult(_token) : ReadVoid();
+                TrySetResult(result);
+            }
+            catch (OperationCanceledException oce)
+            {
+                TrySetCanceled(oce.CancellationToken);
+            }
+            catch (Exception ex)
+            {
+                TrySetException(ex);
+            }
+        }
+
+        private T ReadVoid()
+        {
+            _source.GetResult(_token);
+            return default!;
+        }
+    }
+}
+
+/// <summary>
+/// Blocks a thread until a source completes (awaiter.GetResult on a pending task). The waiting thread helps: it runs
+/// queued Spindle work while it waits, so a worker that blocks cannot strand the work it is waiting for.
+/// </summary>
+internal sealed class BlockingWait : IPoolNode<BlockingWait>
+{
+    private static readonly Action<object?> s_set = static o => ((BlockingWait)o!)._event.Set();
+
+    private readonly ManualResetEventSlim _event = new(false, spinCount: 0);
+    private BlockingWait? _next;
+
+    ref BlockingWait? IPoolNode<BlockingWait>.Next => ref _next;
+
+    public static void WaitIfPending(ISpindleSource source, short token)
+    {
+        if (source.GetStatus(token) != SpindleTaskStatus.Pending)
+        {
+            return;
+        }
+        BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
+        source.OnCompleted(s_set, waiter, token);
+        Scheduler scheduler = Scheduler.Default;
+        ManualResetEventSlim ev = waiter._event;
+        int idleRounds = 0;
+        while (!ev.IsSet)
+        {
+            if (scheduler.TryRunOne())
+            {
+                idleRounds = 0;
+                continue;
+            }
+            if (++idleRounds < 50)
+            {
+                Thread.SpinWait(30);
+                continue;
+            }
+            // Nothing to help with: sleep until completion. A worker wakes now and then to help again, since only it
+            // can run what lands in its own run-next slot; any other thread can leave the queues to the workers.
+            if (scheduler.IsWorkerThread)
+            {
+                ev.Wait(1);
+            }
+            else
+            {
+                ev.Wait();
+            }
+        }
+        ev.Reset();
+        ObjectPool<BlockingWait>.Return(waiter);
+    }
+}

@@ -1,0 +1,153 @@
+using System;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// An awaitable operation that produces a <typeparamref name="T"/>. A task that completed synchronously carries its
+/// result inline, with no source object at all. See <see cref="SpindleTask"/> for the await-once rule and the
+/// continuation semantics.
+/// </summary>
+/// <typeparam name="T">The result type.</typeparam>
+[AsyncMethodBuilder(typeof(SpindleTaskMethodBuilder<>))]
+[StructLayout(LayoutKind.Auto)]
+public readonly struct SpindleTask<T>
+{
+    internal readonly ISpindleSource<T>? _source;
+    internal readonly T _result;
+    internal readonly short _token;
+
+    /// <summary>Creates a task over a source and the token of its current use.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="source"/> is null.</exception>
+    public SpindleTask(ISpindleSource<T> source, short token)
+    {
+        if (source is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(source));
+        }
+        _source = source;
+        _token = token;
+        _result = default!;
+    }
+
+    /// <summary>Creates a task that has completed with <paramref name="result"/>.</summary>
+    public SpindleTask(T result)
+    {
+        _source = null;
+        _token = 0;
+        _result = result;
+    }
+
+    /// <summary>The task's status. Reading it does not consume the task.</summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
+    public SpindleTaskStatus Status => _source is null ? SpindleTaskStatus.Succeeded : _source.GetStatus(_token);
+
+    /// <summary>True once the task has completed, successfully or not.</summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
+    public bool IsCompleted => Status != SpindleTaskStatus.Pending;
+
+    /// <summary>Gets the awaiter. Awaiting consumes the task.</summary>
+    public Awaiter GetAwaiter() => new(this);
+
+    /// <summary>Returns a task that can be awaited any number of times. This consumes the original task.</summary>
+    public SpindleTask<T> Preserve()
+    {
+        ISpindleSource<T>? s = _source;
+        if (s is null)
+        {
+            return this;
+        }
+        if (s.GetStatus(_token) == SpindleTaskStatus.Succeeded)
+        {
+            return new SpindleTask<T>(s.GetResult(_token));
+        }
+        return new SpindleTask<T>(new PreservedSource<T>(s, _token), 0);
+    }
+
+    /// <summary>Lets the task run with nobody awaiting it; a fault goes to <see cref="Spindle.UnobservedException"/>.</summary>
+    public void Forget()
+    {
+        if (_source is { } s)
+        {
+            ForgetObserver.Observe(s, _token);
+        }
+    }
+
+    /// <summary>Discards the result type.</summary>
+    public SpindleTask AsSpindleTask() => _source is null ? default : new SpindleTask(_source, _token);
+
+    /// <summary>Converts to a <see cref="ValueTask{T}"/> with no allocation.</summary>
+    public ValueTask<T> AsValueTask() => _source is null ? new ValueTask<T>(_result) : new ValueTask<T>(_source, _token);
+
+    /// <summary>Converts to a <see cref="Task{T}"/>. Allocates.</summary>
+    public Task<T> AsTask() => _source is null ? Task.FromResult(_result) : TaskBridge.ToTask(_source, _token);
+
+    /// <summary>Discards the result type.</summary>
+    public static implicit operator SpindleTask(SpindleTask<T> task) => task.AsSpindleTask();
+
+    /// <summary>Converts to a <see cref="ValueTask{T}"/> (see <see cref="AsValueTask"/>).</summary>
+    public static implicit operator ValueTask<T>(SpindleTask<T> task) => task.AsValueTask();
+
+    /// <summary>Awaits a <see cref="SpindleTask{T}"/>.</summary>
+    public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
+    {
+        private readonly SpindleTask<T> _task;
+
+        internal Awaiter(SpindleTask<T> task) => _task = task;
+
+        /// <summary>True when the task has completed.</summary>
+        public bool IsCompleted => _task._source is not { } s || s.GetStatus(_task._token) != SpindleTaskStatus.Pending;
+
+        /// <summary>Ends the await: returns the result or throws, and consumes the task. Blocks if the task is still pending.</summary>
+        public T GetResult()
+        {
+            if (_task._source is not { } s)
+            {
+                return _task._result;
+            }
+            BlockingWait.WaitIfPending(s, _task._token);
+            return s.GetResult(_task._token);
+        }
+
+        /// <summary>Schedules the continuation, flowing the current <see cref="System.Threading.ExecutionContext"/>.</summary>
+        public void OnCompleted(Action continuation)
+        {
+            if (_task._source is { } s)
+            {
+                ((IValueTaskSource<T>)s).OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
+            }
+            else
+            {
+                continuation();
+            }
+        }
+
+        /// <summary>Schedules the continuation without flowing the <see cref="System.Threading.ExecutionContext"/>.</summary>
+        public void UnsafeOnCompleted(Action continuation)
+        {
+            if (_task._source is { } s)
+            {
+                s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);
+            }
+            else
+            {
+                continuation();
+            }
+        }
+
+        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box)
+        {
+            if (_task._source is { } s)
+            {
+                s.OnCompleted(StateMachineBoxBase.s_moveNext, box, _task._token);
+            }
+            else
+            {
+                box.MoveNext();
+            }
+        }
+    }
+}

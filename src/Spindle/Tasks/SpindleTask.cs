@@ -1,0 +1,209 @@
+using System;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+using System.Threading;
+using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// An awaitable operation with no result: a readonly struct of a source and a version token. Usable as the return
+/// type of <c>async</c> methods; a method that completes without suspending allocates nothing, and one that
+/// suspends rents a pooled state-machine box.
+/// </summary>
+/// <remarks>
+/// <para><b>Await once.</b> A Spindle task is awaited exactly once: reading its result returns its source to the pool.
+/// A second await, or an await after <see cref="Forget"/>, throws <see cref="InvalidOperationException"/>.
+/// Use <see cref="Preserve"/> for a task that is awaited more than once.</para>
+/// <para><b>Continuations</b> run on the thread that completes the task. No <see cref="SynchronizationContext"/> is
+/// captured. The <see cref="ExecutionContext"/> flows, so <see cref="AsyncLocal{T}"/> works.</para>
+/// <para><c>default(SpindleTask)</c> is a successfully completed task.</para>
+/// </remarks>
+[AsyncMethodBuilder(typeof(SpindleTaskMethodBuilder))]
+[StructLayout(LayoutKind.Auto)]
+public readonly partial struct SpindleTask
+{
+    internal readonly ISpindleSource? _source;
+    internal readonly short _token;
+
+    /// <summary>Creates a task over a source and the token of its current use.</summary>
+    /// <param name="source">The source that completes the task.</param>
+    /// <param name="token">The version token of the use this task represents.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="source"/> is null.</exception>
+    public SpindleTask(ISpindleSource source, short token)
+    {
+        if (source is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(source));
+        }
+        _source = source;
+        _token = token;
+    }
+
+    /// <summary>A task that has already completed successfully. Same as <c>default</c>.</summary>
+    public static SpindleTask CompletedTask => default;
+
+    /// <summary>The task's status. Reading it does not consume the task.</summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
+    public SpindleTaskStatus Status => _source is null ? SpindleTaskStatus.Succeeded : _source.GetStatus(_token);
+
+    /// <summary>True once the task has completed, successfully or not.</summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
+    public bool IsCompleted => Status != SpindleTaskStatus.Pending;
+
+    /// <summary>Gets the awaiter. Awaiting consumes the task.</summary>
+    public Awaiter GetAwaiter() => new(this);
+
+    /// <summary>
+    /// Returns a task that can be awaited any number of times, by any number of awaiters. This consumes the original
+    /// task: await the returned one instead. It allocates one object when the task has not yet completed successfully.
+    /// </summary>
+    public SpindleTask Preserve()
+    {
+        ISpindleSource? s = _source;
+        if (s is null)
+        {
+            return this;
+        }
+        if (s.GetStatus(_token) == SpindleTaskStatus.Succeeded)
+        {
+            s.GetResult(_token);
+            return default;
+        }
+        return new SpindleTask(new PreservedSource<VoidResult>(s, _token), 0);
+    }
+
+    /// <summary>
+    /// Lets the task run to completion with nobody awaiting it. A fault is reported to
+    /// <see cref="Spindle.UnobservedException"/>; cancellation is not a fault and is not reported. The task must not be
+    /// awaited afterwards.
+    /// </summary>
+    public void Forget()
+    {
+        if (_source is { } s)
+        {
+            ForgetObserver.Observe(s, _token);
+        }
+    }
+
+    /// <summary>Converts to a <see cref="ValueTask"/> with no allocation: every Spindle source is an <see cref="IValueTaskSource"/>.</summary>
+    public ValueTask AsValueTask() => _source is null ? default : new ValueTask(_source, _token);
+
+    /// <summary>Converts to a <see cref="Task"/>. Allocates a <see cref="Task"/> unless the task has already succeeded.</summary>
+    public Task AsTask()
+    {
+        ISpindleSource? s = _source;
+        if (s is null)
+        {
+            return Task.CompletedTask;
+        }
+        return TaskBridge.ToTask(s, _token);
+    }
+
+    /// <summary>Converts a Spindle task to a <see cref="ValueTask"/> (see <see cref="AsValueTask"/>).</summary>
+    public static implicit operator ValueTask(SpindleTask task) => task.AsValueTask();
+
+    /// <summary>Creates a task that has failed with <paramref name="exception"/>.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
+    public static SpindleTask FromException(Exception exception)
+    {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
+        return new SpindleTask(new CompletedSource<VoidResult>(exception), 0);
+    }
+
+    /// <summary>Creates a task that has failed with <paramref name="exception"/>.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
+    public static SpindleTask<T> FromException<T>(Exception exception)
+    {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
+        return new SpindleTask<T>(new CompletedSource<T>(exception), 0);
+    }
+
+    /// <summary>Creates a task that has been canceled.</summary>
+    public static SpindleTask FromCanceled(CancellationToken cancellationToken = default)
+        => new(new CompletedSource<VoidResult>(new OperationCanceledException(cancellationToken)), 0);
+
+    /// <summary>Creates a task that has been canceled.</summary>
+    public static SpindleTask<T> FromCanceled<T>(CancellationToken cancellationToken = default)
+        => new(new CompletedSource<T>(new OperationCanceledException(cancellationToken)), 0);
+
+    /// <summary>Creates a task that has completed with <paramref name="result"/>. Allocates nothing.</summary>
+    public static SpindleTask<T> FromResult<T>(T result) => new(result);
+
+    /// <summary>Awaits a <see cref="SpindleTask"/>.</summary>
+    public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
+    {
+        private readonly SpindleTask _task;
+
+        internal Awaiter(SpindleTask task) => _task = task;
+
+        /// <summary>True when the task has completed.</summary>
+        public bool IsCompleted => _task._source is not { } s || s.GetStatus(_task._token) != SpindleTaskStatus.Pending;
+
+        /// <summary>Ends the await: throws the task's exception, if any, and consumes the task. Blocks if the task is still pending.</summary>
+        public void GetResult()
+        {
+            if (_task._source is { } s)
+            {
+                BlockingWait.WaitIfPending(s, _task._token);
+                s.GetResult(_task._token);
+            }
+        }
+
+        /// <summary>Schedules the continuation, flowing the current <see cref="ExecutionContext"/>.</summary>
+        public void OnCompleted(Action continuation)
+        {
+            if (_task._source is { } s)
+            {
+                s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
+            }
+            else
+            {
+                continuation();
+            }
+        }
+
+        /// <summary>Schedules the continuation without flowing the <see cref="ExecutionContext"/>.</summary>
+        public void UnsafeOnCompleted(Action continuation)
+        {
+            if (_task._source is { } s)
+            {
+                s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);
+            }
+            else
+            {
+                continuation();
+            }
+        }
+
+        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box)
+        {
+            if (_task._source is { } s)
+            {
+                s.OnCompleted(StateMachineBoxBase.s_moveNext, box, _task._token);
+            }
+            else
+            {
+                box.MoveNext();
+            }
+        }
+    }
+}
+
+/// <summary>Implemented by Spindle's awaiters so the builders can register a state-machine box without a delegate.</summary>
+internal interface ISpindleAwaiter
+{
+    void OnCompletedForBox(StateMachineBoxBase box);
+}
+
+internal static class ActionContinuation
+{
+    public static readonly Action<object?> s_invoke = static o => ((Action)o!)();
+}

@@ -1,0 +1,145 @@
+using System;
+using System.ComponentModel;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The async method builder for <see cref="SpindleTask"/>. Used by the compiler; not meant to be called directly.
+/// A method that completes without suspending allocates nothing; the first real suspension rents a pooled box.
+/// </summary>
+[EditorBrowsable(EditorBrowsableState.Never)]
+[StructLayout(LayoutKind.Auto)]
+public struct SpindleTaskMethodBuilder
+{
+    private SpindleBox<VoidResult>? _box;
+    private Exception? _syncException;
+
+    /// <summary>Creates a builder.</summary>
+    public static SpindleTaskMethodBuilder Create() => default;
+
+    /// <summary>The task for the method being built.</summary>
+    public SpindleTask Task
+    {
+        get
+        {
+            if (_box is { } box)
+            {
+                return new SpindleTask(box, box.Version);
+            }
+            return _syncException is { } e ? SpindleTask.FromException(e) : default;
+        }
+    }
+
+    /// <summary>Runs the state machine's synchronous part.</summary>
+    public void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
+        => BuilderCore.Start(ref stateMachine);
+
+    /// <summary>Not used: Spindle boxes state machines itself.</summary>
+    public void SetStateMachine(IAsyncStateMachine stateMachine)
+    {
+    }
+
+    /// <summary>Completes the task successfully.</summary>
+    public void SetResult() => _box?.SetResult(default);
+
+    /// <summary>Completes the task with an exception (an <see cref="OperationCanceledException"/> cancels it).</summary>
+    public void SetException(Exception exception)
+    {
+        if (_box is { } box)
+        {
+            box.SetException(exception);
+        }
+        else
+        {
+            _syncException = exception;
+        }
+    }
+
+    /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    public void AwaitOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
+        where TAwaiter : INotifyCompletion
+        where TStateMachine : IAsyncStateMachine
+        => BuilderCore.Await(ref awaiter, BuilderCore.GetBox(ref _box, ref stateMachine));
+
+    /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    public void AwaitUnsafeOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
+        where TAwaiter : ICriticalNotifyCompletion
+        where TStateMachine : IAsyncStateMachine
+        => BuilderCore.AwaitUnsafe(ref awaiter, BuilderCore.GetBox(ref _box, ref stateMachine));
+}
+
+/// <summary>The async method builder for <see cref="SpindleTask{T}"/>. Used by the compiler.</summary>
+/// <typeparam name="T">The result type.</typeparam>
+[EditorBrowsable(EditorBrowsableState.Never)]
+[StructLayout(LayoutKind.Auto)]
+public struct SpindleTaskMethodBuilder<T>
+{
+    private SpindleBox<T>? _box;
+    private Exception? _syncException;
+    private T _result;
+
+    /// <summary>Creates a builder.</summary>
+    public static SpindleTaskMethodBuilder<T> Create() => default;
+
+    /// <summary>The task for the method being built.</summary>
+    public SpindleTask<T> Task
+    {
+        get
+        {
+            if (_box is { } box)
+            {
+                return new SpindleTask<T>(box, box.Version);
+            }
+            return _syncException is { } e ? SpindleTask.FromException<T>(e) : new SpindleTask<T>(_result);
+        }
+    }
+
+    /// <summary>Runs the state machine's synchronous part.</summary>
+    public void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
+        => BuilderCore.Start(ref stateMachine);
+
+    /// <summary>Not used: Spindle boxes state machines itself.</summary>
+    public void SetStateMachine(IAsyncStateMachine stateMachine)
+    {
+    }
+
+    /// <summary>Completes the task with <paramref name="result"/>.</summary>
+    public void SetResult(T result)
+    {
+        if (_box is { } box)
+        {
+            box.SetResult(result);
+        }
+        else
+        {
+            _result = result;
+        }
+    }
+
+    /// <summary>Completes the task with an exception (an <see cref="OperationCanceledException"/> cancels it).</summary>
+    public void SetException(Exception exception)
+    {
+        if (_box is { } box)
+        {
+            box.SetException(exception);
+        }
+        else
+        {
+            _syncException = exception;
+        }
+    }
+
+    /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    public void AwaitOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
+        where TAwaiter : INotifyCompletion
+        where TStateMachine : IAsyncStateMachine
+        => BuilderCore.Await(ref awaiter, BuilderCore.GetBox(ref _box, ref stateMachine));
+
+    /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    public void AwaitUnsafeOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
+        where TAwaiter : ICriticalNotifyCompletion
+        where TStateMachine : IAsyncStateMachine
+        => BuilderCore.AwaitUnsafe(ref awaiter, BuilderCore.GetBox(ref _box, ref stateMachine));
+}

@@ -1,0 +1,164 @@
+using System;
+using System.Runtime.CompilerServices;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>The part of a state-machine box the awaiters and schedulers see: something that can be moved on.</summary>
+internal abstract class StateMachineBoxBase : WorkItem
+{
+    /// <summary>The continuation every Spindle source invokes for a box; the state is the box itself. No delegate per box.</summary>
+    internal static readonly Action<object?> s_moveNext = static o => ((StateMachineBoxBase)o!).MoveNext();
+
+    private Action? _moveNextAction;
+
+    /// <summary>The <see cref="ExecutionContext"/> captured at the last suspension (null when flow was suppressed).</summary>
+    protected ExecutionContext? _context;
+
+    /// <summary>
+    /// A delegate for awaiters that are not Spindle's (Task, ValueTask, custom ones). Created on first need and kept
+    /// with the box through its pooled lives, so steady state allocates nothing.
+    /// </summary>
+    public Action MoveNextAction => _moveNextAction ??= MoveNext;
+
+    public void CaptureContext() => _context = ExecutionContext.Capture();
+
+    public abstract void MoveNext();
+
+    public sealed override void Execute() => MoveNext();
+}
+
+/// <summary>A box that is also the source of the async method's task.</summary>
+internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSource<TResult>
+{
+    protected SourceCore<TResult> _core;
+
+    public short Version => _core.Version;
+
+    public void SetResult(TResult result) => _core.TrySetResult(result);
+
+    /// <summary>Fails the task; an <see cref="OperationCanceledException"/> makes its status Canceled (the original object is kept).</summary>
+    public void SetException(Exception exception) => _core.TrySetException(exception);
+
+    protected abstract void ReturnToPool();
+
+    public TResult GetResult(short token)
+    {
+        TResult result = _core.Consume(token, out var error);
+        ReturnToPool();
+        error?.Throw();
+        return result;
+    }
+
+    void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<TResult>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}
+
+/// <summary>
+/// The pooled box for one state-machine type: it holds the compiler's state machine (copied in on the first real
+/// suspension) and is the source of the method's task. It returns to its pool when the task's result is read.
+/// </summary>
+internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResult>, IPoolNode<StateMachineBox<TStateMachine, TResult>>
+    where TStateMachine : IAsyncStateMachine
+{
+    private static readonly ContextCallback s_runUnderContext = static o => ((StateMachineBox<TStateMachine, TResult>)o!).StateMachine.MoveNext();
+
+    public TStateMachine StateMachine = default!;
+    private StateMachineBox<TStateMachine, TResult>? _next;
+
+    ref StateMachineBox<TStateMachine, TResult>? IPoolNode<StateMachineBox<TStateMachine, TResult>>.Next => ref _next;
+
+    public static StateMachineBox<TStateMachine, TResult> Rent()
+        => ObjectPool<StateMachineBox<TStateMachine, TResult>>.TryRent() ?? new StateMachineBox<TStateMachine, TResult>();
+
+    public override void MoveNext()
+    {
+        ExecutionContext? context = _context;
+        if (context is null)
+        {
+            StateMachine.MoveNext();
+        }
+        else
+        {
+            // ExecutionContext.Run restores the thread's context afterwards, so nothing the method sets leaks into the
+            // completing thread; when both contexts are the default it only compares two references.
+            ExecutionContext.Run(context, s_runUnderContext, this);
+        }
+    }
+
+    protected override void ReturnToPool()
+    {
+        // Clear everything a use left behind: the state machine (its locals and awaiters), the ExecutionContext
+        // (AsyncLocal values), and the core's result, exception and continuation.
+        StateMachine = default!;
+        _context = null;
+        _core.ClearForPool();
+        ObjectPool<StateMachineBox<TStateMachine, TResult>>.Return(this);
+    }
+}
+
+/// <summary>The machinery the two public builders share.</summary>
+internal static class BuilderCore
+{
+    public static SpindleBox<TResult> GetBox<TStateMachine, TResult>(ref SpindleBox<TResult>? boxField, ref TStateMachine stateMachine)
+        where TStateMachine : IAsyncStateMachine
+    {
+        SpindleBox<TResult>? box = boxField;
+        if (box is not null)
+        {
+            return box;
+        }
+        // First real suspension. boxField lives inside stateMachine (the builder is one of its fields), so the box
+        // must be stored before the state machine is copied into it: the copy then refers to its own box.
+        var created = StateMachineBox<TStateMachine, TResult>.Rent();
+        boxField = created;
+        created.StateMachine = stateMachine;
+        return created;
+    }
+
+    public static void AwaitUnsafe<TAwaiter>(ref TAwaiter awaiter, StateMachineBoxBase box)
+        where TAwaiter : ICriticalNotifyCompletion
+    {
+        box.CaptureContext();
+        // For value-type awaiters the JIT resolves this test at compile time and removes the box (the BCL's builders
+        // rely on the same pattern).
+        if (default(TAwaiter) is not null && awaiter is ISpindleAwaiter)
+        {
+            ((ISpindleAwaiter)awaiter).OnCompletedForBox(box);
+        }
+        else
+        {
+            awaiter.UnsafeOnCompleted(box.MoveNextAction);
+        }
+    }
+
+    public static void Await<TAwaiter>(ref TAwaiter awaiter, StateMachineBoxBase box)
+        where TAwaiter : INotifyCompletion
+    {
+        box.CaptureContext();
+        awaiter.OnCompleted(box.MoveNextAction);
+    }
+
+    public static void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
+    {
+        if (stateMachine is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(stateMachine));
+        }
+        // The BCL's Start runs the synchronous part and then restores the caller's ExecutionContext and
+        // SynchronizationContext, so AsyncLocal changes made by the callee do not leak to the caller. It does not
+        // allocate: the builder's Task is only created when its Task property is read, which we never do.
+        System.Runtime.CompilerServices.AsyncTaskMethodBuilder.Create().Start(ref stateMachine);
+    }
+}

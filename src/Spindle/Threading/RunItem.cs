@@ -1,0 +1,92 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The pooled work item behind <see cref="Spindle.Run(Action)"/> and <see cref="Spindle.Run{T}(Func{T})"/>: it is both
+/// what the worker runs and the source of the returned task, so a run allocates nothing in steady state.
+/// </summary>
+internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoolNode<RunItem<TResult>>
+{
+    private static readonly ContextCallback s_runUnderContext = static o => ((RunItem<TResult>)o!).RunDelegate();
+
+    private Delegate? _delegate;
+    private ExecutionContext? _context;
+    private SourceCore<TResult> _core;
+    private RunItem<TResult>? _next;
+
+    ref RunItem<TResult>? IPoolNode<RunItem<TResult>>.Next => ref _next;
+
+    public short Version => _core.Version;
+
+    public static RunItem<TResult> Rent(Delegate work)
+    {
+        RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent() ?? new RunItem<TResult>();
+        item._delegate = work;
+        item._context = ExecutionContext.Capture();
+        return item;
+    }
+
+    public override void Execute()
+    {
+        ExecutionContext? context = _context;
+        _context = null;
+        if (context is null)
+        {
+            RunDelegate();
+        }
+        else
+        {
+            ExecutionContext.Run(context, s_runUnderContext, this);
+        }
+    }
+
+    private void RunDelegate()
+    {
+        Delegate work = _delegate!;
+        _delegate = null;
+        TResult result;
+        try
+        {
+            if (typeof(TResult) == typeof(VoidResult))
+            {
+                ((Action)work)();
+                result = default!;
+            }
+            else
+            {
+                result = ((Func<TResult>)work)();
+            }
+        }
+        catch (Exception ex)
+        {
+            _core.TrySetException(ex);
+            return;
+        }
+        _core.TrySetResult(result);
+    }
+
+    public TResult GetResult(short token)
+    {
+        TResult result = _core.Consume(token, out var error);
+        _core.ClearForPool();
+        ObjectPool<RunItem<TResult>>.Return(this);
+        error?.Throw();
+        return result;
+    }
+
+    void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<TResult>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}

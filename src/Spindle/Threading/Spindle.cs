@@ -1,0 +1,146 @@
+using System;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// Spindle's static entry points: run work on the workers, move between threads, and observe faults nobody awaited.
+/// </summary>
+/// <remarks>All members are thread-safe.</remarks>
+public static partial class Spindle
+{
+    /// <summary>
+    /// Raised for a fault that nobody awaits: a forgotten task that failed, or a work item that threw with nobody to
+    /// tell. When no handler is attached the exception is written to standard error; it is never swallowed.
+    /// Handlers run on the thread that observed the fault and must not block.
+    /// </summary>
+    public static event Action<Exception>? UnobservedException
+    {
+        add => UnobservedExceptions.Handlers += value;
+        remove => UnobservedExceptions.Handlers -= value;
+    }
+
+    /// <summary>Runs <paramref name="action"/> on a Spindle worker. The returned task completes when it has run.</summary>
+    /// <remarks>The caller's <see cref="ExecutionContext"/> flows to the action. Steady state allocates nothing.</remarks>
+    /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
+    public static SpindleTask Run(Action action)
+    {
+        if (action is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(action));
+        }
+        RunItem<VoidResult> item = RunItem<VoidResult>.Rent(action);
+        short token = item.Version;
+        Scheduler.Default.Queue(item);
+        return new SpindleTask(item, token);
+    }
+
+    /// <summary>Runs <paramref name="function"/> on a Spindle worker and returns its result.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    public static SpindleTask<T> Run<T>(Func<T> function)
+    {
+        if (function is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(function));
+        }
+        RunItem<T> item = RunItem<T>.Rent(function);
+        short token = item.Version;
+        Scheduler.Default.Queue(item);
+        return new SpindleTask<T>(item, token);
+    }
+
+    /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker; the task completes when the function's task does.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    public static SpindleTask Run(Func<SpindleTask> function)
+    {
+        if (function is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(function));
+        }
+        return RunAsync(function);
+    }
+
+    /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker and returns its result.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    public static SpindleTask<T> Run<T>(Func<SpindleTask<T>> function)
+    {
+        if (function is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(function));
+        }
+        return RunAsync(function);
+    }
+
+    private static async SpindleTask RunAsync(Func<SpindleTask> function)
+    {
+        await Yield();
+        await function();
+    }
+
+    private static async SpindleTask<T> RunAsync<T>(Func<SpindleTask<T>> function)
+    {
+        await Yield();
+        return await function();
+    }
+
+    /// <summary>Awaits to continue on a Spindle worker, always by way of the work queues (even from a worker).</summary>
+    public static WorkerAwaitable Yield() => new(alwaysQueue: true);
+
+    /// <summary>Awaits to continue on a Spindle worker; completes at once when already on one.</summary>
+    public static WorkerAwaitable SwitchToWorker() => new(alwaysQueue: false);
+}
+
+/// <summary>The awaitable returned by <see cref="Spindle.Yield"/> and <see cref="Spindle.SwitchToWorker"/>.</summary>
+[StructLayout(LayoutKind.Auto)]
+public readonly struct WorkerAwaitable
+{
+    private readonly bool _alwaysQueue;
+
+    internal WorkerAwaitable(bool alwaysQueue) => _alwaysQueue = alwaysQueue;
+
+    /// <summary>Gets the awaiter.</summary>
+    public Awaiter GetAwaiter() => new(_alwaysQueue);
+
+    /// <summary>Awaits a move to a Spindle worker.</summary>
+    public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
+    {
+        private readonly bool _alwaysQueue;
+
+        internal Awaiter(bool alwaysQueue) => _alwaysQueue = alwaysQueue;
+
+        /// <summary>False unless this is <see cref="Spindle.SwitchToWorker"/> on a worker thread.</summary>
+        public bool IsCompleted => !_alwaysQueue && Scheduler.Default.IsWorkerThread;
+
+        /// <summary>Ends the await.</summary>
+        public void GetResult()
+        {
+        }
+
+        /// <summary>Queues the continuation to the workers, flowing the <see cref="ExecutionContext"/>.</summary>
+        public void OnCompleted(Action continuation)
+        {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
+            ExecutionContext? ec = ExecutionContext.Capture();
+            Scheduler.Default.Queue(ec is null
+                ? ContinuationWorkItem.Rent(ActionContinuation.s_invoke, continuation)
+                : ContinuationWorkItem.Rent(ContextContinuation.s_run, new ContextContinuation(ActionContinuation.s_invoke, continuation, ec)));
+        }
+
+        /// <summary>Queues the continuation to the workers.</summary>
+        public void UnsafeOnCompleted(Action continuation)
+        {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
+            Scheduler.Default.Queue(ContinuationWorkItem.Rent(ActionContinuation.s_invoke, continuation));
+        }
+
+        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box) => Scheduler.Default.Queue(box);
+    }
+}

@@ -1,0 +1,43 @@
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A unit of work a scheduler runs. State-machine boxes and Spindle.Run's items derive from it, so queuing them
+/// allocates nothing. On .NET it is also an <c>IThreadPoolWorkItem</c>, so the same object can go to the .NET ThreadPool.
+/// </summary>
+internal abstract class WorkItem
+#if NET
+    : IThreadPoolWorkItem
+#endif
+{
+    /// <summary>Runs the work. Implementations handle their own exceptions; a scheduler reports any that escape.</summary>
+    public abstract void Execute();
+}
+
+/// <summary>Where work items go. <see cref="Default"/> is Spindle's own worker pool unless a test or benchmark swaps it.</summary>
+internal abstract class Scheduler
+{
+    private static Scheduler? s_default;
+
+    public static Scheduler Default
+    {
+        get => Volatile.Read(ref s_default) ?? InitDefault();
+        set => Volatile.Write(ref s_default, value);
+    }
+
+    private static Scheduler InitDefault()
+    {
+        Interlocked.CompareExchange(ref s_default, WorkerPool.Shared, null);
+        return s_default!;
+    }
+
+    /// <summary>Makes the item visible to the workers (and wakes one if needed).</summary>
+    public abstract void Queue(WorkItem item);
+
+    /// <summary>True when the calling thread is one of this scheduler's workers.</summary>
+    public abstract bool IsWorkerThread { get; }
+
+    /// <summary>Runs one queued item on the calling thread, if there is one it may take. Used by threads that block on work.</summary>
+    public abstract bool TryRunOne();
+}

@@ -1,0 +1,103 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A work-stealing deque: the owning worker pushes and pops at the bottom (LIFO), other threads steal from the top (FIFO).
+/// </summary>
+/// <remarks>
+/// <para>Algorithm: D. Chase and Y. Lev, "Dynamic Circular Work-Stealing Deque", SPAA 2005, with the memory-ordering
+/// fixes of N. M. Lê, A. Pop, A. Cohen and F. Zappa Nardelli, "Correct and Efficient Work-Stealing for Weak Memory
+/// Models", PPoPP 2013 (a full fence between the owner's bottom store and top load in <see cref="TryPop"/>, and
+/// between the thief's top load and bottom load in <see cref="TrySteal"/>).</para>
+/// <para>Invariants: only the owner writes <see cref="_bottom"/> and <see cref="_array"/>; <see cref="_top"/> only
+/// grows, and only by CAS; the items in [top, bottom) are the deque's contents. When one item is left the owner and
+/// thieves race for it with the same CAS on top, so it is taken exactly once. The array only grows; a thief holding
+/// the old array reads the same item the new array holds at that index, because growth copies and never clears.</para>
+/// </remarks>
+internal sealed class WorkStealingDeque<T> where T : class
+{
+    private long _top;
+    private long _bottom;
+    private T?[] _array = new T?[64];
+
+    /// <summary>An estimate of the number of items (exact when called by the owner with no concurrent thief).</summary>
+    public int Count => (int)Math.Max(0, Volatile.Read(ref _bottom) - Volatile.Read(ref _top));
+
+    public bool IsEmpty => Volatile.Read(ref _bottom) <= Volatile.Read(ref _top);
+
+    /// <summary>Owner only.</summary>
+    public void Push(T item)
+    {
+        long b = _bottom;
+        long t = Volatile.Read(ref _top);
+        T?[] a = _array;
+        if (b - t >= a.Length)
+        {
+            a = Grow(a, t, b);
+        }
+        a[b & (a.Length - 1)] = item;
+        Volatile.Write(ref _bottom, b + 1);
+    }
+
+    private T?[] Grow(T?[] old, long top, long bottom)
+    {
+        var a = new T?[old.Length * 2];
+        for (long i = top; i < bottom; i++)
+        {
+            a[i & (a.Length - 1)] = old[i & (old.Length - 1)];
+        }
+        Volatile.Write(ref _array, a);
+        return a;
+    }
+
+    /// <summary>Owner only.</summary>
+    public T? TryPop()
+    {
+        long b = _bottom - 1;
+        T?[] a = _array;
+        Interlocked.Exchange(ref _bottom, b); // full fence: the store to bottom must precede the load of top
+        long t = Volatile.Read(ref _top);
+        if (t > b)
+        {
+            _bottom = b + 1; // empty
+            return null;
+        }
+        int index = (int)(b & (a.Length - 1));
+        T? item = a[index];
+        if (t == b)
+        {
+            // Last item: race the thieves for it on top.
+            if (Interlocked.CompareExchange(ref _top, t + 1, t) != t)
+            {
+                item = null;
+            }
+            _bottom = b + 1;
+            return item;
+        }
+        a[index] = null; // slot b is out of every thief's reach (thieves only take index < bottom, and top <= b - 1)
+        return item;
+    }
+
+    /// <summary>Any thread. Returns null when empty or when it lost a race (the caller may try again).</summary>
+    public T? TrySteal()
+    {
+        long t = Volatile.Read(ref _top);
+        Interlocked.MemoryBarrier(); // the load of top must precede the load of bottom
+        long b = Volatile.Read(ref _bottom);
+        if (t >= b)
+        {
+            return null;
+        }
+        T?[] a = Volatile.Read(ref _array);
+        T? item = a[t & (a.Length - 1)];
+        if (Interlocked.CompareExchange(ref _top, t + 1, t) != t)
+        {
+            return null;
+        }
+        Debug.Assert(item is not null);
+        return item;
+    }
+}

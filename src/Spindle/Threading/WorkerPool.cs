@@ -1,0 +1,367 @@
+using System;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// Spindle's own worker pool: one thread per core, each with a work-stealing deque and a one-item "run next" slot,
+/// plus a shared injection queue for work queued from other threads. Idle workers spin, then park.
+/// </summary>
+/// <remarks>
+/// <para><b>Placement.</b> Work queued from a worker goes to that worker's run-next slot; the item it displaces goes to
+/// the bottom of its deque (after Go's runtime, whose per-P <c>runnext</c> keeps a producer→consumer hand-off on one
+/// thread). Work queued from any other thread goes to the injection queue.</para>
+/// <para><b>Finding work</b>, in order: own run-next, own deque (LIFO), the injection queue, other workers' deques (FIFO
+/// steal), and last other workers' run-next slots. A thief takes a run-next item only when it saw the very same
+/// item there on its previous look, at least one back-off earlier; a hand-off that its owner runs within microseconds
+/// is therefore never stolen, and one whose owner is busy is stolen after a few microseconds.</para>
+/// <para><b>Parking</b> follows the "announce, then re-check" protocol (a Dekker pair). A producer publishes an item,
+/// issues a full fence, then reads <see cref="_spinning"/> and <see cref="_idle"/>. A parking worker increments
+/// <see cref="_idle"/> (a full fence), then re-checks every queue before it blocks. Of the two, at least one sees
+/// the other's write: either the producer sees the idle worker and wakes it, or the worker sees the item.
+/// Wake-ups are counted by a semaphore, so a release that comes before the wait is not lost.</para>
+/// </remarks>
+internal sealed class WorkerPool : Scheduler
+{
+    private static WorkerPool? s_shared;
+
+    /// <summary>The process-wide pool, created on first use with one worker per processor.</summary>
+    public static WorkerPool Shared
+    {
+        get
+        {
+            WorkerPool? p = Volatile.Read(ref s_shared);
+            if (p is null)
+            {
+                var created = new WorkerPool(DefaultWorkerCount(), "Spindle worker");
+                p = Interlocked.CompareExchange(ref s_shared, created, null) ?? created;
+                if (p != created)
+                {
+                    created.Dispose();
+                }
+            }
+            return p;
+        }
+    }
+
+    private const int SpinRounds = 64;
+
+    /// <summary>One worker per processor, unless the SPINDLE_WORKERS environment variable names a count.</summary>
+    internal static int DefaultWorkerCount()
+    {
+        string? configured = Environment.GetEnvironmentVariable("SPINDLE_WORKERS");
+        return int.TryParse(configured, out int n) && n > 0 ? n : Environment.ProcessorCount;
+    }
+
+    [ThreadStatic]
+    private static Worker? t_worker;
+
+    private readonly Worker[] _workers;
+    private readonly ConcurrentQueue<WorkItem> _injection = new();
+    private readonly SemaphoreSlim _wake = new(0);
+    private int _spinning;
+    private int _idle;
+    private volatile bool _disposed;
+    private long _completedItems;
+
+    public WorkerPool(int workerCount, string threadName)
+    {
+        if (workerCount < 1)
+        {
+            ThrowHelper.ThrowArgumentOutOfRange(nameof(workerCount), "A worker pool needs at least one worker.");
+        }
+        _workers = new Worker[workerCount];
+        for (int i = 0; i < workerCount; i++)
+        {
+            _workers[i] = new Worker(this, i);
+        }
+        // Workers must not inherit the creating thread's ExecutionContext.
+        using (ExecutionContext.SuppressFlow())
+        {
+            for (int i = 0; i < workerCount; i++)
+            {
+                var thread = new Thread(_workers[i].Run)
+                {
+                    IsBackground = true,
+                    Name = threadName + " " + i,
+                };
+                thread.Start();
+            }
+        }
+    }
+
+    public int WorkerCount => _workers.Length;
+
+    public int IdleWorkers => Volatile.Read(ref _idle);
+
+    public int InjectionQueueLength => _injection.Count;
+
+    public long CompletedItems => Interlocked.Read(ref _completedItems);
+
+    public override bool IsWorkerThread => t_worker is { } w && w.Pool == this;
+
+    public override void Queue(WorkItem item)
+    {
+        Worker? w = t_worker;
+        if (w is not null && w.Pool == this)
+        {
+            WorkItem? displaced = Interlocked.Exchange(ref w.RunNext, item);
+            w.RunNextStamp++;
+            if (displaced is null)
+            {
+                // The owner runs this as soon as its current item returns; a spinning worker may take it if it lingers.
+                // Wake one worker only if none is spinning, so a stalled owner cannot strand it.
+                NotifyIfNoneSpinning();
+                return;
+            }
+            w.Deque.Push(displaced);
+        }
+        else
+        {
+            _injection.Enqueue(item);
+        }
+        NotifyIfNoneSpinning();
+    }
+
+    private void NotifyIfNoneSpinning()
+    {
+        Interlocked.MemoryBarrier(); // publish the item before reading the counters (see the parking protocol)
+        if (Volatile.Read(ref _spinning) == 0 && Volatile.Read(ref _idle) > 0)
+        {
+            WakeOne();
+        }
+    }
+
+    private void WakeOne()
+    {
+        while (true)
+        {
+            int idle = Volatile.Read(ref _idle);
+            if (idle <= 0)
+            {
+                return;
+            }
+            if (Interlocked.CompareExchange(ref _idle, idle - 1, idle) == idle)
+            {
+                _wake.Release();
+                return;
+            }
+        }
+    }
+
+    public override bool TryRunOne()
+    {
+        Worker? w = t_worker;
+        WorkItem? item = w is not null && w.Pool == this
+            ? FindWork(w, stealRunNext: true)
+            : FindWorkAsOutsider();
+        if (item is null)
+        {
+            return false;
+        }
+        Execute(item);
+        return true;
+    }
+
+    private WorkItem? FindWorkAsOutsider()
+    {
+        if (_injection.TryDequeue(out WorkItem? item))
+        {
+            return item;
+        }
+        foreach (Worker victim in _workers)
+        {
+            item = victim.Deque.TrySteal();
+            if (item is not null)
+            {
+                return item;
+            }
+        }
+        return null;
+    }
+
+    private WorkItem? FindWork(Worker self, bool stealRunNext)
+    {
+        WorkItem? item = self.RunNext;
+        if (item is not null)
+        {
+            item = Interlocked.Exchange(ref self.RunNext, null);
+            if (item is not null)
+            {
+                return item;
+            }
+        }
+        item = self.Deque.TryPop();
+        if (item is not null)
+        {
+            return item;
+        }
+        if (_injection.TryDequeue(out item))
+        {
+            return item;
+        }
+        Worker[] workers = _workers;
+        int n = workers.Length;
+        if (n > 1)
+        {
+            int start = self.NextVictim();
+            for (int i = 0; i < n; i++)
+            {
+                Worker victim = workers[(start + i) % n];
+                if (victim != self && (item = victim.Deque.TrySteal()) is not null)
+                {
+                    return item;
+                }
+            }
+            if (stealRunNext)
+            {
+                for (int i = 0; i < n; i++)
+                {
+                    Worker victim = workers[(start + i) % n];
+                    if (victim != self && (item = self.TryStealRunNext(victim)) is not null)
+                    {
+                        return item;
+                    }
+                }
+            }
+        }
+        return null;
+    }
+
+    private void Execute(WorkItem item)
+    {
+        try
+        {
+            item.Execute();
+        }
+        catch (Exception ex)
+        {
+            // Work items report their own faults; anything reaching here is a Spindle bug, never swallowed.
+            UnobservedExceptions.Report(ex);
+        }
+        Interlocked.Increment(ref _completedItems);
+    }
+
+    private void WorkerLoop(Worker self)
+    {
+        t_worker = self;
+        while (!_disposed)
+        {
+            WorkItem? item = FindWork(self, stealRunNext: false);
+            if (item is not null)
+            {
+                Execute(item);
+                continue;
+            }
+
+            // Spin: look again for a while before parking, backing off between looks.
+            Interlocked.Increment(ref _spinning);
+            for (int round = 0; round < SpinRounds && item is null; round++)
+            {
+                Thread.SpinWait(20 + round * 4);
+                item = FindWork(self, stealRunNext: true);
+            }
+            Interlocked.Decrement(ref _spinning);
+            if (item is not null)
+            {
+                Execute(item);
+                continue;
+            }
+
+            // Park: announce, re-check, then block (see the class remarks).
+            Interlocked.Increment(ref _idle);
+            item = FindWork(self, stealRunNext: true);
+            if (item is not null)
+            {
+                if (!TryUnannounceIdle())
+                {
+                    // A producer already claimed our idle slot and is releasing the semaphore for us: consume it.
+                    _wake.Wait();
+                }
+                Execute(item);
+                continue;
+            }
+            _wake.Wait();
+        }
+    }
+
+    private bool TryUnannounceIdle()
+    {
+        while (true)
+        {
+            int idle = Volatile.Read(ref _idle);
+            if (idle <= 0)
+            {
+                return false;
+            }
+            if (Interlocked.CompareExchange(ref _idle, idle - 1, idle) == idle)
+            {
+                return true;
+            }
+        }
+    }
+
+    public void Dispose()
+    {
+        _disposed = true;
+        _wake.Release(_workers.Length);
+    }
+
+    private sealed class Worker
+    {
+        public readonly WorkerPool Pool;
+        public readonly WorkStealingDeque<WorkItem> Deque = new();
+        public WorkItem? RunNext;
+        public int RunNextStamp;
+        private readonly int _index;
+        private uint _rng;
+        private WorkItem? _seenRunNext;
+        private int _seenStamp;
+        private Worker? _seenVictim;
+
+        public Worker(WorkerPool pool, int index)
+        {
+            Pool = pool;
+            _index = index;
+            _rng = (uint)(index * 2654435761u) | 1;
+        }
+
+        public void Run() => Pool.WorkerLoop(this);
+
+        public int NextVictim()
+        {
+            // xorshift32: cheap, and enough to spread thieves over victims.
+            uint x = _rng;
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            _rng = x;
+            return (int)(x % (uint)Pool._workers.Length);
+        }
+
+        /// <summary>Takes the victim's run-next item only if it is the same one, with the same stamp, as on the last look.</summary>
+        public WorkItem? TryStealRunNext(Worker victim)
+        {
+            WorkItem? item = Volatile.Read(ref victim.RunNext);
+            int stamp = Volatile.Read(ref victim.RunNextStamp);
+            if (item is null)
+            {
+                return null;
+            }
+            if (victim != _seenVictim || item != _seenRunNext || stamp != _seenStamp)
+            {
+                _seenVictim = victim;
+                _seenRunNext = item;
+                _seenStamp = stamp;
+                return null;
+            }
+            _seenRunNext = null;
+            _seenVictim = null;
+            return Interlocked.CompareExchange(ref victim.RunNext, null, item) == item ? item : null;
+        }
+
+        public override string ToString() => "worker " + _index;
+    }
+}
