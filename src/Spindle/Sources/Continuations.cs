@@ -16,7 +16,8 @@ internal static class Continuations
     [ThreadStatic]
     private static int t_depth;
 
-    public static void Invoke(Action<object?> continuation, object? state)
+    /// <summary>Runs a waiter: a state-machine box (moved on directly) or an <c>Action&lt;object?&gt;</c> with its state.</summary>
+    public static void Invoke(object continuation, object? state)
     {
         int depth = t_depth;
         if (depth >= MaxInlineDepth)
@@ -25,9 +26,16 @@ internal static class Continuations
             return;
         }
         t_depth = depth + 1;
+        if (continuation is StateMachineBoxBase box)
+        {
+            // A box's MoveNext does not throw: the compiler's state machine routes every exception to the builder.
+            box.MoveNext();
+            t_depth = depth;
+            return;
+        }
         try
         {
-            continuation(state);
+            ((Action<object?>)continuation)(state);
         }
         finally
         {
@@ -36,20 +44,28 @@ internal static class Continuations
     }
 
     /// <summary>Queues the continuation to the default scheduler. A state-machine box is queued as itself, allocation-free.</summary>
-    public static void Dispatch(Action<object?> continuation, object? state)
+    public static void Dispatch(object continuation, object? state)
     {
-        if (continuation == StateMachineBoxBase.s_moveNext && state is WorkItem item)
+        if (continuation is StateMachineBoxBase box)
         {
-            Scheduler.Default.Queue(item);
+            Scheduler.Default.Queue(box);
             return;
         }
-        Scheduler.Default.Queue(ContinuationWorkItem.Rent(continuation, state));
+        if (continuation == (object)StateMachineBoxBase.s_moveNext && state is StateMachineBoxBase target)
+        {
+            Scheduler.Default.Queue(target);
+            return;
+        }
+        Scheduler.Default.Queue(ContinuationWorkItem.Rent((Action<object?>)continuation, state));
     }
 }
 
 /// <summary>A pooled work item that runs one (continuation, state) pair.</summary>
 internal sealed class ContinuationWorkItem : WorkItem, IPoolNode<ContinuationWorkItem>
 {
+    [ThreadStatic]
+    private static ContinuationWorkItem? t_slot;
+
     private Action<object?>? _continuation;
     private object? _state;
     private ContinuationWorkItem? _next;
@@ -58,7 +74,7 @@ internal sealed class ContinuationWorkItem : WorkItem, IPoolNode<ContinuationWor
 
     public static ContinuationWorkItem Rent(Action<object?> continuation, object? state)
     {
-        ContinuationWorkItem item = ObjectPool<ContinuationWorkItem>.TryRent() ?? new ContinuationWorkItem();
+        ContinuationWorkItem item = ObjectPool<ContinuationWorkItem>.TryRent(ref t_slot) ?? new ContinuationWorkItem();
         item._continuation = continuation;
         item._state = state;
         return item;
@@ -70,7 +86,7 @@ internal sealed class ContinuationWorkItem : WorkItem, IPoolNode<ContinuationWor
         object? s = _state;
         _continuation = null;
         _state = null;
-        ObjectPool<ContinuationWorkItem>.Return(this);
+        ObjectPool<ContinuationWorkItem>.Return(this, ref t_slot);
         c(s);
     }
 }

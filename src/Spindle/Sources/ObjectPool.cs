@@ -19,15 +19,15 @@ internal interface IPoolNode<T> where T : class
 /// (on rent) or drops the object to the GC (on return). No thread can therefore block another, and the cost of
 /// contention is at most one allocation.</para>
 /// <para>The per-thread slot serves the common case where the thread that returns an object rents the next one
-/// (a continuation chain running on one worker), with no interlocked operation at all.</para>
+/// (a continuation chain running on one worker), with no interlocked operation at all. The slot is a
+/// <c>[ThreadStatic]</c> field of the pooled class itself, passed in by reference: a thread-static in this class
+/// would be reached from shared generic code (T is a reference type), which goes through a slow runtime helper on
+/// every access, while the pooled classes are specialised for their value-type arguments and reach theirs directly.</para>
 /// <para>Callers clear every field of an object before returning it, so no result, exception, continuation or
 /// <see cref="ExecutionContext"/> survives from one use to the next.</para>
 /// </remarks>
 internal static class ObjectPool<T> where T : class, IPoolNode<T>
 {
-    [ThreadStatic]
-    private static T? t_slot;
-
     private static int s_gate;
     private static T? s_head;
     private static int s_count;
@@ -37,12 +37,12 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// <summary>The number of objects in the shared stack (per-thread slots are not counted).</summary>
     public static int Count => Volatile.Read(ref s_count);
 
-    public static T? TryRent()
+    public static T? TryRent(ref T? threadSlot)
     {
-        T? item = t_slot;
+        T? item = threadSlot;
         if (item is not null)
         {
-            t_slot = null;
+            threadSlot = null;
             return item;
         }
         if (Volatile.Read(ref s_head) is null || Interlocked.CompareExchange(ref s_gate, 1, 0) != 0)
@@ -60,11 +60,11 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         return item;
     }
 
-    public static void Return(T item)
+    public static void Return(T item, ref T? threadSlot)
     {
-        if (t_slot is null)
+        if (threadSlot is null)
         {
-            t_slot = item;
+            threadSlot = item;
             return;
         }
         if (s_count >= SpindlePool.MaxRetainedPerType || Interlocked.CompareExchange(ref s_gate, 1, 0) != 0)
@@ -88,6 +88,5 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         s_head = null;
         s_count = 0;
         Volatile.Write(ref s_gate, 0);
-        t_slot = null;
     }
 }

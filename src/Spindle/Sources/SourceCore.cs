@@ -20,65 +20,65 @@ internal readonly struct VoidResult
 /// continuation is rejected without touching the first.
 /// </summary>
 /// <remarks>
-/// <para><b>Completion</b>: <see cref="_gate"/> is a one-shot CAS (0 → 1) that picks the single completer. The completer
-/// writes the result, then publishes completion and takes the continuation in one atomic step: an Exchange of
-/// <see cref="_continuation"/> to <see cref="s_completed"/>. Completion is read from that field, never from a separate
-/// flag, and the completer touches nothing in the core after the Exchange except the state of the continuation it
-/// took (which no one else may consume before that continuation runs). This closes the race in which a consumer that
-/// saw "completed" recycles a pooled source while its completer is still inside the core.</para>
-/// <para><b>Continuation handshake</b> (after the BCL's ManualResetValueTaskSourceCore, extended with a
-/// registration marker): <see cref="_continuation"/> is null, <see cref="s_registering"/>, a continuation, or
-/// <see cref="s_completed"/>.
-/// A registrant CASes null → s_registering, writes the state, then CASes s_registering → continuation. The completer
-/// Exchanges the field to s_completed. Whoever sees the other's mark runs the continuation: the completer if it
-/// took a continuation, the registrant if its second CAS found s_completed. So a continuation runs exactly once, and
-/// a second registrant finds a non-null field and throws without overwriting the first one's state.</para>
+/// <para><b>One field decides everything.</b> <see cref="_continuation"/> holds one of: null (pending, no waiter);
+/// <see cref="s_registering"/> (a delegate waiter is writing its state); a waiter, which is either a state-machine box
+/// (the hot path: the box is its own continuation, so there is no separate state to write) or an
+/// <c>Action&lt;object?&gt;</c> whose state is in <see cref="_continuationState"/>; <see cref="s_completing"/> (the completer
+/// is writing the result); or <see cref="s_completed"/>.</para>
+/// <para><b>Completion</b> is one CAS from null or a waiter to s_completing: that CAS picks the single completer. The
+/// completer then writes the result, reads the waiter's state, and publishes with a release store of s_completed.
+/// Completion is read from this field alone, and the completer touches nothing in the core after publishing, so a
+/// consumer that sees "completed" may recycle a pooled source at once.</para>
+/// <para><b>Registration</b> of a box is one CAS from null to the box. A delegate waiter CASes null to s_registering,
+/// writes its state, then release-stores the delegate. A second waiter finds the field occupied and throws without
+/// touching the first one's state. A registrant that finds s_completed runs its continuation itself.</para>
+/// <para>The two transient marks are held for a few stores; a thread that meets one spins (with <see cref="SpinWait"/>,
+/// which yields if the holder was preempted) until it clears. This design descends from the BCL's
+/// ManualResetValueTaskSourceCore (a sentinel settles the register/complete race) and UniTask's core (one atomic
+/// decides completion).</para>
 /// </remarks>
 [StructLayout(LayoutKind.Auto)]
 internal struct SourceCore<TResult>
 {
-    internal static readonly Action<object?> s_completed = static _ => Debug.Fail("completion sentinel invoked");
-    internal static readonly Action<object?> s_registering = static _ => Debug.Fail("registration sentinel invoked");
+    internal static readonly object s_completed = new Sentinel("completed");
+    internal static readonly object s_completing = new Sentinel("completing");
+    internal static readonly object s_registering = new Sentinel("registering");
 
-    private Action<object?>? _continuation;
+    private object? _continuation;
     private object? _continuationState;
     private ExceptionDispatchInfo? _error;
     private TResult _result;
-    private int _gate;
     private int _version; // only the low 16 bits are the token; an int so that consumption can be a CAS
-
 
     /// <summary>The token of the current use.</summary>
     public readonly short Version => (short)_version;
 
     /// <summary>True once the result has been published.</summary>
-    public bool IsCompleted => (object?)Volatile.Read(ref _continuation) == s_completed;
+    public bool IsCompleted => Volatile.Read(ref _continuation) == s_completed;
 
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
     public void Reset()
     {
-        Action<object?>? c = _continuation;
+        object? c = Volatile.Read(ref _continuation);
         if (c is not null && c != s_completed)
         {
             ThrowHelper.ThrowInvalidOperation("The source cannot be reset while an await on it is still pending.");
         }
         unchecked { _version++; }
-        _gate = 0;
-        _continuation = null;
         _continuationState = null;
         _error = null;
         _result = default!;
+        Volatile.Write(ref _continuation, null);
     }
 
     /// <summary>Clears every reference the core holds, after <see cref="Consume"/> advanced the version (used before pooling).</summary>
     public void ClearForPool()
     {
-        _gate = 0;
-        _continuation = null;
         _continuationState = null;
         _error = null;
         _result = default!;
+        _continuation = null;
     }
 
     public readonly void ValidateToken(short token)
@@ -110,7 +110,7 @@ internal struct SourceCore<TResult>
         }
     }
 
-    /// <summary>Reads the outcome. Throws the stored exception on fault or cancellation.</summary>
+    /// <summary>Reads the outcome without consuming it. Throws the stored exception on fault or cancellation.</summary>
     public TResult GetResult(short token)
     {
         ValidateToken(token);
@@ -152,46 +152,78 @@ internal struct SourceCore<TResult>
 
     public bool TrySetResult(TResult result)
     {
-        if (Interlocked.CompareExchange(ref _gate, 1, 0) != 0)
+        if (!TryBeginCompletion(out object? waiter))
         {
             return false;
         }
         _result = result;
-        Publish();
+        EndCompletion(waiter);
         return true;
     }
 
     public bool TrySetException(Exception exception)
     {
-        if (Interlocked.CompareExchange(ref _gate, 1, 0) != 0)
+        if (!TryBeginCompletion(out object? waiter))
         {
             return false;
         }
         _error = ExceptionDispatchInfo.Capture(exception);
-        Publish();
+        EndCompletion(waiter);
         return true;
     }
 
     public bool TrySetCanceled(CancellationToken cancellationToken)
     {
-        if (Interlocked.CompareExchange(ref _gate, 1, 0) != 0)
+        if (!TryBeginCompletion(out object? waiter))
         {
             return false;
         }
         _error = ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken));
-        Publish();
+        EndCompletion(waiter);
         return true;
     }
 
-    private void Publish()
+    /// <summary>The one CAS that picks the completer: null or a waiter → s_completing.</summary>
+    private bool TryBeginCompletion(out object? waiter)
     {
-        // The one publication point: after this Exchange the operation is complete to every reader.
-        Action<object?>? c = Interlocked.Exchange(ref _continuation, s_completed);
-        if (c is not null && c != s_registering)
+        object? c = Volatile.Read(ref _continuation);
+        SpinWait spin = default;
+        while (true)
         {
-            object? s = _continuationState;
+            if (c == s_completed || c == s_completing)
+            {
+                waiter = null;
+                return false;
+            }
+            if (c == s_registering)
+            {
+                spin.SpinOnce();
+                c = Volatile.Read(ref _continuation);
+                continue;
+            }
+            object? prev = Interlocked.CompareExchange(ref _continuation, s_completing, c);
+            if (prev == c)
+            {
+                waiter = c;
+                return true;
+            }
+            c = prev;
+        }
+    }
+
+    private void EndCompletion(object? waiter)
+    {
+        object? state = null;
+        if (waiter is not null && waiter is not StateMachineBoxBase)
+        {
+            state = _continuationState;
             _continuationState = null;
-            Continuations.Invoke(c, s);
+        }
+        // The publication point: from here on the operation is complete to every reader, and the core is not touched.
+        Volatile.Write(ref _continuation, s_completed);
+        if (waiter is not null)
+        {
+            Continuations.Invoke(waiter, state);
         }
     }
 
@@ -203,28 +235,42 @@ internal struct SourceCore<TResult>
         }
         ValidateToken(token);
 
-        Action<object?>? prev = Interlocked.CompareExchange(ref _continuation, s_registering, null);
-        if (prev is not null)
+        if (continuation == StateMachineBoxBase.s_moveNext && state is StateMachineBoxBase box)
         {
-            if (prev == s_completed)
+            // Hot path: the box is its own continuation, registered with a single CAS.
+            object? prev = Interlocked.CompareExchange(ref _continuation, box, null);
+            if (prev is not null)
             {
-                // Completed before we registered: run it now. This is the same thread the caller is on, which is
-                // what an awaiter that raced with completion expects.
-                Continuations.Invoke(continuation, state);
-                return;
+                RegisterLate(prev, box, null);
             }
-            ThrowHelper.ThrowAlreadyAwaited();
+            return;
         }
 
-        _continuationState = state;
-        prev = Interlocked.CompareExchange(ref _continuation, continuation, s_registering);
-        if (prev != s_registering)
+        object? p = Interlocked.CompareExchange(ref _continuation, s_registering, null);
+        if (p is not null)
         {
-            // The completer ran between our two CASes and left the running of the continuation to us.
-            Debug.Assert(prev == s_completed);
-            _continuationState = null;
-            Continuations.Invoke(continuation, state);
+            RegisterLate(p, continuation, state);
+            return;
         }
+        _continuationState = state;
+        Volatile.Write(ref _continuation, continuation);
+    }
+
+    /// <summary>Registration found the field occupied: run the continuation if the source completed, else reject it.</summary>
+    private void RegisterLate(object? prev, object continuation, object? state)
+    {
+        SpinWait spin = default;
+        while (prev == s_completing)
+        {
+            spin.SpinOnce();
+            prev = Volatile.Read(ref _continuation);
+        }
+        if (prev == s_completed)
+        {
+            Continuations.Invoke(continuation, state);
+            return;
+        }
+        ThrowHelper.ThrowAlreadyAwaited();
     }
 
     /// <summary>
@@ -244,6 +290,15 @@ internal struct SourceCore<TResult>
             }
         }
         OnCompleted(continuation, state, token);
+    }
+
+    private sealed class Sentinel
+    {
+        private readonly string _name;
+
+        public Sentinel(string name) => _name = name;
+
+        public override string ToString() => _name;
     }
 }
 

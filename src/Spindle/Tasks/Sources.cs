@@ -155,6 +155,9 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
 {
     private static readonly Action<object?> s_onCompleted = static o => ((ForgetObserver)o!).OnCompleted();
 
+    [ThreadStatic]
+    private static ForgetObserver? t_slot;
+
     private ISpindleSource? _source;
     private short _token;
     private ForgetObserver? _next;
@@ -168,7 +171,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
             ReadAndReport(source, token);
             return;
         }
-        ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();
+        ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent(ref t_slot) ?? new ForgetObserver();
         observer._source = source;
         observer._token = token;
         source.OnCompleted(s_onCompleted, observer, token);
@@ -179,7 +182,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ISpindleSource source = _source!;
         short token = _token;
         _source = null;
-        ObjectPool<ForgetObserver>.Return(this);
+        ObjectPool<ForgetObserver>.Return(this, ref t_slot);
         ReadAndReport(source, token);
     }
 
@@ -288,6 +291,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
 {
     private static readonly Action<object?> s_set = static o => ((BlockingWait)o!)._event.Set();
 
+    [ThreadStatic]
+    private static BlockingWait? t_slot;
+
     private readonly ManualResetEventSlim _event = new(false, spinCount: 0);
     private BlockingWait? _next;
 
@@ -299,7 +305,7 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
         {
             return;
         }
-        BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
+        BlockingWait waiter = ObjectPool<BlockingWait>.TryRent(ref t_slot) ?? new BlockingWait();
         source.OnCompleted(s_set, waiter, token);
         Scheduler scheduler = Scheduler.Default;
         ManualResetEventSlim ev = waiter._event;
@@ -328,6 +334,6 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             }
         }
         ev.Reset();
-        ObjectPool<BlockingWait>.Return(waiter);
+        ObjectPool<BlockingWait>.Return(waiter, ref t_slot);
     }
 }

@@ -74,13 +74,16 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((StateMachineBox<TStateMachine, TResult>)o!).StateMachine.MoveNext();
 
+    [ThreadStatic]
+    private static StateMachineBox<TStateMachine, TResult>? t_slot;
+
     public TStateMachine StateMachine = default!;
     private StateMachineBox<TStateMachine, TResult>? _next;
 
     ref StateMachineBox<TStateMachine, TResult>? IPoolNode<StateMachineBox<TStateMachine, TResult>>.Next => ref _next;
 
     public static StateMachineBox<TStateMachine, TResult> Rent()
-        => ObjectPool<StateMachineBox<TStateMachine, TResult>>.TryRent() ?? new StateMachineBox<TStateMachine, TResult>();
+        => ObjectPool<StateMachineBox<TStateMachine, TResult>>.TryRent(ref t_slot) ?? new StateMachineBox<TStateMachine, TResult>();
 
     public override void MoveNext()
     {
@@ -88,6 +91,11 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         if (context is null)
         {
             StateMachine.MoveNext();
+        }
+        else if (ContextFlow.CanRunInline(context))
+        {
+            StateMachine.MoveNext();
+            ContextFlow.RestoreDefaultIfChanged();
         }
         else
         {
@@ -104,7 +112,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         StateMachine = default!;
         _context = null;
         _core.ClearForPool();
-        ObjectPool<StateMachineBox<TStateMachine, TResult>>.Return(this);
+        ObjectPool<StateMachineBox<TStateMachine, TResult>>.Return(this, ref t_slot);
     }
 }
 

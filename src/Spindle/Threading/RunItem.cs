@@ -12,6 +12,9 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((RunItem<TResult>)o!).RunDelegate();
 
+    [ThreadStatic]
+    private static RunItem<TResult>? t_slot;
+
     private Delegate? _delegate;
     private ExecutionContext? _context;
     private SourceCore<TResult> _core;
@@ -23,7 +26,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 
     public static RunItem<TResult> Rent(Delegate work)
     {
-        RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent() ?? new RunItem<TResult>();
+        RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent(ref t_slot) ?? new RunItem<TResult>();
         item._delegate = work;
         item._context = ExecutionContext.Capture();
         return item;
@@ -36,6 +39,11 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         if (context is null)
         {
             RunDelegate();
+        }
+        else if (ContextFlow.CanRunInline(context))
+        {
+            RunDelegate();
+            ContextFlow.RestoreDefaultIfChanged();
         }
         else
         {
@@ -72,7 +80,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     {
         TResult result = _core.Consume(token, out var error);
         _core.ClearForPool();
-        ObjectPool<RunItem<TResult>>.Return(this);
+        ObjectPool<RunItem<TResult>>.Return(this, ref t_slot);
         error?.Throw();
         return result;
     }

@@ -64,7 +64,6 @@ internal sealed class WorkerPool : Scheduler
     private int _spinning;
     private int _idle;
     private volatile bool _disposed;
-    private long _completedItems;
 
     public WorkerPool(int workerCount, string threadName)
     {
@@ -98,8 +97,6 @@ internal sealed class WorkerPool : Scheduler
 
     public int InjectionQueueLength => _injection.Count;
 
-    public long CompletedItems => Interlocked.Read(ref _completedItems);
-
     public override bool IsWorkerThread => t_worker is { } w && w.Pool == this;
 
     public override void Queue(WorkItem item)
@@ -107,27 +104,32 @@ internal sealed class WorkerPool : Scheduler
         Worker? w = t_worker;
         if (w is not null && w.Pool == this)
         {
-            WorkItem? displaced = Interlocked.Exchange(ref w.RunNext, item);
             w.RunNextStamp++;
-            if (displaced is null)
+            if (Volatile.Read(ref w.RunNext) is null)
             {
-                // The owner runs this as soon as its current item returns; a spinning worker may take it if it lingers.
-                // Wake one worker only if none is spinning, so a stalled owner cannot strand it.
+                // Only the owner fills the slot (thieves only empty it), so an empty slot takes a plain release store.
+                // No fence before the counters below: a wake-up missed here cannot strand the item, because its owner
+                // runs it as soon as the current item returns; it can only delay it while that item runs.
+                Volatile.Write(ref w.RunNext, item);
                 NotifyIfNoneSpinning();
                 return;
             }
-            w.Deque.Push(displaced);
+            WorkItem? displaced = Interlocked.Exchange(ref w.RunNext, item);
+            if (displaced is not null)
+            {
+                w.Deque.Push(displaced);
+                Interlocked.MemoryBarrier(); // the deque push is a plain release store: fence before reading the counters
+            }
         }
         else
         {
-            _injection.Enqueue(item);
+            _injection.Enqueue(item); // its interlocked tail update is the full fence
         }
         NotifyIfNoneSpinning();
     }
 
     private void NotifyIfNoneSpinning()
     {
-        Interlocked.MemoryBarrier(); // publish the item before reading the counters (see the parking protocol)
         if (Volatile.Read(ref _spinning) == 0 && Volatile.Read(ref _idle) > 0)
         {
             WakeOne();
@@ -241,7 +243,6 @@ internal sealed class WorkerPool : Scheduler
             // Work items report their own faults; anything reaching here is a Spindle bug, never swallowed.
             UnobservedExceptions.Report(ex);
         }
-        Interlocked.Increment(ref _completedItems);
     }
 
     private void WorkerLoop(Worker self)
@@ -261,7 +262,8 @@ internal sealed class WorkerPool : Scheduler
             for (int round = 0; round < SpinRounds && item is null; round++)
             {
                 Thread.SpinWait(20 + round * 4);
-                item = FindWork(self, stealRunNext: true);
+                // Look at other workers' run-next slots only every fourth round: each look pulls the owner's cache line.
+                item = FindWork(self, stealRunNext: (round & 3) == 3);
             }
             Interlocked.Decrement(ref _spinning);
             if (item is not null)

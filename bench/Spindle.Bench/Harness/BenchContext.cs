@@ -1,0 +1,124 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+
+namespace SpindleLib.Bench.Harness;
+
+/// <summary>
+/// What a scenario measures with: the run's size, the progress line, and the methods that time a round and count its
+/// allocations on every thread (<see cref="GC.GetTotalAllocatedBytes(bool)"/> at the round's boundaries).
+/// </summary>
+public sealed class BenchContext
+{
+    private readonly Action<string> _progress;
+
+    public BenchContext(BenchSize size, Action<string> progress)
+    {
+        Size = size;
+        _progress = progress;
+    }
+
+    public BenchSize Size { get; }
+
+    public List<BenchResult> Results { get; } = new();
+
+    /// <summary>The scenario being run (set by the runner).</summary>
+    public string Scenario { get; set; } = "";
+
+    /// <summary>Measured rounds per figure: the median is over these.</summary>
+    public int Rounds => Size switch
+    {
+        BenchSize.Tiny => 1,
+        BenchSize.Quick => 7,
+        _ => 15,
+    };
+
+    /// <summary>
+    /// Warm-up per system before its measured rounds: long enough for tiered compilation to reach optimized code
+    /// (call counting starts 100 ms after the last new method is jitted).
+    /// </summary>
+    public TimeSpan WarmupTime => Size switch
+    {
+        BenchSize.Tiny => TimeSpan.Zero,
+        BenchSize.Quick => TimeSpan.FromMilliseconds(600),
+        _ => TimeSpan.FromSeconds(2),
+    };
+
+    /// <summary>Chooses a count by size.</summary>
+    public int Pick(int tiny, int quick, int full) => Size switch
+    {
+        BenchSize.Tiny => tiny,
+        BenchSize.Quick => quick,
+        _ => full,
+    };
+
+    public void Progress(string message) => _progress($"{Scenario} › {message}");
+
+    /// <summary>
+    /// Times <paramref name="round"/>, which performs <paramref name="operationsPerRound"/> operations, after a
+    /// warm-up; records the median and spread of the time and of the bytes allocated (all threads) per operation.
+    /// </summary>
+    public void MeasureOperations(
+        string caseName,
+        string system,
+        long operationsPerRound,
+        Action round,
+        string timeMetric = "ns_per_op",
+        string bytesMetric = "bytes_per_op")
+    {
+        if (operationsPerRound <= 0)
+        {
+            throw new ArgumentOutOfRangeException(nameof(operationsPerRound), "A round must perform at least one operation.");
+        }
+        Progress($"{caseName} › {system}: warm-up");
+        Warmup(round);
+
+        int rounds = Rounds;
+        var nanos = new double[rounds];
+        var bytes = new double[rounds];
+        for (int r = 0; r < rounds; r++)
+        {
+            Progress($"{caseName} › {system}: round {r + 1}/{rounds}");
+            Settle();
+            long allocatedBefore = GC.GetTotalAllocatedBytes(true);
+            long start = Stopwatch.GetTimestamp();
+            round();
+            long end = Stopwatch.GetTimestamp();
+            long allocatedAfter = GC.GetTotalAllocatedBytes(true);
+            nanos[r] = (end - start) * 1e9 / Stopwatch.Frequency / operationsPerRound;
+            bytes[r] = (double)(allocatedAfter - allocatedBefore) / operationsPerRound;
+        }
+        Add(caseName, system, timeMetric, nanos);
+        Add(caseName, system, bytesMetric, bytes);
+    }
+
+    /// <summary>Runs <paramref name="round"/> until the warm-up time has passed (at least twice, unless the size is tiny).</summary>
+    public void Warmup(Action round)
+    {
+        if (Size == BenchSize.Tiny)
+        {
+            return;
+        }
+        var sw = Stopwatch.StartNew();
+        int n = 0;
+        while (n < 2 || sw.Elapsed < WarmupTime)
+        {
+            round();
+            n++;
+        }
+    }
+
+    /// <summary>Collects garbage between rounds so one round's garbage is not collected on the next round's clock.</summary>
+    public static void Settle()
+    {
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+    }
+
+    public void Add(string caseName, string system, string metric, double[] rounds)
+        => Results.Add(new BenchResult(Scenario, caseName, system, metric, Stats.Median(rounds), rounds.Length > 1 ? Stats.Spread(rounds) : null, rounds.Length));
+
+    public void Add(string caseName, string system, string metric, double value)
+        => Results.Add(new BenchResult(Scenario, caseName, system, metric, value, null, 1));
+}

@@ -1,0 +1,108 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.IO;
+using System.Linq;
+using Spectre.Console;
+using SpindleLib.Bench.Scenarios;
+
+namespace SpindleLib.Bench.Harness;
+
+/// <summary>Runs the chosen scenarios, prints their tables and writes the report.</summary>
+public static class BenchRunner
+{
+    /// <summary>Every scenario, in the order they run and print.</summary>
+    public static IReadOnlyList<Scenario> All { get; } = new Scenario[]
+    {
+        new SequentialScenario(),
+        new AsyncAwaitScenario(),
+    };
+
+    public static int Execute(string[] args)
+    {
+        BenchOptions options;
+        try
+        {
+            options = BenchOptions.Parse(args, All.Select(s => s.Id).ToArray());
+        }
+        catch (ArgumentException e)
+        {
+            Console.Error.WriteLine(e.Message);
+            return 2;
+        }
+        if (options.ShowHelp || options.ListOnly)
+        {
+            Console.Write(options.ShowHelp ? BenchOptions.HelpText(All.Select(s => (s.Id, s.Title))) : string.Join("\n", All.Select(s => $"{s.Id,-16} {s.Title}")) + "\n");
+            return 0;
+        }
+        if (Console.IsOutputRedirected)
+        {
+            AnsiConsole.Profile.Width = 200;
+        }
+#if DEBUG
+        AnsiConsole.MarkupLine("[yellow]Warning: this is a Debug build. Run with -c Release for figures worth quoting.[/]");
+#endif
+        string commandLine = "dotnet run -c Release --project bench/Spindle.Bench" + (args.Length > 0 ? " -- " + string.Join(" ", args) : "");
+        Run(options, commandLine, print: true);
+        return 0;
+    }
+
+    /// <summary>Runs the scenarios the options name (all when none), and writes the report files.</summary>
+    public static IReadOnlyList<BenchResult> Run(BenchOptions options, string commandLine, bool print)
+    {
+        var scenarios = options.Scenarios.Count == 0 ? All.ToList() : All.Where(s => options.Scenarios.Contains(s.Id)).ToList();
+        var total = Stopwatch.StartNew();
+        int index = 0;
+        var context = new BenchContext(options.Size, message =>
+        {
+            if (print)
+            {
+                AnsiConsole.MarkupLine($"[grey][[{total.Elapsed:mm\\:ss}]] [[{index}/{scenarios.Count}]][/] {Markup.Escape(message)}");
+            }
+        });
+        var machine = MachineInfo.Describe(options.Size);
+        foreach (Scenario scenario in scenarios)
+        {
+            index++;
+            context.Scenario = scenario.Id;
+            context.Progress("start");
+            scenario.Run(context);
+            if (print)
+            {
+                AnsiConsole.WriteLine();
+                Report.PrintTable(scenario, context.Results);
+            }
+        }
+
+        if (!string.IsNullOrEmpty(options.ReportDirectory))
+        {
+            Directory.CreateDirectory(options.ReportDirectory);
+            string md = Path.Combine(options.ReportDirectory, "report.md");
+            File.WriteAllText(md, Report.Markdown(scenarios, context.Results, machine, commandLine));
+            string json = Path.Combine(options.ReportDirectory, "results.json");
+            using (FileStream fs = File.Create(json))
+            {
+                Report.WriteJson(fs, context.Results, machine);
+            }
+            if (print)
+            {
+                AnsiConsole.MarkupLine($"Report: [bold]{Markup.Escape(md)}[/] and [bold]{Markup.Escape(json)}[/] ({total.Elapsed.TotalSeconds:F0} s in all)");
+            }
+        }
+        if (options.JsonPath is not null)
+        {
+            string? dir = Path.GetDirectoryName(Path.GetFullPath(options.JsonPath));
+            if (dir is not null)
+            {
+                Directory.CreateDirectory(dir);
+            }
+            using FileStream fs = File.Create(options.JsonPath);
+            Report.WriteJson(fs, context.Results, machine);
+            if (print)
+            {
+                AnsiConsole.MarkupLine($"JSON: [bold]{Markup.Escape(options.JsonPath)}[/]");
+            }
+        }
+        return context.Results;
+    }
+}

@@ -1,0 +1,53 @@
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// Runs code under a captured <see cref="ExecutionContext"/>, with a fast path for the default context: when both the
+/// captured context and the thread's current one are the default (no AsyncLocal values anywhere), the callback runs
+/// directly, and the default is put back only if the callback changed it.
+/// </summary>
+internal static class ContextFlow
+{
+    /// <summary>The runtime's default context instance, as <see cref="ExecutionContext.Capture"/> returns it on a thread with no values.</summary>
+    internal static readonly ExecutionContext? s_default = CaptureDefault();
+
+    private static ExecutionContext? CaptureDefault()
+    {
+        if (ExecutionContext.IsFlowSuppressed())
+        {
+            return null;
+        }
+        ExecutionContext? captured = null;
+        // A thread started while flow is suppressed begins with no context, so Capture there returns the default instance.
+        using (ExecutionContext.SuppressFlow())
+        {
+            var thread = new Thread(() => captured = ExecutionContext.Capture()) { IsBackground = true, Name = "Spindle context probe" };
+            thread.Start();
+            thread.Join();
+        }
+        return captured;
+    }
+
+    /// <summary>True when <paramref name="context"/> is the default and the thread is in the default context now.</summary>
+    public static bool CanRunInline(ExecutionContext? context)
+    {
+#if NET
+        return context is not null && context == s_default && ExecutionContext.Capture() == context;
+#else
+        return false;
+#endif
+    }
+
+    /// <summary>After an inline run: put the default context back if the code that ran changed it.</summary>
+    public static void RestoreDefaultIfChanged()
+    {
+#if NET
+        ExecutionContext? now = ExecutionContext.Capture();
+        if (now != s_default && s_default is not null)
+        {
+            ExecutionContext.Restore(s_default);
+        }
+#endif
+    }
+}
