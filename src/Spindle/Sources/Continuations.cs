@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -26,29 +27,31 @@ internal static class Continuations
             return;
         }
         t_depth = depth + 1;
-        if (continuation is StateMachineBoxBase box)
+        // A waiter is an Action<object?> or else a state-machine box. The exact type compare is one instruction, where
+        // "is Action<object?>" would take the slow variance-aware cast helper (Action<in T> is contravariant).
+        if (continuation.GetType() == typeof(Action<object?>))
         {
-            // A box's MoveNext does not throw: the compiler's state machine routes every exception to the builder.
-            box.MoveNext();
-            t_depth = depth;
+            try
+            {
+                Unsafe.As<Action<object?>>(continuation)(state);
+            }
+            finally
+            {
+                t_depth = depth;
+            }
             return;
         }
-        try
-        {
-            ((Action<object?>)continuation)(state);
-        }
-        finally
-        {
-            t_depth = depth;
-        }
+        // A box's MoveNext does not throw: the compiler's state machine routes every exception to the builder.
+        Unsafe.As<StateMachineBoxBase>(continuation).MoveNext();
+        t_depth = depth;
     }
 
     /// <summary>Queues the continuation to the default scheduler. A state-machine box is queued as itself, allocation-free.</summary>
     public static void Dispatch(object continuation, object? state)
     {
-        if (continuation is StateMachineBoxBase box)
+        if (continuation.GetType() != typeof(Action<object?>))
         {
-            Scheduler.Default.Queue(box);
+            Scheduler.Default.Queue(Unsafe.As<StateMachineBoxBase>(continuation));
             return;
         }
         if (continuation == (object)StateMachineBoxBase.s_moveNext && state is StateMachineBoxBase target)
@@ -63,8 +66,6 @@ internal static class Continuations
 /// <summary>A pooled work item that runs one (continuation, state) pair.</summary>
 internal sealed class ContinuationWorkItem : WorkItem, IPoolNode<ContinuationWorkItem>
 {
-    [ThreadStatic]
-    private static ContinuationWorkItem? t_slot;
 
     private Action<object?>? _continuation;
     private object? _state;
@@ -74,7 +75,7 @@ internal sealed class ContinuationWorkItem : WorkItem, IPoolNode<ContinuationWor
 
     public static ContinuationWorkItem Rent(Action<object?> continuation, object? state)
     {
-        ContinuationWorkItem item = ObjectPool<ContinuationWorkItem>.TryRent(ref t_slot) ?? new ContinuationWorkItem();
+        ContinuationWorkItem item = ObjectPool<ContinuationWorkItem>.TryRent() ?? new ContinuationWorkItem();
         item._continuation = continuation;
         item._state = state;
         return item;
@@ -86,7 +87,7 @@ internal sealed class ContinuationWorkItem : WorkItem, IPoolNode<ContinuationWor
         object? s = _state;
         _continuation = null;
         _state = null;
-        ObjectPool<ContinuationWorkItem>.Return(this, ref t_slot);
+        ObjectPool<ContinuationWorkItem>.Return(this);
         c(s);
     }
 }

@@ -110,13 +110,16 @@ internal struct SourceCore<TResult>
         }
     }
 
-    /// <summary>Reads the outcome without consuming it. Throws the stored exception on fault or cancellation.</summary>
-    public TResult GetResult(short token)
+    /// <summary>
+    /// Reads the outcome without consuming it. Throws the stored exception on fault or cancellation. If the operation
+    /// is still pending, blocks until it completes (a synchronous <c>GetAwaiter().GetResult()</c>), helping run work.
+    /// </summary>
+    public TResult GetResult(short token, ISpindleSource owner)
     {
         ValidateToken(token);
         if (!IsCompleted)
         {
-            ThrowHelper.ThrowNotCompleted();
+            BlockingWait.Wait(owner, token);
         }
         _error?.Throw();
         return _result;
@@ -127,7 +130,7 @@ internal struct SourceCore<TResult>
     /// racing to read the same pooled result, exactly one succeeds and the other gets the await-once error.
     /// The caller must then clear the core (<see cref="ClearForPool"/>) and return its object to the pool.
     /// </summary>
-    public TResult Consume(short token, out ExceptionDispatchInfo? error)
+    public TResult Consume(short token, ISpindleSource owner, out ExceptionDispatchInfo? error)
     {
         int v = Volatile.Read(ref _version);
         if (token != (short)v)
@@ -136,7 +139,7 @@ internal struct SourceCore<TResult>
         }
         if (!IsCompleted)
         {
-            ThrowHelper.ThrowNotCompleted();
+            BlockingWait.Wait(owner, token);
         }
         error = _error;
         TResult result = _result;
@@ -152,6 +155,10 @@ internal struct SourceCore<TResult>
 
     public bool TrySetResult(TResult result)
     {
+        if (typeof(TResult) == typeof(VoidResult))
+        {
+            return TrySetVoidResult();
+        }
         if (!TryBeginCompletion(out object? waiter))
         {
             return false;
@@ -159,6 +166,41 @@ internal struct SourceCore<TResult>
         _result = result;
         EndCompletion(waiter);
         return true;
+    }
+
+    /// <summary>
+    /// Success with no value has nothing to write, so it completes in one CAS straight to s_completed, skipping the
+    /// s_completing mark (the JIT removes this branch for every other TResult).
+    /// </summary>
+    private bool TrySetVoidResult()
+    {
+        object? c = Volatile.Read(ref _continuation);
+        SpinWait spin = default;
+        while (true)
+        {
+            if (c == s_completed || c == s_completing)
+            {
+                return false;
+            }
+            if (c == s_registering)
+            {
+                spin.SpinOnce();
+                c = Volatile.Read(ref _continuation);
+                continue;
+            }
+            // A delegate waiter's state must be read before publishing: once s_completed is visible, a consumer may recycle the core.
+            object? state = c is not null && c.GetType() == typeof(Action<object?>) ? _continuationState : null;
+            object? prev = Interlocked.CompareExchange(ref _continuation, s_completed, c);
+            if (prev == c)
+            {
+                if (c is not null)
+                {
+                    Continuations.Invoke(c, state);
+                }
+                return true;
+            }
+            c = prev;
+        }
     }
 
     public bool TrySetException(Exception exception)
@@ -214,7 +256,7 @@ internal struct SourceCore<TResult>
     private void EndCompletion(object? waiter)
     {
         object? state = null;
-        if (waiter is not null && waiter is not StateMachineBoxBase)
+        if (waiter is not null && waiter.GetType() == typeof(Action<object?>))
         {
             state = _continuationState;
             _continuationState = null;
@@ -235,9 +277,11 @@ internal struct SourceCore<TResult>
         }
         ValidateToken(token);
 
-        if (continuation == StateMachineBoxBase.s_moveNext && state is StateMachineBoxBase box)
+        if (continuation == StateMachineBoxBase.s_moveNext)
         {
-            // Hot path: the box is its own continuation, registered with a single CAS.
+            // Hot path: the box is its own continuation (s_moveNext is internal and only ever paired with a box),
+            // registered with a single CAS.
+            object box = state!;
             object? prev = Interlocked.CompareExchange(ref _continuation, box, null);
             if (prev is not null)
             {

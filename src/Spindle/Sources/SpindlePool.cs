@@ -62,11 +62,12 @@ public static class SpindlePool
         }
     }
 
-    internal static void Register(Type type, Func<int> count, Action trim)
+    internal static bool Register(Type type, Func<int> count, Action trim)
     {
         lock (s_lock)
         {
             s_pools.Add((type, count, trim));
         }
+        return true;
     }
 }

@@ -77,9 +77,9 @@ public sealed class Promise<T> : ISpindleSource<T>
     ValueTaskSourceStatus IValueTaskSource<T>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
-    public T GetResult(short token) => _core.GetResult(token);
+    public T GetResult(short token) => _core.GetResult(token, this);
 
-    void IValueTaskSource.GetResult(short token) => _core.GetResult(token);
+    void IValueTaskSource.GetResult(short token) => _core.GetResult(token, this);
 
     /// <inheritdoc/>
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);

@@ -85,7 +85,7 @@ public sealed class Promise : ISpindleSource
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
-    public void GetResult(short token) => _core.GetResult(token);
+    public void GetResult(short token) => _core.GetResult(token, this);
 
     /// <inheritdoc/>
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);

@@ -132,15 +132,21 @@ public sealed class Signal : ISpindleSource
     public void GetResult(short token)
     {
         _core.ValidateToken(token);
-        // The wait is over: drop the cancellation registration so nothing stays registered behind it.
-        CancellationTokenRegistration registration = _registration;
-        _registration = default;
+        try
+        {
+            _core.GetResult(token, this);
+        }
+        finally
+        {
+            // The wait is over: drop the cancellation registration so nothing stays registered behind it.
+            CancellationTokenRegistration registration = _registration;
+            _registration = default;
 #if NET
-        registration.Unregister();
+            registration.Unregister();
 #else
-        registration.Dispose();
+            registration.Dispose();
 #endif
-        _core.GetResult(token);
+        }
     }
 
     /// <inheritdoc/>

@@ -116,12 +116,14 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
 
     public T GetResult(short token)
     {
+        bool completed;
         lock (_lock)
         {
-            if (!_completed)
-            {
-                ThrowHelper.ThrowNotCompleted();
-            }
+            completed = _completed;
+        }
+        if (!completed)
+        {
+            BlockingWait.Wait(this, token);
         }
         _error?.Throw();
         return _result;
@@ -155,8 +157,6 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
 {
     private static readonly Action<object?> s_onCompleted = static o => ((ForgetObserver)o!).OnCompleted();
 
-    [ThreadStatic]
-    private static ForgetObserver? t_slot;
 
     private ISpindleSource? _source;
     private short _token;
@@ -171,7 +171,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
             ReadAndReport(source, token);
             return;
         }
-        ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent(ref t_slot) ?? new ForgetObserver();
+        ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();
         observer._source = source;
         observer._token = token;
         source.OnCompleted(s_onCompleted, observer, token);
@@ -182,7 +182,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ISpindleSource source = _source!;
         short token = _token;
         _source = null;
-        ObjectPool<ForgetObserver>.Return(this, ref t_slot);
+        ObjectPool<ForgetObserver>.Return(this);
         ReadAndReport(source, token);
     }
 
@@ -291,21 +291,16 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
 {
     private static readonly Action<object?> s_set = static o => ((BlockingWait)o!)._event.Set();
 
-    [ThreadStatic]
-    private static BlockingWait? t_slot;
 
     private readonly ManualResetEventSlim _event = new(false, spinCount: 0);
     private BlockingWait? _next;
 
     ref BlockingWait? IPoolNode<BlockingWait>.Next => ref _next;
 
-    public static void WaitIfPending(ISpindleSource source, short token)
+    /// <summary>Blocks until the source's current use completes. The caller has seen it pending.</summary>
+    public static void Wait(ISpindleSource source, short token)
     {
-        if (source.GetStatus(token) != SpindleTaskStatus.Pending)
-        {
-            return;
-        }
-        BlockingWait waiter = ObjectPool<BlockingWait>.TryRent(ref t_slot) ?? new BlockingWait();
+        BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
         source.OnCompleted(s_set, waiter, token);
         Scheduler scheduler = Scheduler.Default;
         ManualResetEventSlim ev = waiter._event;
@@ -334,6 +329,6 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             }
         }
         ev.Reset();
-        ObjectPool<BlockingWait>.Return(waiter, ref t_slot);
+        ObjectPool<BlockingWait>.Return(waiter);
     }
 }

@@ -108,8 +108,7 @@ public readonly struct SpindleTask<T>
             {
                 return _task._result;
             }
-            BlockingWait.WaitIfPending(s, _task._token);
-            return s.GetResult(_task._token);
+            return s.GetResult(_task._token); // Spindle's sources block here if the task is still pending
         }
 
         /// <summary>Schedules the continuation, flowing the current <see cref="System.Threading.ExecutionContext"/>.</summary>

@@ -152,8 +152,7 @@ public readonly partial struct SpindleTask
         {
             if (_task._source is { } s)
             {
-                BlockingWait.WaitIfPending(s, _task._token);
-                s.GetResult(_task._token);
+                s.GetResult(_task._token); // Spindle's sources block here if the task is still pending
             }
         }
 

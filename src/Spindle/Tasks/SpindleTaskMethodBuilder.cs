@@ -13,24 +13,14 @@ namespace SpindleLib;
 [StructLayout(LayoutKind.Auto)]
 public struct SpindleTaskMethodBuilder
 {
+    // The only field, so the state machine the compiler copies into a box stays small.
     private SpindleBox<VoidResult>? _box;
-    private Exception? _syncException;
 
     /// <summary>Creates a builder.</summary>
     public static SpindleTaskMethodBuilder Create() => default;
 
     /// <summary>The task for the method being built.</summary>
-    public SpindleTask Task
-    {
-        get
-        {
-            if (_box is { } box)
-            {
-                return new SpindleTask(box, box.Version);
-            }
-            return _syncException is { } e ? SpindleTask.FromException(e) : default;
-        }
-    }
+    public SpindleTask Task => _box is { } box ? new SpindleTask(box, box.Version) : default;
 
     /// <summary>Runs the state machine's synchronous part.</summary>
     public void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
@@ -53,7 +43,7 @@ public struct SpindleTaskMethodBuilder
         }
         else
         {
-            _syncException = exception;
+            _box = new FaultedBox<VoidResult>(exception);
         }
     }
 
@@ -77,7 +67,6 @@ public struct SpindleTaskMethodBuilder
 public struct SpindleTaskMethodBuilder<T>
 {
     private SpindleBox<T>? _box;
-    private Exception? _syncException;
     private T _result;
 
     /// <summary>Creates a builder.</summary>
@@ -92,7 +81,7 @@ public struct SpindleTaskMethodBuilder<T>
             {
                 return new SpindleTask<T>(box, box.Version);
             }
-            return _syncException is { } e ? SpindleTask.FromException<T>(e) : new SpindleTask<T>(_result);
+            return new SpindleTask<T>(_result);
         }
     }
 
@@ -127,7 +116,7 @@ public struct SpindleTaskMethodBuilder<T>
         }
         else
         {
-            _syncException = exception;
+            _box = new FaultedBox<T>(exception);
         }
     }
 

@@ -45,7 +45,7 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 
     public TResult GetResult(short token)
     {
-        TResult result = _core.Consume(token, out var error);
+        TResult result = _core.Consume(token, this, out var error);
         ReturnToPool();
         error?.Throw();
         return result;
@@ -66,6 +66,23 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 }
 
 /// <summary>
+/// The task of an async method that failed before its first suspension. Not pooled: it exists only on the exception
+/// path, and keeps the builder down to one field.
+/// </summary>
+internal sealed class FaultedBox<TResult> : SpindleBox<TResult>
+{
+    public FaultedBox(Exception exception) => _core.TrySetException(exception);
+
+    public override void MoveNext()
+    {
+    }
+
+    protected override void ReturnToPool()
+    {
+    }
+}
+
+/// <summary>
 /// The pooled box for one state-machine type: it holds the compiler's state machine (copied in on the first real
 /// suspension) and is the source of the method's task. It returns to its pool when the task's result is read.
 /// </summary>
@@ -74,8 +91,6 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((StateMachineBox<TStateMachine, TResult>)o!).StateMachine.MoveNext();
 
-    [ThreadStatic]
-    private static StateMachineBox<TStateMachine, TResult>? t_slot;
 
     public TStateMachine StateMachine = default!;
     private StateMachineBox<TStateMachine, TResult>? _next;
@@ -83,7 +98,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
     ref StateMachineBox<TStateMachine, TResult>? IPoolNode<StateMachineBox<TStateMachine, TResult>>.Next => ref _next;
 
     public static StateMachineBox<TStateMachine, TResult> Rent()
-        => ObjectPool<StateMachineBox<TStateMachine, TResult>>.TryRent(ref t_slot) ?? new StateMachineBox<TStateMachine, TResult>();
+        => ObjectPool<StateMachineBox<TStateMachine, TResult>>.TryRent() ?? new StateMachineBox<TStateMachine, TResult>();
 
     public override void MoveNext()
     {
@@ -112,7 +127,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         StateMachine = default!;
         _context = null;
         _core.ClearForPool();
-        ObjectPool<StateMachineBox<TStateMachine, TResult>>.Return(this, ref t_slot);
+        ObjectPool<StateMachineBox<TStateMachine, TResult>>.Return(this);
     }
 }
 

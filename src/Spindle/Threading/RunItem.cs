@@ -12,8 +12,6 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((RunItem<TResult>)o!).RunDelegate();
 
-    [ThreadStatic]
-    private static RunItem<TResult>? t_slot;
 
     private Delegate? _delegate;
     private ExecutionContext? _context;
@@ -26,7 +24,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 
     public static RunItem<TResult> Rent(Delegate work)
     {
-        RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent(ref t_slot) ?? new RunItem<TResult>();
+        RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent() ?? new RunItem<TResult>();
         item._delegate = work;
         item._context = ExecutionContext.Capture();
         return item;
@@ -78,9 +76,9 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 
     public TResult GetResult(short token)
     {
-        TResult result = _core.Consume(token, out var error);
+        TResult result = _core.Consume(token, this, out var error);
         _core.ClearForPool();
-        ObjectPool<RunItem<TResult>>.Return(this, ref t_slot);
+        ObjectPool<RunItem<TResult>>.Return(this);
         error?.Throw();
         return result;
     }

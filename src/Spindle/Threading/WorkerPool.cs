@@ -47,6 +47,7 @@ internal sealed class WorkerPool : Scheduler
     }
 
     private const int SpinRounds = 64;
+    private const int PureSpinRounds = 16;
 
     /// <summary>One worker per processor, unless the SPINDLE_WORKERS environment variable names a count.</summary>
     internal static int DefaultWorkerCount()
@@ -261,7 +262,17 @@ internal sealed class WorkerPool : Scheduler
             Interlocked.Increment(ref _spinning);
             for (int round = 0; round < SpinRounds && item is null; round++)
             {
-                Thread.SpinWait(20 + round * 4);
+                // A short burst of pause instructions first, then yield the core between looks: on a machine with few
+                // cores a worker that only spins would keep a thread being woken (often the one waiting for a result)
+                // off the CPU until the OS preempts it.
+                if (round < PureSpinRounds)
+                {
+                    Thread.SpinWait(30);
+                }
+                else
+                {
+                    Thread.Yield();
+                }
                 // Look at other workers' run-next slots only every fourth round: each look pulls the owner's cache line.
                 item = FindWork(self, stealRunNext: (round & 3) == 3);
             }
