@@ -3,6 +3,7 @@ using System.Collections.Generic;
 using System.Diagnostics;
 using System.IO;
 using System.Linq;
+using System.Threading;
 using Spectre.Console;
 using SpindleLib.Bench.Scenarios;
 
@@ -37,7 +38,10 @@ public static class BenchRunner
         }
         if (Console.IsOutputRedirected)
         {
+            // Plain text for logs and pipes: no colour codes, and room for the widest table.
             AnsiConsole.Profile.Width = 200;
+            AnsiConsole.Profile.Capabilities.Ansi = false;
+            AnsiConsole.Profile.Capabilities.ColorSystem = ColorSystem.NoColors;
         }
 #if DEBUG
         AnsiConsole.MarkupLine("[yellow]Warning: this is a Debug build. Run with -c Release for figures worth quoting.[/]");
@@ -49,6 +53,22 @@ public static class BenchRunner
 
     /// <summary>Runs the scenarios the options name (all when none), and writes the report files.</summary>
     public static IReadOnlyList<BenchResult> Run(BenchOptions options, string commandLine, bool print)
+    {
+        // Every system is measured without a SynchronizationContext, as in a console program; a host's context (a test
+        // runner's, a UI's) would post continuations elsewhere and measure that context instead.
+        SynchronizationContext? previous = SynchronizationContext.Current;
+        SynchronizationContext.SetSynchronizationContext(null);
+        try
+        {
+            return RunCore(options, commandLine, print);
+        }
+        finally
+        {
+            SynchronizationContext.SetSynchronizationContext(previous);
+        }
+    }
+
+    private static IReadOnlyList<BenchResult> RunCore(BenchOptions options, string commandLine, bool print)
     {
         var scenarios = options.Scenarios.Count == 0 ? All.ToList() : All.Where(s => options.Scenarios.Contains(s.Id)).ToList();
         var total = Stopwatch.StartNew();

@@ -175,10 +175,6 @@ internal static class BuilderCore
 
     public static void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
     {
-        if (stateMachine is null)
-        {
-            ThrowHelper.ThrowArgumentNull(nameof(stateMachine));
-        }
         // The BCL's Start runs the synchronous part and then restores the caller's ExecutionContext and
         // SynchronizationContext, so AsyncLocal changes made by the callee do not leak to the caller. It does not
         // allocate: the builder's Task is only created when its Task property is read, which we never do.

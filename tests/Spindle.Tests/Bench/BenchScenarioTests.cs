@@ -1,0 +1,94 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using SpindleLib.Bench.Harness;
+
+namespace SpindleLib.Tests.Bench;
+
+/// <summary>Benchmarks swap the default scheduler, so they never run alongside other tests.</summary>
+[CollectionDefinition(Name, DisableParallelization = true)]
+public sealed class BenchCollection
+{
+    public const string Name = "Benchmarks (not parallel)";
+}
+
+/// <summary>
+/// Runs every benchmark scenario once at a tiny size, so the main command (<c>dotnet run -c Release --project
+/// bench/Spindle.Bench</c>) cannot rot: every scenario must still run and report every system and metric that DESIGN.md
+/// makes a contract.
+/// </summary>
+[Collection(BenchCollection.Name)]
+public sealed class BenchScenarioTests
+{
+    /// <summary>The contract: scenario → (cases, systems, metrics) it must report.</summary>
+    private static readonly Dictionary<string, (string[] Cases, string[] Systems, string[] Metrics)> s_contract = new()
+    {
+        ["sequential"] = (new[] { "units=1000" }, new[] { "Task", "Spindle", "SpindleOnThreadPool" }, new[] { "ns_per_op", "bytes_per_op" }),
+        ["asyncawait"] = (new[] { "completed", "pending" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
+    };
+
+    public static IEnumerable<object[]> ScenarioIds() => BenchRunner.All.Select(s => new object[] { s.Id });
+
+    [Fact]
+    public void Contract_CoversEveryScenario()
+        => Assert.Equal(BenchRunner.All.Select(s => s.Id).OrderBy(x => x), s_contract.Keys.OrderBy(x => x));
+
+    [Theory]
+    [MemberData(nameof(ScenarioIds))]
+    public void Scenario_RunsAtTinySize_ReportsEveryContractFigure(string id)
+    {
+        string dir = Path.Combine(Path.GetTempPath(), "spindle-bench-test-" + Guid.NewGuid().ToString("N"));
+        try
+        {
+            var options = new BenchOptions { Size = BenchSize.Tiny, ReportDirectory = dir };
+            options.Scenarios.Add(id);
+            IReadOnlyList<BenchResult> results = BenchRunner.Run(options, "test", print: false);
+
+            var (cases, systems, metrics) = s_contract[id];
+            foreach (string c in cases)
+            {
+                foreach (string system in systems)
+                {
+                    foreach (string metric in metrics)
+                    {
+                        BenchResult? r = results.SingleOrDefault(x => x.Scenario == id && x.Case == c && x.System == system && x.Metric == metric);
+                        Assert.True(r is not null, $"{id}: no result for case '{c}', system '{system}', metric '{metric}'.");
+                        Assert.True(double.IsFinite(r!.Value) && r.Value >= 0, $"{id}/{c}/{system}/{metric} = {r.Value}");
+                    }
+                }
+            }
+            Assert.True(File.Exists(Path.Combine(dir, "report.md")));
+            string json = File.ReadAllText(Path.Combine(dir, "results.json"));
+            Assert.Contains("\"machine\"", json, StringComparison.Ordinal);
+            Assert.Contains($"\"scenario\": \"{id}\"", json, StringComparison.Ordinal);
+        }
+        finally
+        {
+            if (Directory.Exists(dir))
+            {
+                Directory.Delete(dir, recursive: true);
+            }
+        }
+    }
+
+    [Fact]
+    public void Parse_UnknownScenario_ThrowsNamingTheKnownOnes()
+    {
+        var e = Assert.Throws<ArgumentException>(() => BenchOptions.Parse(new[] { "nope" }, new[] { "sequential", "asyncawait" }));
+        Assert.Contains("sequential", e.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void Parse_JsonWithoutFile_Throws()
+        => Assert.Throws<ArgumentException>(() => BenchOptions.Parse(new[] { "--json" }, new[] { "sequential" }));
+
+    [Fact]
+    public void Parse_ScenariosAndOptions_AreRead()
+    {
+        BenchOptions o = BenchOptions.Parse(new[] { "sequential", "--full", "--json", "r.json" }, new[] { "sequential", "asyncawait" });
+        Assert.Equal(new[] { "sequential" }, o.Scenarios);
+        Assert.Equal(BenchSize.Full, o.Size);
+        Assert.Equal("r.json", o.JsonPath);
+    }
+}
