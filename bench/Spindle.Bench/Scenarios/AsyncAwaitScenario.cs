@@ -24,14 +24,20 @@ public sealed class AsyncAwaitScenario : Scenario
         "Each operation creates (or resets) a source, calls an async method that awaits it, completes the source, and reads the method's result. " +
         "Task: a new TaskCompletionSource and an `async Task` method. ValueTask: an `async ValueTask` method with PoolingAsyncValueTaskMethodBuilder " +
         "awaiting a reusable ManualResetValueTaskSourceCore source (the BCL's zero-allocation building blocks). Spindle: an `async SpindleTask` " +
-        "method awaiting a reused Promise. Anchors UniTask and ProtoPromise: not available from the package registry this machine reaches.";
+        "method awaiting a reused Promise. Case nested: the public cross-library benchmark's shape, 7 async methods (a top, two pairs, four leaves) " +
+        "over 4 sources completed from outside, per operation. Anchors UniTask and ProtoPromise: not available from the package registry this machine reaches.";
 
     public override void Run(BenchContext context)
     {
         int ops = context.Pick(1_000, 200_000, 1_000_000);
         var valueSource = new ResettableValueTaskSource();
         var promise = new Promise();
+        RunSingle(context, ops, valueSource, promise);
+        RunNested(context, context.Pick(200, 50_000, 250_000));
+    }
 
+    private static void RunSingle(BenchContext context, int ops, ResettableValueTaskSource valueSource, Promise promise)
+    {
         context.MeasureOperations("completed", "Task", ops, () =>
         {
             for (int i = 0; i < ops; i++)
@@ -101,6 +107,132 @@ public sealed class AsyncAwaitScenario : Scenario
 
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static async SpindleTask AwaitSpindle(SpindleTask task) => await task;
+
+    // Case "nested": the shape of the public cross-library benchmark (CSharpAsynchronousBenchmarks, "AsyncAwait" with
+    // pending sources): a top method awaits two children, each of which awaits two leaves, each of which awaits its own
+    // pending source. One operation = 7 async method calls and 4 sources completed from outside.
+    private const int Leaves = 4;
+    private static readonly TaskCompletionSource[] s_tcs = new TaskCompletionSource[Leaves];
+    private static readonly ResettableValueTaskSource[] s_vts = CreateSources();
+    private static readonly Promise[] s_promises = { new(), new(), new(), new() };
+    private static int s_leaf;
+
+    private static ResettableValueTaskSource[] CreateSources()
+    {
+        var sources = new ResettableValueTaskSource[Leaves];
+        for (int i = 0; i < Leaves; i++)
+        {
+            sources[i] = new ResettableValueTaskSource();
+        }
+        return sources;
+    }
+
+    private static void RunNested(BenchContext context, int ops)
+    {
+        const string Case = "nested";
+        context.MeasureOperations(Case, "Task", ops, () =>
+        {
+            for (int i = 0; i < ops; i++)
+            {
+                s_leaf = 0;
+                Task t = TaskTop();
+                for (int k = 0; k < Leaves; k++)
+                {
+                    s_tcs[k].SetResult();
+                }
+                t.GetAwaiter().GetResult();
+            }
+        });
+        context.MeasureOperations(Case, "ValueTask", ops, () =>
+        {
+            for (int i = 0; i < ops; i++)
+            {
+                s_leaf = 0;
+                ValueTask t = ValueTaskTop();
+                for (int k = 0; k < Leaves; k++)
+                {
+                    s_vts[k].SetResult();
+                }
+                t.GetAwaiter().GetResult();
+            }
+        });
+        context.MeasureOperations(Case, "Spindle", ops, () =>
+        {
+            for (int i = 0; i < ops; i++)
+            {
+                s_leaf = 0;
+                SpindleTask t = SpindleTop();
+                for (int k = 0; k < Leaves; k++)
+                {
+                    s_promises[k].SetResult();
+                }
+                t.GetAwaiter().GetResult();
+            }
+        });
+    }
+
+    private static async Task TaskTop()
+    {
+        await TaskPair();
+        await TaskPair();
+    }
+
+    private static async Task TaskPair()
+    {
+        _ = await TaskLeaf();
+        _ = await TaskLeaf();
+    }
+
+    private static async Task<int> TaskLeaf()
+    {
+        var tcs = new TaskCompletionSource();
+        s_tcs[s_leaf++] = tcs;
+        await tcs.Task;
+        return 1;
+    }
+
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
+    private static async ValueTask ValueTaskTop()
+    {
+        await ValueTaskPair();
+        await ValueTaskPair();
+    }
+
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
+    private static async ValueTask ValueTaskPair()
+    {
+        _ = await ValueTaskLeaf();
+        _ = await ValueTaskLeaf();
+    }
+
+    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))]
+    private static async ValueTask<int> ValueTaskLeaf()
+    {
+        ResettableValueTaskSource source = s_vts[s_leaf++];
+        source.Reset();
+        await source.Task;
+        return 1;
+    }
+
+    private static async SpindleTask SpindleTop()
+    {
+        await SpindlePair();
+        await SpindlePair();
+    }
+
+    private static async SpindleTask SpindlePair()
+    {
+        _ = await SpindleLeaf();
+        _ = await SpindleLeaf();
+    }
+
+    private static async SpindleTask<int> SpindleLeaf()
+    {
+        Promise promise = s_promises[s_leaf++];
+        promise.Reset();
+        await promise.Task;
+        return 1;
+    }
 
     /// <summary>The BCL's reusable source: a class around <see cref="ManualResetValueTaskSourceCore{TResult}"/>.</summary>
     private sealed class ResettableValueTaskSource : IValueTaskSource

@@ -25,7 +25,7 @@ public sealed class BenchScenarioTests
     private static readonly Dictionary<string, (string[] Cases, string[] Systems, string[] Metrics)> s_contract = new()
     {
         ["sequential"] = (new[] { "units=1000" }, new[] { "Task", "Spindle", "SpindleOnThreadPool" }, new[] { "ns_per_op", "bytes_per_op" }),
-        ["asyncawait"] = (new[] { "completed", "pending" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
+        ["asyncawait"] = (new[] { "completed", "pending", "nested" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
     };
 
     public static IEnumerable<object[]> ScenarioIds() => BenchRunner.All.Select(s => new object[] { s.Id });
