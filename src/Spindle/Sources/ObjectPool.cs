@@ -89,6 +89,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         s_head = null;
         s_count = 0;
         Volatile.Write(ref s_gate, 0);
+        ThreadSlots.Take(s_slotIndex); // the calling thread's slot too (other threads' slots are theirs alone)
     }
 }
 

@@ -30,6 +30,7 @@ public sealed class Signal : ISpindleSource
 
     private SourceCore<VoidResult> _core;
     private CancellationTokenRegistration _registration;
+    private CancellationToken _waitToken;
     private int _state;
 
     /// <summary>Creates a signal.</summary>
@@ -49,19 +50,24 @@ public sealed class Signal : ISpindleSource
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
     public SpindleTask WaitAsync(CancellationToken cancellationToken = default)
     {
-        if (Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
-        {
-            return default;
-        }
+        // A canceled token wins over a set signal (as SemaphoreSlim does), and leaves the signal set for the next wait.
         if (cancellationToken.IsCancellationRequested)
         {
             return SpindleTask.FromCanceled(cancellationToken);
+        }
+        if (Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
+        {
+            return default;
         }
         if (Volatile.Read(ref _state) == Waiting)
         {
             ThrowSecondWaiter();
         }
         _core.Reset();
+        // A previous wait that completed but was never read may still hold a registration: drop it, so its token
+        // cannot cancel this wait.
+        DropRegistration();
+        _waitToken = cancellationToken;
         short token = _core.Version;
         if (Interlocked.CompareExchange(ref _state, Waiting, Idle) != Idle)
         {
@@ -114,6 +120,14 @@ public sealed class Signal : ISpindleSource
 
     private void Cancel(CancellationToken cancellationToken)
     {
+#if NET
+        // A callback still running for an earlier wait (Unregister does not wait for one in flight) must not cancel
+        // this one: only the current wait's token may.
+        if (cancellationToken != _waitToken)
+        {
+            return;
+        }
+#endif
         if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
         {
             _core.TrySetCanceled(cancellationToken);
@@ -139,14 +153,20 @@ public sealed class Signal : ISpindleSource
         finally
         {
             // The wait is over: drop the cancellation registration so nothing stays registered behind it.
-            CancellationTokenRegistration registration = _registration;
-            _registration = default;
-#if NET
-            registration.Unregister();
-#else
-            registration.Dispose();
-#endif
+            DropRegistration();
         }
+    }
+
+    private void DropRegistration()
+    {
+        CancellationTokenRegistration registration = _registration;
+        _registration = default;
+        _waitToken = default;
+#if NET
+        registration.Unregister();
+#else
+        registration.Dispose();
+#endif
     }
 
     /// <inheritdoc/>

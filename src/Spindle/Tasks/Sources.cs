@@ -149,7 +149,14 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
     }
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-        => OnCompleted(continuation, state, token);
+    {
+        if ((flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 && ExecutionContext.Capture() is { } ec)
+        {
+            OnCompleted(ContextContinuation.s_run, new ContextContinuation(continuation, state, ec), token);
+            return;
+        }
+        OnCompleted(continuation, state, token);
+    }
 }
 
 /// <summary>Observes a forgotten task: reads its result when it completes, reporting a fault. Pooled.</summary>

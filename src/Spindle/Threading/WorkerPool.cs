@@ -154,35 +154,34 @@ internal sealed class WorkerPool : Scheduler
         }
     }
 
+    /// <summary>
+    /// Runs one item on the calling worker while it waits for a result: a worker that blocks helps, so it cannot strand
+    /// the work it waits for (often the item it just put in its own run-next slot). A thread that is not a worker never
+    /// runs queued work: it may hold locks or have an identity (a UI or game thread) that queued work must not see,
+    /// and Spindle.Run promises a worker. It simply blocks, as Task.Wait does for work it did not start itself.
+    /// </summary>
     public override bool TryRunOne()
     {
         Worker? w = t_worker;
-        WorkItem? item = w is not null && w.Pool == this
-            ? FindWork(w, stealRunNext: true)
-            : FindWorkAsOutsider();
+        if (w is null || w.Pool != this)
+        {
+            return false;
+        }
+        WorkItem? item = FindWork(w, stealRunNext: true);
         if (item is null)
         {
             return false;
         }
-        Execute(item);
+        // The helping worker is inside another item's context: restore that context, not the default, afterwards.
+        ExecutionContext? before = ExecutionContext.Capture();
+        RunItemSafely(item);
+#if NET
+        if (before is not null && ExecutionContext.Capture() != before)
+        {
+            ExecutionContext.Restore(before);
+        }
+#endif
         return true;
-    }
-
-    private WorkItem? FindWorkAsOutsider()
-    {
-        if (_injection.TryDequeue(out WorkItem? item))
-        {
-            return item;
-        }
-        foreach (Worker victim in _workers)
-        {
-            item = victim.Deque.TrySteal();
-            if (item is not null)
-            {
-                return item;
-            }
-        }
-        return null;
     }
 
     private WorkItem? FindWork(Worker self, bool stealRunNext)
@@ -233,7 +232,16 @@ internal sealed class WorkerPool : Scheduler
         return null;
     }
 
-    private void Execute(WorkItem item)
+    /// <summary>Runs an item from the worker loop, where the thread's context is the default, and puts the default back.</summary>
+    private static void Execute(WorkItem item)
+    {
+        RunItemSafely(item);
+        // Work that ran without a captured context (flow was suppressed when it was queued) ran in this thread's
+        // context; whatever AsyncLocal values it set must not reach the next item.
+        ContextFlow.RestoreDefaultIfChanged();
+    }
+
+    private static void RunItemSafely(WorkItem item)
     {
         try
         {
@@ -249,19 +257,33 @@ internal sealed class WorkerPool : Scheduler
     private void WorkerLoop(Worker self)
     {
         t_worker = self;
+        bool woken = false;
         while (!_disposed)
         {
-            WorkItem? item = FindWork(self, stealRunNext: false);
-            if (item is not null)
+            WorkItem? item;
+            if (!woken)
             {
-                Execute(item);
-                continue;
+                item = FindWork(self, stealRunNext: false);
+                if (item is not null)
+                {
+                    Execute(item);
+                    continue;
+                }
             }
+            woken = false;
 
-            // Spin: look again for a while before parking, backing off between looks.
+            // Spin: look again for a while before parking. A worker just woken for work starts here too, so that, like
+            // a spinner, it passes the wake-up on only after it has taken an item (Go's woken M is a spinning M).
             Interlocked.Increment(ref _spinning);
-            for (int round = 0; round < SpinRounds && item is null; round++)
+            item = null;
+            for (int round = 0; round < SpinRounds; round++)
             {
+                // Look at other workers' run-next slots only every fourth round: each look pulls the owner's cache line.
+                item = FindWork(self, stealRunNext: (round & 3) == 3);
+                if (item is not null)
+                {
+                    break;
+                }
                 // A short burst of pause instructions first, then yield the core between looks: on a machine with few
                 // cores a worker that only spins would keep a thread being woken (often the one waiting for a result)
                 // off the CPU until the OS preempts it.
@@ -273,12 +295,13 @@ internal sealed class WorkerPool : Scheduler
                 {
                     Thread.Yield();
                 }
-                // Look at other workers' run-next slots only every fourth round: each look pulls the owner's cache line.
-                item = FindWork(self, stealRunNext: (round & 3) == 3);
             }
             Interlocked.Decrement(ref _spinning);
             if (item is not null)
             {
+                // This worker stops spinning to run what it found. If more work is visible and no one else spins,
+                // wake a parked worker to take it (Go's scheduler does the same), or it would wait behind this item.
+                WakeIfMoreWork(self);
                 Execute(item);
                 continue;
             }
@@ -293,11 +316,37 @@ internal sealed class WorkerPool : Scheduler
                     // A producer already claimed our idle slot and is releasing the semaphore for us: consume it.
                     _wake.Wait();
                 }
+                WakeIfMoreWork(self);
                 Execute(item);
                 continue;
             }
             _wake.Wait();
+            woken = true;
         }
+    }
+
+    private void WakeIfMoreWork(Worker self)
+    {
+        if (Volatile.Read(ref _spinning) == 0 && Volatile.Read(ref _idle) > 0 && HasVisibleWork(self))
+        {
+            WakeOne();
+        }
+    }
+
+    private bool HasVisibleWork(Worker self)
+    {
+        if (!_injection.IsEmpty)
+        {
+            return true;
+        }
+        foreach (Worker w in _workers)
+        {
+            if (!w.Deque.IsEmpty || (w != self && Volatile.Read(ref w.RunNext) is not null))
+            {
+                return true;
+            }
+        }
+        return false;
     }
 
     private bool TryUnannounceIdle()

@@ -1,0 +1,357 @@
+using System;
+using System.Runtime.CompilerServices;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Sources;
+
+/// <summary>
+/// The internal ObjectPool and the public SpindlePool settings. The cap and the counts are process-wide, so these
+/// tests run alone. Each test pools its own node type, so no test sees another's objects.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class ObjectPoolTests
+{
+    private abstract class Node<TSelf> : IPoolNode<TSelf>
+        where TSelf : Node<TSelf>
+    {
+        private TSelf? _next;
+
+        public int InUse;
+
+        public ref TSelf? Next => ref _next;
+    }
+
+    private sealed class SlotNode : Node<SlotNode>;
+
+    private sealed class CapNode : Node<CapNode>;
+
+    private sealed class LowCapNode : Node<LowCapNode>;
+
+    private sealed class ZeroCapNode : Node<ZeroCapNode>;
+
+    private sealed class TrimNode : Node<TrimNode>;
+
+    private sealed class CrossThreadNode : Node<CrossThreadNode>;
+
+    private sealed class ConcurrentNode : Node<ConcurrentNode>;
+
+    /// <summary>Empties this thread's slot for <typeparamref name="T"/> and its shared stack.</summary>
+    private static void Drain<T>()
+        where T : Node<T>
+    {
+        while (ObjectPool<T>.TryRent() is not null)
+        {
+        }
+    }
+
+    private static T[] Make<T>(int count)
+        where T : Node<T>, new()
+    {
+        var nodes = new T[count];
+        for (int i = 0; i < count; i++)
+        {
+            nodes[i] = new T();
+        }
+        return nodes;
+    }
+
+    [Fact]
+    public void TryRent_AfterReturnOnTheSameThread_ReturnsThatObjectFromTheThreadSlot()
+    {
+        Drain<SlotNode>();
+        var node = new SlotNode();
+
+        ObjectPool<SlotNode>.Return(node);
+
+        Assert.Equal(0, ObjectPool<SlotNode>.Count); // held in the thread slot, not the shared stack
+        Assert.Same(node, ObjectPool<SlotNode>.TryRent());
+        Assert.Null(ObjectPool<SlotNode>.TryRent());
+    }
+
+    [Fact]
+    public void Return_MoreThanTheCap_SharedStackKeepsExactlyTheCap()
+    {
+        Drain<CapNode>();
+        int cap = SpindlePool.MaxRetainedPerType;
+        CapNode[] nodes = Make<CapNode>(cap + 50);
+
+        foreach (CapNode node in nodes)
+        {
+            ObjectPool<CapNode>.Return(node);
+        }
+
+        Assert.Equal(cap, ObjectPool<CapNode>.Count);
+        int rented = 0;
+        while (ObjectPool<CapNode>.TryRent() is not null)
+        {
+            rented++;
+        }
+        Assert.Equal(cap + 1, rented); // the cap, plus the one in this thread's slot
+        Assert.Equal(0, ObjectPool<CapNode>.Count);
+    }
+
+    [Fact]
+    public void MaxRetainedPerType_Lowered_CapsLaterReturnsAndKeepsObjectsAlreadyPooled()
+    {
+        Drain<LowCapNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        try
+        {
+            foreach (LowCapNode node in Make<LowCapNode>(11))
+            {
+                ObjectPool<LowCapNode>.Return(node);
+            }
+            Assert.Equal(10, ObjectPool<LowCapNode>.Count);
+
+            SpindlePool.MaxRetainedPerType = 3;
+
+            Assert.Equal(3, SpindlePool.MaxRetainedPerType);
+            Assert.Equal(10, ObjectPool<LowCapNode>.Count); // lowering the cap drops nothing
+            ObjectPool<LowCapNode>.Return(new LowCapNode());
+            Assert.Equal(10, ObjectPool<LowCapNode>.Count); // but nothing more is kept
+            Drain<LowCapNode>();
+            foreach (LowCapNode node in Make<LowCapNode>(11))
+            {
+                ObjectPool<LowCapNode>.Return(node);
+            }
+            Assert.Equal(3, ObjectPool<LowCapNode>.Count);
+        }
+        finally
+        {
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<LowCapNode>();
+        }
+    }
+
+    [Fact]
+    public void MaxRetainedPerType_Zero_DisablesTheSharedStack()
+    {
+        Drain<ZeroCapNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        try
+        {
+            SpindlePool.MaxRetainedPerType = 0;
+
+            foreach (ZeroCapNode node in Make<ZeroCapNode>(5))
+            {
+                ObjectPool<ZeroCapNode>.Return(node);
+            }
+
+            Assert.Equal(0, ObjectPool<ZeroCapNode>.Count);
+        }
+        finally
+        {
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<ZeroCapNode>();
+        }
+    }
+
+    [Fact]
+    public void MaxRetainedPerType_Negative_ThrowsArgumentOutOfRangeAndKeepsTheCap()
+    {
+        int saved = SpindlePool.MaxRetainedPerType;
+        try
+        {
+            Assert.Throws<ArgumentOutOfRangeException>(() => SpindlePool.MaxRetainedPerType = -1);
+            Assert.Throws<ArgumentOutOfRangeException>(() => SpindlePool.MaxRetainedPerType = int.MinValue);
+            Assert.Equal(saved, SpindlePool.MaxRetainedPerType);
+        }
+        finally
+        {
+            SpindlePool.MaxRetainedPerType = saved;
+        }
+    }
+
+    private static async SpindleTask<int> Box(Promise<int> promise) => await promise.Task;
+
+    [Fact]
+    public void Trim_AfterObjectsWerePooled_RetainedCountIsZero()
+    {
+        foreach (TrimNode node in Make<TrimNode>(20))
+        {
+            ObjectPool<TrimNode>.Return(node);
+        }
+        // And real Spindle objects: boxes completed and read on this thread.
+        var promises = new Promise<int>[20];
+        var tasks = new SpindleTask<int>[20];
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            promises[i] = new Promise<int>();
+            tasks[i] = Box(promises[i]);
+        }
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            promises[i].SetResult(i);
+            Assert.Equal(i, tasks[i].GetAwaiter().GetResult());
+        }
+        Assert.True(SpindlePool.RetainedCount >= 19 + 18);
+
+        SpindlePool.Trim();
+
+        Assert.Equal(0, SpindlePool.RetainedCount);
+        Assert.Equal(0, ObjectPool<TrimNode>.Count);
+        Drain<TrimNode>();
+    }
+
+    [Fact]
+    public void Trim_ObjectInTheCallingThreadsSlot_IsDropped()
+    {
+        // SpindlePool.Trim documents that it also empties the calling thread's per-thread caches.
+        Drain<TrimNode>();
+        ObjectPool<TrimNode>.Return(new TrimNode());
+
+        SpindlePool.Trim();
+
+        Assert.Null(ObjectPool<TrimNode>.TryRent());
+    }
+
+    [Fact]
+    public async Task TryRent_ObjectReturnedOnAnotherThread_ComesFromTheSharedStack()
+    {
+        Drain<CrossThreadNode>();
+        CrossThreadNode[] nodes = Make<CrossThreadNode>(3);
+
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+        {
+            foreach (CrossThreadNode node in nodes)
+            {
+                ObjectPool<CrossThreadNode>.Return(node); // the first stays in that thread's slot
+            }
+        }));
+
+        Assert.Equal(2, ObjectPool<CrossThreadNode>.Count);
+        CrossThreadNode? a = ObjectPool<CrossThreadNode>.TryRent();
+        CrossThreadNode? b = ObjectPool<CrossThreadNode>.TryRent();
+        Assert.NotNull(a);
+        Assert.NotNull(b);
+        Assert.NotSame(a, b);
+        Assert.Null(ObjectPool<CrossThreadNode>.TryRent());
+        Assert.Null(a!.Next);
+        Assert.Null(b!.Next);
+    }
+
+    [Fact]
+    public async Task RentAndReturn_FromManyThreadsAtOnce_NeverHandsOneObjectToTwoRenters()
+    {
+        const int Threads = 4;
+        int iterations = TestUtil.Stress(200_000);
+        int doubleRents = 0;
+
+        var workers = new Task[Threads];
+        for (int t = 0; t < Threads; t++)
+        {
+            workers[t] = TestUtil.RunOnThread(() =>
+            {
+                var held = new ConcurrentNode?[4];
+                for (int i = 0; i < iterations; i++)
+                {
+                    int slot = i & 3;
+                    if (held[slot] is { } node)
+                    {
+                        Volatile.Write(ref node.InUse, 0);
+                        ObjectPool<ConcurrentNode>.Return(node);
+                        held[slot] = null;
+                    }
+                    else
+                    {
+                        ConcurrentNode rented = ObjectPool<ConcurrentNode>.TryRent() ?? new ConcurrentNode();
+                        if (Interlocked.Exchange(ref rented.InUse, 1) != 0)
+                        {
+                            Interlocked.Increment(ref doubleRents);
+                        }
+                        held[slot] = rented;
+                    }
+                }
+            }, "pool user " + t);
+        }
+
+        await TestUtil.WithTimeout(Task.WhenAll(workers), TestUtil.StressTimeout(60));
+
+        Assert.Equal(0, doubleRents);
+        Assert.InRange(ObjectPool<ConcurrentNode>.Count, 0, SpindlePool.MaxRetainedPerType);
+    }
+
+    private sealed class Payload;
+
+    private static async SpindleTask<int> HoldAcrossAwait(Promise<int> promise, Payload payload)
+    {
+        int before = payload.GetHashCode();
+        int value = await promise.Task;
+        return value + (payload.GetHashCode() - before);
+    }
+
+    private static async SpindleTask<Payload> ReturnPayload(Promise<int> promise)
+    {
+        await promise.Task;
+        return new Payload();
+    }
+
+    private static async SpindleTask<int> ThrowPayloadException(Promise<int> promise)
+    {
+        await promise.Task;
+        throw new InvalidTimeZoneException("payload");
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static (WeakReference Local, WeakReference Result, WeakReference Error, WeakReference Closure, WeakReference RunResult) UseAndReturnToPools()
+    {
+        var localPayload = new Payload();
+        var localRef = new WeakReference(localPayload);
+        var p1 = new Promise<int>();
+        SpindleTask<int> t1 = HoldAcrossAwait(p1, localPayload);
+        p1.SetResult(1);
+        if (t1.GetAwaiter().GetResult() != 1)
+        {
+            throw new InvalidOperationException("wrong result");
+        }
+
+        var p2 = new Promise<int>();
+        SpindleTask<Payload> t2 = ReturnPayload(p2);
+        p2.SetResult(0);
+        var resultRef = new WeakReference(t2.GetAwaiter().GetResult());
+
+        var p3 = new Promise<int>();
+        SpindleTask<int> t3 = ThrowPayloadException(p3);
+        p3.SetResult(0);
+        WeakReference errorRef;
+        try
+        {
+            t3.GetAwaiter().GetResult();
+            throw new InvalidOperationException("no exception");
+        }
+        catch (InvalidTimeZoneException ex)
+        {
+            errorRef = new WeakReference(ex);
+        }
+
+        var captured = new Payload();
+        Action closure = () => GC.KeepAlive(captured);
+        var closureRef = new WeakReference(closure);
+        Spindle.Run(closure).GetAwaiter().GetResult();
+
+        SpindleTask<Payload> run = Spindle.Run(() => new Payload());
+        var runResultRef = new WeakReference(run.GetAwaiter().GetResult());
+
+        return (localRef, resultRef, errorRef, closureRef, runResultRef);
+    }
+
+    [Fact]
+    public async Task Return_AfterAUseIsRead_PooledObjectsHoldNothingFromThatUse()
+    {
+        // The boxes and run items of these uses sit in pools afterwards; they must not keep the use's locals,
+        // result, exception or delegate alive.
+        var refs = await TestUtil.WithTimeout(Task.Factory.StartNew(
+            UseAndReturnToPools, CancellationToken.None, TaskCreationOptions.LongRunning, TaskScheduler.Default));
+
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+
+        Assert.False(refs.Local.IsAlive, "a box kept a local of its last use alive");
+        Assert.False(refs.Result.IsAlive, "a box kept the result of its last use alive");
+        Assert.False(refs.Error.IsAlive, "a box kept the exception of its last use alive");
+        Assert.False(refs.Closure.IsAlive, "a run item kept the delegate of its last use alive");
+        Assert.False(refs.RunResult.IsAlive, "a run item kept the result of its last use alive");
+    }
+}

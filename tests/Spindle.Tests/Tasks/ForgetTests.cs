@@ -1,0 +1,220 @@
+using System;
+using System.Collections.Concurrent;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Tasks;
+
+/// <summary>Forget() and Spindle.UnobservedException. The event is process-wide, so these tests run alone.</summary>
+[Collection(SequentialCollection.Name)]
+public class ForgetTests
+{
+    private static async SpindleTask<int> Box(Promise<int> promise) => await promise.Task;
+
+    private static async SpindleTask VoidBox(Promise promise) => await promise.Task;
+
+    /// <summary>Attaches a recording handler for the duration of <paramref name="body"/>, detaching it in finally.</summary>
+    private static ConcurrentQueue<Exception> Observe(Action<ConcurrentQueue<Exception>> body)
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            body(reported);
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        return reported;
+    }
+
+    [Fact]
+    public void Forget_TaskThatFaultsLater_ReportsTheOriginalExceptionOnce()
+    {
+        var error = new InvalidTimeZoneException("forgotten");
+        var promise = new Promise<int>();
+
+        ConcurrentQueue<Exception> reported = Observe(_ =>
+        {
+            Box(promise).Forget();
+            promise.SetException(error); // the observer runs inline here
+        });
+
+        Assert.Single(reported, e => ReferenceEquals(e, error));
+    }
+
+    [Fact]
+    public void Forget_AlreadyFaultedTask_ReportsImmediately()
+    {
+        var error = new InvalidTimeZoneException("already faulted");
+
+        ConcurrentQueue<Exception> reported = Observe(_ =>
+        {
+            SpindleTask.FromException(error).Forget();
+            SpindleTask.FromException<int>(error).Forget();
+        });
+
+        Assert.Equal(2, reported.Count(e => ReferenceEquals(e, error)));
+    }
+
+    [Fact]
+    public void Forget_CanceledTask_IsNotReported()
+    {
+        var promise = new Promise();
+        var voidPromise = new Promise();
+
+        ConcurrentQueue<Exception> reported = Observe(_ =>
+        {
+            Box(new Promise<int>()).Forget(); // never completes: nothing to report either
+            VoidBox(voidPromise).Forget();
+            promise.Task.Forget();
+            voidPromise.SetCanceled();
+            promise.SetCanceled();
+            SpindleTask.FromCanceled().Forget();
+            var gate = new Promise();
+            ThrowsCanceledAfter(gate).Forget();
+            gate.SetResult(); // the method resumes inline, throws, and its observer runs inline too
+        });
+
+        Assert.DoesNotContain(reported, e => e is OperationCanceledException);
+        Assert.Empty(reported);
+
+        static async SpindleTask ThrowsCanceledAfter(Promise gate)
+        {
+            await gate.Task;
+            throw new OperationCanceledException();
+        }
+    }
+
+    [Fact]
+    public async Task Forget_RunDelegateThatThrows_ReportsTheException()
+    {
+        var error = new InvalidTimeZoneException("worker fault");
+        using var reportedEvent = new ManualResetEventSlim();
+        Exception? seen = null;
+        Action<Exception> handler = e =>
+        {
+            if (ReferenceEquals(e, error))
+            {
+                seen = e;
+                reportedEvent.Set();
+            }
+        };
+        Spindle.UnobservedException += handler;
+        try
+        {
+            Spindle.Run(new Action(() => throw error)).Forget();
+            await TestUtil.WithTimeout(Task.Run(() => reportedEvent.Wait()));
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+
+        Assert.Same(error, seen);
+    }
+
+    [Fact]
+    public void Forget_Succeeded_IsNotReported()
+    {
+        var promise = new Promise<int>();
+
+        ConcurrentQueue<Exception> reported = Observe(_ =>
+        {
+            Box(promise).Forget();
+            promise.SetResult(1);
+            SpindleTask.FromResult(1).Forget();
+            default(SpindleTask).Forget();
+        });
+
+        Assert.Empty(reported);
+    }
+
+    [Fact]
+    public void Forget_ThenAwaitPendingPooledTask_ThrowsNamingPreserve()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = Box(promise);
+
+        task.Forget();
+
+        var ex = Assert.Throws<InvalidOperationException>(() => task.GetAwaiter().UnsafeOnCompleted(() => { }));
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+        promise.SetResult(1);
+        ex = Assert.Throws<InvalidOperationException>(() => task.GetAwaiter().GetResult());
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Forget_ThenAwaitCompletedPooledTask_ThrowsNamingPreserveAndThePoolStillWorks()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = Box(promise);
+        promise.SetResult(1);
+
+        task.Forget(); // reads (consumes) the result at once
+
+        var ex = await Assert.ThrowsAsync<InvalidOperationException>(() => TestUtil.WithTimeout(task));
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+        var next = new Promise<int>();
+        SpindleTask<int> fresh = Box(next);
+        next.SetResult(2);
+        Assert.Equal(2, await TestUtil.WithTimeout(fresh));
+    }
+
+    [Fact]
+    public void UnobservedException_ThrowingHandler_OtherHandlersStillRun()
+    {
+        var error = new InvalidTimeZoneException("two handlers");
+        int secondRuns = 0;
+        Action<Exception> throwing = _ => throw new InvalidOperationException("bad handler");
+        Action<Exception> counting = e =>
+        {
+            if (ReferenceEquals(e, error))
+            {
+                secondRuns++;
+            }
+        };
+        Spindle.UnobservedException += throwing;
+        Spindle.UnobservedException += counting;
+        try
+        {
+            SpindleTask.FromException(error).Forget();
+        }
+        finally
+        {
+            Spindle.UnobservedException -= throwing;
+            Spindle.UnobservedException -= counting;
+        }
+
+        Assert.Equal(1, secondRuns);
+    }
+
+    [Fact]
+    public void UnobservedException_DetachedHandler_IsNoLongerCalled()
+    {
+        int runs = 0;
+        Action<Exception> handler = _ => runs++;
+        Spindle.UnobservedException += handler;
+        Spindle.UnobservedException -= handler;
+
+        var previousError = Console.Error;
+        using var sink = new System.IO.StringWriter();
+        Console.SetError(sink);
+        try
+        {
+            SpindleTask.FromException(new InvalidTimeZoneException("nobody listens")).Forget();
+        }
+        finally
+        {
+            Console.SetError(previousError);
+        }
+
+        Assert.Equal(0, runs);
+        // With no handler the fault is not swallowed: it goes to standard error.
+        Assert.Contains("nobody listens", sink.ToString(), StringComparison.Ordinal);
+    }
+}

@@ -1,0 +1,153 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Tasks;
+
+public class PreserveTests
+{
+    private static readonly AsyncLocal<string?> s_local = new();
+
+    private static async SpindleTask<int> Box(Promise<int> promise) => await promise.Task;
+
+    [Fact]
+    public void Preserve_Default_ReturnsACompletedTask()
+    {
+        Assert.Null(default(SpindleTask).Preserve()._source);
+        Assert.Equal(3, SpindleTask.FromResult(3).Preserve().GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void Preserve_AlreadySucceededPooledTask_ReturnsSourcelessTaskAndConsumesTheOriginal()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> pooled = Box(promise);
+        promise.SetResult(4);
+
+        SpindleTask<int> preserved = pooled.Preserve();
+
+        Assert.Null(preserved._source);
+        Assert.Equal(4, preserved.GetAwaiter().GetResult());
+        Assert.Equal(4, preserved.GetAwaiter().GetResult());
+        var ex = Assert.Throws<InvalidOperationException>(() => pooled.GetAwaiter().GetResult());
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void Preserve_PendingPooledTask_OriginalHasAnAwaiterAndIsConsumedOnCompletion()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> pooled = Box(promise);
+
+        SpindleTask<int> preserved = pooled.Preserve();
+
+        // The preserved task is the original's one awaiter.
+        var ex = Assert.Throws<InvalidOperationException>(() => pooled.GetAwaiter().UnsafeOnCompleted(() => { }));
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+        promise.SetResult(5);
+        Assert.Equal(5, preserved.GetAwaiter().GetResult());
+        Assert.Throws<InvalidOperationException>(() => pooled.GetAwaiter().GetResult());
+        Assert.Equal(5, preserved.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public async Task Preserve_AlreadyFaultedTask_EveryAwaitRethrowsTheSameException()
+    {
+        var error = new InvalidTimeZoneException("preserved");
+        var promise = new Promise<int>();
+        SpindleTask<int> pooled = Box(promise);
+        promise.SetException(error);
+
+        SpindleTask<int> preserved = pooled.Preserve();
+
+        for (int i = 0; i < 3; i++)
+        {
+            Assert.Same(error, await Assert.ThrowsAsync<InvalidTimeZoneException>(() => TestUtil.WithTimeout(preserved)));
+        }
+        Assert.Equal(SpindleTaskStatus.Faulted, preserved.Status);
+    }
+
+    [Fact]
+    public async Task Preserve_AwaitersRacingCompletion_EachRunsExactlyOnceWithTheResult()
+    {
+        const int Awaiters = 4;
+        int rounds = TestUtil.Stress(300);
+
+        await TestUtil.WithTimeout(Task.Run(() =>
+        {
+            for (int round = 0; round < rounds; round++)
+            {
+                var promise = new Promise<int>();
+                SpindleTask<int> preserved = promise.Task.Preserve();
+                var runs = new int[Awaiters];
+                var seen = new int[Awaiters];
+                using var barrier = new Barrier(Awaiters + 1);
+                var threads = new Thread[Awaiters];
+                for (int a = 0; a < Awaiters; a++)
+                {
+                    int me = a;
+                    threads[a] = new Thread(() =>
+                    {
+                        barrier.SignalAndWait();
+                        SpindleTask<int>.Awaiter awaiter = preserved.GetAwaiter();
+                        awaiter.UnsafeOnCompleted(() =>
+                        {
+                            seen[me] = awaiter.GetResult();
+                            Interlocked.Increment(ref runs[me]);
+                        });
+                    });
+                    threads[a].Start();
+                }
+                barrier.SignalAndWait();
+                promise.SetResult(round);
+                foreach (Thread t in threads)
+                {
+                    t.Join();
+                }
+                for (int a = 0; a < Awaiters; a++)
+                {
+                    Assert.Equal(1, Volatile.Read(ref runs[a]));
+                    Assert.Equal(round, seen[a]);
+                }
+            }
+        }), TestUtil.StressTimeout(60));
+    }
+
+    [Fact]
+    public async Task AwaiterOnCompleted_PreservedTask_RunsUnderTheRegistrantsExecutionContext()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> preserved = promise.Task.Preserve();
+        string? seen = "not run";
+        s_local.Value = "registrant";
+        preserved.GetAwaiter().OnCompleted(() => seen = s_local.Value);
+        s_local.Value = null;
+
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+        {
+            s_local.Value = "completer";
+            promise.SetResult(1);
+        }));
+
+        Assert.Equal("registrant", seen);
+    }
+
+    [Fact]
+    public async Task AwaiterOnCompleted_PromiseTask_RunsUnderTheRegistrantsExecutionContext()
+    {
+        // The same scenario as the skipped Preserve() test, on a source that honors the flag: the expected behaviour.
+        var promise = new Promise<int>();
+        string? seen = "not run";
+        s_local.Value = "registrant";
+        promise.Task.GetAwaiter().OnCompleted(() => seen = s_local.Value);
+        s_local.Value = null;
+
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+        {
+            s_local.Value = "completer";
+            promise.SetResult(1);
+        }));
+
+        Assert.Equal("registrant", seen);
+    }
+}

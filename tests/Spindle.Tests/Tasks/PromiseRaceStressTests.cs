@@ -1,0 +1,117 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using Xunit.Abstractions;
+
+namespace SpindleLib.Tests.Tasks;
+
+/// <summary>The long promise race. Runs alone (sequential collection) so its two threads get the two cores.</summary>
+[Collection(SequentialCollection.Name)]
+public class PromiseRaceStressTests
+{
+    private readonly ITestOutputHelper _output;
+
+    public PromiseRaceStressTests(ITestOutputHelper output) => _output = output;
+
+    [Fact]
+    public async Task SetAndAwait_OneMillionCyclesBetweenTwoThreads_EveryResultSeenExactlyOnce()
+    {
+        int cycles = TestUtil.Stress(1_000_000);
+        var promise = new Promise<int>();
+        SpindleTask<int> current = default;
+        int ready = -1;     // the cycle whose task the awaiter has taken: the setter may complete it
+        int consumed = -1;  // the last cycle whose result the continuation has read
+        long sum = 0;
+        int stop = 0;
+        int awaiterThread = 0;
+        long completedBeforeAwait = 0; // IsCompleted already true: the await's synchronous path
+        long ranOnAwaiter = 0;         // OnCompleted found the task completed (or won the race) and ran it inline
+        long ranOnSetter = 0;          // TrySetResult found the continuation registered and ran it
+
+        Action continuation = () =>
+        {
+            int result = current.GetAwaiter().GetResult();
+            sum += result;
+            if (Environment.CurrentManagedThreadId == awaiterThread)
+            {
+                ranOnAwaiter++;
+            }
+            else
+            {
+                ranOnSetter++;
+            }
+            Volatile.Write(ref consumed, result);
+        };
+
+        void SpinUntil(ref int field, int value)
+        {
+            var spin = default(SpinWait);
+            while (Volatile.Read(ref field) != value)
+            {
+                if (Volatile.Read(ref stop) != 0)
+                {
+                    throw new OperationCanceledException("stopped");
+                }
+                spin.SpinOnce(sleep1Threshold: -1);
+            }
+        }
+
+        Task awaiter = TestUtil.RunOnThread(() =>
+        {
+            awaiterThread = Environment.CurrentManagedThreadId;
+            for (int i = 0; i < cycles; i++)
+            {
+                if (i > 0)
+                {
+                    promise.Reset();
+                }
+                current = promise.Task;
+                Volatile.Write(ref ready, i); // from here the setter races this thread
+                SpindleTask<int>.Awaiter a = current.GetAwaiter();
+                if (a.IsCompleted)
+                {
+                    completedBeforeAwait++;
+                    sum += a.GetResult();
+                    Volatile.Write(ref consumed, i);
+                }
+                else
+                {
+                    a.UnsafeOnCompleted(continuation);
+                }
+                SpinUntil(ref consumed, i);
+            }
+        }, "promise awaiter");
+
+        Task setter = TestUtil.RunOnThread(() =>
+        {
+            for (int i = 0; i < cycles; i++)
+            {
+                SpinUntil(ref ready, i);
+                if (!promise.TrySetResult(i))
+                {
+                    throw new InvalidOperationException("TrySetResult lost on a fresh use in cycle " + i);
+                }
+            }
+        }, "promise setter");
+
+        try
+        {
+            await TestUtil.WithTimeout(Task.WhenAll(awaiter, setter), TestUtil.StressTimeout(60));
+        }
+        finally
+        {
+            Volatile.Write(ref stop, 1);
+        }
+
+        _output.WriteLine($"completed before await: {completedBeforeAwait}, continuation inline on awaiter: {ranOnAwaiter}, on setter: {ranOnSetter}");
+        Assert.Equal((long)cycles * (cycles - 1) / 2, sum);
+        Assert.Equal(cycles, completedBeforeAwait + ranOnAwaiter + ranOnSetter);
+        // Both orders really happened: sometimes the set came first, sometimes the registration. (With a single
+        // core the two threads only interleave at preemption, and one order can take all cycles.)
+        if (Environment.ProcessorCount > 1)
+        {
+            Assert.True(ranOnSetter > 0, "the continuation never ran on the setter: the registration always came second");
+            Assert.True(completedBeforeAwait + ranOnAwaiter > 0, "the set never came before the await");
+        }
+    }
+}

@@ -1,0 +1,166 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests;
+
+/// <summary>Helpers shared by the whole suite: timeouts, the stress tier, dedicated threads.</summary>
+internal static class TestUtil
+{
+    /// <summary>The default bound, in seconds, on anything that could hang.</summary>
+    public const int DefaultTimeoutSeconds = 30;
+
+    /// <summary>True when SPINDLE_STRESS=1: the stress tests then run 20 times longer.</summary>
+    public static bool IsStress { get; } = Environment.GetEnvironmentVariable("SPINDLE_STRESS") == "1";
+
+    /// <summary>Scales an iteration count for the stress tier.</summary>
+    public static int Stress(int iterations) => IsStress ? checked(iterations * 20) : iterations;
+
+    /// <summary>The timeout, in seconds, for a stress test: scaled with the stress tier.</summary>
+    public static int StressTimeout(int seconds) => IsStress ? seconds * 20 : seconds;
+
+    /// <summary>Awaits <paramref name="task"/>, failing with <see cref="TimeoutException"/> after <paramref name="seconds"/>.</summary>
+    public static async Task WithTimeout(Task task, int seconds = DefaultTimeoutSeconds)
+        => await task.WaitAsync(TimeSpan.FromSeconds(seconds));
+
+    /// <summary>Awaits <paramref name="task"/>, failing with <see cref="TimeoutException"/> after <paramref name="seconds"/>.</summary>
+    public static async Task<T> WithTimeout<T>(Task<T> task, int seconds = DefaultTimeoutSeconds)
+        => await task.WaitAsync(TimeSpan.FromSeconds(seconds));
+
+    /// <summary>Awaits a Spindle task from a BCL async method (the bridge every await-based test uses).</summary>
+    public static async Task AwaitAsync(SpindleTask task) => await task;
+
+    /// <summary>Awaits a Spindle task from a BCL async method.</summary>
+    public static async Task<T> AwaitAsync<T>(SpindleTask<T> task) => await task;
+
+    /// <summary>Awaits a Spindle task with a timeout.</summary>
+    public static Task WithTimeout(SpindleTask task, int seconds = DefaultTimeoutSeconds) => WithTimeout(AwaitAsync(task), seconds);
+
+    /// <summary>Awaits a Spindle task with a timeout.</summary>
+    public static Task<T> WithTimeout<T>(SpindleTask<T> task, int seconds = DefaultTimeoutSeconds) => WithTimeout(AwaitAsync(task), seconds);
+
+    /// <summary>
+    /// Runs <paramref name="body"/> on a new dedicated thread (never a Spindle worker or a pool thread), and returns a
+    /// task that completes when it returns, faulted if it threw.
+    /// </summary>
+    public static Task RunOnThread(Action body, string name = "spindle-test", int maxStackSize = 0)
+    {
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var thread = new Thread(() =>
+        {
+            try
+            {
+                body();
+                done.SetResult();
+            }
+            catch (Exception ex)
+            {
+                done.SetException(ex);
+            }
+        }, maxStackSize)
+        {
+            IsBackground = true,
+            Name = name,
+        };
+        thread.Start();
+        return done.Task;
+    }
+
+    /// <summary>Spins (yielding) until <paramref name="condition"/> holds; throws <see cref="TimeoutException"/> after <paramref name="seconds"/>.</summary>
+    public static void SpinUntil(Func<bool> condition, int seconds = DefaultTimeoutSeconds)
+    {
+        if (!SpinWait.SpinUntil(condition, TimeSpan.FromSeconds(seconds)))
+        {
+            throw new TimeoutException("The condition did not hold within " + seconds + " s.");
+        }
+    }
+
+    /// <summary>True when the calling thread is one of the default worker pool's threads.</summary>
+    public static bool OnSpindleWorker => Thread.CurrentThread.Name?.StartsWith("Spindle worker", StringComparison.Ordinal) == true;
+}
+
+/// <summary>
+/// Forces races: in each round every racer starts at the same moment (a <see cref="Barrier"/>), each on its own
+/// dedicated thread; <c>before</c> and <c>after</c> run on racer 0's thread while the others wait at the barrier.
+/// </summary>
+internal static class Race
+{
+    public static Task Run(int rounds, Action<int> before, Action<int> after, params Action<int>[] racers)
+    {
+        int n = racers.Length;
+        var barrier = new Barrier(n);
+        Exception? failure = null;
+        var threads = new Task[n];
+        TimeSpan stuck = TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds);
+
+        void Step(Action<int> action, int round)
+        {
+            if (Volatile.Read(ref failure) is not null)
+            {
+                return;
+            }
+            try
+            {
+                action(round);
+            }
+            catch (Exception ex)
+            {
+                Interlocked.CompareExchange(ref failure, new InvalidOperationException("Round " + round + " failed: " + ex.Message, ex), null);
+            }
+        }
+
+        void Arrive()
+        {
+            if (!barrier.SignalAndWait(stuck))
+            {
+                throw new TimeoutException("A racer did not reach the barrier: something hung.");
+            }
+        }
+
+        for (int k = 0; k < n; k++)
+        {
+            int me = k;
+            threads[k] = TestUtil.RunOnThread(() =>
+            {
+                for (int round = 0; round < rounds; round++)
+                {
+                    if (me == 0)
+                    {
+                        Step(before, round);
+                    }
+                    Arrive();
+                    Step(racers[me], round);
+                    Arrive();
+                    if (me == 0)
+                    {
+                        Step(after, round);
+                    }
+                }
+            }, "racer " + k);
+        }
+        return Task.WhenAll(threads).ContinueWith(
+            t =>
+            {
+                barrier.Dispose();
+                t.GetAwaiter().GetResult();
+                if (failure is not null)
+                {
+                    throw failure;
+                }
+            },
+            CancellationToken.None,
+            TaskContinuationOptions.ExecuteSynchronously,
+            TaskScheduler.Default);
+    }
+}
+
+/// <summary>
+/// Tests that touch process-wide state (the UnobservedException event, the default scheduler, the pool cap and
+/// counts) or that need the machine to themselves (the long races). xUnit runs these collections after all the
+/// parallel ones, one test at a time.
+/// </summary>
+[CollectionDefinition(Name, DisableParallelization = true)]
+public sealed class SequentialCollection
+{
+    public const string Name = "Sequential (global state and long races)";
+}

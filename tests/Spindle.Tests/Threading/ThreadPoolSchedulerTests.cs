@@ -1,0 +1,111 @@
+using System;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Threading;
+
+/// <summary>
+/// Spindle on the .NET ThreadPool instead of its own workers. Swapping the default scheduler is process-wide, so
+/// these tests run alone and always restore the worker pool.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class ThreadPoolSchedulerTests
+{
+    private static async Task WithThreadPoolScheduler(Func<Task> body)
+    {
+        Scheduler.Default = ThreadPoolScheduler.Instance;
+        try
+        {
+            await body();
+        }
+        finally
+        {
+            Scheduler.Default = WorkerPool.Shared;
+        }
+    }
+
+    [Fact]
+    public async Task Run_OnThreadPoolScheduler_RunsOnThreadPoolThreadsAndReturnsResults()
+    {
+        await WithThreadPoolScheduler(async () =>
+        {
+            (bool onPool, int value) = await TestUtil.WithTimeout(Spindle.Run(() => (Thread.CurrentThread.IsThreadPoolThread, 5)));
+            Assert.True(onPool);
+            Assert.Equal(5, value);
+
+            var error = new InvalidTimeZoneException("on the pool");
+            Assert.Same(error, await Assert.ThrowsAsync<InvalidTimeZoneException>(
+                () => TestUtil.WithTimeout(Spindle.Run(new Action(() => throw error)))));
+        });
+        Assert.Same(WorkerPool.Shared, Scheduler.Default);
+    }
+
+    private static async SpindleTask<(bool YieldedToPool, bool SwitchCompletedAtOnce)> YieldAndSwitch()
+    {
+        await Spindle.Yield();
+        bool onPool = Thread.CurrentThread.IsThreadPoolThread;
+        bool completedAtOnce = Spindle.SwitchToWorker().GetAwaiter().IsCompleted;
+        await Spindle.SwitchToWorker();
+        return (onPool, completedAtOnce);
+    }
+
+    [Fact]
+    public async Task YieldAndSwitchToWorker_OnThreadPoolScheduler_UseThreadPoolThreads()
+    {
+        await WithThreadPoolScheduler(async () =>
+        {
+            var (yieldedToPool, switchCompletedAtOnce) = await TestUtil.WithTimeout(YieldAndSwitch());
+            Assert.True(yieldedToPool);
+            Assert.True(switchCompletedAtOnce);
+        });
+    }
+
+    private static async SpindleTask Fan(int[] counters, int baseId, int nested)
+    {
+        Interlocked.Increment(ref counters[baseId]);
+        var tasks = new SpindleTask[nested];
+        for (int k = 0; k < nested; k++)
+        {
+            int id = baseId + 1 + k;
+            tasks[k] = Spindle.Run(() => { Interlocked.Increment(ref counters[id]); });
+        }
+        foreach (SpindleTask t in tasks)
+        {
+            await t;
+        }
+    }
+
+    [Fact]
+    public async Task Run_ManyItemsOnThreadPoolScheduler_EachRunsExactlyOnce()
+    {
+        const int Nested = 4;
+        int topLevel = TestUtil.Stress(10_000);
+        var counters = new int[topLevel * (1 + Nested)];
+
+        await WithThreadPoolScheduler(async () =>
+        {
+            var tasks = new Task[topLevel];
+            for (int i = 0; i < topLevel; i++)
+            {
+                int baseId = i * (1 + Nested);
+                tasks[i] = TestUtil.AwaitAsync(Spindle.Run(() => Fan(counters, baseId, Nested)));
+            }
+            await TestUtil.WithTimeout(Task.WhenAll(tasks), TestUtil.StressTimeout(60));
+        });
+
+        Assert.Equal(0, counters.Count(c => c != 1));
+    }
+
+    [Fact]
+    public async Task GetResult_PendingOnThreadPoolScheduler_BlocksUntilCompleted()
+    {
+        await WithThreadPoolScheduler(async () =>
+        {
+            // No helping is possible on the ThreadPool; the blocked (non-pool) thread just waits for a pool thread.
+            int result = 0;
+            await TestUtil.WithTimeout(TestUtil.RunOnThread(() => result = Spindle.Run(() => 3).GetAwaiter().GetResult()));
+            Assert.Equal(3, result);
+        });
+    }
+}
