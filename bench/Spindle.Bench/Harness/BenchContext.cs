@@ -92,7 +92,12 @@ public sealed class BenchContext
         Add(caseName, system, bytesMetric, bytes);
     }
 
-    /// <summary>Runs <paramref name="round"/> until the warm-up time has passed (at least twice, unless the size is tiny).</summary>
+    /// <summary>
+    /// Runs <paramref name="round"/> until the code has reached its steady state: at least the warm-up time, then until
+    /// two consecutive rounds allocate the same and take times within 15% of each other (tiered compilation can take
+    /// well over the minimum on a loaded machine, and Tier-0 code both runs slower and allocates where optimized code
+    /// does not). Gives up waiting after five times the warm-up time.
+    /// </summary>
     public void Warmup(Action round)
     {
         if (Size == BenchSize.Tiny)
@@ -100,11 +105,26 @@ public sealed class BenchContext
             return;
         }
         var sw = Stopwatch.StartNew();
+        TimeSpan limit = WarmupTime * 5;
+        double lastTime = double.NaN;
+        long lastBytes = -1;
         int n = 0;
-        while (n < 2 || sw.Elapsed < WarmupTime)
+        while (true)
         {
+            long a0 = GC.GetTotalAllocatedBytes(true);
+            long t0 = Stopwatch.GetTimestamp();
             round();
+            long t1 = Stopwatch.GetTimestamp();
+            long bytes = GC.GetTotalAllocatedBytes(true) - a0;
+            double time = t1 - t0;
             n++;
+            bool steady = n >= 3 && bytes == lastBytes && Math.Abs(time - lastTime) <= 0.15 * Math.Min(time, lastTime);
+            if ((steady && sw.Elapsed >= WarmupTime) || sw.Elapsed >= limit)
+            {
+                return;
+            }
+            lastTime = time;
+            lastBytes = bytes;
         }
     }
 
