@@ -77,6 +77,25 @@ internal static class TestUtil
 
     /// <summary>True when the calling thread is one of the default worker pool's threads.</summary>
     public static bool OnSpindleWorker => Thread.CurrentThread.Name?.StartsWith("Spindle worker", StringComparison.Ordinal) == true;
+
+    /// <summary>An async method that completes without suspending (it would only suspend for a negative input).</summary>
+    internal static async SpindleTask CompletesSynchronously(int x)
+    {
+        if (x < 0)
+        {
+            await Spindle.Yield();
+        }
+    }
+
+    /// <summary>As <see cref="CompletesSynchronously"/>, returning x + 1.</summary>
+    internal static async SpindleTask<int> CompletesSynchronouslyWithValue(int x)
+    {
+        if (x < 0)
+        {
+            await Spindle.Yield();
+        }
+        return x + 1;
+    }
 }
 
 /// <summary>
@@ -163,4 +182,5 @@ internal static class Race
 public sealed class SequentialCollection
 {
     public const string Name = "Sequential (global state and long races)";
+
 }

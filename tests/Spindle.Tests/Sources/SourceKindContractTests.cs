@@ -165,24 +165,12 @@ public sealed class AsyncMethodBoxOfTContractTests : SourceContractTests
 
     internal static async SpindleTask<int> AwaitInBox(Promise<int> inner) => await inner.Task;
 
-    internal sealed class BoxOperation : SourceOperation
+    internal sealed class BoxOperation : PromiseBackedOperation
     {
-        private readonly Promise<int> _inner = new();
-        private readonly SpindleTask<int> _task;
-
-        public BoxOperation() => _task = AwaitInBox(_inner);
-
-        public override SpindleTask Task => _task;
-
-        public override SpindleTask<int> TypedTask => _task;
-
-        public override bool HasValue => true;
-
-        public override void Succeed(int value) => _inner.SetResult(value);
-
-        public override void Fault(Exception exception) => _inner.SetException(exception);
-
-        protected override void OnCancel(CancellationToken token) => _inner.SetCanceled(token);
+        public BoxOperation()
+            : base(static inner => AwaitInBox(inner))
+        {
+        }
     }
 }
 
@@ -285,24 +273,12 @@ public sealed class PreservedSourceContractTests : SourceContractTests
     public override Task OnCompleted_FlowingOverload_RunsUnderTheRegistrantsExecutionContext()
         => base.OnCompleted_FlowingOverload_RunsUnderTheRegistrantsExecutionContext();
 
-    private sealed class Operation : SourceOperation
+    private sealed class Operation : PromiseBackedOperation
     {
-        private readonly Promise<int> _inner = new();
-        private readonly SpindleTask<int> _task;
-
-        public Operation() => _task = _inner.Task.Preserve();
-
-        public override SpindleTask Task => _task;
-
-        public override SpindleTask<int> TypedTask => _task;
-
-        public override bool HasValue => true;
-
-        public override void Succeed(int value) => _inner.SetResult(value);
-
-        public override void Fault(Exception exception) => _inner.SetException(exception);
-
-        protected override void OnCancel(CancellationToken token) => _inner.SetCanceled(token);
+        public Operation()
+            : base(static inner => inner.Task.Preserve())
+        {
+        }
     }
 }
 
@@ -337,4 +313,25 @@ public sealed class PreservedBoxContractTests : SourceContractTests
 
         protected override void OnCancel(CancellationToken token) => _inner.SetCanceled(token);
     }
+}
+
+/// <summary>An operation whose task is made from a Promise&lt;int&gt; that the test completes (through a box, Preserve(), ...).</summary>
+internal abstract class PromiseBackedOperation : SourceOperation
+{
+    private readonly Promise<int> _inner = new();
+    private readonly SpindleTask<int> _task;
+
+    protected PromiseBackedOperation(Func<Promise<int>, SpindleTask<int>> makeTask) => _task = makeTask(_inner);
+
+    public override SpindleTask Task => _task;
+
+    public override SpindleTask<int> TypedTask => _task;
+
+    public override bool HasValue => true;
+
+    public override void Succeed(int value) => _inner.SetResult(value);
+
+    public override void Fault(Exception exception) => _inner.SetException(exception);
+
+    protected override void OnCancel(CancellationToken token) => _inner.SetCanceled(token);
 }

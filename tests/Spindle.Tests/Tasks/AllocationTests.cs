@@ -37,30 +37,14 @@ public class AllocationTests
         Assert.True(fewest == 0, $"{Iterations} iterations allocated at least {fewest} bytes in every one of {runs} measured runs");
     }
 
-    private static async SpindleTask CompletesSynchronously(int x)
-    {
-        if (x < 0)
-        {
-            await Spindle.Yield();
-        }
-    }
-
-    private static async SpindleTask<int> CompletesSynchronouslyWithValue(int x)
-    {
-        if (x < 0)
-        {
-            await Spindle.Yield();
-        }
-        return x + 1;
-    }
 
     [Fact]
     public void AsyncMethod_CompletingSynchronously_AllocatesNothing()
     {
         AssertSteadyStateAllocatesNothing(static i =>
         {
-            CompletesSynchronously(i).GetAwaiter().GetResult();
-            if (CompletesSynchronouslyWithValue(i).GetAwaiter().GetResult() != i + 1)
+            TestUtil.CompletesSynchronously(i).GetAwaiter().GetResult();
+            if (TestUtil.CompletesSynchronouslyWithValue(i).GetAwaiter().GetResult() != i + 1)
             {
                 throw new InvalidOperationException("wrong result");
             }

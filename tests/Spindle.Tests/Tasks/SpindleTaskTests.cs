@@ -149,28 +149,12 @@ public class SpindleTaskTests
         untyped.GetAwaiter().GetResult();
     }
 
-    private static async SpindleTask CompletesSynchronously(int x)
-    {
-        if (x < 0)
-        {
-            await Spindle.Yield();
-        }
-    }
-
-    private static async SpindleTask<int> CompletesSynchronouslyWithValue(int x)
-    {
-        if (x < 0)
-        {
-            await Spindle.Yield();
-        }
-        return x * 2;
-    }
 
     [Fact]
     public void AsyncMethod_CompletesSynchronously_TaskIsCompletedWithoutABox()
     {
-        SpindleTask task = CompletesSynchronously(1);
-        SpindleTask<int> typed = CompletesSynchronouslyWithValue(21);
+        SpindleTask task = TestUtil.CompletesSynchronously(1);
+        SpindleTask<int> typed = TestUtil.CompletesSynchronouslyWithValue(41);
 
         Assert.Null(task._source);
         Assert.Null(typed._source);
