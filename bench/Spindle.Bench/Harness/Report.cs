@@ -45,7 +45,12 @@ public static class Report
 
     public static string FormatValue(BenchResult r)
     {
-        string v = FormatNumber(r.Value);
+        // Bytes are shown to two decimals, like BenchmarkDotNet's whole-byte column: the runtime's own threads allocate a
+        // few hundred bytes per round whatever is measured, which is ~0.001 B per operation and not the system's doing.
+        // The JSON keeps the exact value.
+        string v = r.Metric.StartsWith("bytes", StringComparison.Ordinal) && Math.Abs(r.Value) < 1000
+            ? r.Value.ToString("F2", Inv)
+            : FormatNumber(r.Value);
         return r.Spread is double s && r.Rounds > 1 ? $"{v} ±{s * 100:F0}%" : v;
     }
 
