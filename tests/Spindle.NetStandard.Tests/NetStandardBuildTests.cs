@@ -1,0 +1,178 @@
+using System;
+using System.Collections.Generic;
+using System.Reflection;
+using System.Runtime.Versioning;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.NetStandard.Tests;
+
+/// <summary>
+/// Every public API of the netstandard2.1 build, exercised on this runtime. The main suite (tests/Spindle.Tests) covers
+/// the net10.0 build in depth; this one proves the portable paths work too.
+/// </summary>
+public sealed class NetStandardBuildTests
+{
+    private static readonly AsyncLocal<string?> s_local = new();
+
+    [Fact]
+    public void Assembly_IsTheNetStandardBuild()
+    {
+        var target = typeof(SpindleTask).Assembly.GetCustomAttribute<TargetFrameworkAttribute>();
+        Assert.Equal(".NETStandard,Version=v2.1", target?.FrameworkName);
+    }
+
+    private static async SpindleTask<int> AddOne(SpindleTask<int> task) => await task + 1;
+
+    private static async SpindleTask Nothing() => await SpindleTask.CompletedTask;
+
+    [Fact]
+    public async Task Promise_AwaitedFromAsyncMethod_CompletesAndResets()
+    {
+        var promise = new Promise<int>();
+        for (int i = 0; i < 100; i++)
+        {
+            SpindleTask<int> pending = AddOne(promise.Task);
+            Assert.False(pending.IsCompleted);
+            promise.SetResult(i);
+            Assert.Equal(i + 1, await pending);
+            promise.Reset();
+        }
+        await Nothing();
+    }
+
+    [Fact]
+    public void AwaitTwice_ThrowsNamingPreserve()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = AddOne(promise.Task);
+        promise.SetResult(1);
+        Assert.Equal(2, task.GetAwaiter().GetResult());
+        var e = Assert.Throws<InvalidOperationException>(() => task.GetAwaiter().GetResult());
+        Assert.Contains("Preserve()", e.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Run_Yield_SwitchToWorker_RunOnWorkers()
+    {
+        string? name = await Spindle.Run(() => Thread.CurrentThread.Name);
+        Assert.StartsWith("Spindle worker", name, StringComparison.Ordinal);
+        int sum = 0;
+        for (int i = 0; i < 1000; i++)
+        {
+            await Spindle.Run(() => { sum++; });
+        }
+        Assert.Equal(1000, sum);
+        Assert.Equal(7, await Spindle.Run(async () => { await Spindle.Yield(); return 7; }));
+        await Spindle.Run(async () =>
+        {
+            await Spindle.SwitchToWorker();
+            Assert.StartsWith("Spindle worker", Thread.CurrentThread.Name, StringComparison.Ordinal);
+        });
+    }
+
+    [Fact]
+    public async Task ExecutionContext_Flows_AndDoesNotLeak()
+    {
+        s_local.Value = "caller";
+        string? seen = await Spindle.Run(() => s_local.Value);
+        Assert.Equal("caller", seen);
+        var promise = new Promise();
+        SpindleTask t = SetsLocal(promise.Task);
+        promise.SetResult();
+        await t;
+        Assert.Equal("caller", s_local.Value);
+        s_local.Value = null;
+    }
+
+    private static async SpindleTask SetsLocal(SpindleTask wait)
+    {
+        await wait;
+        s_local.Value = "inner";
+    }
+
+    [Fact]
+    public async Task Signal_SetWaitCancel()
+    {
+        var signal = new Signal();
+        signal.Set();
+        await signal.WaitAsync();
+        using var cts = new CancellationTokenSource();
+        SpindleTask wait = signal.WaitAsync(cts.Token);
+        cts.Cancel();
+        Assert.Equal(SpindleTaskStatus.Canceled, wait.Status);
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await wait);
+        SpindleTask next = signal.WaitAsync();
+        signal.Set();
+        await next;
+    }
+
+    [Fact]
+    public async Task Factories_Preserve_Forget_Bridges()
+    {
+        Assert.Equal(5, await SpindleTask.FromResult(5));
+        await Assert.ThrowsAsync<FormatException>(async () => await SpindleTask.FromException(new FormatException()));
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await SpindleTask.FromCanceled<int>());
+
+        var promise = new Promise<int>();
+        SpindleTask<int> preserved = AddOne(promise.Task).Preserve();
+        promise.SetResult(1);
+        Assert.Equal(2, await preserved);
+        Assert.Equal(2, await preserved);
+
+        var p2 = new Promise<int>();
+        var p2b = new Promise<int>();
+        Task<int> asTask = AddOne(p2.Task).AsTask();
+        ValueTask<int> asValueTask = AddOne(p2b.Task).AsValueTask();
+        p2.SetResult(10);
+        p2b.SetResult(10);
+        Assert.Equal(11, await asTask);
+        Assert.Equal(11, await asValueTask);
+
+        var reported = new List<Exception>();
+        Action<Exception> handler = e => { lock (reported) { reported.Add(e); } };
+        Spindle.UnobservedException += handler;
+        try
+        {
+            var p3 = new Promise<int>();
+            AddOne(p3.Task).Forget();
+            p3.SetException(new TimeoutException());
+            Assert.Single(reported);
+            Assert.IsType<TimeoutException>(reported[0]);
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+    }
+
+    [Fact]
+    public async Task AwaitingTaskAndValueTask_InsideSpindleMethod_Works()
+    {
+        Assert.Equal(3, await Mixed());
+    }
+
+    private static async SpindleTask<int> Mixed()
+    {
+        await Task.Yield();
+        int a = await Task.Run(() => 1);
+        int b = await new ValueTask<int>(2);
+        return a + b;
+    }
+
+    [Fact]
+    public void Pool_CapAndTrim()
+    {
+        int cap = SpindlePool.MaxRetainedPerType;
+        try
+        {
+            Assert.Throws<ArgumentOutOfRangeException>(() => SpindlePool.MaxRetainedPerType = -1);
+            SpindlePool.Trim();
+            Assert.True(SpindlePool.RetainedCount >= 0);
+        }
+        finally
+        {
+            SpindlePool.MaxRetainedPerType = cap;
+        }
+    }
+}
