@@ -35,7 +35,7 @@ public sealed class SequentialScenario : Scenario
 
     public override void Run(BenchContext context)
     {
-        int repetitions = context.Pick(1, 100, 500);
+        int repetitions = context.Pick(1, 20, 100);
         long ops = (long)repetitions * Units;
         const string Case = "units=1000";
 
