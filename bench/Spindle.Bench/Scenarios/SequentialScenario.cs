@@ -31,6 +31,9 @@ public sealed class SequentialScenario : Scenario
         "Task: `await Task.Run(increment)` ×1000 inside `Task.Run(...).Wait()`, as in the seed. Spindle: `await Spindle.Run(increment)` ×1000 inside " +
         "`Spindle.Run(...)` and a blocking wait. SpindleOnThreadPool: the same Spindle code with its work items queued to the .NET ThreadPool " +
         "(the scheduler alternative, see docs/decisions.md). Every system uses the same cached delegate. " +
+        "A round is 20 bursts of 1000 (the seed measured one burst). Task's cost on this pattern depends on the .NET ThreadPool's state " +
+        "(whether an idle pool thread steals each hand-off, how far hill climbing has adapted): it moves between runs far more than " +
+        "Spindle's, and drops when rounds are made much longer. " +
         "Anchors UniTask and ProtoPromise: not available from the package registry this machine reaches.";
 
     public override void Run(BenchContext context)
