@@ -1,9 +1,8 @@
-using System;
-using System.Runtime.CompilerServices;
 using System.Threading.Tasks;
-using System.Threading.Tasks.Sources;
 using BenchmarkDotNet.Attributes;
 using BenchmarkDotNet.Configs;
+
+using SpindleLib.Bench.Scenarios;
 
 namespace SpindleLib.Micro;
 
@@ -17,14 +16,14 @@ namespace SpindleLib.Micro;
 public class AsyncAwaitBenchmarks
 {
     private readonly Promise _promise = new();
-    private readonly ResettableValueTaskSource _valueSource = new();
+    private readonly AwaitSubjects.ResettableValueTaskSource _valueSource = new();
 
     [BenchmarkCategory("completed"), Benchmark(Baseline = true)]
     public void Completed_Task()
     {
         var tcs = new TaskCompletionSource();
         tcs.SetResult();
-        AwaitTask(tcs.Task).GetAwaiter().GetResult();
+        AwaitSubjects.AwaitTask(tcs.Task).GetAwaiter().GetResult();
     }
 
     [BenchmarkCategory("completed"), Benchmark]
@@ -32,7 +31,7 @@ public class AsyncAwaitBenchmarks
     {
         _valueSource.Reset();
         _valueSource.SetResult();
-        AwaitValueTask(_valueSource.Task).GetAwaiter().GetResult();
+        AwaitSubjects.AwaitValueTask(_valueSource.Task).GetAwaiter().GetResult();
     }
 
     [BenchmarkCategory("completed"), Benchmark]
@@ -40,14 +39,14 @@ public class AsyncAwaitBenchmarks
     {
         _promise.Reset();
         _promise.SetResult();
-        AwaitSpindle(_promise.Task).GetAwaiter().GetResult();
+        AwaitSubjects.AwaitSpindle(_promise.Task).GetAwaiter().GetResult();
     }
 
     [BenchmarkCategory("pending"), Benchmark(Baseline = true)]
     public void Pending_Task()
     {
         var tcs = new TaskCompletionSource();
-        Task t = AwaitTask(tcs.Task);
+        Task t = AwaitSubjects.AwaitTask(tcs.Task);
         tcs.SetResult();
         t.GetAwaiter().GetResult();
     }
@@ -56,7 +55,7 @@ public class AsyncAwaitBenchmarks
     public void Pending_ValueTask()
     {
         _valueSource.Reset();
-        ValueTask t = AwaitValueTask(_valueSource.Task);
+        ValueTask t = AwaitSubjects.AwaitValueTask(_valueSource.Task);
         _valueSource.SetResult();
         t.GetAwaiter().GetResult();
     }
@@ -65,36 +64,8 @@ public class AsyncAwaitBenchmarks
     public void Pending_Spindle()
     {
         _promise.Reset();
-        SpindleTask t = AwaitSpindle(_promise.Task);
+        SpindleTask t = AwaitSubjects.AwaitSpindle(_promise.Task);
         _promise.SetResult();
         t.GetAwaiter().GetResult();
-    }
-
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    private static async Task AwaitTask(Task task) => await task;
-
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
-    private static async ValueTask AwaitValueTask(ValueTask task) => await task;
-
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    private static async SpindleTask AwaitSpindle(SpindleTask task) => await task;
-
-    private sealed class ResettableValueTaskSource : IValueTaskSource
-    {
-        private ManualResetValueTaskSourceCore<bool> _core;
-
-        public ValueTask Task => new(this, _core.Version);
-
-        public void Reset() => _core.Reset();
-
-        public void SetResult() => _core.SetResult(true);
-
-        public void GetResult(short token) => _core.GetResult(token);
-
-        public ValueTaskSourceStatus GetStatus(short token) => _core.GetStatus(token);
-
-        public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-            => _core.OnCompleted(continuation, state, token, flags);
     }
 }

@@ -1,7 +1,6 @@
 using System;
 using System.Runtime.CompilerServices;
 using System.Threading.Tasks;
-using System.Threading.Tasks.Sources;
 using SpindleLib.Bench.Harness;
 
 namespace SpindleLib.Bench.Scenarios;
@@ -30,13 +29,13 @@ public sealed class AsyncAwaitScenario : Scenario
     public override void Run(BenchContext context)
     {
         int ops = context.Pick(1_000, 200_000, 1_000_000);
-        var valueSource = new ResettableValueTaskSource();
+        var valueSource = new AwaitSubjects.ResettableValueTaskSource();
         var promise = new Promise();
         RunSingle(context, ops, valueSource, promise);
         RunNested(context, context.Pick(200, 50_000, 250_000));
     }
 
-    private static void RunSingle(BenchContext context, int ops, ResettableValueTaskSource valueSource, Promise promise)
+    private static void RunSingle(BenchContext context, int ops, AwaitSubjects.ResettableValueTaskSource valueSource, Promise promise)
     {
         context.MeasureOperations("completed", "Task", ops, () =>
         {
@@ -44,7 +43,7 @@ public sealed class AsyncAwaitScenario : Scenario
             {
                 var tcs = new TaskCompletionSource();
                 tcs.SetResult();
-                AwaitTask(tcs.Task).GetAwaiter().GetResult();
+                AwaitSubjects.AwaitTask(tcs.Task).GetAwaiter().GetResult();
             }
         });
         context.MeasureOperations("completed", "ValueTask", ops, () =>
@@ -53,7 +52,7 @@ public sealed class AsyncAwaitScenario : Scenario
             {
                 valueSource.Reset();
                 valueSource.SetResult();
-                AwaitValueTask(valueSource.Task).GetAwaiter().GetResult();
+                AwaitSubjects.AwaitValueTask(valueSource.Task).GetAwaiter().GetResult();
             }
         });
         context.MeasureOperations("completed", "Spindle", ops, () =>
@@ -62,7 +61,7 @@ public sealed class AsyncAwaitScenario : Scenario
             {
                 promise.Reset();
                 promise.SetResult();
-                AwaitSpindle(promise.Task).GetAwaiter().GetResult();
+                AwaitSubjects.AwaitSpindle(promise.Task).GetAwaiter().GetResult();
             }
         });
 
@@ -71,7 +70,7 @@ public sealed class AsyncAwaitScenario : Scenario
             for (int i = 0; i < ops; i++)
             {
                 var tcs = new TaskCompletionSource();
-                Task t = AwaitTask(tcs.Task);
+                Task t = AwaitSubjects.AwaitTask(tcs.Task);
                 tcs.SetResult();
                 t.GetAwaiter().GetResult();
             }
@@ -81,7 +80,7 @@ public sealed class AsyncAwaitScenario : Scenario
             for (int i = 0; i < ops; i++)
             {
                 valueSource.Reset();
-                ValueTask t = AwaitValueTask(valueSource.Task);
+                ValueTask t = AwaitSubjects.AwaitValueTask(valueSource.Task);
                 valueSource.SetResult();
                 t.GetAwaiter().GetResult();
             }
@@ -91,38 +90,29 @@ public sealed class AsyncAwaitScenario : Scenario
             for (int i = 0; i < ops; i++)
             {
                 promise.Reset();
-                SpindleTask t = AwaitSpindle(promise.Task);
+                SpindleTask t = AwaitSubjects.AwaitSpindle(promise.Task);
                 promise.SetResult();
                 t.GetAwaiter().GetResult();
             }
         });
     }
 
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    private static async Task AwaitTask(Task task) => await task;
-
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder))]
-    private static async ValueTask AwaitValueTask(ValueTask task) => await task;
-
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    private static async SpindleTask AwaitSpindle(SpindleTask task) => await task;
 
     // Case "nested": the shape of the public cross-library benchmark (CSharpAsynchronousBenchmarks, "AsyncAwait" with
     // pending sources): a top method awaits two children, each of which awaits two leaves, each of which awaits its own
     // pending source. One operation = 7 async method calls and 4 sources completed from outside.
     private const int Leaves = 4;
     private static readonly TaskCompletionSource[] s_tcs = new TaskCompletionSource[Leaves];
-    private static readonly ResettableValueTaskSource[] s_vts = CreateSources();
+    private static readonly AwaitSubjects.ResettableValueTaskSource[] s_vts = CreateSources();
     private static readonly Promise[] s_promises = { new(), new(), new(), new() };
     private static int s_leaf;
 
-    private static ResettableValueTaskSource[] CreateSources()
+    private static AwaitSubjects.ResettableValueTaskSource[] CreateSources()
     {
-        var sources = new ResettableValueTaskSource[Leaves];
+        var sources = new AwaitSubjects.ResettableValueTaskSource[Leaves];
         for (int i = 0; i < Leaves; i++)
         {
-            sources[i] = new ResettableValueTaskSource();
+            sources[i] = new AwaitSubjects.ResettableValueTaskSource();
         }
         return sources;
     }
@@ -208,7 +198,7 @@ public sealed class AsyncAwaitScenario : Scenario
     [AsyncMethodBuilder(typeof(PoolingAsyncValueTaskMethodBuilder<>))]
     private static async ValueTask<int> ValueTaskLeaf()
     {
-        ResettableValueTaskSource source = s_vts[s_leaf++];
+        AwaitSubjects.ResettableValueTaskSource source = s_vts[s_leaf++];
         source.Reset();
         await source.Task;
         return 1;
@@ -232,24 +222,5 @@ public sealed class AsyncAwaitScenario : Scenario
         promise.Reset();
         await promise.Task;
         return 1;
-    }
-
-    /// <summary>The BCL's reusable source: a class around <see cref="ManualResetValueTaskSourceCore{TResult}"/>.</summary>
-    private sealed class ResettableValueTaskSource : IValueTaskSource
-    {
-        private ManualResetValueTaskSourceCore<bool> _core;
-
-        public ValueTask Task => new(this, _core.Version);
-
-        public void Reset() => _core.Reset();
-
-        public void SetResult() => _core.SetResult(true);
-
-        public void GetResult(short token) => _core.GetResult(token);
-
-        public ValueTaskSourceStatus GetStatus(short token) => _core.GetStatus(token);
-
-        public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-            => _core.OnCompleted(continuation, state, token, flags);
     }
 }
