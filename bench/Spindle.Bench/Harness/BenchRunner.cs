@@ -17,6 +17,8 @@ public static class BenchRunner
     {
         new SequentialScenario(),
         new AsyncAwaitScenario(),
+        new ChainScenario(),
+        new ParallelForScenario(),
     };
 
     public static int Execute(string[] args)

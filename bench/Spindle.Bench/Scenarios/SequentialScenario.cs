@@ -30,7 +30,8 @@ public sealed class SequentialScenario : Scenario
     public override string Notes =>
         "Task: `await Task.Run(increment)` ×1000 inside `Task.Run(...).Wait()`, as in the seed. Spindle: `await Spindle.Run(increment)` ×1000 inside " +
         "`Spindle.Run(...)` and a blocking wait. SpindleOnThreadPool: the same Spindle code with its work items queued to the .NET ThreadPool " +
-        "(the scheduler alternative, see docs/decisions.md). Every system uses the same cached delegate. " +
+        "(the scheduler alternative, see docs/decisions.md). SpindleJob: seed 001's job side, Schedule + ScheduleBatchedJobs + Complete of a struct " +
+        "IJob per unit (Complete lets the calling thread run the job, as Unity's does). Every system uses the same cached delegate. " +
         "A round is 20 bursts of 1000 (the seed measured one burst). Task's cost on this pattern depends on the .NET ThreadPool's state " +
         "(whether an idle pool thread steals each hand-off, how far hill climbing has adapted): it moves between runs far more than " +
         "Spindle's, and drops when rounds are made much longer. " +
@@ -62,6 +63,22 @@ public sealed class SequentialScenario : Scenario
             }
         });
 
+        context.MeasureOperations(Case, "SpindleJob", ops, () =>
+        {
+            var job = new IncrementJob();
+            for (int i = 0; i < repetitions; i++)
+            {
+                s_counter = 0;
+                for (int u = 0; u < Units; u++)
+                {
+                    JobHandle handle = job.Schedule();
+                    JobHandle.ScheduleBatchedJobs();
+                    handle.Complete();
+                }
+                Check();
+            }
+        });
+
         Scheduler previous = Scheduler.Default;
         Scheduler.Default = ThreadPoolScheduler.Instance;
         try
@@ -80,6 +97,12 @@ public sealed class SequentialScenario : Scenario
         {
             Scheduler.Default = previous;
         }
+    }
+
+    /// <summary>Seed 001's MyJob: increments the counter.</summary>
+    private struct IncrementJob : IJob
+    {
+        public readonly void Execute() => s_counter++;
     }
 
     private static void Check()

@@ -15,9 +15,9 @@ internal interface IPoolNode<T> where T : class
 /// <remarks>
 /// <para>The shared stack is an intrusive singly linked list guarded by a CAS gate (<see cref="s_gate"/>), the design
 /// UniTask's TaskPool uses. Invariant: <see cref="s_head"/> and <see cref="s_count"/> change only while the gate is
-/// held, so the list has no ABA problem. The gate is never waited for: a thread that loses the CAS allocates
-/// (on rent) or drops the object to the GC (on return). No thread can therefore block another, and the cost of
-/// contention is at most one allocation.</para>
+/// held, so the list has no ABA problem. The gate is held for a few instructions and never waited for beyond a few
+/// short retries: a thread that still cannot take it allocates (on rent) or drops the object to the GC (on return).
+/// No thread can therefore block another, and the cost of contention is at most one allocation.</para>
 /// <para>The per-thread slot serves the common case where the thread that returns an object rents the next one
 /// (a continuation chain running on one worker), with no interlocked operation at all. Every pooled type's slot lives
 /// in one non-generic per-thread array (<see cref="ThreadSlots"/>), indexed by <see cref="s_slotIndex"/>: a
@@ -46,7 +46,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
             return (T)cached; // T is a sealed class in every use, so this cast is one type-handle compare
         }
         T? item;
-        if (Volatile.Read(ref s_head) is null || Interlocked.CompareExchange(ref s_gate, 1, 0) != 0)
+        if (Volatile.Read(ref s_head) is null || !TryTakeGate())
         {
             return null;
         }
@@ -67,7 +67,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         {
             return;
         }
-        if (s_count >= SpindlePool.MaxRetainedPerType || Interlocked.CompareExchange(ref s_gate, 1, 0) != 0)
+        if (s_count >= SpindlePool.MaxRetainedPerType || !TryTakeGate())
         {
             return;
         }
@@ -75,6 +75,20 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         s_head = item;
         s_count++;
         Volatile.Write(ref s_gate, 0);
+    }
+
+    /// <summary>A few tries at the gate; the holder releases it within a few instructions.</summary>
+    private static bool TryTakeGate()
+    {
+        for (int attempt = 0; attempt < 4; attempt++)
+        {
+            if (Interlocked.CompareExchange(ref s_gate, 1, 0) == 0)
+            {
+                return true;
+            }
+            Thread.SpinWait(4 << attempt);
+        }
+        return false;
     }
 
     private static void Trim()

@@ -11,12 +11,13 @@ namespace SpindleLib;
 /// <remarks>All members are thread-safe.</remarks>
 public static class SpindlePool
 {
-    private static int s_maxRetainedPerType = 256;
+    private static int s_maxRetainedPerType = 4096;
     private static readonly object s_lock = new();
     private static readonly List<(Type Type, Func<int> Count, Action Trim)> s_pools = new();
 
     /// <summary>
-    /// The most objects each pool keeps in its shared stack (default 256). Objects returned past the cap are left to
+    /// The most objects each pool keeps in its shared stack (default 4096: enough for a frame's worth of scheduled jobs
+    /// and their dependency edges). Objects returned past the cap are left to
     /// the garbage collector. Lowering the cap does not drop objects already pooled; call <see cref="Trim"/> for that.
     /// </summary>
     /// <exception cref="ArgumentOutOfRangeException">The value is negative.</exception>

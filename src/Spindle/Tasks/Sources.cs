@@ -304,6 +304,56 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
 
     ref BlockingWait? IPoolNode<BlockingWait>.Next => ref _next;
 
+    /// <summary>
+    /// Blocks until a job finishes, running jobs on the calling thread while it waits: first the job's own batches (a
+    /// parallel-for), then any job it can take. When there is nothing to run it registers as a waiter on the job and
+    /// sleeps, waking now and then to help again; it returns only after its waiter has been signalled, so the pooled
+    /// waiter can never be signalled late by this job after it is reused.
+    /// </summary>
+    public static void WaitForJob(JobNode node, int version)
+    {
+        WorkerPool pool = WorkerPool.Shared;
+        int idleRounds = 0;
+        while (!node.IsCompleted(version))
+        {
+            if (node.TryHelp(version) || pool.TryRunHelpable())
+            {
+                idleRounds = 0;
+                continue;
+            }
+            if (++idleRounds < 64)
+            {
+                if (idleRounds < 16)
+                {
+                    Thread.SpinWait(30);
+                }
+                else
+                {
+                    Thread.Yield();
+                }
+                continue;
+            }
+            BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
+            if (!node.TryAddWaiter(version, s_set, waiter))
+            {
+                ObjectPool<BlockingWait>.Return(waiter);
+                return; // finished meanwhile
+            }
+            ManualResetEventSlim ev = waiter._event;
+            while (!ev.IsSet)
+            {
+                if (node.TryHelp(version) || pool.TryRunHelpable())
+                {
+                    continue;
+                }
+                ev.Wait(1);
+            }
+            ev.Reset();
+            ObjectPool<BlockingWait>.Return(waiter);
+            return;
+        }
+    }
+
     /// <summary>Blocks until the source's current use completes. The caller has seen it pending.</summary>
     public static void Wait(ISpindleSource source, short token)
     {

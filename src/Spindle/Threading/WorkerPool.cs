@@ -61,6 +61,10 @@ internal sealed class WorkerPool : Scheduler
 
     private readonly Worker[] _workers;
     private readonly ConcurrentQueue<WorkItem> _injection = new();
+
+    // Work queued from outside the pool that any thread may run: jobs. A thread that is not a worker and waits on a job
+    // (JobHandle.Complete) takes work from here, as Unity's main thread does, but never from _injection.
+    private readonly ConcurrentQueue<WorkItem> _helpable = new();
     private readonly SemaphoreSlim _wake = new(0);
     private int _spinning;
     private int _idle;
@@ -96,7 +100,49 @@ internal sealed class WorkerPool : Scheduler
 
     public int IdleWorkers => Volatile.Read(ref _idle);
 
-    public int InjectionQueueLength => _injection.Count;
+    public int InjectionQueueLength => _injection.Count + _helpable.Count;
+
+    /// <summary>
+    /// Queues an item that any thread may run while it waits (a job). From a worker it goes to that worker's queues, as
+    /// <see cref="Queue"/> does; from any other thread to the helpable queue, which waiting threads may take from.
+    /// </summary>
+    public void QueueHelpable(WorkItem item)
+    {
+        Worker? w = t_worker;
+        if (w is not null && w.Pool == this)
+        {
+            Queue(item);
+            return;
+        }
+        _helpable.Enqueue(item); // its interlocked tail update is the full fence the parking protocol needs
+        NotifyIfNoneSpinning();
+    }
+
+    /// <summary>
+    /// Runs one item the calling thread may run while it waits on a job: a worker runs any of its work (as
+    /// <see cref="TryRunOne"/>); any other thread runs only helpable items (jobs).
+    /// </summary>
+    public bool TryRunHelpable()
+    {
+        Worker? w = t_worker;
+        if (w is not null && w.Pool == this)
+        {
+            return TryRunOne();
+        }
+        if (!_helpable.TryDequeue(out WorkItem? item))
+        {
+            return false;
+        }
+        ExecutionContext? before = ExecutionContext.Capture();
+        RunItemSafely(item);
+#if NET
+        if (before is not null && ExecutionContext.Capture() != before)
+        {
+            ExecutionContext.Restore(before);
+        }
+#endif
+        return true;
+    }
 
     public override bool IsWorkerThread => t_worker is { } w && w.Pool == this;
 
@@ -200,7 +246,7 @@ internal sealed class WorkerPool : Scheduler
         {
             return item;
         }
-        if (_injection.TryDequeue(out item))
+        if (_injection.TryDequeue(out item) || _helpable.TryDequeue(out item))
         {
             return item;
         }
@@ -335,7 +381,7 @@ internal sealed class WorkerPool : Scheduler
 
     private bool HasVisibleWork(Worker self)
     {
-        if (!_injection.IsEmpty)
+        if (!_injection.IsEmpty || !_helpable.IsEmpty)
         {
             return true;
         }

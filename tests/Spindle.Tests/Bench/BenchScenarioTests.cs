@@ -24,7 +24,9 @@ public sealed class BenchScenarioTests
     /// <summary>The contract: scenario → (cases, systems, metrics) it must report.</summary>
     private static readonly Dictionary<string, (string[] Cases, string[] Systems, string[] Metrics)> s_contract = new()
     {
-        ["sequential"] = (new[] { "units=1000" }, new[] { "Task", "Spindle", "SpindleOnThreadPool" }, new[] { "ns_per_op", "bytes_per_op" }),
+        ["sequential"] = (new[] { "units=1000" }, new[] { "Task", "Spindle", "SpindleJob", "SpindleOnThreadPool" }, new[] { "ns_per_op", "bytes_per_op" }),
+        ["chain"] = (new[] { "chains=4,length=1000" }, new[] { "TaskFactory", "Spindle" }, new[] { "ns_per_job", "bytes_per_job" }),
+        ["parallel-for"] = (new[] { "n=65536" }, new[] { "Loop", "ParallelFor", "Spindle" }, new[] { "ns_per_element", "bytes_per_op" }),
         ["asyncawait"] = (new[] { "completed", "pending", "nested" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
     };
 

@@ -1,0 +1,45 @@
+namespace SpindleLib;
+
+/// <summary>Schedules struct jobs. Every method is generic over the job type: jobs are never boxed.</summary>
+/// <remarks>All methods are thread-safe. Scheduling allocates nothing in steady state: job slots and dependency edges are pooled.</remarks>
+public static class JobExtensions
+{
+    /// <summary>Schedules <paramref name="job"/> to run after <paramref name="dependsOn"/> (default: no dependency).</summary>
+    /// <returns>The job's handle. The job becomes visible to workers at the next flush (see <see cref="JobHandle.ScheduleBatchedJobs"/>).</returns>
+    public static JobHandle Schedule<T>(this T job, JobHandle dependsOn = default) where T : struct, IJob
+        => JobBatch.Submit(JobNode<T>.Rent(in job), dependsOn);
+
+    /// <summary>
+    /// Schedules a parallel-for job over the indices [0, <paramref name="arrayLength"/>), handed out in batches of
+    /// <paramref name="innerloopBatchCount"/> indices, after <paramref name="dependsOn"/>.
+    /// </summary>
+    /// <exception cref="System.ArgumentOutOfRangeException"><paramref name="arrayLength"/> is negative, or <paramref name="innerloopBatchCount"/> is below 1.</exception>
+    public static JobHandle Schedule<T>(this T job, int arrayLength, int innerloopBatchCount, JobHandle dependsOn = default) where T : struct, IJobParallelFor
+    {
+        ValidateRange(arrayLength, innerloopBatchCount, nameof(innerloopBatchCount));
+        return JobBatch.Submit(ParallelForNode<T>.Rent(in job, arrayLength, innerloopBatchCount), dependsOn);
+    }
+
+    /// <summary>
+    /// Schedules a batch job over [0, <paramref name="arrayLength"/>): <see cref="IJobParallelForBatch.Execute(int, int)"/>
+    /// runs once per batch of <paramref name="batchSize"/> indices (the last batch may be shorter), after <paramref name="dependsOn"/>.
+    /// </summary>
+    /// <exception cref="System.ArgumentOutOfRangeException"><paramref name="arrayLength"/> is negative, or <paramref name="batchSize"/> is below 1.</exception>
+    public static JobHandle ScheduleBatch<T>(this T job, int arrayLength, int batchSize, JobHandle dependsOn = default) where T : struct, IJobParallelForBatch
+    {
+        ValidateRange(arrayLength, batchSize, nameof(batchSize));
+        return JobBatch.Submit(ParallelForBatchNode<T>.Rent(in job, arrayLength, batchSize), dependsOn);
+    }
+
+    private static void ValidateRange(int length, int batch, string batchName)
+    {
+        if (length < 0)
+        {
+            ThrowHelper.ThrowArgumentOutOfRange("arrayLength", $"The length must be zero or positive, and was {length}.");
+        }
+        if (batch < 1)
+        {
+            ThrowHelper.ThrowArgumentOutOfRange(batchName, $"The batch size must be at least 1, and was {batch}. It is how many indices one worker takes at a time; a few hundred to a few thousand suits cheap per-index work.");
+        }
+    }
+}

@@ -1,0 +1,210 @@
+using System;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A handle to a scheduled job: a small versioned struct. <c>default</c> means "no dependency" and is always complete.
+/// Wait for the job with <see cref="Complete"/> (the calling thread runs jobs while it waits), or <c>await</c> it.
+/// </summary>
+/// <remarks>
+/// <para><b>Threads.</b> Jobs can be scheduled, and handles completed, awaited or combined, from any thread, concurrently.</para>
+/// <para><b>Batching.</b> Scheduling puts a ready job in a batch that workers do not see yet;
+/// <see cref="ScheduleBatchedJobs"/> makes the batch visible and wakes workers. <see cref="Complete"/>,
+/// <see cref="IsCompleted"/> and awaiting a handle flush the batch themselves, so forgetting to flush never deadlocks.</para>
+/// <para><b>Faults.</b> A job that throws does not harm its worker. Its exception is rethrown by <see cref="Complete"/>
+/// and by <c>await</c>, on this handle and on the handle of every job that depends on it, directly or not: the dependents
+/// of a failed job do not run, and they complete with the same exception. A failure that nobody observes is reported to
+/// <see cref="Spindle.UnobservedException"/> when its handle is garbage-collected.</para>
+/// <para><b>Stale handles.</b> Once a job has succeeded its slot is reused; an old handle then counts as completed, as
+/// in Unity. It never waits on the job that reuses the slot.</para>
+/// </remarks>
+[StructLayout(LayoutKind.Auto)]
+public readonly struct JobHandle : IEquatable<JobHandle>
+{
+    /// <summary>The most handles one <see cref="CombineDependencies(ReadOnlySpan{JobHandle})"/> call accepts.</summary>
+    public const int MaxCombinedDependencies = 4096;
+
+    internal readonly JobNode? Node;
+    internal readonly int Version;
+
+    internal JobHandle(JobNode node, int version)
+    {
+        Node = node;
+        Version = version;
+    }
+
+    /// <summary>True when the job has finished, successfully or not. Flushes the batch if the job is still pending.</summary>
+    public bool IsCompleted
+    {
+        get
+        {
+            if (Node is not { } node || node.IsCompleted(Version))
+            {
+                return true;
+            }
+            JobBatch.Flush();
+            return node.IsCompleted(Version);
+        }
+    }
+
+    /// <summary>
+    /// Waits until the job has finished, running jobs on the calling thread while it waits (jobs only: never other
+    /// queued work). Flushes the batch first. Rethrows the job's exception, or a failed dependency's.
+    /// </summary>
+    public void Complete()
+    {
+        if (Node is not { } node)
+        {
+            return;
+        }
+        if (!node.IsCompleted(Version))
+        {
+            JobBatch.Flush();
+            BlockingWait.WaitForJob(node, Version);
+        }
+        node.GetFault(Version)?.Info.Throw();
+    }
+
+    /// <summary>Makes every job scheduled so far visible to the workers, and wakes them.</summary>
+    public static void ScheduleBatchedJobs() => JobBatch.Flush();
+
+    /// <summary>A handle that completes when both jobs have.</summary>
+    public static JobHandle CombineDependencies(JobHandle a, JobHandle b)
+    {
+        if (a.IsDoneWithoutFlush)
+        {
+            return b;
+        }
+        if (b.IsDoneWithoutFlush)
+        {
+            return a;
+        }
+        CombineNode node = CombineNode.Rent();
+        int version = node.Version;
+        node.DependOn(a);
+        node.DependOn(b);
+        Finalize(node);
+        return new JobHandle(node, version);
+    }
+
+    /// <summary>A handle that completes when all three jobs have.</summary>
+    public static JobHandle CombineDependencies(JobHandle a, JobHandle b, JobHandle c)
+        => CombineDependencies(CombineDependencies(a, b), c);
+
+    /// <summary>A handle that completes when every job in <paramref name="handles"/> has.</summary>
+    /// <exception cref="ArgumentOutOfRangeException">More than <see cref="MaxCombinedDependencies"/> handles: combine them in groups.</exception>
+    public static JobHandle CombineDependencies(ReadOnlySpan<JobHandle> handles)
+    {
+        if (handles.Length > MaxCombinedDependencies)
+        {
+            ThrowHelper.ThrowArgumentOutOfRange(nameof(handles),
+                $"CombineDependencies accepts at most {MaxCombinedDependencies} handles, and got {handles.Length}. Combine them in groups, then combine the groups' handles.");
+        }
+        JobHandle single = default;
+        int pending = 0;
+        foreach (JobHandle h in handles)
+        {
+            if (!h.IsDoneWithoutFlush)
+            {
+                pending++;
+                single = h;
+            }
+        }
+        if (pending <= 1)
+        {
+            return single;
+        }
+        CombineNode node = CombineNode.Rent();
+        int version = node.Version;
+        foreach (JobHandle h in handles)
+        {
+            node.DependOn(h);
+        }
+        Finalize(node);
+        return new JobHandle(node, version);
+    }
+
+    private static void Finalize(CombineNode node)
+    {
+        if (node.ReleaseSchedulingGuard())
+        {
+            node.Execute(); // ready at once: nothing to run, it just completes
+        }
+    }
+
+    /// <summary>Completed successfully, with nothing to rethrow, as far as can be told without flushing.</summary>
+    private bool IsDoneWithoutFlush => Node is null || (Node.IsCompleted(Version) && Node.GetFault(Version) is null);
+
+    /// <summary>A <see cref="SpindleTask"/> that completes when the job does (and faults as it does).</summary>
+    public SpindleTask AsSpindleTask() => Node is null ? default : AwaitAsync(this);
+
+    private static async SpindleTask AwaitAsync(JobHandle handle) => await handle;
+
+    /// <summary>Gets an awaiter, so that <c>await handle</c> works. Flushes the batch.</summary>
+    public Awaiter GetAwaiter() => new(this);
+
+    /// <inheritdoc/>
+    public bool Equals(JobHandle other) => Node == other.Node && Version == other.Version;
+
+    /// <inheritdoc/>
+    public override bool Equals(object? obj) => obj is JobHandle other && Equals(other);
+
+    /// <inheritdoc/>
+    public override int GetHashCode() => (Node is null ? 0 : RuntimeHelpers.GetHashCode(Node)) ^ Version;
+
+    /// <summary>True when both handles refer to the same scheduled job.</summary>
+    public static bool operator ==(JobHandle left, JobHandle right) => left.Equals(right);
+
+    /// <summary>True when the handles refer to different scheduled jobs.</summary>
+    public static bool operator !=(JobHandle left, JobHandle right) => !left.Equals(right);
+
+    /// <summary>Awaits a job. The continuation runs on the thread that finishes the job.</summary>
+    public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
+    {
+        private readonly JobHandle _handle;
+
+        internal Awaiter(JobHandle handle) => _handle = handle;
+
+        /// <summary>True when the job has finished. Flushes the batch.</summary>
+        public bool IsCompleted => _handle.IsCompleted;
+
+        /// <summary>Ends the await: rethrows the job's exception, or a failed dependency's. Blocks (helping) if the job is still pending.</summary>
+        public void GetResult() => _handle.Complete();
+
+        /// <summary>Schedules the continuation, flowing the <see cref="ExecutionContext"/>.</summary>
+        public void OnCompleted(Action continuation)
+        {
+            ExecutionContext? ec = ExecutionContext.Capture();
+            if (ec is null)
+            {
+                UnsafeOnCompleted(continuation);
+                return;
+            }
+            Register(ContextContinuation.s_run, new ContextContinuation(ActionContinuation.s_invoke, continuation, ec));
+        }
+
+        /// <summary>Schedules the continuation without flowing the <see cref="ExecutionContext"/>.</summary>
+        public void UnsafeOnCompleted(Action continuation)
+        {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
+            Register(ActionContinuation.s_invoke, continuation);
+        }
+
+        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box) => Register(StateMachineBoxBase.s_moveNext, box);
+
+        private void Register(Action<object?> continuation, object state)
+        {
+            JobBatch.Flush();
+            if (_handle.Node is not { } node || !node.TryAddWaiter(_handle.Version, continuation, state))
+            {
+                Continuations.Invoke(continuation, state);
+            }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+using System;
+using System.Diagnostics;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A scheduled job: the pooled node a <see cref="JobHandle"/> points to. It counts the dependencies it still waits for,
+/// keeps a lock-free list of what waits for it (dependent jobs and awaiters), runs its work, and on completion notifies
+/// them and returns to its pool.
+/// </summary>
+/// <remarks>
+/// <para><b>Version and references.</b> <see cref="_refState"/> packs the node's version (high 32 bits; a handle carries
+/// it) and a reference count (low 32 bits). The count is 1 while the job is pending or running, plus one for every
+/// parallel-for runner queued for it and every thread helping it. A thread may touch a node only while it holds a
+/// reference, and takes one with a CAS that also checks the version: it can never act on a node that was recycled
+/// into another job (the ABA that a bare version check would leave open). When the count reaches 0 after success the
+/// node bumps its version and returns to its pool, so any older handle is stale, and a stale handle means success.
+/// A node that failed is never recycled: it keeps its exception for every Complete() and await.</para>
+/// <para><b>Waiter list.</b> <see cref="_edges"/> is a Treiber stack (R. K. Treiber, "Systems Programming: Coping with
+/// Parallelism", IBM RJ 5118, 1986) that is only pushed to and then taken whole: completion Exchanges it for
+/// <see cref="s_sealed"/>. Because nothing is ever popped singly, the stack has no ABA problem. A push that finds
+/// s_sealed fails, and the pusher handles the completed job itself, so a waiter is notified exactly once.</para>
+/// <para><b>Dependencies.</b> <see cref="_pending"/> starts at 1 (a guard held while the job is being scheduled), and
+/// rises by one for each dependency that accepted an edge. Each finished dependency decrements it; whoever takes it
+/// to 0 (the scheduler releasing its guard, or the last dependency to finish) makes the job ready, exactly once.</para>
+/// </remarks>
+internal abstract class JobNode : WorkItem
+{
+    private static readonly Edge s_sealed = new();
+
+    private long _refState;
+    private Edge? _edges;
+    private int _pending;
+    private int _state; // Pending, Succeeded, Faulted
+    private ExceptionHolder? _fault;
+    internal JobNode? BatchNext;
+
+    private const int Pending = 0;
+    private const int Succeeded = 1;
+    private const int Faulted = 2;
+
+    public int Version => (int)(Volatile.Read(ref _refState) >> 32);
+
+    /// <summary>Prepares a rented node for a new job: one reference, one pending guard, nothing waiting.</summary>
+    protected void Initialize()
+    {
+        Debug.Assert((int)Volatile.Read(ref _refState) == 0, "a rented node must hold no references");
+        _state = Pending;
+        _fault = null;
+        _pending = 1;
+        _edges = null;
+        BatchNext = null;
+        Volatile.Write(ref _refState, (Volatile.Read(ref _refState) & ~0xFFFFFFFFL) | 1L);
+    }
+
+    /// <summary>True when the handle's job has finished (a stale version means it finished successfully).</summary>
+    public bool IsCompleted(int version)
+    {
+        long rs = Volatile.Read(ref _refState);
+        return (int)(rs >> 32) != version || Volatile.Read(ref _state) != Pending;
+    }
+
+    /// <summary>The job's exception if the handle's job failed, else null. Marks it observed.</summary>
+    public ExceptionHolder? GetFault(int version)
+    {
+        if (Version != version || Volatile.Read(ref _state) != Faulted)
+        {
+            return null;
+        }
+        ExceptionHolder holder = _fault!;
+        holder.MarkObserved();
+        return holder;
+    }
+
+    /// <summary>Takes a reference if the node still holds the handle's job. See the class remarks.</summary>
+    public bool TryAcquire(int version)
+    {
+        while (true)
+        {
+            long rs = Volatile.Read(ref _refState);
+            if ((int)(rs >> 32) != version || (int)rs == 0)
+            {
+                return false;
+            }
+            if (Interlocked.CompareExchange(ref _refState, rs + 1, rs) == rs)
+            {
+                return true;
+            }
+        }
+    }
+
+    /// <summary>Adds references the caller already holds one of (runners queued by the running job).</summary>
+    protected void AddReferences(int count) => Interlocked.Add(ref _refState, count);
+
+    /// <summary>Drops a reference; the last one, after success, recycles the node.</summary>
+    public void Release()
+    {
+        long rs = Interlocked.Decrement(ref _refState);
+        if ((int)rs == 0 && Volatile.Read(ref _state) == Succeeded)
+        {
+            // Nobody can reach the node any more except through a handle, which the version bump makes stale.
+            Volatile.Write(ref _refState, (rs & ~0xFFFFFFFFL) + (1L << 32));
+            ClearJob();
+            ReturnToPool();
+        }
+    }
+
+    protected abstract void ClearJob();
+
+    protected abstract void ReturnToPool();
+
+    /// <summary>Called by the scheduler after registering the dependencies: releases the scheduling guard.</summary>
+    /// <returns>True if the job is ready now (the caller puts it in the batch); false if a dependency will make it ready.</returns>
+    public bool ReleaseSchedulingGuard()
+    {
+        if (Interlocked.Decrement(ref _pending) != 0)
+        {
+            return false;
+        }
+        if (Volatile.Read(ref _fault) is not null)
+        {
+            // A dependency failed while we were being scheduled: fail now without running.
+            Finish(null);
+            return false;
+        }
+        return true;
+    }
+
+    /// <summary>Makes this job wait for <paramref name="dependency"/> (the handle's job), unless it already finished.</summary>
+    public void DependOn(JobHandle dependency)
+    {
+        JobNode? node = dependency.Node;
+        if (node is null)
+        {
+            return;
+        }
+        Interlocked.Increment(ref _pending);
+        Edge edge = Edge.Rent();
+        edge.Dependent = this;
+        if (!node.TryAddEdge(edge, dependency.Version))
+        {
+            edge.Return();
+            // Finished already (or stale, which means succeeded): take its outcome now.
+            DependencyFinished(node.GetFault(dependency.Version));
+        }
+    }
+
+    /// <summary>Registers an awaiter's continuation; false if the job has already finished (the caller runs it).</summary>
+    public bool TryAddWaiter(int version, Action<object?> continuation, object? state)
+    {
+        Edge edge = Edge.Rent();
+        edge.Continuation = continuation;
+        edge.State = state;
+        if (TryAddEdge(edge, version))
+        {
+            return true;
+        }
+        edge.Return();
+        return false;
+    }
+
+    private bool TryAddEdge(Edge edge, int version)
+    {
+        // Hold a reference while pushing so the node cannot be recycled under us.
+        if (!TryAcquire(version))
+        {
+            return false;
+        }
+        bool added = false;
+        while (true)
+        {
+            Edge? head = Volatile.Read(ref _edges);
+            if (head == s_sealed)
+            {
+                break;
+            }
+            edge.Next = head;
+            if (Interlocked.CompareExchange(ref _edges, edge, head) == head)
+            {
+                added = true;
+                break;
+            }
+        }
+        Release();
+        return added;
+    }
+
+    private void DependencyFinished(ExceptionHolder? fault)
+    {
+        if (fault is not null)
+        {
+            Interlocked.CompareExchange(ref _fault, fault, null);
+        }
+        if (Interlocked.Decrement(ref _pending) == 0)
+        {
+            if (Volatile.Read(ref _fault) is not null)
+            {
+                Finish(null);
+            }
+            else
+            {
+                OnReady();
+            }
+        }
+    }
+
+    /// <summary>All dependencies finished successfully: queue it (or complete it, if it has no work).</summary>
+    protected virtual void OnReady() => WorkerPool.Shared.QueueHelpable(this);
+
+    /// <summary>The batch was flushed and this job was ready at scheduling time.</summary>
+    public void MakeVisible() => OnReady();
+
+    /// <summary>
+    /// Completes the job (with <paramref name="exception"/>, or with an inherited dependency fault, or successfully),
+    /// notifies everything that waits for it, and drops the job's own reference.
+    /// </summary>
+    protected void Finish(Exception? exception)
+    {
+        if (exception is not null)
+        {
+            Interlocked.CompareExchange(ref _fault, new ExceptionHolder(exception), null);
+        }
+        ExceptionHolder? fault = Volatile.Read(ref _fault);
+        Volatile.Write(ref _state, fault is null ? Succeeded : Faulted);
+        Edge? edges = Interlocked.Exchange(ref _edges, s_sealed);
+        while (edges is not null)
+        {
+            Edge next = edges.Next!;
+            if (edges.Dependent is { } dependent)
+            {
+                dependent.DependencyFinished(fault);
+            }
+            else
+            {
+                Continuations.Invoke(edges.Continuation!, edges.State);
+            }
+            edges.Return();
+            edges = next == s_sealed ? null : next;
+        }
+        Release();
+    }
+
+    /// <summary>Lets a waiting thread take part in the job's own work (parallel-for batches). Default: nothing to share.</summary>
+    public virtual bool TryHelp(int version) => false;
+
+    /// <summary>One entry in a job's waiter list: a dependent job or an awaiter's continuation. Pooled.</summary>
+    internal sealed class Edge : IPoolNode<Edge>
+    {
+        public Edge? Next;
+        public JobNode? Dependent;
+        public Action<object?>? Continuation;
+        public object? State;
+        private Edge? _poolNext;
+
+        ref Edge? IPoolNode<Edge>.Next => ref _poolNext;
+
+        public static Edge Rent() => ObjectPool<Edge>.TryRent() ?? new Edge();
+
+        public void Return()
+        {
+            Next = null;
+            Dependent = null;
+            Continuation = null;
+            State = null;
+            ObjectPool<Edge>.Return(this);
+        }
+    }
+}
+
+/// <summary>
+/// A failed job's exception. If no Complete() or await ever observes it, its finalizer reports the exception to
+/// <see cref="Spindle.UnobservedException"/>, as Task does for unobserved faults: a job's exception is never lost.
+/// Created only on the failure path.
+/// </summary>
+internal sealed class ExceptionHolder
+{
+    private int _observed;
+
+    public ExceptionHolder(Exception exception) => Info = ExceptionDispatchInfo.Capture(exception);
+
+    public ExceptionDispatchInfo Info { get; }
+
+    public void MarkObserved()
+    {
+        if (Interlocked.Exchange(ref _observed, 1) == 0)
+        {
+            GC.SuppressFinalize(this);
+        }
+    }
+
+    ~ExceptionHolder()
+    {
+        if (Volatile.Read(ref _observed) == 0)
+        {
+            UnobservedExceptions.Report(Info.SourceException);
+        }
+    }
+}
