@@ -122,7 +122,7 @@ internal abstract class JobNode : WorkItem
         if (Volatile.Read(ref _fault) is not null)
         {
             // A dependency failed while we were being scheduled: fail now without running.
-            Finish(null);
+            Finish(null)?.OnReady();
             return false;
         }
         return true;
@@ -131,18 +131,22 @@ internal abstract class JobNode : WorkItem
     /// <summary>Makes this job wait for <paramref name="dependency"/> (the handle's job), unless it already finished.</summary>
     public void DependOn(JobHandle dependency)
     {
+        // (Called on the scheduling thread while it holds the scheduling guard.)
         JobNode? node = dependency.Node;
         if (node is null)
         {
             return;
         }
+        // Increment while holding the scheduling guard; the node is not yet reachable by any other thread through this
+        // edge, but an earlier dependency's edge may already be, so the increment must be atomic.
         Interlocked.Increment(ref _pending);
         Edge edge = Edge.Rent();
         edge.Dependent = this;
         if (!node.TryAddEdge(edge, dependency.Version))
         {
             edge.Return();
-            // Finished already (or stale, which means succeeded): take its outcome now.
+            // Finished already (or stale, which means succeeded): take its outcome now. The guard we hold keeps the
+            // count above zero, so this never makes the job ready.
             DependencyFinished(node.GetFault(dependency.Version));
         }
     }
@@ -187,37 +191,67 @@ internal abstract class JobNode : WorkItem
         return added;
     }
 
-    private void DependencyFinished(ExceptionHolder? fault)
+    /// <summary>A dependency finished. Returns this node if that made it ready to run inline (see <see cref="CanRunInline"/>).</summary>
+    private JobNode? DependencyFinished(ExceptionHolder? fault)
     {
         if (fault is not null)
         {
             Interlocked.CompareExchange(ref _fault, fault, null);
         }
-        if (Interlocked.Decrement(ref _pending) == 0)
+        if (Interlocked.Decrement(ref _pending) != 0)
         {
-            if (Volatile.Read(ref _fault) is not null)
-            {
-                Finish(null);
-            }
-            else
-            {
-                OnReady();
-            }
+            return null;
         }
+        if (Volatile.Read(ref _fault) is not null)
+        {
+            Finish(null)?.OnReady();
+            return null;
+        }
+        if (CanRunInline)
+        {
+            return this;
+        }
+        OnReady();
+        return null;
     }
 
+    /// <summary>True for a job whose work can run on the thread that made it ready (a plain IJob).</summary>
+    protected virtual bool CanRunInline => false;
+
+    /// <summary>Runs the job's work and finishes it; returns a dependent that became ready and can run inline, if any.</summary>
+    protected virtual JobNode? RunAndFinish() => throw new InvalidOperationException("This job kind does not run inline.");
+
+    /// <summary>
+    /// Runs this job, then, while finishing a job makes exactly one dependent ready, that dependent too, on this thread:
+    /// a dependent chain stays on one thread without going through the queues. The run is bounded so that one chain
+    /// cannot hold a thread for ever; the rest is queued.
+    /// </summary>
+    protected static void RunChain(JobNode first)
+    {
+        JobNode? next = first;
+        for (int i = 0; i < MaxInlineChain && next is not null; i++)
+        {
+            next = next.RunAndFinish();
+        }
+        next?.OnReady();
+    }
+
+    private const int MaxInlineChain = 1024;
+
     /// <summary>All dependencies finished successfully: queue it (or complete it, if it has no work).</summary>
-    protected virtual void OnReady() => WorkerPool.Shared.QueueHelpable(this);
+    internal virtual void OnReady() => WorkerPool.Shared.QueueHelpable(this);
 
     /// <summary>The batch was flushed and this job was ready at scheduling time.</summary>
     public void MakeVisible() => OnReady();
 
     /// <summary>
     /// Completes the job (with <paramref name="exception"/>, or with an inherited dependency fault, or successfully),
-    /// notifies everything that waits for it, and drops the job's own reference.
+    /// notifies everything that waits for it, and drops the job's own reference. Returns one dependent that became
+    /// ready and can run inline, for the caller to run (or queue with OnReady); every other ready dependent is queued.
     /// </summary>
-    protected void Finish(Exception? exception)
+    protected JobNode? Finish(Exception? exception)
     {
+        JobNode? inline = null;
         if (exception is not null)
         {
             Interlocked.CompareExchange(ref _fault, new ExceptionHolder(exception), null);
@@ -230,7 +264,17 @@ internal abstract class JobNode : WorkItem
             Edge next = edges.Next!;
             if (edges.Dependent is { } dependent)
             {
-                dependent.DependencyFinished(fault);
+                if (dependent.DependencyFinished(fault) is { } ready)
+                {
+                    if (inline is null)
+                    {
+                        inline = ready;
+                    }
+                    else
+                    {
+                        ready.OnReady();
+                    }
+                }
             }
             else
             {
@@ -240,6 +284,7 @@ internal abstract class JobNode : WorkItem
             edges = next == s_sealed ? null : next;
         }
         Release();
+        return inline;
     }
 
     /// <summary>Lets a waiting thread take part in the job's own work (parallel-for batches). Default: nothing to share.</summary>

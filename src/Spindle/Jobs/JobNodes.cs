@@ -19,7 +19,11 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         return node;
     }
 
-    public override void Execute()
+    public override void Execute() => RunChain(this);
+
+    protected override bool CanRunInline => true;
+
+    protected override JobNode? RunAndFinish()
     {
         Exception? error = null;
         try
@@ -30,7 +34,7 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         {
             error = ex;
         }
-        Finish(error);
+        return Finish(error);
     }
 
     protected override void ClearJob() => _job = default;
@@ -52,9 +56,9 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
         return node;
     }
 
-    public override void Execute() => Finish(null);
+    public override void Execute() => Finish(null)?.OnReady();
 
-    protected override void OnReady() => Finish(null);
+    internal override void OnReady() => Finish(null)?.OnReady();
 
     protected override void ClearJob()
     {
@@ -97,12 +101,12 @@ internal abstract class ParallelNode : JobNode
 
     public override void Execute() => OnReady();
 
-    protected override void OnReady()
+    internal override void OnReady()
     {
         int batches = Volatile.Read(ref _remaining);
         if (batches == 0)
         {
-            Finish(null);
+            Finish(null)?.OnReady();
             return;
         }
         Volatile.Write(ref _ready, 1);
@@ -140,7 +144,8 @@ internal abstract class ParallelNode : JobNode
             }
             if (Interlocked.Decrement(ref _remaining) == 0)
             {
-                Finish(Volatile.Read(ref _firstError));
+                // Whatever this makes ready is queued, not run here: a runner must drop its reference promptly.
+                Finish(Volatile.Read(ref _firstError))?.OnReady();
                 return;
             }
         }

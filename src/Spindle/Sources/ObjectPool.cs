@@ -10,70 +10,110 @@ internal interface IPoolNode<T> where T : class
 }
 
 /// <summary>
-/// One pool per pooled type: a one-slot per-thread cache in front of a bounded shared stack.
+/// One pool per pooled type: a small per-thread stack in front of a bounded shared stack.
 /// </summary>
 /// <remarks>
 /// <para>The shared stack is an intrusive singly linked list guarded by a CAS gate (<see cref="s_gate"/>), the design
 /// UniTask's TaskPool uses. Invariant: <see cref="s_head"/> and <see cref="s_count"/> change only while the gate is
 /// held, so the list has no ABA problem. The gate is held for a few instructions and never waited for beyond a few
-/// short retries: a thread that still cannot take it allocates (on rent) or drops the object to the GC (on return).
-/// No thread can therefore block another, and the cost of contention is at most one allocation.</para>
-/// <para>The per-thread slot serves the common case where the thread that returns an object rents the next one
-/// (a continuation chain running on one worker), with no interlocked operation at all. Every pooled type's slot lives
-/// in one non-generic per-thread array (<see cref="ThreadSlots"/>), indexed by <see cref="s_slotIndex"/>: a
-/// <c>[ThreadStatic]</c> field of a generic class goes through a slow runtime helper on each access, while a
-/// non-generic one is reached inline.</para>
+/// short retries: a thread that still cannot take it allocates (on rent) or drops the objects to the GC (on return).
+/// No thread can therefore block another, and the cost of contention is at most an allocation.</para>
+/// <para>Each thread keeps up to <see cref="LocalMax"/> objects of each type in its own stack, with no synchronisation
+/// at all, and trades with the shared stack a chunk of <see cref="Chunk"/> objects at a time. A thread that returns
+/// what it rented (a continuation chain on one worker) never touches the gate. A producer–consumer pair (jobs
+/// scheduled on one thread and finished on another) takes the gate once per <see cref="Chunk"/> objects, instead of
+/// once per object. The per-thread stacks live in one non-generic <c>[ThreadStatic]</c> array (<see cref="ThreadSlots"/>),
+/// indexed by <see cref="s_slotIndex"/>: a thread-static field of a generic class goes through a slow runtime helper on
+/// each access, while a non-generic one is reached inline.</para>
 /// <para>Callers clear every field of an object before returning it, so no result, exception, continuation or
 /// <see cref="ExecutionContext"/> survives from one use to the next.</para>
 /// </remarks>
 internal static class ObjectPool<T> where T : class, IPoolNode<T>
 {
+    internal const int LocalMax = 32;
+    internal const int Chunk = 16;
+
     private static readonly int s_slotIndex = ThreadSlots.AllocateIndex();
+    private static readonly bool s_registered = SpindlePool.Register(typeof(T), static () => Count, static () => Trim());
     private static int s_gate;
     private static T? s_head;
     private static int s_count;
 
-    private static readonly bool s_registered = SpindlePool.Register(typeof(T), static () => Count, static () => Trim());
-
-    /// <summary>The number of objects in the shared stack (per-thread slots are not counted).</summary>
+    /// <summary>The number of objects in the shared stack (per-thread stacks are not counted).</summary>
     public static int Count => Volatile.Read(ref s_count);
 
     public static T? TryRent()
     {
-        object? cached = ThreadSlots.Take(s_slotIndex);
-        if (cached is not null)
+        ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
+        object? top = local.Head;
+        if (top is not null)
         {
-            return (T)cached; // T is a sealed class in every use, so this cast is one type-handle compare
+            T item = (T)top; // T is a sealed class in every use, so this cast is one type-handle compare
+            local.Head = item.Next;
+            local.Count--;
+            item.Next = null;
+            return item;
         }
-        T? item;
+        return RentChunk(ref local);
+    }
+
+    /// <summary>
+    /// The thread's stack is empty: take the whole shared stack, in O(1) under the gate, and keep all but one locally.
+    /// A thread that rents in bulk (scheduling many jobs) then rents from its own stack; it gives back what it does not
+    /// need a chunk at a time when it returns objects. Nothing is walked under the gate: the objects were last touched
+    /// on other cores, and reaching each one is a cache miss best paid outside it.
+    /// </summary>
+    private static T? RentChunk(ref ThreadSlots.Slot local)
+    {
         if (Volatile.Read(ref s_head) is null || !TryTakeGate())
         {
             return null;
         }
-        item = s_head;
-        if (item is not null)
-        {
-            s_head = item.Next;
-            item.Next = null;
-            s_count--;
-        }
+        T? first = s_head;
+        int taken = s_count;
+        s_head = null;
+        s_count = 0;
         Volatile.Write(ref s_gate, 0);
-        return item;
+        if (first is null)
+        {
+            return null;
+        }
+        local.Head = first.Next;
+        local.Count = taken - 1;
+        first.Next = null;
+        return first;
     }
 
     public static void Return(T item)
     {
-        if (ThreadSlots.TryPut(s_slotIndex, item))
+        ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
+        item.Next = (T?)local.Head;
+        local.Head = item;
+        if (++local.Count > LocalMax)
         {
-            return;
+            ReturnChunk(ref local);
         }
-        if (s_count >= SpindlePool.MaxRetainedPerType || !TryTakeGate())
+    }
+
+    /// <summary>The thread's stack is full: move a chunk to the shared stack (or to the GC, past the cap).</summary>
+    private static void ReturnChunk(ref ThreadSlots.Slot local)
+    {
+        T first = (T)local.Head!;
+        T last = first;
+        for (int i = 1; i < Chunk; i++)
         {
-            return;
+            last = last.Next!;
         }
-        item.Next = s_head;
-        s_head = item;
-        s_count++;
+        local.Head = last.Next;
+        local.Count -= Chunk;
+        last.Next = null;
+        if (s_count + Chunk > SpindlePool.MaxRetainedPerType || !TryTakeGate())
+        {
+            return; // dropped: the GC takes them
+        }
+        last.Next = s_head;
+        s_head = first;
+        s_count += Chunk;
         Volatile.Write(ref s_gate, 0);
     }
 
@@ -103,13 +143,16 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         s_head = null;
         s_count = 0;
         Volatile.Write(ref s_gate, 0);
-        ThreadSlots.Take(s_slotIndex); // the calling thread's slot too (other threads' slots are theirs alone)
+        // The calling thread's stack too (other threads' stacks are theirs alone).
+        ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
+        local.Head = null;
+        local.Count = 0;
     }
 }
 
 /// <summary>
-/// Each thread's one-object cache for every pooled type: a non-generic <c>[ThreadStatic]</c> array of slots, indexed
-/// by pooled type. Only its own thread touches it, so it needs no synchronisation.
+/// Each thread's own stacks of pooled objects, one per pooled type: a non-generic <c>[ThreadStatic]</c> array of
+/// slots, indexed by pooled type. Only its own thread touches it, so it needs no synchronisation.
 /// </summary>
 internal static class ThreadSlots
 {
@@ -118,40 +161,23 @@ internal static class ThreadSlots
     [ThreadStatic]
     private static Slot[]? t_slots;
 
-    /// <summary>A wrapper, so that storing into the array needs no covariance check.</summary>
-    private struct Slot
+    /// <summary>The head of a thread's stack for one type (linked through the objects' own pool links), and its length.</summary>
+    internal struct Slot
     {
-        public object? Value;
+        public object? Head;
+        public int Count;
     }
 
     public static int AllocateIndex() => Interlocked.Increment(ref s_nextIndex);
 
-    public static object? Take(int index)
-    {
-        Slot[]? slots = t_slots;
-        if (slots is not null && (uint)index < (uint)slots.Length)
-        {
-            object? value = slots[index].Value;
-            slots[index].Value = null;
-            return value;
-        }
-        return null;
-    }
-
-    public static bool TryPut(int index, object item)
+    public static ref Slot Get(int index)
     {
         Slot[]? slots = t_slots;
         if (slots is null || (uint)index >= (uint)slots.Length)
         {
             slots = Grow(index);
         }
-        ref object? slot = ref slots[index].Value;
-        if (slot is not null)
-        {
-            return false;
-        }
-        slot = item;
-        return true;
+        return ref slots[index];
     }
 
     private static Slot[] Grow(int index)
