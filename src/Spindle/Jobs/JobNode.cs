@@ -151,6 +151,36 @@ internal abstract class JobNode : WorkItem
         }
     }
 
+    /// <summary>
+    /// Makes a freshly rented job wait for one dependency, the common case, without the scheduling guard: the pending
+    /// count of 1 that Initialize set stands for the dependency itself. Once the edge is published only the dependency
+    /// touches the count, so no other interlocked step is needed.
+    /// </summary>
+    /// <returns>True if the job is ready now (the caller puts it in the batch).</returns>
+    public bool DependOnSingle(JobHandle dependency)
+    {
+        JobNode? node = dependency.Node;
+        if (node is not null)
+        {
+            Edge edge = Edge.Rent();
+            edge.Dependent = this;
+            if (node.TryAddEdge(edge, dependency.Version))
+            {
+                return false; // the dependency makes this job ready when it finishes
+            }
+            edge.Return();
+            if (node.GetFault(dependency.Version) is { } fault)
+            {
+                _fault = fault; // not yet reachable by any other thread: a plain write
+                Volatile.Write(ref _pending, 0);
+                Finish(null)?.OnReady();
+                return false;
+            }
+        }
+        Volatile.Write(ref _pending, 0);
+        return true;
+    }
+
     /// <summary>Registers an awaiter's continuation; false if the job has already finished (the caller runs it).</summary>
     public bool TryAddWaiter(int version, Action<object?> continuation, object? state)
     {
@@ -259,7 +289,10 @@ internal abstract class JobNode : WorkItem
         ExceptionHolder? fault = Volatile.Read(ref _fault);
         Volatile.Write(ref _state, fault is null ? Succeeded : Faulted);
         Edge? edges = Interlocked.Exchange(ref _edges, s_sealed);
-        while (edges is not null)
+        // Two passes. Dependents first, so that every job waiting for this one is ready (queued, or kept to run inline)
+        // before any awaiter's continuation runs: a continuation may Complete() a dependent, which must then find it.
+        Edge? continuations = null;
+        while (edges is not null && edges != s_sealed)
         {
             Edge next = edges.Next!;
             if (edges.Dependent is { } dependent)
@@ -275,13 +308,29 @@ internal abstract class JobNode : WorkItem
                         ready.OnReady();
                     }
                 }
+                edges.Return();
             }
             else
             {
-                Continuations.Invoke(edges.Continuation!, edges.State);
+                edges.Next = continuations;
+                continuations = edges;
             }
-            edges.Return();
-            edges = next == s_sealed ? null : next;
+            edges = next;
+        }
+        if (continuations is not null)
+        {
+            // A continuation may block on the dependent this thread meant to run next: make it visible first.
+            inline?.OnReady();
+            inline = null;
+            while (continuations is not null)
+            {
+                Edge next = continuations.Next!;
+                Action<object?> continuation = continuations.Continuation!;
+                object? state = continuations.State;
+                continuations.Return();
+                Continuations.Invoke(continuation, state);
+                continuations = next;
+            }
         }
         Release();
         return inline;

@@ -273,9 +273,8 @@ internal static class JobBatch
 
     public static JobHandle Submit(JobNode node, JobHandle dependsOn)
     {
-        int version = node.Version;
-        node.DependOn(dependsOn);
-        if (node.ReleaseSchedulingGuard())
+        int version = node.Version; // read first: once the job is reachable it may finish and be recycled at any time
+        if (node.DependOnSingle(dependsOn))
         {
             Push(node);
         }
