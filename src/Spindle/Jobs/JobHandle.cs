@@ -54,6 +54,11 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// Waits until the job has finished, running jobs on the calling thread while it waits (jobs only: never other
     /// queued work). Flushes the batch first. Rethrows the job's exception, or a failed dependency's.
     /// </summary>
+    /// <remarks>
+    /// Because the waiting thread may run any queued job, do not call Complete() on a thread that some queued job waits
+    /// for (for example, a job that blocks until this thread sets an event later): the thread could pick that job up
+    /// and wait on itself. Jobs should not block on other threads; express such orderings as job dependencies.
+    /// </remarks>
     public void Complete()
     {
         if (Node is not { } node)
@@ -136,7 +141,7 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     }
 
     /// <summary>Completed successfully, with nothing to rethrow, as far as can be told without flushing.</summary>
-    private bool IsDoneWithoutFlush => Node is null || (Node.IsCompleted(Version) && Node.GetFault(Version) is null);
+    private bool IsDoneWithoutFlush => Node is null || (Node.IsCompleted(Version) && Node.PeekFault(Version) is null);
 
     /// <summary>A <see cref="SpindleTask"/> that completes when the job does (and faults as it does).</summary>
     public SpindleTask AsSpindleTask() => Node is null ? default : AwaitAsync(this);

@@ -56,22 +56,30 @@ internal abstract class JobNode : WorkItem
     }
 
     /// <summary>True when the handle's job has finished (a stale version means it finished successfully).</summary>
+    /// <remarks>
+    /// The state is read before the version. Versions only grow, so if the version still matches afterwards, the state
+    /// belonged to this handle's job; a state read from a later job that reused the node would come with a later version.
+    /// </remarks>
     public bool IsCompleted(int version)
     {
-        long rs = Volatile.Read(ref _refState);
-        return (int)(rs >> 32) != version || Volatile.Read(ref _state) != Pending;
+        int state = Volatile.Read(ref _state);
+        return Version != version || state != Pending;
     }
 
-    /// <summary>The job's exception if the handle's job failed, else null. Marks it observed.</summary>
+    /// <summary>The job's exception if the handle's job failed, else null, for Complete() and await: marks it observed.</summary>
     public ExceptionHolder? GetFault(int version)
     {
-        if (Version != version || Volatile.Read(ref _state) != Faulted)
-        {
-            return null;
-        }
-        ExceptionHolder holder = _fault!;
-        holder.MarkObserved();
+        ExceptionHolder? holder = PeekFault(version);
+        holder?.MarkObserved();
         return holder;
+    }
+
+    /// <summary>The job's exception if the handle's job failed, else null, for propagation to dependents: not an observation.</summary>
+    public ExceptionHolder? PeekFault(int version)
+    {
+        int state = Volatile.Read(ref _state);
+        ExceptionHolder? holder = Volatile.Read(ref _fault);
+        return state == Faulted && Version == version ? holder : null;
     }
 
     /// <summary>Takes a reference if the node still holds the handle's job. See the class remarks.</summary>
@@ -147,7 +155,7 @@ internal abstract class JobNode : WorkItem
             edge.Return();
             // Finished already (or stale, which means succeeded): take its outcome now. The guard we hold keeps the
             // count above zero, so this never makes the job ready.
-            DependencyFinished(node.GetFault(dependency.Version));
+            DependencyFinished(node.PeekFault(dependency.Version));
         }
     }
 
@@ -169,7 +177,7 @@ internal abstract class JobNode : WorkItem
                 return false; // the dependency makes this job ready when it finishes
             }
             edge.Return();
-            if (node.GetFault(dependency.Version) is { } fault)
+            if (node.PeekFault(dependency.Version) is { } fault)
             {
                 _fault = fault; // not yet reachable by any other thread: a plain write
                 Volatile.Write(ref _pending, 0);
@@ -232,17 +240,47 @@ internal abstract class JobNode : WorkItem
         {
             return null;
         }
+        if (CanRunInline)
+        {
+            // Run (or, with an inherited fault, finish without running) by the caller's loop: no recursion.
+            return this;
+        }
+        if (t_finishDepth >= MaxNestedFinish)
+        {
+            // Finishing this kind of job here would nest one more Finish on the stack (a combine, an empty parallel-for,
+            // a failed job): past a small depth, queue it instead, and let the thread that runs it finish it.
+            WorkerPool.Shared.QueueHelpable(this);
+            return null;
+        }
         if (Volatile.Read(ref _fault) is not null)
         {
             Finish(null)?.OnReady();
-            return null;
         }
-        if (CanRunInline)
+        else
         {
-            return this;
+            OnReady();
         }
-        OnReady();
         return null;
+    }
+
+    [ThreadStatic]
+    private static int t_finishDepth;
+
+    private const int MaxNestedFinish = 16;
+
+    /// <summary>
+    /// For a job that became ready with a failed dependency: finishes it with that failure, without running it.
+    /// Returns false if there is no inherited failure (the caller runs the job).
+    /// </summary>
+    protected bool TryFinishInheritedFault(out JobNode? inline)
+    {
+        if (Volatile.Read(ref _fault) is null)
+        {
+            inline = null;
+            return false;
+        }
+        inline = Finish(null);
+        return true;
     }
 
     /// <summary>True for a job whose work can run on the thread that made it ready (a plain IJob).</summary>
@@ -280,6 +318,19 @@ internal abstract class JobNode : WorkItem
     /// ready and can run inline, for the caller to run (or queue with OnReady); every other ready dependent is queued.
     /// </summary>
     protected JobNode? Finish(Exception? exception)
+    {
+        t_finishDepth++;
+        try
+        {
+            return FinishCore(exception);
+        }
+        finally
+        {
+            t_finishDepth--;
+        }
+    }
+
+    private JobNode? FinishCore(Exception? exception)
     {
         JobNode? inline = null;
         if (exception is not null)

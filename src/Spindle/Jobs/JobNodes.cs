@@ -25,6 +25,10 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
 
     protected override JobNode? RunAndFinish()
     {
+        if (TryFinishInheritedFault(out JobNode? next))
+        {
+            return next; // a dependency failed: this job does not run, it fails with the same exception
+        }
         Exception? error = null;
         try
         {
@@ -56,7 +60,7 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
         return node;
     }
 
-    public override void Execute() => Finish(null)?.OnReady();
+    public override void Execute() => Finish(null)?.OnReady(); // with or without an inherited fault: nothing to run
 
     internal override void OnReady() => Finish(null)?.OnReady();
 
@@ -99,7 +103,15 @@ internal abstract class ParallelNode : JobNode
     /// <summary>Runs the job on [start, start + count).</summary>
     protected abstract void RunRange(int start, int count);
 
-    public override void Execute() => OnReady();
+    public override void Execute()
+    {
+        if (TryFinishInheritedFault(out JobNode? next))
+        {
+            next?.OnReady();
+            return;
+        }
+        OnReady();
+    }
 
     internal override void OnReady()
     {

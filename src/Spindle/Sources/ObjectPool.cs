@@ -95,18 +95,26 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         }
     }
 
-    /// <summary>The thread's stack is full: move a chunk to the shared stack (or to the GC, past the cap).</summary>
+    /// <summary>
+    /// The thread's stack is full: move its oldest <see cref="Chunk"/> objects to the shared stack (or to the GC, past
+    /// the cap). The newest stay: they are the ones in this core's cache, and the next rent on this thread takes the
+    /// object it returned last.
+    /// </summary>
     private static void ReturnChunk(ref ThreadSlots.Slot local)
     {
-        T first = (T)local.Head!;
-        T last = first;
-        for (int i = 1; i < Chunk; i++)
+        T keepLast = (T)local.Head!;
+        for (int i = 1; i < local.Count - Chunk; i++)
         {
-            last = last.Next!;
+            keepLast = keepLast.Next!;
         }
-        local.Head = last.Next;
+        T first = keepLast.Next!;
+        keepLast.Next = null;
         local.Count -= Chunk;
-        last.Next = null;
+        T last = first;
+        while (last.Next is { } next)
+        {
+            last = next;
+        }
         if (s_count + Chunk > SpindlePool.MaxRetainedPerType || !TryTakeGate())
         {
             return; // dropped: the GC takes them

@@ -1,0 +1,133 @@
+using System;
+using System.Diagnostics;
+
+namespace SpindleLib.Tests.Jobs;
+
+/// <summary>
+/// Steady-state scheduling and completing allocates nothing on the scheduling thread: job nodes, combine nodes,
+/// dependency edges, parallel runners and blocking waiters are pooled. Measured as in Tasks/AllocationTests: warm up,
+/// then measure 10,000 cycles until one run allocates nothing (tier-0 code may allocate in the first runs; a real
+/// per-operation allocation shows in every run). Run alone.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class JobAllocationTests
+{
+    private const int Iterations = 10_000;
+
+    private static void AssertSteadyStateAllocatesNothing(Action<int> iteration)
+    {
+        for (int i = 0; i < 2 * Iterations; i++)
+        {
+            iteration(i);
+        }
+        long fewest = long.MaxValue;
+        int runs = 0;
+        Stopwatch bound = Stopwatch.StartNew();
+        while (fewest != 0 && (runs < 10 || bound.Elapsed < TimeSpan.FromSeconds(10)))
+        {
+            long before = GC.GetAllocatedBytesForCurrentThread();
+            for (int i = 0; i < Iterations; i++)
+            {
+                iteration(i);
+            }
+            fewest = Math.Min(fewest, GC.GetAllocatedBytesForCurrentThread() - before);
+            runs++;
+        }
+        Assert.True(fewest == 0, $"{Iterations} iterations allocated at least {fewest} bytes in every one of {runs} measured runs");
+    }
+
+    private struct AddJob : IJob
+    {
+        public Counter Counter;
+
+        public readonly void Execute() => Counter.Increment();
+    }
+
+    private struct NoopForJob : IJobParallelFor
+    {
+        public Counter Counter;
+
+        public readonly void Execute(int index)
+        {
+            if (index == 0)
+            {
+                Counter.Increment();
+            }
+        }
+    }
+
+    private struct NoopBatchJob : IJobParallelForBatch
+    {
+        public Counter Counter;
+
+        public readonly void Execute(int startIndex, int count)
+        {
+            if (startIndex == 0)
+            {
+                Counter.Increment();
+            }
+        }
+    }
+
+    [Fact]
+    public void ScheduleAndComplete_OneJob_AllocatesNothing()
+    {
+        var counter = new Counter();
+        var job = new AddJob { Counter = counter };
+        AssertSteadyStateAllocatesNothing(_ => job.Schedule().Complete());
+        Assert.True(counter.Read() >= 3 * Iterations);
+    }
+
+    [Fact]
+    public void ScheduleFlushAndComplete_ChainWithCombine_AllocatesNothing()
+    {
+        var counter = new Counter();
+        var job = new AddJob { Counter = counter };
+        AssertSteadyStateAllocatesNothing(i =>
+        {
+            JobHandle a = job.Schedule();
+            JobHandle b = job.Schedule(a);
+            JobHandle c = job.Schedule(a);
+            if ((i & 1) == 0)
+            {
+                JobHandle.ScheduleBatchedJobs();
+            }
+            JobHandle d = job.Schedule(JobHandle.CombineDependencies(b, c));
+            JobHandle e = job.Schedule(JobHandle.CombineDependencies(a, d, c));
+            e.Complete();
+        });
+    }
+
+    [Fact]
+    public void CombineDependencies_Span_AllocatesNothing()
+    {
+        var job = new AddJob { Counter = new Counter() };
+        var handles = new JobHandle[8];
+        AssertSteadyStateAllocatesNothing(_ =>
+        {
+            for (int k = 0; k < handles.Length; k++)
+            {
+                handles[k] = job.Schedule();
+            }
+            JobHandle.CombineDependencies(handles).Complete();
+        });
+    }
+
+    [Fact]
+    public void ScheduleAndComplete_ParallelFor_AllocatesNothing()
+    {
+        var counter = new Counter();
+        var job = new NoopForJob { Counter = counter };
+        AssertSteadyStateAllocatesNothing(_ => job.Schedule(256, 32).Complete());
+        Assert.True(counter.Read() >= 3 * Iterations);
+    }
+
+    [Fact]
+    public void ScheduleAndComplete_ParallelForBatch_AllocatesNothing()
+    {
+        var counter = new Counter();
+        var job = new NoopBatchJob { Counter = counter };
+        AssertSteadyStateAllocatesNothing(_ => job.ScheduleBatch(256, 32).Complete());
+        Assert.True(counter.Read() >= 3 * Iterations);
+    }
+}

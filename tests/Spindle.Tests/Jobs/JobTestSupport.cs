@@ -1,0 +1,192 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Jobs;
+
+/// <summary>A shared mutable counter that struct jobs can point to.</summary>
+internal sealed class Counter
+{
+    public int Value;
+
+    public int Read() => Volatile.Read(ref Value);
+
+    public void Increment() => Interlocked.Increment(ref Value);
+}
+
+/// <summary>A gate a job can wait at: the job signals <see cref="Started"/>, then waits for <see cref="Release"/>.</summary>
+/// <remarks>Dispose releases the job; the events are left to the GC, so a job still inside Wait never sees them disposed.</remarks>
+internal sealed class Gate : IDisposable
+{
+    public readonly ManualResetEventSlim Started = new(false);
+    public readonly ManualResetEventSlim Release = new(false);
+
+    public void WaitStarted(int seconds = TestUtil.DefaultTimeoutSeconds)
+    {
+        if (!Started.Wait(TimeSpan.FromSeconds(seconds)))
+        {
+            throw new TimeoutException("The gated job did not start within " + seconds + " s.");
+        }
+    }
+
+    public void Dispose() => Release.Set();
+}
+
+/// <summary>Counts its runs.</summary>
+internal struct CountJob : IJob
+{
+    public Counter Counter;
+
+    public CountJob(Counter counter) => Counter = counter;
+
+    public readonly void Execute() => Counter.Increment();
+}
+
+/// <summary>Counts its runs, then throws <see cref="Error"/>.</summary>
+internal struct ThrowJob : IJob
+{
+    public Exception Error;
+    public Counter? Ran;
+
+    public ThrowJob(Exception error, Counter? ran = null)
+    {
+        Error = error;
+        Ran = ran;
+    }
+
+    public readonly void Execute()
+    {
+        Ran?.Increment();
+        throw Error;
+    }
+}
+
+/// <summary>Signals its gate's Started, waits (bounded) for its Release, then counts its run.</summary>
+internal struct GateJob : IJob
+{
+    public Gate Gate;
+    public Counter? Ran;
+
+    public GateJob(Gate gate, Counter? ran = null)
+    {
+        Gate = gate;
+        Ran = ran;
+    }
+
+    public readonly void Execute()
+    {
+        Gate.Started.Set();
+        if (!Gate.Release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
+        {
+            throw new TimeoutException("GateJob was never released.");
+        }
+        Ran?.Increment();
+    }
+}
+
+/// <summary>Increments <c>Hits[index]</c> for every index.</summary>
+internal struct IndexCountJob : IJobParallelFor
+{
+    public int[] Hits;
+
+    public IndexCountJob(int[] hits) => Hits = hits;
+
+    public readonly void Execute(int index) => Interlocked.Increment(ref Hits[index]);
+}
+
+/// <summary>
+/// Records every batch: <c>BatchHits[start / BatchSize]</c> counts the batch's runs, <c>BatchCounts</c> its count,
+/// <c>Misaligned</c> batches whose start is not a multiple of the batch size, and <c>Hits</c> every index covered.
+/// </summary>
+internal struct BatchRecordJob : IJobParallelForBatch
+{
+    public int[] Hits;
+    public int[] BatchHits;
+    public int[] BatchCounts;
+    public int BatchSize;
+    public Counter Misaligned;
+
+    public readonly void Execute(int startIndex, int count)
+    {
+        if (startIndex % BatchSize != 0 || count < 1)
+        {
+            Misaligned.Increment();
+            return;
+        }
+        int batch = startIndex / BatchSize;
+        Interlocked.Increment(ref BatchHits[batch]);
+        BatchCounts[batch] = count;
+        for (int i = startIndex; i < startIndex + count; i++)
+        {
+            Interlocked.Increment(ref Hits[i]);
+        }
+    }
+}
+
+/// <summary>Occupies every worker with a blocking Spindle.Run item until disposed, so only the test thread runs jobs.</summary>
+internal sealed class HoldWorkers : IDisposable
+{
+    private readonly ManualResetEventSlim _release = new(false);
+    private readonly SpindleTask[] _items;
+
+    public HoldWorkers()
+    {
+        int n = WorkerPool.Shared.WorkerCount;
+        using var started = new CountdownEvent(n);
+        _items = new SpindleTask[n];
+        for (int i = 0; i < n; i++)
+        {
+            _items[i] = Spindle.Run(() =>
+            {
+                started.Signal();
+                _release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+            });
+        }
+        if (!started.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
+        {
+            _release.Set();
+            throw new TimeoutException("not every worker picked up a holding item");
+        }
+    }
+
+    public void Dispose()
+    {
+        _release.Set();
+        foreach (SpindleTask item in _items)
+        {
+            TestUtil.WithTimeout(item).GetAwaiter().GetResult();
+        }
+    }
+}
+
+internal static class JobTestUtil
+{
+    /// <summary>Runs <paramref name="body"/> on a pool thread, failing with <see cref="TimeoutException"/> if it hangs.</summary>
+    public static Task Bounded(Action body, int seconds = TestUtil.DefaultTimeoutSeconds)
+        => TestUtil.WithTimeout(Task.Run(body), seconds);
+
+    /// <summary>Completes the handle and returns the exception it rethrew (or null).</summary>
+    public static Exception? CompleteCatching(JobHandle handle)
+    {
+        try
+        {
+            handle.Complete();
+            return null;
+        }
+        catch (Exception ex)
+        {
+            return ex;
+        }
+    }
+
+    /// <summary>Waits (without helping: IsCompleted only flushes) until the workers have finished the job.</summary>
+    public static void WaitByPolling(JobHandle handle, int seconds = TestUtil.DefaultTimeoutSeconds)
+        => TestUtil.SpinUntil(() => handle.IsCompleted, seconds);
+
+    /// <summary>Best effort: waits until every worker of the shared pool is parked (false if they did not within the bound).</summary>
+    public static bool WaitForParkedWorkers(int milliseconds)
+    {
+        WorkerPool pool = WorkerPool.Shared;
+        return SpinWait.SpinUntil(() => pool.IdleWorkers >= pool.WorkerCount, milliseconds);
+    }
+}
