@@ -96,6 +96,33 @@ internal static class TestUtil
         }
         return x + 1;
     }
+
+    /// <summary>
+    /// Asserts that <paramref name="iteration"/> allocates nothing on this thread in steady state: warms up, then measures
+    /// runs of <paramref name="iterations"/> until one allocates nothing, within a bound. A run or two may still include
+    /// tier-0 code (which can box where optimized code does not), but a per-operation allocation shows in every run.
+    /// </summary>
+    internal static void AssertSteadyStateAllocatesNothing(Action<int> iteration, int iterations)
+    {
+        for (int i = 0; i < 2 * iterations; i++)
+        {
+            iteration(i);
+        }
+        long fewest = long.MaxValue;
+        int runs = 0;
+        System.Diagnostics.Stopwatch bound = System.Diagnostics.Stopwatch.StartNew();
+        while (fewest != 0 && (runs < 20 || bound.Elapsed < TimeSpan.FromSeconds(10)))
+        {
+            long before = GC.GetAllocatedBytesForCurrentThread();
+            for (int i = 0; i < iterations; i++)
+            {
+                iteration(i);
+            }
+            fewest = Math.Min(fewest, GC.GetAllocatedBytesForCurrentThread() - before);
+            runs++;
+        }
+        Assert.True(fewest == 0, $"{iterations} iterations allocated at least {fewest} bytes in every one of {runs} measured runs");
+    }
 }
 
 /// <summary>

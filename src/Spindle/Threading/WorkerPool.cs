@@ -133,14 +133,7 @@ internal sealed class WorkerPool : Scheduler
         {
             return false;
         }
-        ExecutionContext? before = ExecutionContext.Capture();
-        RunItemSafely(item);
-#if NET
-        if (before is not null && ExecutionContext.Capture() != before)
-        {
-            ExecutionContext.Restore(before);
-        }
-#endif
+        RunItemKeepingContext(item);
         return true;
     }
 
@@ -218,15 +211,7 @@ internal sealed class WorkerPool : Scheduler
         {
             return false;
         }
-        // The helping worker is inside another item's context: restore that context, not the default, afterwards.
-        ExecutionContext? before = ExecutionContext.Capture();
-        RunItemSafely(item);
-#if NET
-        if (before is not null && ExecutionContext.Capture() != before)
-        {
-            ExecutionContext.Restore(before);
-        }
-#endif
+        RunItemKeepingContext(item);
         return true;
     }
 
@@ -285,6 +270,22 @@ internal sealed class WorkerPool : Scheduler
         // Work that ran without a captured context (flow was suppressed when it was queued) ran in this thread's
         // context; whatever AsyncLocal values it set must not reach the next item.
         ContextFlow.RestoreDefaultIfChanged();
+    }
+
+    /// <summary>
+    /// Runs an item on a thread that is helping while it waits, inside some other code's context: afterwards it restores
+    /// that context, not the default, so whatever AsyncLocal values the item set do not reach the waiting code.
+    /// </summary>
+    private static void RunItemKeepingContext(WorkItem item)
+    {
+        ExecutionContext? before = ExecutionContext.Capture();
+        RunItemSafely(item);
+#if NET
+        if (before is not null && ExecutionContext.Capture() != before)
+        {
+            ExecutionContext.Restore(before);
+        }
+#endif
     }
 
     private static void RunItemSafely(WorkItem item)

@@ -15,27 +15,7 @@ public class AllocationTests
 {
     private const int Iterations = 1_000;
 
-    private static void AssertSteadyStateAllocatesNothing(Action<int> iteration)
-    {
-        for (int i = 0; i < 2 * Iterations; i++)
-        {
-            iteration(i);
-        }
-        long fewest = long.MaxValue;
-        int runs = 0;
-        Stopwatch bound = Stopwatch.StartNew();
-        while (fewest != 0 && (runs < 20 || bound.Elapsed < TimeSpan.FromSeconds(10)))
-        {
-            long before = GC.GetAllocatedBytesForCurrentThread();
-            for (int i = 0; i < Iterations; i++)
-            {
-                iteration(i);
-            }
-            fewest = Math.Min(fewest, GC.GetAllocatedBytesForCurrentThread() - before);
-            runs++;
-        }
-        Assert.True(fewest == 0, $"{Iterations} iterations allocated at least {fewest} bytes in every one of {runs} measured runs");
-    }
+    private static void AssertSteadyStateAllocatesNothing(Action<int> iteration) => TestUtil.AssertSteadyStateAllocatesNothing(iteration, Iterations);
 
 
     [Fact]
