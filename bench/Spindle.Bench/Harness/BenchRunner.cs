@@ -19,6 +19,8 @@ public static class BenchRunner
         new AsyncAwaitScenario(),
         new ChainScenario(),
         new ParallelForScenario(),
+        new WhenAnyScenario(),
+        new WhenAllScenario(),
     };
 
     public static int Execute(string[] args)

@@ -26,6 +26,8 @@ public sealed class BenchScenarioTests
     {
         ["sequential"] = (new[] { "units=1000" }, new[] { "Task", "Spindle", "SpindleJob", "SpindleOnThreadPool" }, new[] { "ns_per_op", "bytes_per_op" }),
         ["chain"] = (new[] { "chains=4,length=1000" }, new[] { "TaskFactory", "Spindle" }, new[] { "ns_per_job", "bytes_per_job" }),
+        ["whenany"] = (new[] { "n=2,completed", "n=3,pending", "n=8,pending" }, new[] { "Task", "Spindle", "SpindleOverTask" }, new[] { "ns_per_op", "bytes_per_op" }),
+        ["whenall"] = (new[] { "n=2,completed", "n=4,pending", "n=8,pending" }, new[] { "Task", "Spindle", "SpindleOverTask" }, new[] { "ns_per_op", "bytes_per_op" }),
         ["parallel-for"] = (new[] { "n=65536" }, new[] { "Loop", "ParallelFor", "Spindle" }, new[] { "ns_per_element", "bytes_per_op" }),
         ["asyncawait"] = (new[] { "completed", "pending", "nested" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
     };

@@ -1,0 +1,196 @@
+using System;
+using System.Collections.Generic;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The one mechanism behind every WhenAll and WhenAny, for any number of inputs: a pooled object that is the source of
+/// the combined task and registers one pooled slot per input. Nothing is allocated per call in steady state, whatever
+/// the count.
+/// </summary>
+/// <remarks>
+/// <para><b>Lifetime.</b> <see cref="_references"/> counts the inputs still running plus one for the consumer of the
+/// combined task. Each input's completion drops one; reading the combined result drops the consumer's. The object
+/// returns to its pool only at zero, so a WhenAny whose losers finish late is recycled only after the last of them.</para>
+/// <para><b>Outcome.</b> For WhenAny, the first input to finish wins a CAS on <see cref="_winner"/> (a later input reads
+/// it first and skips the CAS once the race is decided); its result (or exception) becomes the combined outcome. For
+/// WhenAll, the same counter decides: the input whose completion brings it down to 1 (only the consumer's reference
+/// left) is the last one, and completes the combined task, with the first exception (as the BCL's await does). Every input is read exactly once, by its slot, so
+/// pooled inputs go back to their pools. A losing input's fault is reported to <see cref="Spindle.UnobservedException"/>:
+/// it is not lost, and it is not rethrown.</para>
+/// </remarks>
+internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>
+{
+    private SourceCore<TResult> _core;
+    private Slot[] _slots = Array.Empty<Slot>();
+    private int _references;
+    private int _winner;
+    private bool _isAny;
+    private ExceptionDispatchInfo? _firstError;
+    private Combinator<TResult>? _poolNext;
+
+    ref Combinator<TResult>? IPoolNode<Combinator<TResult>>.Next => ref _poolNext;
+
+    public short Version => _core.Version;
+
+    public static Combinator<TResult> Rent(bool isAny, int count)
+    {
+        Combinator<TResult> c = ObjectPool<Combinator<TResult>>.TryRent() ?? new Combinator<TResult>();
+        c._isAny = isAny;
+        c._winner = -1;
+        c._references = count + 1;
+        c._firstError = null;
+        if (c._slots.Length < count)
+        {
+            var slots = new Slot[Math.Max(count, c._slots.Length * 2)];
+            Array.Copy(c._slots, slots, c._slots.Length);
+            for (int i = c._slots.Length; i < slots.Length; i++)
+            {
+                slots[i] = new Slot(c, i);
+            }
+            c._slots = slots;
+        }
+        return c;
+    }
+
+    /// <summary>Registers input <paramref name="index"/>, a Spindle task.</summary>
+    public void Add(int index, ISpindleSource source, short token)
+    {
+        Slot slot = _slots[index];
+        slot.Source = source;
+        slot.Token = token;
+        source.OnCompleted(Slot.s_onSpindleCompleted, slot, token);
+    }
+
+    /// <summary>Registers input <paramref name="index"/>, a BCL task.</summary>
+    public void Add(int index, Task task)
+    {
+        Slot slot = _slots[index];
+        slot.Task = task;
+        // An Action cached in the slot for its whole pooled life: the BCL stores it as the task's continuation, no allocation.
+        task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(slot.TaskContinuation);
+    }
+
+    private void OnInputCompleted(Slot slot)
+    {
+        // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
+        ExceptionDispatchInfo? error = null;
+        try
+        {
+            if (slot.Task is { } task)
+            {
+                task.GetAwaiter().GetResult();
+            }
+            else
+            {
+                slot.Source!.GetResult(slot.Token);
+            }
+        }
+        catch (Exception ex)
+        {
+            error = ExceptionDispatchInfo.Capture(ex);
+        }
+        int index = slot.Index;
+        slot.Source = null;
+        slot.Task = null;
+
+        if (_isAny)
+        {
+            if (Volatile.Read(ref _winner) == -1 && Interlocked.CompareExchange(ref _winner, index, -1) == -1)
+            {
+                if (error is not null)
+                {
+                    _core.TrySetException(error.SourceException);
+                }
+                else
+                {
+                    // TResult is int for WhenAny: the JIT removes this box/unbox pair in the specialised code.
+                    _core.TrySetResult((TResult)(object)index);
+                }
+            }
+            else if (error is not null && error.SourceException is not OperationCanceledException)
+            {
+                UnobservedExceptions.Report(error.SourceException);
+            }
+        }
+        else
+        {
+            if (error is not null)
+            {
+                Interlocked.CompareExchange(ref _firstError, error, null);
+            }
+            if (Interlocked.Decrement(ref _references) == 1)
+            {
+                // The last input: only the consumer's reference is left, so nothing else touches this object until
+                // the consumer reads the result (and drops that last reference).
+                if (_firstError is { } first)
+                {
+                    _core.TrySetException(first.SourceException);
+                }
+                else
+                {
+                    _core.TrySetResult(default!);
+                }
+            }
+            return;
+        }
+        Release();
+    }
+
+    private void Release()
+    {
+        if (Interlocked.Decrement(ref _references) == 0)
+        {
+            _core.ClearForPool();
+            _firstError = null;
+            ObjectPool<Combinator<TResult>>.Return(this);
+        }
+    }
+
+    public TResult GetResult(short token)
+    {
+        TResult result = _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        Release();
+        error?.Throw();
+        return result;
+    }
+
+    void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<TResult>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+
+    /// <summary>One input's registration: the state every input's continuation carries, kept with the combinator.</summary>
+    private sealed class Slot
+    {
+        public static readonly Action<object?> s_onSpindleCompleted = static o => ((Slot)o!).Complete();
+
+        public readonly Combinator<TResult> Owner;
+        public readonly int Index;
+        public readonly Action TaskContinuation;
+        public ISpindleSource? Source;
+        public short Token;
+        public Task? Task;
+
+        public Slot(Combinator<TResult> owner, int index)
+        {
+            Owner = owner;
+            Index = index;
+            TaskContinuation = Complete;
+        }
+
+        private void Complete() => Owner.OnInputCompleted(this);
+    }
+}
