@@ -19,7 +19,8 @@ namespace SpindleLib;
 /// <para><b>Outcome.</b> For WhenAny, the first input to finish wins a CAS on <see cref="_winner"/> (a later input reads
 /// it first and skips the CAS once the race is decided); its result (or exception) becomes the combined outcome. For
 /// WhenAll, the same counter decides: the input whose completion brings it down to 1 (only the consumer's reference
-/// left) is the last one, and completes the combined task, with the first exception (as the BCL's await does). Every input is read exactly once, by its slot, so
+/// left) is the last one, and completes the combined task. If inputs failed, it rethrows the failure of the lowest
+/// index, as the BCL's <c>await Task.WhenAll(...)</c> does: deterministic, whatever order the inputs finished in. Every input is read exactly once, by its slot, so
 /// pooled inputs go back to their pools. A losing input's fault is reported to <see cref="Spindle.UnobservedException"/>:
 /// it is not lost, and it is not rethrown.</para>
 /// </remarks>
@@ -30,7 +31,7 @@ internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<C
     private int _references;
     private int _winner;
     private bool _isAny;
-    private ExceptionDispatchInfo? _firstError;
+    private int _count;
     private Combinator<TResult>? _poolNext;
 
     ref Combinator<TResult>? IPoolNode<Combinator<TResult>>.Next => ref _poolNext;
@@ -43,7 +44,7 @@ internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<C
         c._isAny = isAny;
         c._winner = -1;
         c._references = count + 1;
-        c._firstError = null;
+        c._count = count;
         if (c._slots.Length < count)
         {
             var slots = new Slot[Math.Max(count, c._slots.Length * 2)];
@@ -61,6 +62,7 @@ internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<C
     public void Add(int index, ISpindleSource source, short token)
     {
         Slot slot = _slots[index];
+        slot.Error = null;
         slot.Source = source;
         slot.Token = token;
         source.OnCompleted(Slot.s_onSpindleCompleted, slot, token);
@@ -70,6 +72,7 @@ internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<C
     public void Add(int index, Task task)
     {
         Slot slot = _slots[index];
+        slot.Error = null;
         slot.Task = task;
         // An Action cached in the slot for its whole pooled life: the BCL stores it as the task's continuation, no allocation.
         task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(slot.TaskContinuation);
@@ -119,15 +122,21 @@ internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<C
         }
         else
         {
-            if (error is not null)
-            {
-                Interlocked.CompareExchange(ref _firstError, error, null);
-            }
+            slot.Error = error; // published to the last input by the interlocked decrement below
             if (Interlocked.Decrement(ref _references) == 1)
             {
                 // The last input: only the consumer's reference is left, so nothing else touches this object until
                 // the consumer reads the result (and drops that last reference).
-                if (_firstError is { } first)
+                ExceptionDispatchInfo? first = null;
+                for (int i = 0; i < _count && first is null; i++)
+                {
+                    first = _slots[i].Error;
+                }
+                for (int i = 0; i < _count; i++)
+                {
+                    _slots[i].Error = null;
+                }
+                if (first is not null)
                 {
                     _core.TrySetException(first.SourceException);
                 }
@@ -146,7 +155,6 @@ internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<C
         if (Interlocked.Decrement(ref _references) == 0)
         {
             _core.ClearForPool();
-            _firstError = null;
             ObjectPool<Combinator<TResult>>.Return(this);
         }
     }
@@ -183,6 +191,7 @@ internal sealed class Combinator<TResult> : ISpindleSource<TResult>, IPoolNode<C
         public ISpindleSource? Source;
         public short Token;
         public Task? Task;
+        public ExceptionDispatchInfo? Error;
 
         public Slot(Combinator<TResult> owner, int index)
         {

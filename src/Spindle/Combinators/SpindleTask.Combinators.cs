@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Threading;
 using System.Threading.Tasks;
 
 namespace SpindleLib;
@@ -63,9 +64,11 @@ public readonly partial struct SpindleTask
             Exception? first = null;
             foreach (Task t in tasks)
             {
-                if (!t.IsCompletedSuccessfully() && first is null)
+                if (!t.IsCompletedSuccessfully())
                 {
-                    first = FirstException(t);
+                    // Read every failure (which marks it observed), and keep the lowest index's, as the BCL does.
+                    Exception e = FirstException(t);
+                    first ??= e;
                 }
             }
             return first is null ? default : FromException(first);
@@ -139,6 +142,13 @@ public readonly partial struct SpindleTask
                 {
                     _ = tasks[j] ?? throw NullInput(j, nameof(tasks));
                 }
+                for (int j = 0; j < tasks.Length; j++)
+                {
+                    if (j != i)
+                    {
+                        ObserveLoser(tasks[j]);
+                    }
+                }
                 return t.IsCompletedSuccessfully() ? new SpindleTask<int>(i) : FromException<int>(FirstException(t));
             }
         }
@@ -190,6 +200,31 @@ public readonly partial struct SpindleTask
         catch (Exception ex)
         {
             return FromException<int>(ex);
+        }
+    }
+
+    /// <summary>
+    /// A losing BCL task is still read, as the combinator reads its losers: a failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, now or when it happens (allocating a continuation only for a loser that
+    /// is still running).
+    /// </summary>
+    private static void ObserveLoser(Task loser)
+    {
+        if (loser.IsCompleted)
+        {
+            ReportLoser(loser);
+        }
+        else
+        {
+            loser.ContinueWith(static t => ReportLoser(t), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+        }
+    }
+
+    private static void ReportLoser(Task loser)
+    {
+        if (loser.IsFaulted)
+        {
+            UnobservedExceptions.Report(FirstException(loser));
         }
     }
 

@@ -1,0 +1,190 @@
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Threading.Tasks;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+
+namespace SpindleLib.Tests.Combinators;
+
+/// <summary>Empty, null and re-awaited inputs and results.</summary>
+public class CombinatorBadInputTests
+{
+    [Fact]
+    public void WhenAny_EmptyInput_ThrowsArgumentException_EveryOverload()
+    {
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<SpindleTask>.Empty));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<Task>.Empty));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny((IEnumerable<SpindleTask>)new List<SpindleTask>()));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny((IEnumerable<Task>)Array.Empty<Task>()));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(Enumerable.Empty<Task>().Select(t => t)));
+    }
+
+    [Fact]
+    public void WhenAll_EmptyInput_CompletesAtOnce_EveryOverload()
+    {
+        SpindleTask[] results =
+        [
+            SpindleTask.WhenAll(ReadOnlySpan<SpindleTask>.Empty),
+            SpindleTask.WhenAll(ReadOnlySpan<Task>.Empty),
+            SpindleTask.WhenAll((IEnumerable<SpindleTask>)new List<SpindleTask>()),
+            SpindleTask.WhenAll(Enumerable.Empty<Task>().Select(t => t)),
+        ];
+        foreach (SpindleTask all in results)
+        {
+            Assert.True(all.IsCompleted);
+            Assert.Equal(SpindleTaskStatus.Succeeded, all.Status);
+            all.GetAwaiter().GetResult();
+        }
+    }
+
+    [Fact]
+    public async Task WhenAll_EmptyInput_AwaitDoesNotSuspend()
+        => await TestUtil.WithTimeout(SpindleTask.WhenAll(ReadOnlySpan<SpindleTask>.Empty), 5);
+
+    [Fact]
+    public void NullTaskInSpan_ThrowsArgumentExceptionNamingTheIndex()
+    {
+        var pending = new TaskCompletionSource();
+        Task?[] withNull = [pending.Task, pending.Task, null, pending.Task]; // every other input pending
+
+        AssertNamesIndex(2, () => SpindleTask.WhenAll(withNull!));
+        AssertNamesIndex(2, () => SpindleTask.WhenAny(withNull!));
+        AssertNamesIndex(0, () => SpindleTask.WhenAll(new Task[] { null!, pending.Task }));
+        AssertNamesIndex(0, () => SpindleTask.WhenAny(new Task[] { null!, pending.Task }));
+        pending.SetResult();
+    }
+
+    [Fact]
+    public void NullTaskAfterAnAlreadyCompletedOne_StillThrowsArgumentExceptionNamingTheIndex()
+    {
+        // The fast paths (an input already complete) must validate the rest of the input too.
+        AssertNamesIndex(1, () => SpindleTask.WhenAny(new Task[] { Task.CompletedTask, null! }));
+        AssertNamesIndex(3, () => SpindleTask.WhenAny(new Task[] { Task.CompletedTask, Task.CompletedTask, Task.CompletedTask, null! }));
+        AssertNamesIndex(1, () => SpindleTask.WhenAll(new Task[] { Task.CompletedTask, null! }));
+    }
+
+    [Fact]
+    public void NullTaskInEnumerable_ThrowsArgumentExceptionNamingTheIndex()
+    {
+        var pending = new TaskCompletionSource();
+        var list = new List<Task?> { pending.Task, pending.Task, pending.Task, null };
+        AssertNamesIndex(3, () => SpindleTask.WhenAll(list!));
+        AssertNamesIndex(3, () => SpindleTask.WhenAny(list!));
+        AssertNamesIndex(3, () => SpindleTask.WhenAll(list.Select(t => t)!));
+        AssertNamesIndex(3, () => SpindleTask.WhenAny(list.Select(t => t)!));
+        AssertNamesIndex(1, () => SpindleTask.WhenAny((IEnumerable<Task>)new Task[] { Task.CompletedTask, null! }));
+        pending.SetResult();
+    }
+
+    [Fact]
+    public void NullEnumerable_ThrowsArgumentNullException_EveryOverload()
+    {
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAll((IEnumerable<SpindleTask>)null!)).ParamName);
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAll((IEnumerable<Task>)null!)).ParamName);
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAny((IEnumerable<SpindleTask>)null!)).ParamName);
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAny((IEnumerable<Task>)null!)).ParamName);
+    }
+
+    private static void AssertNamesIndex(int index, Func<object> call)
+    {
+        ArgumentException ex = Assert.Throws<ArgumentException>(() => call());
+        Assert.Contains($"index {index}", ex.Message, StringComparison.Ordinal);
+        Assert.Equal("tasks", ex.ParamName);
+    }
+
+    private static void AssertAwaitOnceError(Action secondRead)
+    {
+        InvalidOperationException ex = Assert.Throws<InvalidOperationException>(secondRead);
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void WhenAll_ResultReadTwice_ThrowsTheAwaitOnceError()
+    {
+        Promise[] promises = Promises(2);
+        SpindleTask all = SpindleTask.WhenAll(TasksOf(promises));
+        promises[0].SetResult();
+        promises[1].SetResult();
+        all.GetAwaiter().GetResult();
+        AssertAwaitOnceError(() => all.GetAwaiter().GetResult());
+        AssertAwaitOnceError(() => _ = all.IsCompleted);
+    }
+
+    [Fact]
+    public void WhenAll_FaultedResultReadTwice_ThrowsTheAwaitOnceErrorNotTheFault()
+    {
+        Promise[] promises = Promises(2);
+        SpindleTask all = SpindleTask.WhenAll(TasksOf(promises));
+        promises[0].SetException(new FormatException("x"));
+        promises[1].SetResult();
+        Assert.Throws<FormatException>(() => all.GetAwaiter().GetResult());
+        AssertAwaitOnceError(() => all.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void WhenAny_ResultReadTwice_WhileLosersArePendingAndAfter_ThrowsTheAwaitOnceError()
+    {
+        Promise[] promises = Promises(3);
+        SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(promises));
+        promises[1].SetResult();
+        Assert.Equal(1, any.GetAwaiter().GetResult());
+        AssertAwaitOnceError(() => any.GetAwaiter().GetResult()); // combinator still alive: the losers hold it
+        promises[0].SetResult();
+        promises[2].SetResult();
+        AssertAwaitOnceError(() => any.GetAwaiter().GetResult()); // combinator back in its pool
+
+        // Even after the pooled combinator is reused by another call, the old result stays stale.
+        Promise[] next = Promises(3);
+        SpindleTask<int> reused = SpindleTask.WhenAny(TasksOf(next));
+        AssertAwaitOnceError(() => any.GetAwaiter().GetResult());
+        next[2].SetResult();
+        next[0].SetResult();
+        next[1].SetResult();
+        Assert.Equal(2, reused.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public async Task WhenAllAndWhenAny_AwaitedTwice_SecondAwaitThrowsTheAwaitOnceError()
+    {
+        Promise[] promises = Promises(2);
+        SpindleTask all = SpindleTask.WhenAll(TasksOf(promises));
+        Task first = TestUtil.AwaitAsync(all);
+        promises[0].SetResult();
+        promises[1].SetResult();
+        await TestUtil.WithTimeout(first, 10);
+        InvalidOperationException ex = await Assert.ThrowsAsync<InvalidOperationException>(() => TestUtil.WithTimeout(all, 10));
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+
+        Promise[] more = Promises(2);
+        SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(more));
+        more[0].SetResult();
+        Assert.Equal(0, await TestUtil.WithTimeout(any, 10));
+        ex = await Assert.ThrowsAsync<InvalidOperationException>(() => TestUtil.WithTimeout(any, 10));
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+        more[1].SetResult();
+    }
+
+    [Fact]
+    public void WhenAny_PreservedResult_CanBeReadManyTimes()
+    {
+        Promise[] promises = Promises(2);
+        SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(promises)).Preserve();
+        promises[1].SetResult();
+        promises[0].SetResult();
+        Assert.Equal(1, any.GetAwaiter().GetResult());
+        Assert.Equal(1, any.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void InputAlreadyConsumedByAnotherCombinator_IsRejectedAsStale()
+    {
+        // Inputs are consumed: passing a pooled task to a second combinator after the first read it is the await-once error.
+        var promise = new Promise();
+        SpindleTask input = Await(promise);
+        SpindleTask all = SpindleTask.WhenAll(input);
+        promise.SetResult();
+        all.GetAwaiter().GetResult();
+        AssertAwaitOnceError(() => SpindleTask.WhenAll(input));
+        AssertAwaitOnceError(() => SpindleTask.WhenAny(input));
+    }
+}

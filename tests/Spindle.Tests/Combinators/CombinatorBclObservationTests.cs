@@ -1,0 +1,155 @@
+using System;
+using System.Collections.Concurrent;
+using System.Linq;
+using System.Runtime.CompilerServices;
+using System.Threading;
+using System.Threading.Tasks;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+
+namespace SpindleLib.Tests.Combinators;
+
+/// <summary>
+/// Observation of BCL inputs' faults: by the combined task (WhenAll), by Spindle.UnobservedException (WhenAny's
+/// losers), and never left to TaskScheduler.UnobservedTaskException. Process-wide events: these run alone.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class CombinatorBclObservationTests
+{
+    /// <summary>Runs <paramref name="body"/>, then collects, and returns the faults TaskScheduler reported as unobserved.</summary>
+    private static ConcurrentQueue<Exception> UnobservedTaskFaults(Action body)
+    {
+        var seen = new ConcurrentQueue<Exception>();
+        EventHandler<UnobservedTaskExceptionEventArgs> handler = (_, e) =>
+        {
+            foreach (Exception inner in e.Exception.InnerExceptions)
+            {
+                seen.Enqueue(inner);
+            }
+        };
+        TaskScheduler.UnobservedTaskException += handler;
+        try
+        {
+            body();
+            for (int i = 0; i < 3; i++)
+            {
+                GC.Collect();
+                GC.WaitForPendingFinalizers();
+            }
+        }
+        finally
+        {
+            TaskScheduler.UnobservedTaskException -= handler;
+        }
+        return seen;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void WhenAllOverAlreadyFaulted(Exception a, Exception b)
+    {
+        Task fa = Task.FromException(a);
+        Task fb = Task.FromException(b);
+        SpindleTask all = SpindleTask.WhenAll(fa, fb);
+        Assert.Throws(a.GetType(), () => all.GetAwaiter().GetResult());
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void WhenAllOverFaultingLater(Exception a, Exception b)
+    {
+        var sa = new TaskCompletionSource();
+        var sb = new TaskCompletionSource();
+        SpindleTask all = SpindleTask.WhenAll(sa.Task, sb.Task);
+        sa.SetException(a);
+        sb.SetException(b);
+        // Which one is rethrown is not asserted here: see WhenAll_BclInputsFailInOrder_RethrowsTheFirstToFail.
+        Exception? thrown = Record.Exception(() => TestUtil.WithTimeout(all, 10).GetAwaiter().GetResult());
+        Assert.True(ReferenceEquals(thrown, a) || ReferenceEquals(thrown, b), $"threw {thrown}");
+    }
+
+    [Fact]
+    public void WhenAll_BclInputsThatFailWhilePending_EveryFaultIsObserved()
+    {
+        var a = new InvalidTimeZoneException("pending a " + Guid.NewGuid());
+        var b = new FormatException("pending b " + Guid.NewGuid());
+        ConcurrentQueue<Exception> leaked = UnobservedTaskFaults(() => WhenAllOverFaultingLater(a, b));
+        Assert.DoesNotContain(leaked, e => ReferenceEquals(e, a) || ReferenceEquals(e, b));
+    }
+
+    [Fact]
+    public void WhenAll_BclInputsAlreadyFaulted_EveryFaultIsObserved()
+    {
+        var a = new InvalidTimeZoneException("already a " + Guid.NewGuid());
+        var b = new FormatException("already b " + Guid.NewGuid());
+        ConcurrentQueue<Exception> leaked = UnobservedTaskFaults(() => WhenAllOverAlreadyFaulted(a, b));
+        Assert.DoesNotContain(leaked, e => ReferenceEquals(e, a) || ReferenceEquals(e, b));
+    }
+
+    [Fact]
+    public void WhenAny_BclLoserFailingLater_NoInputCompleteAtTheCall_ReportedOnce()
+    {
+        var winner = new TaskCompletionSource();
+        var loser = new TaskCompletionSource();
+        var error = new InvalidTimeZoneException("loser");
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            SpindleTask<int> any = SpindleTask.WhenAny(winner.Task, loser.Task);
+            winner.SetResult();
+            Assert.Equal(0, TestUtil.WithTimeout(any, 10).GetAwaiter().GetResult());
+            loser.SetException(error);
+            // The BCL may schedule the combinator's continuation (it does under xUnit's synchronization context).
+            TestUtil.SpinUntil(() => !reported.IsEmpty, 10);
+            Thread.Sleep(20); // and a second report, if there were one, would show up
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        Assert.Same(error, Assert.Single(reported));
+    }
+
+    [Fact]
+    public void WhenAny_BclLoserFailingLater_AnInputAlreadyCompleteAtTheCall_ReportedOnce()
+    {
+        var loser = new TaskCompletionSource();
+        var error = new InvalidTimeZoneException("loser");
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            SpindleTask<int> any = SpindleTask.WhenAny(Task.CompletedTask, loser.Task);
+            Assert.Equal(0, any.GetAwaiter().GetResult());
+            loser.SetException(error);
+            SpinWait.SpinUntil(() => !reported.IsEmpty, 500); // allow for a scheduled (not inline) continuation
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        Assert.Same(error, reported.SingleOrDefault());
+    }
+
+    [Fact]
+    public async Task WhenAll_BclInputsFailInOrder_RethrowsTheFirstToFail()
+    {
+        int wrong = 0;
+        for (int i = 0; i < 200; i++)
+        {
+            var a = new InvalidTimeZoneException("first");
+            var b = new FormatException("second");
+            var sa = new TaskCompletionSource();
+            var sb = new TaskCompletionSource();
+            SpindleTask all = SpindleTask.WhenAll(sa.Task, sb.Task);
+            sa.SetException(a);
+            sb.SetException(b);
+            Exception? thrown = await Record.ExceptionAsync(() => TestUtil.WithTimeout(all, 10));
+            if (!ReferenceEquals(thrown, a))
+            {
+                wrong++;
+            }
+        }
+        Assert.True(wrong == 0, $"{wrong} of 200 rounds rethrew the input that failed second");
+    }
+}
