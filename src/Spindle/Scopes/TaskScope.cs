@@ -1,0 +1,334 @@
+using System;
+using System.Collections.Generic;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib;
+
+/// <summary>
+/// Structured concurrency: children started with <see cref="Run(Func{CancellationToken, SpindleTask})"/> finish before the
+/// scope does. The first failure cancels the siblings (through <see cref="Token"/>); disposing the scope early cancels
+/// what is left and waits for it. This is what seed 000's <c>AttachedToParent</c> reached for.
+/// </summary>
+/// <remarks>
+/// <para>Use it with <c>await using</c>: <c>await using var scope = new TaskScope(token); scope.Run(ChildA); scope.Run(ChildB);
+/// await scope.WaitAsync();</c>. If the block is left without <see cref="WaitAsync"/> (an exception, an early return), disposal
+/// cancels the children still running and waits for them: no child outlives its scope.</para>
+/// <para><b>Failures.</b> Every child failure is kept. <see cref="WaitAsync"/> and <see cref="DisposeAsync"/> rethrow
+/// them: the exception itself when there is one, an <see cref="AggregateException"/> of all of them when there are several.
+/// An <see cref="OperationCanceledException"/> that a child throws because the scope was cancelled is not a failure.</para>
+/// <para><b>Nesting.</b> Pass a scope's <see cref="Token"/> to a child scope: cancelling the outer scope cancels the inner
+/// one, and the inner scope's failures, rethrown by its WaitAsync inside a child, fail that child of the outer scope.</para>
+/// <para>Thread-safety: <see cref="Run(Func{CancellationToken, SpindleTask})"/> may be called from any thread, including
+/// from inside children, until the scope is closed by <see cref="WaitAsync"/> or disposal.</para>
+/// </remarks>
+public sealed class TaskScope : IAsyncDisposable
+{
+    private static readonly Action<object?> s_childDone = static o => ((ChildObserver)o!).Done();
+
+    private readonly CancellationTokenSource _cts;
+    private readonly object _lock = new();
+    private readonly Promise _completion = new(); // all children done (for disposal)
+    private readonly ScopeOutcome _outcome;        // the same moment, with the failures (for WaitAsync)
+    private List<ExceptionDispatchInfo>? _errors;
+    private int _running;
+    private bool _closed;
+    private bool _disposed;
+    private bool _failuresDelivered;
+
+    /// <summary>Creates a scope whose children are also cancelled when <paramref name="cancellationToken"/> is.</summary>
+    public TaskScope(CancellationToken cancellationToken = default)
+    {
+        _cts = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        _outcome = new ScopeOutcome(this);
+    }
+
+    /// <summary>Cancelled when a child fails, when the scope is disposed early, or when the token given at creation is.</summary>
+    public CancellationToken Token => _cts.Token;
+
+    /// <summary>The number of children still running.</summary>
+    public int RunningChildren => Volatile.Read(ref _running);
+
+    /// <summary>Starts a child. It runs synchronously until its first await, like any async method called directly.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="child"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The scope was already closed by <see cref="WaitAsync"/> or disposal.</exception>
+    public void Run(Func<CancellationToken, SpindleTask> child)
+    {
+        if (child is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(child));
+        }
+        Enter();
+        SpindleTask task;
+        try
+        {
+            task = child(Token);
+        }
+        catch (Exception ex)
+        {
+            ChildFinished(ex);
+            return;
+        }
+        ObserveChild(task);
+    }
+
+    /// <summary>
+    /// Starts a child that returns a BCL <see cref="Task"/>. (A separate name: an <c>async</c> lambda would otherwise fit both
+    /// overloads, and C# could not choose.)
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="child"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The scope was already closed by <see cref="WaitAsync"/> or disposal.</exception>
+    public void RunTask(Func<CancellationToken, Task> child)
+    {
+        if (child is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(child));
+        }
+        Enter();
+        Task task;
+        try
+        {
+            task = child(Token) ?? throw new InvalidOperationException("A TaskScope child returned null instead of a task.");
+        }
+        catch (Exception ex)
+        {
+            ChildFinished(ex);
+            return;
+        }
+        task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(() => ChildFinished(TaskError(task)));
+    }
+
+    /// <summary>
+    /// Closes the scope to new children and waits for every child. Rethrows the children's failures (see the remarks); once
+    /// an awaiter has seen them, disposal does not rethrow them again. One awaiter at a time; after it completes, the
+    /// result can be read again.
+    /// </summary>
+    public SpindleTask WaitAsync()
+    {
+        Close();
+        return new SpindleTask(_outcome, 0);
+    }
+
+    /// <summary>
+    /// Cancels the children still running (if any), waits for every child, and rethrows their failures, unless an awaited
+    /// <see cref="WaitAsync"/> already rethrew them.
+    /// </summary>
+    public async ValueTask DisposeAsync()
+    {
+        if (_disposed)
+        {
+            return;
+        }
+        _disposed = true;
+        bool finished;
+        lock (_lock)
+        {
+            finished = _closed && _running == 0;
+        }
+        if (!finished)
+        {
+            Close();
+            _cts.Cancel();
+        }
+        await _completion.Task;
+        _cts.Dispose();
+        bool delivered;
+        lock (_lock)
+        {
+            delivered = _failuresDelivered;
+        }
+        if (!delivered)
+        {
+            ThrowFailures();
+        }
+    }
+
+    private void ThrowFailures()
+    {
+        List<ExceptionDispatchInfo>? errors;
+        lock (_lock)
+        {
+            errors = _errors;
+            _failuresDelivered = true;
+        }
+        if (errors is null)
+        {
+            return;
+        }
+        if (errors.Count == 1)
+        {
+            errors[0].Throw();
+        }
+        var all = new Exception[errors.Count];
+        for (int i = 0; i < all.Length; i++)
+        {
+            all[i] = errors[i].SourceException;
+        }
+        throw new AggregateException(all);
+    }
+
+    /// <summary>Completes both waits: disposal's, and WaitAsync's.</summary>
+    private void CompleteScope()
+    {
+        _completion.TrySetResult();
+        _outcome.Complete();
+    }
+
+    private void Enter()
+    {
+        lock (_lock)
+        {
+            if (_closed)
+            {
+                ThrowHelper.ThrowInvalidOperation("The scope no longer accepts children: WaitAsync() or disposal has closed it. Start children before waiting, or create a new scope.");
+            }
+            _running++;
+        }
+    }
+
+    private void Close()
+    {
+        bool complete;
+        lock (_lock)
+        {
+            if (_closed)
+            {
+                return;
+            }
+            _closed = true;
+            complete = _running == 0;
+        }
+        if (complete)
+        {
+            CompleteScope();
+        }
+    }
+
+    private void ObserveChild(SpindleTask task)
+    {
+        if (task._source is not { } source)
+        {
+            ChildFinished(null);
+            return;
+        }
+        source.OnCompleted(s_childDone, new ChildObserver(this, source, task._token), task._token);
+    }
+
+    private void ChildFinished(Exception? error)
+    {
+        bool cancel = false;
+        bool complete;
+        lock (_lock)
+        {
+            if (error is not null && !(error is OperationCanceledException && _cts.IsCancellationRequested))
+            {
+                (_errors ??= new List<ExceptionDispatchInfo>()).Add(ExceptionDispatchInfo.Capture(error));
+                cancel = true;
+            }
+            _running--;
+            complete = _closed && _running == 0;
+        }
+        if (cancel)
+        {
+            try
+            {
+                _cts.Cancel(); // the first failure cancels the siblings; outside the lock, as cancellation runs callbacks
+            }
+            catch (ObjectDisposedException)
+            {
+                // The scope was already disposed; nothing is left to cancel.
+            }
+            catch (AggregateException ex)
+            {
+                // A sibling's cancellation callback threw: not a child failure, but never swallowed.
+                UnobservedExceptions.Report(ex);
+            }
+        }
+        if (complete)
+        {
+            CompleteScope();
+        }
+    }
+
+    /// <summary>
+    /// The source behind <see cref="WaitAsync"/>: completes when every child has, and throws the children's failures when
+    /// its result is read, which is when they count as delivered. Not pooled (one per scope), never reset.
+    /// </summary>
+    private sealed class ScopeOutcome : ISpindleSource
+    {
+        private readonly TaskScope _scope;
+        private SourceCore<VoidResult> _core;
+
+        public ScopeOutcome(TaskScope scope) => _scope = scope;
+
+        public void Complete() => _core.TrySetResult(default);
+
+        public SpindleTaskStatus GetStatus(short token)
+        {
+            SpindleTaskStatus status = _core.GetStatus(token);
+            if (status == SpindleTaskStatus.Succeeded && _scope.HasFailures)
+            {
+                return SpindleTaskStatus.Faulted;
+            }
+            return status;
+        }
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource.GetStatus(short token)
+            => (System.Threading.Tasks.Sources.ValueTaskSourceStatus)GetStatus(token);
+
+        public void GetResult(short token)
+        {
+            _core.GetResult(token, this);
+            _scope.ThrowFailures();
+        }
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token, System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags)
+            => _core.OnCompleted(continuation, state, token, flags);
+    }
+
+    private bool HasFailures
+    {
+        get
+        {
+            lock (_lock)
+            {
+                return _errors is not null;
+            }
+        }
+    }
+
+    private static Exception? TaskError(Task task)
+        => task.IsCanceled ? new TaskCanceledException(task) : task.IsFaulted ? task.Exception!.InnerExceptions[0] : null;
+
+    /// <summary>Reads a finished child exactly once and reports its outcome to the scope.</summary>
+    private sealed class ChildObserver
+    {
+        private readonly TaskScope _scope;
+        private readonly ISpindleSource _source;
+        private readonly short _token;
+
+        public ChildObserver(TaskScope scope, ISpindleSource source, short token)
+        {
+            _scope = scope;
+            _source = source;
+            _token = token;
+        }
+
+        public void Done()
+        {
+            Exception? error = null;
+            try
+            {
+                _source.GetResult(_token);
+            }
+            catch (Exception ex)
+            {
+                error = ex;
+            }
+            _scope.ChildFinished(error);
+        }
+    }
+}

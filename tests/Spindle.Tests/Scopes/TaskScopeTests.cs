@@ -1,0 +1,299 @@
+using System;
+using System.Collections.Concurrent;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Scopes;
+
+public sealed class TaskScopeTests
+{
+    /// <summary>A child that waits until the scope's token is cancelled (or its gate is set), recording how it ended.</summary>
+    private static async SpindleTask WaitForCancelOrGate(Signal gate, CancellationToken token, ConcurrentQueue<string> log, string name)
+    {
+        try
+        {
+            await gate.WaitAsync(token);
+            log.Enqueue(name + ":done");
+        }
+        catch (OperationCanceledException)
+        {
+            log.Enqueue(name + ":canceled");
+            throw;
+        }
+    }
+
+    private static async SpindleTask FailAfter(Signal gate, Exception error)
+    {
+        await gate.WaitAsync();
+        throw error;
+    }
+
+    [Fact]
+    public async Task WaitAsync_AllChildrenSucceed_CompletesAfterTheLastChild()
+    {
+        await TestUtil.WithTimeout(Body());
+
+        static async Task Body()
+        {
+            await using var scope = new TaskScope();
+            var gates = new[] { new Signal(), new Signal(), new Signal() };
+            var log = new ConcurrentQueue<string>();
+            for (int i = 0; i < gates.Length; i++)
+            {
+                Signal gate = gates[i];
+                string name = "c" + i;
+                scope.Run(ct => WaitForCancelOrGate(gate, ct, log, name));
+            }
+            SpindleTask waiting = scope.WaitAsync();
+            gates[0].Set();
+            gates[2].Set();
+            Assert.False(waiting.IsCompleted);
+            Assert.Equal(1, scope.RunningChildren);
+            gates[1].Set();
+            await waiting;
+            Assert.Equal(3, log.Count);
+            Assert.All(log, e => Assert.EndsWith(":done", e, StringComparison.Ordinal));
+        }
+    }
+
+    [Fact]
+    public async Task Run_ChildFails_SiblingsAreCancelledAndTheFailureIsRethrownAsItself()
+    {
+        await TestUtil.WithTimeout(Body());
+
+        static async Task Body()
+        {
+            var error = new InvalidTimeZoneException("boom");
+            var log = new ConcurrentQueue<string>();
+            var trigger = new Signal();
+            var scope = new TaskScope();
+            scope.Run(ct => WaitForCancelOrGate(new Signal(), ct, log, "sibling1"));
+            scope.Run(ct => WaitForCancelOrGate(new Signal(), ct, log, "sibling2"));
+            scope.Run(_ => FailAfter(trigger, error));
+            trigger.Set();
+
+            Exception thrown = await Assert.ThrowsAsync<InvalidTimeZoneException>(async () => await scope.WaitAsync());
+            Assert.Same(error, thrown);
+            Assert.True(scope.Token.IsCancellationRequested);
+            Assert.Equal(new[] { "sibling1:canceled", "sibling2:canceled" }, log.OrderBy(x => x).ToArray());
+            await scope.DisposeAsync(); // already delivered: does not throw again
+        }
+    }
+
+    [Fact]
+    public async Task WaitAsync_SeveralChildrenFail_AggregatesEveryFailure()
+    {
+        await TestUtil.WithTimeout(Body());
+
+        static async Task Body()
+        {
+            var a = new FormatException("a");
+            var b = new TimeoutException("b");
+            var gate = new Signal();
+            var gate2 = new Signal();
+            await using var scope = new TaskScope();
+            scope.Run(_ => FailAfter(gate, a));
+            // b fails from its first line, before anything is cancelled: both failures are real, neither is a cancellation.
+            scope.Run(_ => SpindleTask.FromException(b));
+            gate.Set();
+            gate2.Set();
+            var aggregate = await Assert.ThrowsAsync<AggregateException>(async () => await scope.WaitAsync());
+            Assert.Equal(2, aggregate.InnerExceptions.Count);
+            Assert.Contains(a, aggregate.InnerExceptions);
+            Assert.Contains(b, aggregate.InnerExceptions);
+        }
+    }
+
+    [Fact]
+    public async Task DisposeAsync_Early_CancelsWhatIsLeftAndWaitsForIt()
+    {
+        await TestUtil.WithTimeout(Body());
+
+        static async Task Body()
+        {
+            var log = new ConcurrentQueue<string>();
+            var finished = new Signal();
+            int running;
+            await using (var scope = new TaskScope())
+            {
+                scope.Run(ct => WaitForCancelOrGate(new Signal(), ct, log, "long"));
+                scope.RunTask(async ct =>
+                {
+                    try
+                    {
+                        await Task.Delay(Timeout.Infinite, ct);
+                    }
+                    finally
+                    {
+                        log.Enqueue("bcl:ended");
+                    }
+                });
+                running = scope.RunningChildren;
+            }
+            // Disposal returned: every child has finished, and cancellation is not a failure, so nothing was thrown.
+            Assert.Equal(2, running);
+            Assert.Contains("long:canceled", log);
+            Assert.Contains("bcl:ended", log);
+        }
+    }
+
+    [Fact]
+    public async Task DisposeAsync_FailureNeverAwaited_IsRethrownByDisposal()
+    {
+        await TestUtil.WithTimeout(Body());
+
+        static async Task Body()
+        {
+            var error = new FormatException("lost?");
+            var scope = new TaskScope();
+            scope.Run(_ => SpindleTask.FromException(error));
+            _ = scope.WaitAsync(); // closed, never awaited
+            Exception thrown = await Assert.ThrowsAsync<FormatException>(async () => await scope.DisposeAsync());
+            Assert.Same(error, thrown);
+        }
+    }
+
+    [Fact]
+    public async Task NestedScopes_OuterCancellationReachesInnerChildren_InnerFailureFailsTheOuterChild()
+    {
+        await TestUtil.WithTimeout(Body());
+
+        static async Task Body()
+        {
+            var log = new ConcurrentQueue<string>();
+            var innerError = new InvalidTimeZoneException("inner");
+            var trigger = new Signal();
+            var outer = new TaskScope();
+            outer.Run(async SpindleTask (ct) =>
+            {
+                await using var inner = new TaskScope(ct);
+                inner.Run(innerCt => WaitForCancelOrGate(new Signal(), innerCt, log, "inner-sibling"));
+                inner.Run(_ => FailAfter(trigger, innerError));
+                await inner.WaitAsync();
+            });
+            outer.Run(ct => WaitForCancelOrGate(new Signal(), ct, log, "outer-sibling"));
+            trigger.Set();
+
+            Exception thrown = await Assert.ThrowsAsync<InvalidTimeZoneException>(async () => await outer.WaitAsync());
+            Assert.Same(innerError, thrown);
+            Assert.Contains("inner-sibling:canceled", log);
+            Assert.Contains("outer-sibling:canceled", log);
+
+            // And cancelling an outer scope reaches a nested scope's children.
+            var log2 = new ConcurrentQueue<string>();
+            using var cts = new CancellationTokenSource();
+            var top = new TaskScope(cts.Token);
+            top.Run(async SpindleTask (ct) =>
+            {
+                await using var nested = new TaskScope(ct);
+                nested.Run(nct => WaitForCancelOrGate(new Signal(), nct, log2, "deep"));
+                await nested.WaitAsync();
+            });
+            cts.Cancel();
+            await top.DisposeAsync();
+            Assert.Equal(new[] { "deep:canceled" }, log2.ToArray());
+        }
+    }
+
+    [Fact]
+    public async Task NoChildOutlivesItsScope_ManyChildrenOnWorkers_AllFinishedWhenDisposalReturns()
+    {
+        await TestUtil.WithTimeout(Body());
+
+        static async Task Body()
+        {
+            const int Children = 200;
+            int finished = 0;
+            await using (var scope = new TaskScope())
+            {
+                for (int i = 0; i < Children; i++)
+                {
+                    scope.Run(async SpindleTask (ct) =>
+                    {
+                        await Spindle.Yield();
+                        Thread.SpinWait(200);
+                        Interlocked.Increment(ref finished);
+                    });
+                }
+                await scope.WaitAsync();
+            }
+            Assert.Equal(Children, Volatile.Read(ref finished));
+        }
+    }
+
+    [Fact]
+    public async Task Run_BadInput_ThrowsAndLeavesTheScopeUsable()
+    {
+        var scope = new TaskScope();
+        Assert.Throws<ArgumentNullException>(() => scope.Run((Func<CancellationToken, SpindleTask>)null!));
+        Assert.Throws<ArgumentNullException>(() => scope.RunTask(null!));
+        scope.Run(_ => SpindleTask.CompletedTask);
+        await TestUtil.WithTimeout(scope.WaitAsync().AsTask());
+        var e = Assert.Throws<InvalidOperationException>(() => scope.Run(_ => SpindleTask.CompletedTask));
+        Assert.Contains("no longer accepts children", e.Message, StringComparison.Ordinal);
+        await scope.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Run_ChildThrowsSynchronously_CountsAsAFailure()
+    {
+        var scope = new TaskScope();
+        var error = new FormatException("sync");
+        scope.Run(_ => throw error);
+        Exception thrown = await Assert.ThrowsAsync<FormatException>(async () => await scope.DisposeAsync());
+        Assert.Same(error, thrown);
+    }
+
+    [Fact]
+    public async Task Run_ChildrenFailAtTheSameMomentOnWorkers_EveryFailureKeptExactlyOnce()
+    {
+        await TestUtil.WithTimeout(Body(), 60);
+
+        static async Task Body()
+        {
+            int rounds = TestUtil.Stress(1_000);
+            for (int round = 0; round < rounds; round++)
+            {
+                // As many racing children as there are workers: each blocks its worker at the barrier until all are there.
+                int racers = WorkerPool.Shared.WorkerCount;
+                if (racers < 2)
+                {
+                    return; // a race needs two workers (SPINDLE_WORKERS=1 runs have none)
+                }
+                using var barrier = new Barrier(racers);
+                var errors = new Exception[racers];
+                for (int k = 0; k < racers; k++)
+                {
+                    errors[k] = new FormatException("child " + k + " of round " + round);
+                }
+                int finished = 0;
+                var scope = new TaskScope();
+                foreach (Exception error in errors)
+                {
+                    scope.Run(async SpindleTask (ct) =>
+                    {
+                        await Spindle.Yield();
+                        try
+                        {
+                            barrier.SignalAndWait(TimeSpan.FromSeconds(10));
+                            throw error;
+                        }
+                        finally
+                        {
+                            Interlocked.Increment(ref finished);
+                        }
+                    });
+                }
+                Exception thrown = await Assert.ThrowsAnyAsync<Exception>(async () => await scope.WaitAsync());
+                Assert.Equal(racers, Volatile.Read(ref finished));
+                // A failure that came after the scope was cancelled by another is still a failure (not an
+                // OperationCanceledException), so every one is kept, each once.
+                var aggregate = Assert.IsType<AggregateException>(thrown);
+                Assert.Equal(racers, aggregate.InnerExceptions.Count);
+                Assert.Equal(errors.OrderBy(e => e.Message), aggregate.InnerExceptions.OrderBy(e => e.Message));
+                await scope.DisposeAsync();
+            }
+        }
+    }
+}
