@@ -116,6 +116,53 @@ public readonly partial struct SpindleTask
         return new SpindleTask<int>(c, token);
     }
 
+    /// <summary>
+    /// A task that completes when the first typed input does, with that input's index and result. As
+    /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/> otherwise (the winner's failure is rethrown; losers are read, and
+    /// their failures reported). Allocates nothing in steady state.
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(params ReadOnlySpan<SpindleTask<T>> tasks)
+    {
+        if (tasks.IsEmpty)
+        {
+            throw new ArgumentException("WhenAny needs at least one task: with none, nothing could ever complete it.", nameof(tasks));
+        }
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            if (tasks[i].IsCompleted)
+            {
+                for (int j = 0; j < tasks.Length; j++)
+                {
+                    if (j != i)
+                    {
+                        tasks[j].Forget();
+                    }
+                }
+                try
+                {
+                    return new SpindleTask<(int, T)>((i, tasks[i].GetAwaiter().GetResult()));
+                }
+                catch (Exception ex)
+                {
+                    return FromException<(int, T)>(ex);
+                }
+            }
+        }
+        ValueAnyCombinator<T> c = ValueAnyCombinator<T>.Rent(tasks.Length);
+        short token = c.Version;
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            c.Add(i, tasks[i]._source!, tasks[i]._token);
+        }
+        return new SpindleTask<(int, T)>(c, token);
+    }
+
+    /// <summary>As <see cref="WhenAny{T}(ReadOnlySpan{SpindleTask{T}})"/>, for a sequence.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    /// <exception cref="ArgumentException">The sequence is empty.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(IEnumerable<SpindleTask<T>> tasks) => WhenAny(ToSpan(tasks));
+
     /// <summary>As <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/>, for a sequence.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
     /// <exception cref="ArgumentException">The sequence is empty.</exception>
