@@ -46,7 +46,11 @@ internal abstract class JobNode : WorkItem
     /// <summary>Prepares a rented node for a new job: one reference, one pending guard, nothing waiting.</summary>
     protected void Initialize()
     {
-        Debug.Assert((int)Volatile.Read(ref _refState) == 0, "a rented node must hold no references");
+        if ((int)Volatile.Read(ref _refState) != 0)
+        {
+            // An invariant, checked in every build: a pooled node is rented only after its last reference was dropped.
+            ThrowHelper.ThrowInvalidOperation("Spindle internal error: a job slot was reused while still referenced. Please report this with the stack trace.");
+        }
         _state = Pending;
         _fault = null;
         _pending = 1;
@@ -281,6 +285,15 @@ internal abstract class JobNode : WorkItem
         }
         inline = Finish(null);
         return true;
+    }
+
+    /// <summary>Checked before a job's work runs: it must still be pending (a job runs at most once).</summary>
+    protected void AssertPending()
+    {
+        if (Volatile.Read(ref _state) != Pending)
+        {
+            ThrowHelper.ThrowInvalidOperation("Spindle internal error: a finished job was run again. Please report this with the stack trace.");
+        }
     }
 
     /// <summary>True for a job whose work can run on the thread that made it ready (a plain IJob).</summary>

@@ -25,6 +25,7 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
 
     protected override JobNode? RunAndFinish()
     {
+        AssertPending();
         if (TryFinishInheritedFault(out JobNode? next))
         {
             return next; // a dependency failed: this job does not run, it fails with the same exception

@@ -102,6 +102,20 @@ internal sealed class WorkerPool : Scheduler
 
     public int InjectionQueueLength => _injection.Count + _helpable.Count;
 
+    /// <summary>A one-line picture of where queued work sits (for diagnostics and test failure messages).</summary>
+    internal string Describe()
+    {
+        var sb = new System.Text.StringBuilder();
+        sb.Append("injection=").Append(_injection.Count).Append(" helpable=").Append(_helpable.Count)
+          .Append(" idle=").Append(Volatile.Read(ref _idle)).Append(" spinning=").Append(Volatile.Read(ref _spinning));
+        for (int i = 0; i < _workers.Length; i++)
+        {
+            sb.Append(" w").Append(i).Append("[runnext=").Append(Volatile.Read(ref _workers[i].RunNext) is null ? 0 : 1)
+              .Append(" deque=").Append(_workers[i].Deque.Count).Append(']');
+        }
+        return sb.ToString();
+    }
+
     /// <summary>
     /// Queues an item that any thread may run while it waits (a job). From a worker it goes to that worker's queues, as
     /// <see cref="Queue"/> does; from any other thread to the helpable queue, which waiting threads may take from.

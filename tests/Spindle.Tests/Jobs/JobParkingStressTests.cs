@@ -204,7 +204,8 @@ public class JobParkingStressTests
             {
                 throw new TimeoutException(
                     $"round {round} (seed {seed}): {r.Done.CurrentCount} of {r.Done.InitialCount} jobs never ran; modes {string.Join(",", r.Modes)}; " +
-                    $"idle workers {WorkerPool.Shared.IdleWorkers}/{WorkerPool.Shared.WorkerCount}: a lost wake-up?");
+                    $"idle workers {WorkerPool.Shared.IdleWorkers}/{WorkerPool.Shared.WorkerCount}: a lost wake-up? " +
+                    $"Pool: {WorkerPool.Shared.Describe()}; unflushed batch empty: {JobBatch.IsEmpty}");
             }
             for (int p = 0; p < Producers; p++)
             {
