@@ -152,6 +152,14 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private SourceCore<TResult> _core;
     private int _winner;
     private bool _isAny;
+    private CancellationTokenRegistration _registration;
+    private CancellationToken _cancelToken;
+
+#if NET
+    private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Combinator<TResult>)o!).Cancel(ct);
+#else
+    private static readonly Action<object?> s_cancel = static o => ((Combinator<TResult>)o!).Cancel(default);
+#endif
     private Combinator<TResult>? _poolNext;
 
     ref Combinator<TResult>? IPoolNode<Combinator<TResult>>.Next => ref _poolNext;
@@ -167,6 +175,57 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         return c;
     }
 
+    /// <summary>
+    /// Lets <paramref name="cancellationToken"/> cancel the combined task (not the inputs, which are still read when they
+    /// finish). Called after the inputs are registered; the registration is removed when the combined task completes.
+    /// </summary>
+    public void CancelWith(CancellationToken cancellationToken)
+    {
+        if (!cancellationToken.CanBeCanceled)
+        {
+            return;
+        }
+        _cancelToken = cancellationToken;
+#if NET
+        _registration = cancellationToken.UnsafeRegister(s_cancel, this);
+#else
+        _registration = cancellationToken.Register(s_cancel, this);
+#endif
+    }
+
+    private void Cancel(CancellationToken cancellationToken)
+    {
+#if NET
+        // A callback still running from an earlier use of this pooled object must not cancel this use.
+        if (cancellationToken != _cancelToken)
+        {
+            return;
+        }
+#endif
+        _core.TrySetCanceled(cancellationToken);
+    }
+
+    private void DropRegistration()
+    {
+        CancellationTokenRegistration registration = _registration;
+        _registration = default;
+#if NET
+        registration.Unregister();
+#else
+        registration.Dispose();
+#endif
+    }
+
+    /// <summary>Completes the combined task, unless cancellation got there first; then a failure is reported, not lost.</summary>
+    private void Complete(ExceptionDispatchInfo? error, TResult result)
+    {
+        bool set = error is null ? _core.TrySetResult(result) : _core.TrySetException(error.SourceException);
+        if (!set)
+        {
+            ReportLoser(error);
+        }
+    }
+
     protected override void OnInputCompleted(Slot slot)
     {
         // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
@@ -177,15 +236,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             if (Volatile.Read(ref _winner) == -1 && Interlocked.CompareExchange(ref _winner, index, -1) == -1)
             {
-                if (error is not null)
-                {
-                    _core.TrySetException(error.SourceException);
-                }
-                else
-                {
-                    // TResult is int for WhenAny: the JIT removes this box/unbox pair in the specialised code.
-                    _core.TrySetResult((TResult)(object)index);
-                }
+                // TResult is int for WhenAny: the JIT removes this box/unbox pair in the specialised code.
+                Complete(error, error is null ? (TResult)(object)index : default!);
             }
             else
             {
@@ -195,28 +247,31 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         else
         {
             slot.Error = error; // published to the last input by the interlocked decrement below
-            if (Interlocked.Decrement(ref _references) == 1)
+            int remaining = Interlocked.Decrement(ref _references);
+            if (remaining > 1)
             {
-                // The last input: only the consumer's reference is left, so nothing else touches this object until
-                // the consumer reads the result (and drops that last reference).
-                ExceptionDispatchInfo? first = null;
-                Slot[] slots = Slots;
-                for (int i = 0; i < _count && first is null; i++)
+                return;
+            }
+            // The last input. Normally the consumer's reference is still held (1); after a cancellation the consumer
+            // may already have read the result and dropped it (0). Either way nothing else touches this object now.
+            Slot[] slots = Slots;
+            ExceptionDispatchInfo? first = null;
+            for (int i = 0; i < _count && first is null; i++)
+            {
+                first = slots[i].Error;
+            }
+            bool set = first is null ? _core.TrySetResult(default!) : _core.TrySetException(first.SourceException);
+            for (int i = 0; i < _count; i++)
+            {
+                if (!set)
                 {
-                    first = slots[i].Error;
+                    ReportLoser(slots[i].Error); // cancelled first: the failures are reported, not lost
                 }
-                for (int i = 0; i < _count; i++)
-                {
-                    slots[i].Error = null;
-                }
-                if (first is not null)
-                {
-                    _core.TrySetException(first.SourceException);
-                }
-                else
-                {
-                    _core.TrySetResult(default!);
-                }
+                slots[i].Error = null;
+            }
+            if (remaining == 0)
+            {
+                Recycle();
             }
             return;
         }
@@ -225,6 +280,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     protected override void Recycle()
     {
+        // The registration must go before the object is reused; Unregister does not wait for a callback in flight,
+        // which Cancel's token check makes harmless.
+        DropRegistration();
+        _cancelToken = default;
         _core.ClearForPool();
         ObjectPool<Combinator<TResult>>.Return(this);
     }
@@ -232,6 +291,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public TResult GetResult(short token)
     {
         TResult result = _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        DropRegistration(); // the wait is over: nothing stays registered behind it, even while losers still run
         Release();
         error?.Throw();
         return result;

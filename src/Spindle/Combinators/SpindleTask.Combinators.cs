@@ -49,6 +49,59 @@ public readonly partial struct SpindleTask
     /// <exception cref="ArgumentException">A task in the sequence is null (the message names its index).</exception>
     public static SpindleTask WhenAll(IEnumerable<SpindleTask> tasks) => WhenAll(ToSpan(tasks));
 
+    /// <summary>
+    /// As <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/>, and <paramref name="cancellationToken"/> cancels the wait: the
+    /// combined task completes as canceled when it fires first. The inputs are not cancelled by it; they are still read
+    /// when they finish, and a failure among them then goes to <see cref="Spindle.UnobservedException"/>. A token that is
+    /// already cancelled cancels at once.
+    /// </summary>
+    public static SpindleTask WhenAll(ReadOnlySpan<SpindleTask> tasks, CancellationToken cancellationToken)
+    {
+        if (cancellationToken.IsCancellationRequested)
+        {
+            ForgetAll(tasks);
+            return FromCanceled(cancellationToken);
+        }
+        SpindleTask all = WhenAll(tasks);
+        if (all._source is Combinator<VoidResult> c)
+        {
+            c.CancelWith(cancellationToken);
+        }
+        return all;
+    }
+
+    /// <summary>
+    /// As <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/>, and <paramref name="cancellationToken"/> cancels the wait (see
+    /// <see cref="WhenAll(ReadOnlySpan{SpindleTask}, CancellationToken)"/>).
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<int> WhenAny(ReadOnlySpan<SpindleTask> tasks, CancellationToken cancellationToken)
+    {
+        if (tasks.IsEmpty)
+        {
+            throw new ArgumentException("WhenAny needs at least one task: with none, nothing could ever complete it.", nameof(tasks));
+        }
+        if (cancellationToken.IsCancellationRequested)
+        {
+            ForgetAll(tasks);
+            return FromCanceled<int>(cancellationToken);
+        }
+        SpindleTask<int> any = WhenAny(tasks);
+        if (any._source is Combinator<int> c)
+        {
+            c.CancelWith(cancellationToken);
+        }
+        return any;
+    }
+
+    private static void ForgetAll(ReadOnlySpan<SpindleTask> tasks)
+    {
+        foreach (SpindleTask t in tasks)
+        {
+            t.Forget();
+        }
+    }
+
     /// <summary>A task that completes when every BCL task has. As <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/>.</summary>
     /// <exception cref="ArgumentException">An input is null (the message names its index).</exception>
     public static SpindleTask WhenAll(params ReadOnlySpan<Task> tasks)

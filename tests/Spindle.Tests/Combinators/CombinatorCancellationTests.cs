@@ -1,0 +1,113 @@
+using System;
+using System.Collections.Concurrent;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Combinators;
+
+/// <summary>WhenAll / WhenAny with a CancellationToken: the token cancels the wait, never loses an input's failure.</summary>
+[Collection(SequentialCollection.Name)]
+public sealed class CombinatorCancellationTests
+{
+    private static async SpindleTask Await(SpindleTask task) => await task;
+
+    [Fact]
+    public async Task WhenAll_TokenFiresFirst_CompletesCanceled_AndALaterInputFailureIsReported()
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            using var cts = new CancellationTokenSource();
+            var a = new Promise();
+            var b = new Promise();
+            SpindleTask all = SpindleTask.WhenAll([Await(a.Task), Await(b.Task)], cts.Token);
+            a.SetResult();
+            Assert.False(all.IsCompleted);
+            cts.Cancel();
+            Assert.Equal(SpindleTaskStatus.Canceled, all.Status);
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(() => TestUtil.WithTimeout(all.AsTask()));
+            var late = new FormatException("late");
+            b.SetException(late);
+            Assert.Equal(new Exception[] { late }, reported.ToArray());
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+    }
+
+    [Fact]
+    public void WhenAny_TokenAlreadyCanceled_CancelsAtOnceAndStillReadsTheInputs()
+    {
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        var a = new Promise();
+        SpindleTask input = Await(a.Task);
+        SpindleTask<int> any = SpindleTask.WhenAny([input, SpindleTask.CompletedTask], cts.Token);
+        Assert.Equal(SpindleTaskStatus.Canceled, any.Status);
+        a.SetResult();
+        Assert.Throws<InvalidOperationException>(() => input.GetAwaiter().GetResult()); // consumed (forgotten) by the combinator
+    }
+
+    [Fact]
+    public async Task WhenAny_CompletesBeforeTheToken_ReturnsTheIndex_AndLaterCancellationChangesNothing()
+    {
+        using var cts = new CancellationTokenSource();
+        var promises = new[] { new Promise(), new Promise() };
+        for (int round = 0; round < 200; round++)
+        {
+            promises[0].Reset();
+            promises[1].Reset();
+            SpindleTask<int> any = SpindleTask.WhenAny([promises[0].Task, promises[1].Task], cts.Token);
+            promises[1].SetResult();
+            Assert.Equal(1, await TestUtil.WithTimeout(any.AsTask()));
+            promises[0].SetResult();
+        }
+        cts.Cancel(); // the pooled combinator dropped its registration when its result was read: nothing to cancel now
+        promises[0].Reset();
+        promises[1].Reset();
+        SpindleTask<int> next = SpindleTask.WhenAny(promises[0].Task, promises[1].Task);
+        promises[0].SetResult();
+        Assert.Equal(0, next.GetAwaiter().GetResult());
+        promises[1].SetResult();
+    }
+
+    [Fact]
+    public void CancelVersusComplete_RacingOnTwoThreads_ExactlyOneOutcome()
+    {
+        int rounds = TestUtil.Stress(2_000);
+        var a = new Promise();
+        var b = new Promise();
+        int canceled = 0;
+        int won = 0;
+        for (int round = 0; round < rounds; round++)
+        {
+            using var cts = new CancellationTokenSource();
+            a.Reset();
+            b.Reset();
+            SpindleTask<int> any = SpindleTask.WhenAny([a.Task, b.Task], cts.Token);
+            using var barrier = new Barrier(2);
+            Task t = Task.Run(() =>
+            {
+                barrier.SignalAndWait();
+                cts.Cancel();
+            });
+            barrier.SignalAndWait();
+            a.SetResult();
+            t.Wait(TimeSpan.FromSeconds(10));
+            try
+            {
+                Assert.Equal(0, any.GetAwaiter().GetResult());
+                won++;
+            }
+            catch (OperationCanceledException)
+            {
+                canceled++;
+            }
+            b.SetResult();
+        }
+        Assert.Equal(rounds, won + canceled);
+    }
+}
