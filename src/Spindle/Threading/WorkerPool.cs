@@ -100,8 +100,6 @@ internal sealed class WorkerPool : Scheduler
 
     public int IdleWorkers => Volatile.Read(ref _idle);
 
-    public int InjectionQueueLength => _injection.Count + _helpable.Count;
-
     /// <summary>A one-line picture of where queued work sits (for diagnostics and test failure messages).</summary>
     internal string Describe()
     {
