@@ -205,16 +205,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         _core.TrySetCanceled(cancellationToken);
     }
 
-    private void DropRegistration()
-    {
-        CancellationTokenRegistration registration = _registration;
-        _registration = default;
-#if NET
-        registration.Unregister();
-#else
-        registration.Dispose();
-#endif
-    }
+    private void DropRegistration() => CancellationRegistrations.Drop(ref _registration);
 
     /// <summary>Completes the combined task, unless cancellation got there first; then a failure is reported, not lost.</summary>
     private void Complete(ExceptionDispatchInfo? error, TResult result)

@@ -159,14 +159,8 @@ public sealed class Signal : ISpindleSource
 
     private void DropRegistration()
     {
-        CancellationTokenRegistration registration = _registration;
-        _registration = default;
+        CancellationRegistrations.Drop(ref _registration);
         _waitToken = default;
-#if NET
-        registration.Unregister();
-#else
-        registration.Dispose();
-#endif
     }
 
     /// <inheritdoc/>
