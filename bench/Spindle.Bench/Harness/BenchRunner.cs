@@ -21,6 +21,9 @@ public static class BenchRunner
         new ParallelForScenario(),
         new WhenAnyScenario(),
         new WhenAllScenario(),
+        new CountersSignalScenario(),
+        new CountersDelayScenario(),
+        new CountersIdleScenario(),
     };
 
     public static int Execute(string[] args)

@@ -86,6 +86,7 @@ internal abstract class ParallelNode : JobNode
     private long _cursor;
     private int _remaining;
     private int _ready;
+    private int _runners;
     private Exception? _firstError;
     protected int Length;
     protected int BatchSize;
@@ -98,6 +99,7 @@ internal abstract class ParallelNode : JobNode
         _cursor = 0;
         _remaining = length == 0 ? 0 : (int)(((long)length + batchSize - 1) / batchSize);
         _ready = 0;
+        _runners = 0;
         _firstError = null;
     }
 
@@ -123,24 +125,49 @@ internal abstract class ParallelNode : JobNode
             return;
         }
         Volatile.Write(ref _ready, 1);
-        WorkerPool pool = WorkerPool.Shared;
-        int runners = Math.Min(pool.WorkerCount, batches);
-        AddReferences(runners);
-        for (int i = 0; i < runners; i++)
+        // One runner to start with; each thread that finds batches left behind the one it claims adds another, up to
+        // one per worker (see MaybeAddRunner). Queuing one per worker up front left stale runners behind every small
+        // job its caller finished alone, faster than the workers could drain them.
+        _runners = 1;
+        AddReferences(1);
+        WorkerPool.Shared.QueueHelpable(ParallelRunner.Rent(this));
+    }
+
+    /// <summary>
+    /// Fans out on demand: when batches remain beyond the one just claimed, queues one more runner, while there are
+    /// fewer than one per worker. The caller holds a reference, so the node cannot be recycled meanwhile.
+    /// </summary>
+    private void MaybeAddRunner(long claimedStart)
+    {
+        if (claimedStart + BatchSize >= Length)
         {
-            pool.QueueHelpable(ParallelRunner.Rent(this));
+            return;
         }
+        WorkerPool pool = WorkerPool.Shared;
+        int runners = Volatile.Read(ref _runners);
+        if (runners >= pool.WorkerCount || Interlocked.CompareExchange(ref _runners, runners + 1, runners) != runners)
+        {
+            return;
+        }
+        AddReferences(1);
+        pool.QueueHelpable(ParallelRunner.Rent(this));
     }
 
     /// <summary>Claims and runs batches until none are left. The caller holds a reference.</summary>
     public void RunBatches()
     {
+        bool first = true;
         while (true)
         {
             long start = Interlocked.Add(ref _cursor, BatchSize) - BatchSize;
             if (start >= Length)
             {
                 return;
+            }
+            if (first)
+            {
+                first = false;
+                MaybeAddRunner(start);
             }
             int count = (int)Math.Min(BatchSize, Length - start);
             if (Volatile.Read(ref _firstError) is null)

@@ -2,19 +2,26 @@ using System.Threading;
 
 namespace SpindleLib;
 
-/// <summary>Removing a cancellation registration the way every Spindle wait does: without blocking on a callback in flight.</summary>
+/// <summary>Removing a cancellation registration the way every Spindle wait does.</summary>
 internal static class CancellationRegistrations
 {
     /// <summary>
-    /// Unregisters and clears <paramref name="registration"/>. On .NET, Unregister does not wait for a callback that is
-    /// already running; callers make such a late callback harmless by checking its token against the current wait's.
+    /// Unregisters and clears <paramref name="registration"/>; if its callback is already running on another thread,
+    /// waits for that callback to finish. The wait matters: a pooled or reused source whose registration is dropped
+    /// may start a new use at once, and a callback still in flight from the old use would otherwise cancel the new one
+    /// (a token check cannot close that window: the callback may pass the check just before the source is reused).
+    /// The wait is paid only when cancellation and completion actually race; a callback running on the calling thread
+    /// (a continuation run inline by the cancellation itself) is not waited for.
     /// </summary>
     public static void Drop(ref CancellationTokenRegistration registration)
     {
         CancellationTokenRegistration r = registration;
         registration = default;
 #if NET
-        r.Unregister();
+        if (!r.Unregister())
+        {
+            r.Dispose();
+        }
 #else
         r.Dispose();
 #endif

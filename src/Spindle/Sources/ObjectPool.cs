@@ -15,9 +15,10 @@ internal interface IPoolNode<T> where T : class
 /// <remarks>
 /// <para>The shared stack is an intrusive singly linked list guarded by a CAS gate (<see cref="s_gate"/>), the design
 /// UniTask's TaskPool uses. Invariant: <see cref="s_head"/> and <see cref="s_count"/> change only while the gate is
-/// held, so the list has no ABA problem. The gate is held for a few instructions and never waited for beyond a few
-/// short retries: a thread that still cannot take it allocates (on rent) or drops the objects to the GC (on return).
-/// No thread can therefore block another, and the cost of contention is at most an allocation.</para>
+/// held, so the list has no ABA problem. The gate is held for a few instructions. A renter that cannot take it after a
+/// few short retries allocates instead of waiting; a returner waits for it, because dropping returned objects under
+/// contention made objects that circulate between threads (rented by a scheduler, returned by a worker) leak out of the
+/// pool and be allocated again in steady state.</para>
 /// <para>Each thread keeps up to <see cref="LocalMax"/> objects of each type in its own stack, with no synchronisation
 /// at all, and trades with the shared stack a chunk of <see cref="Chunk"/> objects at a time. A thread that returns
 /// what it rented (a continuation chain on one worker) never touches the gate. A producer–consumer pair (jobs
@@ -41,6 +42,9 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
 
     /// <summary>The number of objects in the shared stack (per-thread stacks are not counted).</summary>
     public static int Count => Volatile.Read(ref s_count);
+
+    /// <summary>The number of objects in the calling thread's own stack (for tests that prove nothing leaked).</summary>
+    internal static int LocalCount => ThreadSlots.Get(s_slotIndex).Count;
 
     public static T? TryRent()
     {
@@ -115,9 +119,18 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         {
             last = next;
         }
-        if (s_count + Chunk > SpindlePool.MaxRetainedPerType || !TryTakeGate())
+        if (s_count + Chunk > SpindlePool.MaxRetainedPerType)
         {
-            return; // dropped: the GC takes them
+            return; // over the cap: dropped, the GC takes them
+        }
+        // Waits for the gate rather than dropping the chunk: objects that circulate between threads (rented on one,
+        // returned on another) would otherwise leak out of the pool under contention and be allocated again for ever.
+        // The holder keeps the gate for a few instructions; SpinWait yields if it was preempted.
+        TakeGate();
+        if (s_count + Chunk > SpindlePool.MaxRetainedPerType)
+        {
+            Volatile.Write(ref s_gate, 0);
+            return;
         }
         last.Next = s_head;
         s_head = first;
@@ -139,15 +152,21 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         return false;
     }
 
-    private static void Trim()
+    /// <summary>Takes the gate, waiting as long as it takes (the holder releases it within a few instructions).</summary>
+    private static void TakeGate()
     {
-        _ = s_registered;
-        // Trim waits for the gate (it is not on a hot path) so that it always empties the stack.
         SpinWait spin = default;
         while (Interlocked.CompareExchange(ref s_gate, 1, 0) != 0)
         {
             spin.SpinOnce();
         }
+    }
+
+    private static void Trim()
+    {
+        _ = s_registered;
+        // Trim waits for the gate (it is not on a hot path) so that it always empties the stack.
+        TakeGate();
         s_head = null;
         s_count = 0;
         Volatile.Write(ref s_gate, 0);

@@ -174,12 +174,33 @@ internal struct SourceCore<TResult>
     /// </summary>
     private bool TrySetVoidResult()
     {
+        if (!TrySetVoidResultDeferred(out object? waiter, out object? state))
+        {
+            return false;
+        }
+        if (waiter is not null)
+        {
+            Continuations.Invoke(waiter, state);
+        }
+        return true;
+    }
+
+    /// <summary>
+    /// Completes with success, as <see cref="TrySetVoidResult"/>, but hands the waiter (and its state) back instead of
+    /// running it, so that a completer finishing many sources at once (the timer wheel) can run or dispatch the
+    /// continuations in a batch. The caller must run a non-null waiter exactly once, with <see cref="Continuations.Invoke"/>.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public bool TrySetVoidResultDeferred(out object? waiter, out object? state)
+    {
         object? c = Volatile.Read(ref _continuation);
         SpinWait spin = default;
         while (true)
         {
             if (c == s_completed || c == s_completing)
             {
+                waiter = null;
+                state = null;
                 return false;
             }
             if (c == s_registering)
@@ -189,14 +210,12 @@ internal struct SourceCore<TResult>
                 continue;
             }
             // A delegate waiter's state must be read before publishing: once s_completed is visible, a consumer may recycle the core.
-            object? state = c is not null && c.GetType() == typeof(Action<object?>) ? _continuationState : null;
+            object? s = c is not null && c.GetType() == typeof(Action<object?>) ? _continuationState : null;
             object? prev = Interlocked.CompareExchange(ref _continuation, s_completed, c);
             if (prev == c)
             {
-                if (c is not null)
-                {
-                    Continuations.Invoke(c, state);
-                }
+                waiter = c;
+                state = s;
                 return true;
             }
             c = prev;

@@ -29,6 +29,9 @@ public sealed class BenchScenarioTests
         ["whenany"] = (new[] { "n=2,completed", "n=3,pending", "n=8,pending" }, new[] { "Task", "Spindle", "SpindleOverTask" }, new[] { "ns_per_op", "bytes_per_op" }),
         ["whenall"] = (new[] { "n=2,completed", "n=4,pending", "n=8,pending" }, new[] { "Task", "Spindle", "SpindleOverTask" }, new[] { "ns_per_op", "bytes_per_op" }),
         ["parallel-for"] = (new[] { "n=65536" }, new[] { "Loop", "ParallelFor", "Spindle" }, new[] { "ns_per_element", "bytes_per_op" }),
+        ["counters-signal"] = (new[] { "n=1000" }, new[] { "Task", "Threads", "Spindle" }, new[] { "ops_per_sec", "bytes_per_counter" }),
+        ["counters-delay"] = (new[] { "n=1000,delay=1-16ms" }, new[] { "Task", "Threads", "Spindle" }, new[] { "ops_per_sec", "bytes_per_counter" }),
+        ["counters-idle"] = (new[] { "rate=1000", "rate=10000", "rate=100000" }, new[] { "Task", "Threads", "Spindle" }, new[] { "cpu_percent", "mb" }),
         ["asyncawait"] = (new[] { "completed", "pending", "nested" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
     };
 

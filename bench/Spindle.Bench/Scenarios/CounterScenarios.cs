@@ -1,0 +1,685 @@
+using System;
+using System.Collections.Concurrent;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Runtime.CompilerServices;
+using System.Threading;
+using System.Threading.Tasks;
+using SpindleLib.Bench.Harness;
+
+namespace SpindleLib.Bench.Scenarios;
+
+/// <summary>
+/// What the three counter scenarios of seed 003 share: a population of counters, each with its own count, and the
+/// measuring of throughput windows, heap per counter and process CPU.
+/// </summary>
+internal static class Counters
+{
+    /// <summary>The seed's "dedicated threads": one per core.</summary>
+    public static int Threads => Math.Max(1, Environment.ProcessorCount);
+
+    /// <summary>A counter: its count, plus whatever its system waits on.</summary>
+    public class Counter
+    {
+        public long Count;
+    }
+
+    /// <summary>The sum of every counter's count (each is written by one thread at a time; a stale read only shifts a window).</summary>
+    public static long Total(Counter[] counters)
+    {
+        long sum = 0;
+        foreach (Counter c in counters)
+        {
+            sum += Volatile.Read(ref c.Count);
+        }
+        return sum;
+    }
+
+    /// <summary>The GC heap after a full collection, in bytes.</summary>
+    public static long Heap()
+    {
+        BenchContext.Settle();
+        return GC.GetTotalMemory(forceFullCollection: true);
+    }
+
+    /// <summary>
+    /// Measures throughput in consecutive windows once warmed up: ops per second from the counters' total, one value per
+    /// window (the median and spread are over the windows).
+    /// </summary>
+    public static double[] Throughput(BenchContext context, string what, Counter[] counters)
+    {
+        TimeSpan warmup = context.Size switch
+        {
+            BenchSize.Tiny => TimeSpan.FromMilliseconds(20),
+            BenchSize.Quick => TimeSpan.FromMilliseconds(500),
+            _ => TimeSpan.FromSeconds(2),
+        };
+        TimeSpan window = context.Size switch
+        {
+            BenchSize.Tiny => TimeSpan.FromMilliseconds(30),
+            BenchSize.Quick => TimeSpan.FromMilliseconds(300),
+            _ => TimeSpan.FromSeconds(1),
+        };
+        int windows = context.Size == BenchSize.Tiny ? 1 : context.Size == BenchSize.Quick ? 5 : 9;
+        context.Progress($"{what}: warm-up");
+        Thread.Sleep(warmup);
+        var values = new double[windows];
+        long count = Total(counters);
+        long start = Stopwatch.GetTimestamp();
+        for (int w = 0; w < windows; w++)
+        {
+            context.Progress($"{what}: window {w + 1}/{windows}");
+            Thread.Sleep(window);
+            long now = Stopwatch.GetTimestamp();
+            long next = Total(counters);
+            values[w] = (next - count) / ((now - start) / (double)Stopwatch.Frequency);
+            count = next;
+            start = now;
+        }
+        return values;
+    }
+
+    /// <summary>Starts <paramref name="count"/> dedicated background threads running <paramref name="body"/>(index).</summary>
+    public static Thread[] StartThreads(int count, string name, Action<int> body)
+    {
+        var threads = new Thread[count];
+        for (int i = 0; i < count; i++)
+        {
+            int me = i;
+            threads[i] = new Thread(() => body(me)) { IsBackground = true, Name = name + " " + i };
+            threads[i].Start();
+        }
+        return threads;
+    }
+
+    public static void JoinAll(Thread[] threads)
+    {
+        foreach (Thread t in threads)
+        {
+            if (!t.Join(TimeSpan.FromSeconds(30)))
+            {
+                throw new TimeoutException($"Thread '{t.Name}' did not stop within 30 s.");
+            }
+        }
+    }
+
+    /// <summary>Waits until <paramref name="live"/> reaches zero (the loops have all seen the stop flag and ended).</summary>
+    public static void WaitForLoopsToEnd(ref int live, string what)
+    {
+        var sw = Stopwatch.StartNew();
+        while (Volatile.Read(ref live) > 0)
+        {
+            if (sw.Elapsed > TimeSpan.FromSeconds(60))
+            {
+                throw new TimeoutException($"{what}: {Volatile.Read(ref live)} loops still running 60 s after the stop.");
+            }
+            Thread.Sleep(5);
+        }
+    }
+
+    /// <summary>Process CPU time, all threads.</summary>
+    public static TimeSpan CpuTime() => Process.GetCurrentProcess().TotalProcessorTime;
+}
+
+/// <summary>
+/// Seed 003, tests 1 and 2: N counters, each an endless loop that waits to be signalled and then counts. Dedicated
+/// signaller threads (one per core) walk a queue of waiting counters and signal each.
+/// </summary>
+public sealed class CountersSignalScenario : Scenario
+{
+    public override string Id => "counters-signal";
+
+    public override string Title => "N counters, each awaiting its own signal; dedicated signaller threads walk the waiting queue";
+
+    public override string Seed => "003";
+
+    public override string Baseline => "Task";
+
+    public override string Notes =>
+        "Task: an async Task loop per counter awaiting a new TaskCompletionSource per wait (the seed's promise task); the signaller's " +
+        "SetResult runs the continuation inline. Threads: the seed's Plan B, counter objects only; signaller threads move waiting counters " +
+        "to a second queue and as many counting threads take them from it, count, and put them back. Spindle: an async SpindleTask loop per " +
+        "counter awaiting its own Signal. All use the same ConcurrentQueue and one signaller thread per core. bytes_per_counter: GC heap " +
+        "after a full collection with all N counters waiting, minus the heap before, over N (the queue's own slots included for every system).";
+
+    public override void Run(BenchContext context)
+    {
+        int n = context.Pick(1_000, 100_000, 1_200_000);
+        string caseName = "n=" + n;
+        RunTask(context, caseName, n);
+        RunThreads(context, caseName, n);
+        RunSpindle(context, caseName, n, measureThroughput: true);
+        if (context.Size == BenchSize.Full)
+        {
+            // Seed 003's Plan B held 50M counters; Task held 5M. Spindle suspends 10M at once.
+            RunSpindle(context, "n=10000000", 10_000_000, measureThroughput: false);
+        }
+    }
+
+    private sealed class TaskCounter : Counters.Counter
+    {
+        public TaskCompletionSource? Waiting;
+    }
+
+    private static async Task TaskLoop(TaskCounter c, ConcurrentQueue<TaskCounter> queue)
+    {
+        while (true)
+        {
+            var tcs = new TaskCompletionSource();
+            c.Waiting = tcs;
+            queue.Enqueue(c);
+            await tcs.Task;
+            c.Count++;
+        }
+    }
+
+    private static void RunTask(BenchContext context, string caseName, int n)
+    {
+        context.Progress($"{caseName} › Task: creating {n:N0} counters");
+        var queue = new ConcurrentQueue<TaskCounter>();
+        long before = Counters.Heap();
+        var counters = new TaskCounter[n];
+        for (int i = 0; i < n; i++)
+        {
+            counters[i] = new TaskCounter();
+            _ = TaskLoop(counters[i], queue);
+        }
+        long after = Counters.Heap();
+        context.Add(caseName, "Task", "bytes_per_counter", (after - before) / (double)n);
+
+        bool stop = false;
+        Thread[] signallers = Counters.StartThreads(Counters.Threads, "Task signaller", _ =>
+        {
+            var spin = new SpinWait();
+            while (!Volatile.Read(ref stop))
+            {
+                if (queue.TryDequeue(out TaskCounter? c))
+                {
+                    c.Waiting!.SetResult();
+                }
+                else
+                {
+                    spin.SpinOnce();
+                }
+            }
+        });
+        double[] ops = Counters.Throughput(context, $"{caseName} › Task", counters);
+        Volatile.Write(ref stop, true);
+        Counters.JoinAll(signallers);
+        context.Add(caseName, "Task", "ops_per_sec", ops);
+        GC.KeepAlive(counters);
+    }
+
+    private static void RunThreads(BenchContext context, string caseName, int n)
+    {
+        context.Progress($"{caseName} › Threads: creating {n:N0} counters");
+        var waiting = new ConcurrentQueue<Counters.Counter>();
+        var signalled = new ConcurrentQueue<Counters.Counter>();
+        long before = Counters.Heap();
+        var counters = new Counters.Counter[n];
+        for (int i = 0; i < n; i++)
+        {
+            counters[i] = new Counters.Counter();
+            waiting.Enqueue(counters[i]);
+        }
+        long after = Counters.Heap();
+        context.Add(caseName, "Threads", "bytes_per_counter", (after - before) / (double)n);
+
+        bool stop = false;
+        Thread[] signallers = Counters.StartThreads(Counters.Threads, "Plan B signaller", _ =>
+        {
+            var spin = new SpinWait();
+            while (!Volatile.Read(ref stop))
+            {
+                if (waiting.TryDequeue(out Counters.Counter? c))
+                {
+                    signalled.Enqueue(c);
+                }
+                else
+                {
+                    spin.SpinOnce();
+                }
+            }
+        });
+        Thread[] workers = Counters.StartThreads(Counters.Threads, "Plan B counter", _ =>
+        {
+            var spin = new SpinWait();
+            while (!Volatile.Read(ref stop))
+            {
+                if (signalled.TryDequeue(out Counters.Counter? c))
+                {
+                    c.Count++;
+                    waiting.Enqueue(c);
+                }
+                else
+                {
+                    spin.SpinOnce();
+                }
+            }
+        });
+        double[] ops = Counters.Throughput(context, $"{caseName} › Threads", counters);
+        Volatile.Write(ref stop, true);
+        Counters.JoinAll(signallers);
+        Counters.JoinAll(workers);
+        context.Add(caseName, "Threads", "ops_per_sec", ops);
+    }
+
+    private sealed class SpindleCounter : Counters.Counter
+    {
+        public readonly Signal Signal = new();
+    }
+
+    private static async SpindleTask SpindleLoop(SpindleCounter c, ConcurrentQueue<SpindleCounter> queue)
+    {
+        while (true)
+        {
+            queue.Enqueue(c);
+            await c.Signal.WaitAsync();
+            c.Count++;
+        }
+    }
+
+    private static void RunSpindle(BenchContext context, string caseName, int n, bool measureThroughput)
+    {
+        context.Progress($"{caseName} › Spindle: creating {n:N0} counters");
+        var queue = new ConcurrentQueue<SpindleCounter>();
+        long before = Counters.Heap();
+        var counters = new SpindleCounter[n];
+        for (int i = 0; i < n; i++)
+        {
+            counters[i] = new SpindleCounter();
+            SpindleLoop(counters[i], queue).Forget();
+        }
+        long after = Counters.Heap();
+        context.Add(caseName, "Spindle", "bytes_per_counter", (after - before) / (double)n);
+        if (!measureThroughput)
+        {
+            GC.KeepAlive(counters);
+            return;
+        }
+
+        bool stop = false;
+        Thread[] signallers = Counters.StartThreads(Counters.Threads, "Spindle signaller", _ =>
+        {
+            var spin = new SpinWait();
+            while (!Volatile.Read(ref stop))
+            {
+                if (queue.TryDequeue(out SpindleCounter? c))
+                {
+                    c.Signal.Set();
+                }
+                else
+                {
+                    spin.SpinOnce();
+                }
+            }
+        });
+        double[] ops = Counters.Throughput(context, $"{caseName} › Spindle", counters);
+        Volatile.Write(ref stop, true);
+        Counters.JoinAll(signallers);
+        context.Add(caseName, "Spindle", "ops_per_sec", ops);
+        GC.KeepAlive(counters);
+    }
+}
+
+/// <summary>
+/// Seed 003, tests 3 and 4: N counters, each an endless loop that waits a short delay (counter i waits 1 + i mod 16 ms)
+/// and then counts.
+/// </summary>
+public sealed class CountersDelayScenario : Scenario
+{
+    public override string Id => "counters-delay";
+
+    public override string Title => "N counters, each awaiting a delay of 1–16 ms, then counting";
+
+    public override string Seed => "003";
+
+    public override string Baseline => "Task";
+
+    public override string Notes =>
+        "Task: an async Task loop per counter awaiting Task.Delay. Threads: the seed's Plan B, one PriorityQueue of deadlines per dedicated " +
+        "thread (one per core), each thread counting the counters that are due and re-queuing them, and sleeping until the next deadline " +
+        "when none is. Spindle: an async SpindleTask loop per counter awaiting Spindle.Delay. Counter i waits 1 + (i mod 16) ms, so the " +
+        "most any system can count is N / 8.5 ms. bytes_per_counter: GC heap after a full collection while the counters run, minus the " +
+        "heap before, over N.";
+
+    public override void Run(BenchContext context)
+    {
+        int n = context.Pick(1_000, 100_000, 1_200_000);
+        string caseName = "n=" + n + ",delay=1-16ms";
+        RunTask(context, caseName, n);
+        RunThreads(context, caseName, n);
+        RunSpindle(context, caseName, n);
+    }
+
+    private static int DelayOf(int i) => 1 + (i % 16);
+
+    private static async Task TaskLoop(Counters.Counter c, int delayMs, StrongBox<bool> stop, StrongBox<int> live)
+    {
+        while (!stop.Value)
+        {
+            await Task.Delay(delayMs);
+            c.Count++;
+        }
+        Interlocked.Decrement(ref live.Value);
+    }
+
+    private static async SpindleTask SpindleLoop(Counters.Counter c, int delayMs, StrongBox<bool> stop, StrongBox<int> live)
+    {
+        while (!stop.Value)
+        {
+            await Spindle.Delay(delayMs);
+            c.Count++;
+        }
+        Interlocked.Decrement(ref live.Value);
+    }
+
+    private static void RunTask(BenchContext context, string caseName, int n)
+        => RunLoops(context, caseName, n, "Task", (c, d, stop, live) => _ = TaskLoop(c, d, stop, live));
+
+    private static void RunSpindle(BenchContext context, string caseName, int n)
+        => RunLoops(context, caseName, n, "Spindle", (c, d, stop, live) => SpindleLoop(c, d, stop, live).Forget());
+
+    private static void RunLoops(BenchContext context, string caseName, int n, string system, Action<Counters.Counter, int, StrongBox<bool>, StrongBox<int>> start)
+    {
+        context.Progress($"{caseName} › {system}: starting {n:N0} counters");
+        var stop = new StrongBox<bool>();
+        var live = new StrongBox<int>(n);
+        long before = Counters.Heap();
+        var counters = new Counters.Counter[n];
+        for (int i = 0; i < n; i++)
+        {
+            counters[i] = new Counters.Counter();
+            start(counters[i], DelayOf(i), stop, live);
+        }
+        double[] ops = Counters.Throughput(context, $"{caseName} › {system}", counters);
+        long during = Counters.Heap();
+        context.Add(caseName, system, "ops_per_sec", ops);
+        context.Add(caseName, system, "bytes_per_counter", (during - before) / (double)n);
+        stop.Value = true;
+        Counters.WaitForLoopsToEnd(ref live.Value, $"{caseName} › {system}");
+        GC.KeepAlive(counters);
+    }
+
+    private static void RunThreads(BenchContext context, string caseName, int n)
+    {
+        context.Progress($"{caseName} › Threads: creating {n:N0} counters");
+        int threads = Counters.Threads;
+        long before = Counters.Heap();
+        var counters = new Counters.Counter[n];
+        var queues = new PriorityQueue<(Counters.Counter Counter, int DelayMs), long>[threads];
+        for (int t = 0; t < threads; t++)
+        {
+            queues[t] = new PriorityQueue<(Counters.Counter, int), long>(n / threads + 1);
+        }
+        long now0 = Stopwatch.GetTimestamp();
+        long ticksPerMs = Stopwatch.Frequency / 1000;
+        for (int i = 0; i < n; i++)
+        {
+            counters[i] = new Counters.Counter();
+            queues[i % threads].Enqueue((counters[i], DelayOf(i)), now0 + DelayOf(i) * ticksPerMs);
+        }
+        bool stop = false;
+        Thread[] workers = Counters.StartThreads(threads, "Plan B timer", me =>
+        {
+            var queue = queues[me];
+            while (!Volatile.Read(ref stop))
+            {
+                queue.TryPeek(out _, out long due);
+                long now = Stopwatch.GetTimestamp();
+                if (due > now)
+                {
+                    long ms = (due - now) / ticksPerMs;
+                    if (ms >= 1)
+                    {
+                        Thread.Sleep((int)ms);
+                    }
+                    else
+                    {
+                        Thread.Yield();
+                    }
+                    continue;
+                }
+                // Everything due now, in deadline order.
+                while (queue.TryPeek(out var item, out due) && due <= now)
+                {
+                    queue.Dequeue();
+                    item.Counter.Count++;
+                    queue.Enqueue(item, now + item.DelayMs * ticksPerMs);
+                }
+            }
+        });
+        double[] ops = Counters.Throughput(context, $"{caseName} › Threads", counters);
+        long during = Counters.Heap();
+        Volatile.Write(ref stop, true);
+        Counters.JoinAll(workers);
+        context.Add(caseName, "Threads", "ops_per_sec", ops);
+        context.Add(caseName, "Threads", "bytes_per_counter", (during - before) / (double)n);
+        GC.KeepAlive(queues);
+    }
+}
+
+/// <summary>
+/// Seed 003's realistic table: 1.2M counters waiting on signals, a fixed number of them retriggered per second by one
+/// pacing thread; the cost is the process's CPU and the GC heap.
+/// </summary>
+public sealed class CountersIdleScenario : Scenario
+{
+    private static readonly int[] s_rates = { 1_000, 10_000, 100_000 };
+
+    public override string Id => "counters-idle";
+
+    public override string Title => "1.2M waiting counters, retriggered at a fixed rate: CPU and heap";
+
+    public override string Seed => "003";
+
+    public override string Baseline => "Task";
+
+    public override string Notes =>
+        "One pacing thread retriggers `rate` counters per second (a batch every millisecond). Task: the pacer completes each counter's " +
+        "TaskCompletionSource and the loop runs inline. Threads: Plan B, the pacer moves counters to a blocking queue that one counting " +
+        "thread per core takes from. Spindle: the pacer sets each counter's Signal. cpu_percent: process CPU time over wall time, as a share " +
+        "of all cores, over the measured window. mb: GC heap after a full collection at the end of the window.";
+
+    public override void Run(BenchContext context)
+    {
+        int n = context.Pick(1_000, 1_200_000, 1_200_000);
+        TimeSpan window = context.Size switch
+        {
+            BenchSize.Tiny => TimeSpan.FromMilliseconds(50),
+            BenchSize.Quick => TimeSpan.FromSeconds(1),
+            _ => TimeSpan.FromSeconds(5),
+        };
+        TimeSpan warmup = context.Size == BenchSize.Tiny ? TimeSpan.FromMilliseconds(10) : TimeSpan.FromMilliseconds(300);
+        foreach (string system in new[] { "Task", "Threads", "Spindle" })
+        {
+            context.Progress($"{system}: creating {n:N0} counters");
+            using Population population = system switch
+            {
+                "Task" => new TaskPopulation(n),
+                "Threads" => new ThreadsPopulation(n),
+                _ => new SpindlePopulation(n),
+            };
+            foreach (int rate in s_rates)
+            {
+                string caseName = "rate=" + rate;
+                context.Progress($"{caseName} › {system}: measuring for {window.TotalSeconds:F0} s");
+                using (var pacer = new Pacer(population, rate))
+                {
+                    Thread.Sleep(warmup);
+                    TimeSpan cpu0 = Counters.CpuTime();
+                    long t0 = Stopwatch.GetTimestamp();
+                    Thread.Sleep(window);
+                    TimeSpan cpu1 = Counters.CpuTime();
+                    long t1 = Stopwatch.GetTimestamp();
+                    double wall = (t1 - t0) / (double)Stopwatch.Frequency;
+                    context.Add(caseName, system, "cpu_percent", (cpu1 - cpu0).TotalSeconds / wall / Environment.ProcessorCount * 100);
+                }
+                context.Add(caseName, system, "mb", Counters.Heap() / (1024.0 * 1024.0));
+            }
+        }
+    }
+
+    /// <summary>The counters of one system, and how to retrigger one that waits.</summary>
+    private abstract class Population : IDisposable
+    {
+        /// <summary>Retriggers one waiting counter; false if none was waiting.</summary>
+        public abstract bool TriggerOne();
+
+        public virtual void Dispose()
+        {
+        }
+    }
+
+    private sealed class TaskPopulation : Population
+    {
+        private readonly ConcurrentQueue<TaskCompletionSource> _waiting = new();
+        private readonly Counters.Counter[] _counters;
+
+        public TaskPopulation(int n)
+        {
+            _counters = new Counters.Counter[n];
+            for (int i = 0; i < n; i++)
+            {
+                _counters[i] = new Counters.Counter();
+                _ = Loop(_counters[i]);
+            }
+        }
+
+        private async Task Loop(Counters.Counter c)
+        {
+            while (true)
+            {
+                var tcs = new TaskCompletionSource();
+                _waiting.Enqueue(tcs);
+                await tcs.Task;
+                c.Count++;
+            }
+        }
+
+        public override bool TriggerOne()
+        {
+            if (!_waiting.TryDequeue(out TaskCompletionSource? tcs))
+            {
+                return false;
+            }
+            tcs.SetResult();
+            return true;
+        }
+    }
+
+    private sealed class SpindlePopulation : Population
+    {
+        private sealed class Counter : Counters.Counter
+        {
+            public readonly Signal Signal = new();
+        }
+
+        private readonly ConcurrentQueue<Counter> _waiting = new();
+        private readonly Counter[] _counters;
+
+        public SpindlePopulation(int n)
+        {
+            _counters = new Counter[n];
+            for (int i = 0; i < n; i++)
+            {
+                _counters[i] = new Counter();
+                Loop(_counters[i]).Forget();
+            }
+        }
+
+        private async SpindleTask Loop(Counter c)
+        {
+            while (true)
+            {
+                _waiting.Enqueue(c);
+                await c.Signal.WaitAsync();
+                c.Count++;
+            }
+        }
+
+        public override bool TriggerOne()
+        {
+            if (!_waiting.TryDequeue(out Counter? c))
+            {
+                return false;
+            }
+            c.Signal.Set();
+            return true;
+        }
+    }
+
+    private sealed class ThreadsPopulation : Population
+    {
+        private readonly ConcurrentQueue<Counters.Counter> _waiting = new();
+        private readonly BlockingCollection<Counters.Counter> _signalled = new(new ConcurrentQueue<Counters.Counter>());
+        private readonly Thread[] _workers;
+
+        public ThreadsPopulation(int n)
+        {
+            for (int i = 0; i < n; i++)
+            {
+                _waiting.Enqueue(new Counters.Counter());
+            }
+            _workers = Counters.StartThreads(Counters.Threads, "Plan B counter", _ =>
+            {
+                foreach (Counters.Counter c in _signalled.GetConsumingEnumerable())
+                {
+                    c.Count++;
+                    _waiting.Enqueue(c);
+                }
+            });
+        }
+
+        public override bool TriggerOne()
+        {
+            if (!_waiting.TryDequeue(out Counters.Counter? c))
+            {
+                return false;
+            }
+            _signalled.Add(c);
+            return true;
+        }
+
+        public override void Dispose()
+        {
+            _signalled.CompleteAdding();
+            Counters.JoinAll(_workers);
+            _signalled.Dispose();
+        }
+    }
+
+    /// <summary>One thread that retriggers <c>rate</c> counters per second: every millisecond, those due by then.</summary>
+    private sealed class Pacer : IDisposable
+    {
+        private readonly Thread _thread;
+        private volatile bool _stop;
+
+        public Pacer(Population population, int rate)
+        {
+            _thread = new Thread(() =>
+            {
+                long start = Stopwatch.GetTimestamp();
+                long done = 0;
+                while (!_stop)
+                {
+                    Thread.Sleep(1);
+                    double elapsed = (Stopwatch.GetTimestamp() - start) / (double)Stopwatch.Frequency;
+                    long target = (long)(elapsed * rate);
+                    while (done < target && population.TriggerOne())
+                    {
+                        done++;
+                    }
+                }
+            })
+            { IsBackground = true, Name = "pacer" };
+            _thread.Start();
+        }
+
+        public void Dispose()
+        {
+            _stop = true;
+            _thread.Join();
+        }
+    }
+}

@@ -1,0 +1,206 @@
+using System;
+using System.Collections.Generic;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A <see cref="TimeProvider"/> whose time moves only when <see cref="Advance"/> is called: for deterministic tests
+/// of code that uses timers, with no sleeps. A <see cref="TimerWheel"/> created on it fires its timers, and runs their
+/// continuations, on the thread that advances the clock.
+/// </summary>
+/// <remarks>
+/// <para>Timers created with <see cref="CreateTimer"/> fire in deadline order (ties in the order they were armed), each
+/// with the clock set to its own deadline, so a callback that arms another timer sees the time it expects. A timer
+/// armed with a due time of zero fires at once, on the thread that arms it.</para>
+/// <para>Thread-safety: every member may be called from any thread. Callbacks run outside the clock's lock, so they
+/// may read the clock and arm timers.</para>
+/// </remarks>
+public sealed class ManualClock : TimeProvider
+{
+    private readonly object _lock = new();
+    private readonly List<ManualTimer> _scheduled = new();
+    private readonly DateTimeOffset _start;
+    private long _elapsedTicks;
+    private long _sequence;
+
+    /// <summary>Creates a clock that starts at 2000-01-01 00:00 UTC.</summary>
+    public ManualClock()
+        : this(new DateTimeOffset(2000, 1, 1, 0, 0, 0, TimeSpan.Zero))
+    {
+    }
+
+    /// <summary>Creates a clock that starts at <paramref name="startTime"/>.</summary>
+    public ManualClock(DateTimeOffset startTime) => _start = startTime;
+
+    /// <summary>How far the clock has been advanced since it was created.</summary>
+    public TimeSpan Elapsed => TimeSpan.FromTicks(Volatile.Read(ref _elapsedTicks));
+
+    /// <inheritdoc/>
+    public override DateTimeOffset GetUtcNow() => _start + Elapsed;
+
+    /// <summary>The clock's timestamp, in <see cref="TimeSpan"/> ticks since it was created.</summary>
+    public override long GetTimestamp() => Volatile.Read(ref _elapsedTicks);
+
+    /// <summary>Timestamps are <see cref="TimeSpan"/> ticks: 10,000,000 per second.</summary>
+    public override long TimestampFrequency => TimeSpan.TicksPerSecond;
+
+    /// <summary>UTC, so that tests do not depend on the machine's time zone.</summary>
+    public override TimeZoneInfo LocalTimeZone => TimeZoneInfo.Utc;
+
+    /// <summary>
+    /// Moves time forward by <paramref name="delta"/>, firing every timer that falls due on the way, in order, each at
+    /// its own deadline. Returns when time has reached its target and no timer is due.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="delta"/> is negative: a clock does not go back.</exception>
+    public void Advance(TimeSpan delta)
+    {
+        if (delta < TimeSpan.Zero)
+        {
+            throw new ArgumentOutOfRangeException(nameof(delta), delta, "A ManualClock only moves forward; pass a delta of zero or more.");
+        }
+        long target;
+        lock (_lock)
+        {
+            target = _elapsedTicks + delta.Ticks;
+        }
+        while (true)
+        {
+            ManualTimer? due = null;
+            lock (_lock)
+            {
+                foreach (ManualTimer t in _scheduled)
+                {
+                    if (t.DueAt <= target && (due is null || t.DueAt < due.DueAt || t.DueAt == due.DueAt && t.Sequence < due.Sequence))
+                    {
+                        due = t;
+                    }
+                }
+                if (due is null)
+                {
+                    if (target > _elapsedTicks)
+                    {
+                        Volatile.Write(ref _elapsedTicks, target);
+                    }
+                    return;
+                }
+                if (due.DueAt > _elapsedTicks)
+                {
+                    Volatile.Write(ref _elapsedTicks, due.DueAt);
+                }
+                TakeForFiring(due);
+            }
+            due.Fire();
+        }
+    }
+
+    /// <summary>Creates a timer that fires when this clock is advanced past its due time.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="callback"/> is null.</exception>
+    /// <exception cref="ArgumentOutOfRangeException">A due time or period is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>).</exception>
+    public override ITimer CreateTimer(TimerCallback callback, object? state, TimeSpan dueTime, TimeSpan period)
+    {
+        if (callback is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(callback));
+        }
+        ManualTimer timer = new(this, callback, state);
+        timer.Change(dueTime, period);
+        return timer;
+    }
+
+    /// <summary>Unschedules a timer about to fire and reschedules it if periodic. Under the lock.</summary>
+    private void TakeForFiring(ManualTimer timer)
+    {
+        _scheduled.Remove(timer);
+        if (timer.Period > 0)
+        {
+            timer.DueAt += timer.Period;
+            timer.Sequence = ++_sequence;
+            _scheduled.Add(timer);
+        }
+    }
+
+    private static void ValidateTimeout(TimeSpan value, string name)
+    {
+        if (value < TimeSpan.Zero && value != Timeout.InfiniteTimeSpan)
+        {
+            throw new ArgumentOutOfRangeException(name, value, "A timer's due time and period must be zero or more, or Timeout.InfiniteTimeSpan.");
+        }
+    }
+
+    private sealed class ManualTimer : ITimer
+    {
+        private readonly ManualClock _clock;
+        private TimerCallback? _callback;
+        private readonly object? _state;
+
+        public long DueAt;
+        public long Period;
+        public long Sequence;
+
+        public ManualTimer(ManualClock clock, TimerCallback callback, object? state)
+        {
+            _clock = clock;
+            _callback = callback;
+            _state = state;
+        }
+
+        public bool Change(TimeSpan dueTime, TimeSpan period)
+        {
+            ValidateTimeout(dueTime, nameof(dueTime));
+            ValidateTimeout(period, nameof(period));
+            bool fireNow;
+            lock (_clock._lock)
+            {
+                if (_callback is null)
+                {
+                    return false;
+                }
+                _clock._scheduled.Remove(this);
+                Period = period == Timeout.InfiniteTimeSpan ? 0 : period.Ticks;
+                if (dueTime == Timeout.InfiniteTimeSpan)
+                {
+                    return true;
+                }
+                DueAt = _clock._elapsedTicks + dueTime.Ticks;
+                Sequence = ++_clock._sequence;
+                fireNow = dueTime == TimeSpan.Zero;
+                if (fireNow)
+                {
+                    if (Period > 0)
+                    {
+                        DueAt += Period;
+                        _clock._scheduled.Add(this);
+                    }
+                }
+                else
+                {
+                    _clock._scheduled.Add(this);
+                }
+            }
+            if (fireNow)
+            {
+                Fire();
+            }
+            return true;
+        }
+
+        public void Fire() => Volatile.Read(ref _callback)?.Invoke(_state);
+
+        public void Dispose()
+        {
+            lock (_clock._lock)
+            {
+                _callback = null;
+                _clock._scheduled.Remove(this);
+            }
+        }
+
+        public ValueTask DisposeAsync()
+        {
+            Dispose();
+            return default;
+        }
+    }
+}

@@ -1,0 +1,172 @@
+using System;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>What makes a <see cref="TimerWheel"/> run its passes: a thread of its own, or a provider's timer.</summary>
+internal abstract class TimerDriver : IDisposable
+{
+    /// <summary>True when expired timers' continuations go to the workers in batches, false to run them on the driving thread.</summary>
+    public abstract bool DispatchesContinuations { get; }
+
+    /// <summary>Asks for a pass soon (a timer earlier than the planned wake-up, or a cancellation to clean up).</summary>
+    public abstract void Kick();
+
+    /// <summary>Plans the next pass for tick <paramref name="next"/> (<see cref="long.MaxValue"/>: none). Called by the owner.</summary>
+    public abstract void Arm(long next);
+
+    public abstract void Dispose();
+}
+
+/// <summary>
+/// Drives a wheel on the system clock with one background thread that sleeps until the next deadline. The thread
+/// starts on the first kick, so a wheel that is never used costs no thread. It runs no user code: expired timers'
+/// continuations go to the workers in batches.
+/// </summary>
+internal sealed class ThreadTimerDriver : TimerDriver
+{
+    private const long LongestWaitMs = 3_600_000;
+
+    private readonly TimerWheel _wheel;
+    private readonly ManualResetEventSlim _wake = new(initialState: false, spinCount: 1);
+    private long _planned = long.MaxValue;
+    private int _started;
+    private volatile bool _stopped;
+
+    public ThreadTimerDriver(TimerWheel wheel) => _wheel = wheel;
+
+    public override bool DispatchesContinuations => true;
+
+    public override void Kick()
+    {
+        if (Volatile.Read(ref _started) == 0 && Interlocked.Exchange(ref _started, 1) == 0)
+        {
+            Thread thread = new(static o => ((ThreadTimerDriver)o!).Loop(), maxStackSize: 256 * 1024)
+            {
+                IsBackground = true,
+                Name = "Spindle Timer",
+            };
+#if NET
+            thread.UnsafeStart(this);
+#else
+            using (ExecutionContext.SuppressFlow())
+            {
+                thread.Start(this);
+            }
+#endif
+            return;
+        }
+        if (!_wake.IsSet)
+        {
+            _wake.Set();
+        }
+    }
+
+    public override void Arm(long next) => _planned = next;
+
+    private void Loop()
+    {
+        while (!_stopped)
+        {
+            // Reset before the pass, so a kick during the pass is not lost: the wait below then returns at once.
+            _wake.Reset();
+            _wheel.RequestDrive();
+            long next = _planned;
+            if (next == long.MaxValue)
+            {
+                _wake.Wait();
+                continue;
+            }
+            TimeSpan wait = _wheel.TimeUntil(next);
+            if (wait > TimeSpan.Zero)
+            {
+                // A wait has whole milliseconds: round up, or the thread would wake early and spin. Far deadlines are
+                // approached in steps of at most an hour (a wait takes at most int.MaxValue ms).
+                long ms = (wait.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+                _wake.Wait((int)Math.Min(ms, LongestWaitMs));
+            }
+        }
+    }
+
+    public override void Dispose()
+    {
+        _stopped = true;
+        _wake.Set();
+    }
+}
+
+/// <summary>
+/// Drives a wheel through a <see cref="TimeProvider"/>'s own timer, re-armed for the next deadline after each pass.
+/// Continuations run on the thread the provider fires its timer on (for <see cref="ManualClock"/>, the thread that
+/// advances it).
+/// </summary>
+internal sealed class ProviderTimerDriver : TimerDriver
+{
+    private readonly TimerWheel _wheel;
+    private readonly ITimer _timer;
+
+    public ProviderTimerDriver(TimerWheel wheel, TimeProvider provider)
+    {
+        _wheel = wheel;
+        _timer = provider.CreateTimer(static o => ((TimerWheel)o!).RequestDrive(), wheel, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
+    }
+
+    public override bool DispatchesContinuations => false;
+
+    // Change calls are atomic with respect to each other, and the owner arms before it re-checks the inbox, so a
+    // kick is either seen by that re-check or lands after the arm; it is never overwritten by a later plan.
+    public override void Kick() => _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+
+    public override void Arm(long next)
+        => _timer.Change(next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next), Timeout.InfiniteTimeSpan);
+
+    public override void Dispose() => _timer.Dispose();
+}
+
+/// <summary>Up to <see cref="Capacity"/> continuations of expired timers, run together on one worker.</summary>
+internal sealed class TimerBatch : WorkItem, IPoolNode<TimerBatch>
+{
+    internal const int Capacity = 64;
+
+    private readonly object?[] _waiters = new object?[Capacity];
+    private readonly object?[] _states = new object?[Capacity];
+    private int _count;
+    private TimerBatch? _next;
+
+    ref TimerBatch? IPoolNode<TimerBatch>.Next => ref _next;
+
+    public static TimerBatch Rent() => ObjectPool<TimerBatch>.TryRent() ?? new TimerBatch();
+
+    /// <summary>Adds a continuation; true when the batch is full and must be queued.</summary>
+    public bool Add(object waiter, object? state)
+    {
+        int i = _count;
+        _waiters[i] = waiter;
+        _states[i] = state;
+        _count = i + 1;
+        return i + 1 == Capacity;
+    }
+
+    public override void Execute()
+    {
+        int count = _count;
+        for (int i = 0; i < count; i++)
+        {
+            object waiter = _waiters[i]!;
+            object? state = _states[i];
+            _waiters[i] = null;
+            _states[i] = null;
+            try
+            {
+                Continuations.Invoke(waiter, state);
+            }
+            catch (Exception ex)
+            {
+                // A delegate continuation threw; the others in the batch must still run.
+                UnobservedExceptions.Report(ex);
+            }
+        }
+        _count = 0;
+        ObjectPool<TimerBatch>.Return(this);
+    }
+}

@@ -1,0 +1,158 @@
+using System;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// One pending delay: the awaitable source and the timer wheel's list node in one pooled object, so a delay costs
+/// no second allocation (Tokio embeds its timer entry in the future for the same reason).
+/// </summary>
+/// <remarks>
+/// <para><b>One outcome.</b> Firing and cancellation race through the completion core: the wheel fires with
+/// <see cref="SourceCore{TResult}.TrySetVoidResultDeferred"/>, a cancellation completes with TrySetCanceled, and the
+/// core's single CAS picks exactly one of them.</para>
+/// <para><b>Who holds the node.</b> The wheel (its inbox, a slot list, or its cancel inbox) and the consumer (whoever
+/// reads the result). A fired node has already left the wheel when the core publishes, so its consumer recycles it
+/// at once. A cancelled node may still be linked in a slot; the canceller pushes it to the wheel's cancel inbox, and
+/// the wheel's owner and the consumer each add one to <see cref="_releases"/>: the second recycles. A node that never
+/// enters the wheel (an infinite delay) starts with <see cref="_releases"/> at 1, so its consumer alone recycles it.</para>
+/// <para><b>Ordering.</b> A node is pushed to the insert inbox before its cancellation is registered, and its token is
+/// stored only then, so a cancellation (including a late callback from a previous use, which the token check filters)
+/// always reaches the cancel inbox after the node reached the insert inbox. The owner takes its cancel snapshot
+/// before its insert snapshot, so it never releases a node that is still waiting to be linked.</para>
+/// </remarks>
+internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
+{
+#if NET
+    private static readonly Action<object?, CancellationToken> s_onTokenCanceled = static (o, ct) => ((TimerNode)o!).OnTokenCanceled(ct);
+#else
+    private static readonly Action<object?> s_onTokenCanceled = static o => ((TimerNode)o!).OnTokenCanceled(((TimerNode)o!)._token);
+#endif
+
+    private SourceCore<VoidResult> _core;
+
+    /// <summary>Next node in the insert inbox, then in the slot list (owner only once linked).</summary>
+    internal TimerNode? Next;
+
+    /// <summary>Previous node in the slot list (owner only).</summary>
+    internal TimerNode? Prev;
+
+    /// <summary>Next node in the cancel inbox; also the pool's link (a pooled node is in no inbox).</summary>
+    internal TimerNode? NextCancel;
+
+    /// <summary>The deadline, in wheel ticks (milliseconds since the wheel's origin, rounded up).</summary>
+    internal long Deadline;
+
+    /// <summary>How many nodes the insert inbox held with this one on top (written before the push; read for PendingCount).</summary>
+    internal int InboxDepth;
+
+    /// <summary>The slot (level * 64 + index) the node is linked in, or -1 (owner only).</summary>
+    internal int Slot = -1;
+
+    private int _releases;
+    private CancellationToken _token;
+    private CancellationTokenRegistration _registration;
+    private TimerWheel? _wheel;
+
+    ref TimerNode? IPoolNode<TimerNode>.Next => ref NextCancel;
+
+    public short Version => _core.Version;
+
+    /// <summary>True once fired or cancelled.</summary>
+    public bool IsCompleted => _core.IsCompleted;
+
+    /// <summary>Rents a node for one delay on <paramref name="wheel"/> (null for a delay that never enters a wheel).</summary>
+    public static TimerNode Rent(TimerWheel? wheel)
+    {
+        TimerNode node = ObjectPool<TimerNode>.TryRent() ?? new TimerNode();
+        node._wheel = wheel;
+        node._releases = wheel is null ? 1 : 0;
+        return node;
+    }
+
+    /// <summary>Registers the cancellation of this use. Called after the node is in the insert inbox (see remarks).</summary>
+    public void RegisterCancellation(CancellationToken cancellationToken)
+    {
+        _token = cancellationToken;
+#if NET
+        _registration = cancellationToken.UnsafeRegister(s_onTokenCanceled, this);
+#else
+        _registration = cancellationToken.Register(s_onTokenCanceled, this);
+#endif
+    }
+
+    /// <summary>The wheel's owner fires the node: true if it won, with the waiter to run (or dispatch) afterwards.</summary>
+    public bool TryFire(out object? waiter, out object? state) => _core.TrySetVoidResultDeferred(out waiter, out state);
+
+    private void OnTokenCanceled(CancellationToken cancellationToken)
+    {
+        // A callback from an earlier use of this node (Unregister does not wait for one in flight) must not cancel this use.
+        if (cancellationToken != _token)
+        {
+            return;
+        }
+        Cancel(new OperationCanceledException(cancellationToken));
+    }
+
+    /// <summary>
+    /// Cancels the delay if it is still pending: completes it with <paramref name="exception"/> (running its
+    /// continuation) and hands the node to the wheel's cancel inbox. Returns false if the delay had already fired or
+    /// been cancelled.
+    /// </summary>
+    public bool Cancel(Exception exception)
+    {
+        TimerWheel? wheel = _wheel;
+        if (!_core.TrySetException(exception))
+        {
+            return false;
+        }
+        // The consumer may already have read the result, but cannot recycle the node before the wheel releases it.
+        wheel?.EnqueueCancel(this);
+        return true;
+    }
+
+    /// <summary>The wheel's owner lets go of a cancelled node. The second of owner and consumer recycles it.</summary>
+    public void ReleaseFromWheel()
+    {
+        if (Interlocked.Increment(ref _releases) == 2)
+        {
+            Recycle();
+        }
+    }
+
+    /// <summary>Reads the outcome once, releases the consumer's hold, and recycles the node when it is the last holder.</summary>
+    public void GetResult(short token)
+    {
+        _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        CancellationRegistrations.Drop(ref _registration);
+        if (error is null || Interlocked.Increment(ref _releases) == 2)
+        {
+            Recycle();
+        }
+        error?.Throw();
+    }
+
+    private void Recycle()
+    {
+        _token = default;
+        _wheel = null;
+        Next = null;
+        Prev = null;
+        NextCancel = null;
+        Slot = -1;
+        Deadline = 0;
+        _core.ClearForPool();
+        ObjectPool<TimerNode>.Return(this);
+    }
+
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}

@@ -1,0 +1,583 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A hierarchical timing wheel: the clock behind <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/>, timeouts
+/// and periodic timers. Six levels of 64 slots, 1 ms per slot at level 0, a bitmap of occupied slots per level, and
+/// cascading from coarse levels to fine ones as time passes.
+/// </summary>
+/// <remarks>
+/// <para>Inserting and cancelling a timer are O(1) and lock-free: a delay pushes its node onto an inbox with one CAS,
+/// a cancellation completes the node and pushes it onto a second inbox. Only the wheel's single owner (its driver)
+/// touches the slots. It drains both inboxes, then expires every slot that is due. Nothing ticks while the wheel is
+/// idle: the driver sleeps until the earliest occupied slot, and a timer earlier than that wakes it.</para>
+/// <para>Deadlines are rounded up to the next millisecond, so nothing fires early, and a due timer fires within one
+/// millisecond of its deadline (plus the time its driver takes to wake up).</para>
+/// <para>The wheel on <see cref="TimeProvider.System"/> (including <see cref="Default"/>) is driven by a dedicated
+/// background thread and runs the continuations of expired timers on Spindle's workers, in batches. A wheel on any
+/// other <see cref="TimeProvider"/> (such as <see cref="ManualClock"/>) is driven by that provider's timer, and runs the
+/// continuations on the thread that drives it, which makes tests on a manual clock deterministic.</para>
+/// <para>The design follows the hashed and hierarchical timing wheels of Varghese and Lauck (1987), as Kafka and
+/// Tokio use them (Tokio: 64 slots per level, 1 ms, occupancy bitmaps); the lock-free inboxes in front of a
+/// single-owner wheel are Spindle's own arrangement.</para>
+/// </remarks>
+public sealed class TimerWheel : IDisposable
+{
+    internal const int SlotBits = 6;
+    internal const int SlotsPerLevel = 1 << SlotBits;
+    internal const int Levels = 6;
+    internal const int SlotMask = SlotsPerLevel - 1;
+
+    /// <summary>The span of the whole wheel, in ticks: 2^36 ms, about 795 days.</summary>
+    internal const long WheelSpan = 1L << (SlotBits * Levels);
+
+    private static TimerWheel? s_default;
+
+    private readonly TimeProvider _clock;
+    private readonly long _origin;
+    private readonly long _timestampsPerTimeSpanTick; // > 0 when the clock's frequency is a multiple of 10 MHz
+    private readonly double _timeSpanTicksPerTimestamp;
+    private readonly TimerDriver _driver;
+
+    // Owner state: touched only by the thread that holds the drive (see RequestDrive).
+    private readonly TimerNode?[] _slots = new TimerNode?[Levels * SlotsPerLevel];
+    private readonly ulong[] _occupied = new ulong[Levels];
+    private long _elapsed;
+    private TimerBatch? _batch;
+
+    // Shared state.
+    private TimerNode? _inbox;
+    private TimerNode? _cancelInbox;
+    private long _linked;          // published copy of _linkedOwner, for PendingCount
+    private long _linkedOwner;
+    private long _wakeAt = long.MaxValue;
+    private int _driveRequests;
+    private long _passes;
+    private volatile bool _disposed;
+
+    /// <summary>
+    /// Creates a wheel on <paramref name="timeProvider"/>. Use <see cref="Default"/> for real time; create a wheel for
+    /// a <see cref="ManualClock"/> (or any other provider) to drive timers deterministically.
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="timeProvider"/> is null.</exception>
+    public TimerWheel(TimeProvider timeProvider)
+    {
+        if (timeProvider is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(timeProvider));
+        }
+        _clock = timeProvider;
+        long frequency = timeProvider.TimestampFrequency;
+        if (frequency <= 0)
+        {
+            throw new ArgumentException("The TimeProvider reports a TimestampFrequency of " + frequency + "; it must be positive.", nameof(timeProvider));
+        }
+        if (frequency % TimeSpan.TicksPerSecond == 0)
+        {
+            _timestampsPerTimeSpanTick = frequency / TimeSpan.TicksPerSecond;
+        }
+        _timeSpanTicksPerTimestamp = (double)TimeSpan.TicksPerSecond / frequency;
+        _origin = timeProvider.GetTimestamp();
+        _driver = ReferenceEquals(timeProvider, TimeProvider.System)
+            ? new ThreadTimerDriver(this)
+            : new ProviderTimerDriver(this, timeProvider);
+    }
+
+    /// <summary>The wheel on <see cref="TimeProvider.System"/> that <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/> uses. It is never disposed.</summary>
+    public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
+
+    /// <summary>The longest delay a wheel accepts: <see cref="uint.MaxValue"/> - 1 milliseconds (about 49.7 days), as <c>Task.Delay</c>.</summary>
+    public static TimeSpan MaxDelay { get; } = TimeSpan.FromMilliseconds(uint.MaxValue - 1.0);
+
+    /// <summary>The clock this wheel reads.</summary>
+    public TimeProvider TimeProvider => _clock;
+
+    /// <summary>
+    /// The number of pending timers: those in the wheel as of its last pass, plus those added since. A cancelled timer
+    /// leaves the count on the wheel's next pass, which the cancellation triggers at once. While timers are being added
+    /// and fired concurrently, the count is approximate.
+    /// </summary>
+    public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
+
+    /// <summary>How many passes the wheel has run (for tests that prove it does not tick while idle).</summary>
+    internal long PassCount => Volatile.Read(ref _passes);
+
+    /// <summary>True once <see cref="Dispose"/> has been called.</summary>
+    internal bool IsDisposed => _disposed;
+
+    private static TimerWheel InitDefault()
+    {
+        TimerWheel wheel = new(TimeProvider.System);
+        TimerWheel? raced = Interlocked.CompareExchange(ref s_default, wheel, null);
+        if (raced is not null)
+        {
+            wheel._driver.Dispose();
+            return raced;
+        }
+        return wheel;
+    }
+
+    /// <summary>
+    /// A task that completes after <paramref name="delay"/>. The deadline is rounded up to the wheel's 1 ms tick, so the
+    /// task never completes early. Allocates nothing in steady state.
+    /// </summary>
+    /// <param name="delay">The delay. <see cref="TimeSpan.Zero"/> completes at once; <see cref="Timeout.InfiniteTimeSpan"/> waits until <paramref name="cancellationToken"/> fires.</param>
+    /// <param name="cancellationToken">Cancels the delay: the task completes as canceled and nothing stays registered. A token already cancelled completes the task as canceled at once.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
+    public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default)
+    {
+        if (delay.Ticks < 0 && delay != Timeout.InfiniteTimeSpan || delay > MaxDelay)
+        {
+            ThrowBadDelay(delay);
+        }
+        if (_disposed)
+        {
+            ThrowDisposed();
+        }
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled(cancellationToken);
+        }
+        if (delay == TimeSpan.Zero)
+        {
+            return SpindleTask.CompletedTask;
+        }
+        if (delay == Timeout.InfiniteTimeSpan)
+        {
+            return InfiniteDelay(cancellationToken);
+        }
+        TimerNode node = TimerNode.Rent(this);
+        short token = node.Version;
+        Insert(node, DeadlineAfter(delay));
+        if (cancellationToken.CanBeCanceled)
+        {
+            node.RegisterCancellation(cancellationToken);
+        }
+        return new SpindleTask(node, token);
+    }
+
+    /// <summary>As <see cref="Delay(TimeSpan, CancellationToken)"/>, in milliseconds; -1 (<see cref="Timeout.Infinite"/>) waits until cancelled.</summary>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="millisecondsDelay"/> is below -1.</exception>
+    /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
+    public SpindleTask Delay(int millisecondsDelay, CancellationToken cancellationToken = default)
+    {
+        if (millisecondsDelay < -1)
+        {
+            throw new ArgumentOutOfRangeException(nameof(millisecondsDelay), millisecondsDelay,
+                "A delay cannot be negative. Pass 0 or more milliseconds, or Timeout.Infinite (-1) to wait until cancelled.");
+        }
+        return Delay(millisecondsDelay == -1 ? Timeout.InfiniteTimeSpan : TimeSpan.FromMilliseconds(millisecondsDelay), cancellationToken);
+    }
+
+    private static SpindleTask InfiniteDelay(CancellationToken cancellationToken)
+    {
+        // Never in the wheel: only the token can complete it (and, as with Task.Delay, without a token it never completes).
+        TimerNode node = TimerNode.Rent(null);
+        short token = node.Version;
+        if (cancellationToken.CanBeCanceled)
+        {
+            node.RegisterCancellation(cancellationToken);
+        }
+        return new SpindleTask(node, token);
+    }
+
+    private static void ThrowBadDelay(TimeSpan delay) => throw new ArgumentOutOfRangeException(nameof(delay), delay,
+        "A delay must be between TimeSpan.Zero and TimerWheel.MaxDelay (about 49.7 days), or Timeout.InfiniteTimeSpan to wait until cancelled.");
+
+    private static void ThrowDisposed() => throw new ObjectDisposedException(nameof(TimerWheel),
+        "This TimerWheel has been disposed; create a new one, or use TimerWheel.Default.");
+
+    /// <summary>The current time in wheel ticks (milliseconds since the origin), rounded down.</summary>
+    internal long NowTick() => ElapsedTimeSpanTicks(roundUp: false) / TimeSpan.TicksPerMillisecond;
+
+    /// <summary>The tick of a deadline <paramref name="delay"/> from now, rounded up so it never fires early.</summary>
+    internal long DeadlineAfter(TimeSpan delay)
+    {
+        long start = ElapsedTimeSpanTicks(roundUp: true);
+        return (start + delay.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+    }
+
+    /// <summary>How long until tick <paramref name="tick"/> begins (zero if it has).</summary>
+    internal TimeSpan TimeUntil(long tick)
+    {
+        long ticks = tick * TimeSpan.TicksPerMillisecond - ElapsedTimeSpanTicks(roundUp: false);
+        return ticks <= 0 ? TimeSpan.Zero : TimeSpan.FromTicks(ticks);
+    }
+
+    private long ElapsedTimeSpanTicks(bool roundUp)
+    {
+        long elapsed = _clock.GetTimestamp() - _origin;
+        long per = _timestampsPerTimeSpanTick;
+        if (per > 0)
+        {
+            return roundUp ? (elapsed + per - 1) / per : elapsed / per;
+        }
+        double ticks = elapsed * _timeSpanTicksPerTimestamp;
+        return roundUp ? (long)Math.Ceiling(ticks) : (long)ticks;
+    }
+
+    /// <summary>
+    /// Adds <paramref name="node"/> with an absolute <paramref name="deadline"/> tick: one CAS onto the insert inbox.
+    /// Wakes the driver only when the deadline is earlier than the one it sleeps towards.
+    /// </summary>
+    internal void Insert(TimerNode node, long deadline)
+    {
+        node.Deadline = deadline;
+        TimerNode? head = Volatile.Read(ref _inbox);
+        while (true)
+        {
+            node.Next = head;
+            node.InboxDepth = head is null ? 1 : head.InboxDepth + 1;
+            TimerNode? seen = Interlocked.CompareExchange(ref _inbox, node, head);
+            if (seen == head)
+            {
+                break;
+            }
+            head = seen;
+        }
+        // Dekker with the owner (DriveAndPlan): the push above happens before this read, and the owner publishes
+        // _wakeAt before it re-checks the inbox; so either the owner sees this node, or this read sees the owner's plan.
+        long wakeAt = Volatile.Read(ref _wakeAt);
+        while (deadline < wakeAt)
+        {
+            long seen = Interlocked.CompareExchange(ref _wakeAt, deadline, wakeAt);
+            if (seen == wakeAt)
+            {
+                _driver.Kick();
+                break;
+            }
+            wakeAt = seen;
+        }
+        if (_disposed)
+        {
+            // Raced with Dispose: make sure the final pass sees this node and cancels it.
+            RequestDrive();
+        }
+    }
+
+    /// <summary>Hands a cancelled node to the owner (one CAS). The first cancellation after a pass wakes the driver.</summary>
+    internal void EnqueueCancel(TimerNode node)
+    {
+        TimerNode? head = Volatile.Read(ref _cancelInbox);
+        while (true)
+        {
+            node.NextCancel = head;
+            TimerNode? seen = Interlocked.CompareExchange(ref _cancelInbox, node, head);
+            if (seen == head)
+            {
+                break;
+            }
+            head = seen;
+        }
+        if (head is null)
+        {
+            _driver.Kick();
+        }
+    }
+
+    /// <summary>
+    /// Runs a pass of the wheel on this thread, or, if another thread is running one, asks it to run one more. The
+    /// request count makes every request followed by a full pass, and lets only one thread own the wheel at a time.
+    /// </summary>
+    internal void RequestDrive()
+    {
+        if (Interlocked.Increment(ref _driveRequests) != 1)
+        {
+            return;
+        }
+        int seen = 1;
+        while (true)
+        {
+            if (_disposed)
+            {
+                CancelEverything();
+            }
+            else
+            {
+                DriveAndPlan();
+            }
+            int left = Interlocked.Add(ref _driveRequests, -seen);
+            if (left == 0)
+            {
+                return;
+            }
+            seen = left;
+        }
+    }
+
+    /// <summary>
+    /// The owner's pass: drain the inboxes, expire everything due, then publish the next deadline to producers and to
+    /// the driver, and repeat while producers added timers in the meantime. Owner only.
+    /// </summary>
+    private void DriveAndPlan()
+    {
+        while (true)
+        {
+            _passes++;
+            DrainInboxes(NowTick());
+            FlushBatch();
+            PublishCount();
+            long next = NextDeadline();
+            Interlocked.Exchange(ref _wakeAt, next);
+            _driver.Arm(next);
+            if (Volatile.Read(ref _inbox) is null)
+            {
+                return;
+            }
+        }
+    }
+
+    /// <summary>
+    /// Takes the cancel snapshot first, then the insert snapshot (see <see cref="TimerNode"/> remarks); expires what is
+    /// due by <paramref name="now"/>; links (or fires) the new timers relative to the advanced wheel, so each is within
+    /// the wheel's span of it; and only then releases the cancelled ones, which may be among the new. Owner only.
+    /// </summary>
+    private void DrainInboxes(long now)
+    {
+        TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
+        TimerNode? added = Interlocked.Exchange(ref _inbox, null);
+        Advance(now);
+        while (added is not null)
+        {
+            TimerNode node = added;
+            added = node.Next;
+            node.Next = null;
+            if (node.IsCompleted)
+            {
+                continue; // cancelled before it was linked; its cancel-inbox entry releases it
+            }
+            if (node.Deadline <= _elapsed)
+            {
+                Fire(node);
+            }
+            else
+            {
+                Link(node);
+            }
+        }
+        ReleaseCancelled(cancelled);
+    }
+
+    /// <summary>Unlinks every node of a cancel-inbox snapshot that is still linked, and lets go of it. Owner only.</summary>
+    private void ReleaseCancelled(TimerNode? cancelled)
+    {
+        while (cancelled is not null)
+        {
+            TimerNode node = cancelled;
+            cancelled = node.NextCancel; // read before the release: the release may recycle the node
+            node.NextCancel = null;
+            if (node.Slot >= 0)
+            {
+                Unlink(node);
+            }
+            node.ReleaseFromWheel();
+        }
+    }
+
+    /// <summary>Expires every slot due at or before <paramref name="now"/>, cascading coarse slots down. Owner only.</summary>
+    internal void Advance(long now)
+    {
+        while (TryNextExpiration(out int level, out int slot, out long deadline) && deadline <= now)
+        {
+            _elapsed = deadline;
+            int index = level * SlotsPerLevel + slot;
+            TimerNode? node = _slots[index];
+            _slots[index] = null;
+            _occupied[level] &= ~(1UL << slot);
+            while (node is not null)
+            {
+                TimerNode next = node.Next!;
+                node.Next = null;
+                node.Prev = null;
+                node.Slot = -1;
+                _linkedOwner--;
+                if (node.Deadline <= _elapsed)
+                {
+                    Fire(node);
+                }
+                else
+                {
+                    Link(node);
+                }
+                node = next;
+            }
+        }
+        if (now > _elapsed)
+        {
+            _elapsed = now;
+        }
+    }
+
+    private void PublishCount() => Volatile.Write(ref _linked, _linkedOwner);
+
+    /// <summary>
+    /// The earliest occupied slot. Searching levels from the finest, the first occupied level holds the earliest
+    /// deadline: every timer in a finer level falls inside the current slot of each coarser level. Owner only.
+    /// </summary>
+    private bool TryNextExpiration(out int level, out int slot, out long deadline)
+    {
+        for (level = 0; level < Levels; level++)
+        {
+            ulong occupied = _occupied[level];
+            if (occupied == 0)
+            {
+                continue;
+            }
+            int shift = level * SlotBits;
+            int nowSlot = (int)((_elapsed >> shift) & SlotMask);
+            slot = (Bits.TrailingZeroCount(Bits.RotateRight(occupied, nowSlot)) + nowSlot) & SlotMask;
+            long slotRange = 1L << shift;
+            long levelRange = slotRange << SlotBits;
+            deadline = (_elapsed & ~(levelRange - 1)) + slot * slotRange;
+            if (deadline <= _elapsed)
+            {
+                // Only the top level wraps: a deadline beyond its current rotation sits in a slot "behind" now.
+                Debug.Assert(level == Levels - 1 || slot == nowSlot, "only the top level wraps");
+                if (slot != nowSlot)
+                {
+                    deadline += levelRange;
+                }
+            }
+            return true;
+        }
+        slot = 0;
+        deadline = 0;
+        return false;
+    }
+
+    /// <summary>The next tick at which something is due, or <see cref="long.MaxValue"/> when the wheel is empty. Owner only.</summary>
+    private long NextDeadline() => TryNextExpiration(out _, out _, out long deadline) ? deadline : long.MaxValue;
+
+    /// <summary>The level of a deadline: the highest 6-bit group in which it differs from now (Tokio's <c>level_for</c>).</summary>
+    internal static int LevelFor(long elapsed, long deadline)
+    {
+        long masked = (elapsed ^ deadline) | SlotMask;
+        if (masked >= WheelSpan)
+        {
+            masked = WheelSpan - 1;
+        }
+        int significant = 63 - Bits.LeadingZeroCount((ulong)masked);
+        return significant / SlotBits;
+    }
+
+    private void Link(TimerNode node)
+    {
+        int level = LevelFor(_elapsed, node.Deadline);
+        int slot = (int)((node.Deadline >> (level * SlotBits)) & SlotMask);
+        int index = level * SlotsPerLevel + slot;
+        TimerNode? head = _slots[index];
+        node.Next = head;
+        node.Prev = null;
+        if (head is not null)
+        {
+            head.Prev = node;
+        }
+        _slots[index] = node;
+        node.Slot = index;
+        _occupied[level] |= 1UL << slot;
+        _linkedOwner++;
+    }
+
+    private void Unlink(TimerNode node)
+    {
+        int index = node.Slot;
+        TimerNode? prev = node.Prev;
+        TimerNode? next = node.Next;
+        if (prev is not null)
+        {
+            prev.Next = next;
+        }
+        else
+        {
+            _slots[index] = next;
+            if (next is null)
+            {
+                _occupied[index >> SlotBits] &= ~(1UL << (index & SlotMask));
+            }
+        }
+        if (next is not null)
+        {
+            next.Prev = prev;
+        }
+        node.Next = null;
+        node.Prev = null;
+        node.Slot = -1;
+        _linkedOwner--;
+    }
+
+    /// <summary>Fires a node whose deadline has passed; its continuation runs inline or joins the batch. Owner only.</summary>
+    private void Fire(TimerNode node)
+    {
+        // After TryFire publishes, the consumer may recycle the node: nothing below touches it.
+        if (!node.TryFire(out object? waiter, out object? state) || waiter is null)
+        {
+            return;
+        }
+        if (!_driver.DispatchesContinuations)
+        {
+            Continuations.Invoke(waiter, state);
+            return;
+        }
+        TimerBatch batch = _batch ??= TimerBatch.Rent();
+        if (batch.Add(waiter, state))
+        {
+            _batch = null;
+            Scheduler.Default.Queue(batch);
+        }
+    }
+
+    private void FlushBatch()
+    {
+        TimerBatch? batch = _batch;
+        if (batch is not null)
+        {
+            _batch = null;
+            Scheduler.Default.Queue(batch);
+        }
+    }
+
+    /// <summary>
+    /// Stops the wheel: every pending delay completes as canceled, and <see cref="Delay(TimeSpan, CancellationToken)"/>
+    /// then throws <see cref="ObjectDisposedException"/>. <see cref="Default"/> cannot be disposed.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">This is <see cref="Default"/>.</exception>
+    public void Dispose()
+    {
+        if (ReferenceEquals(this, Volatile.Read(ref s_default)))
+        {
+            ThrowHelper.ThrowInvalidOperation("TimerWheel.Default is shared by the whole process and cannot be disposed.");
+        }
+        if (_disposed)
+        {
+            return;
+        }
+        _disposed = true;
+        _driver.Dispose();
+        RequestDrive();
+    }
+
+    /// <summary>The disposing pass: cancels everything in the wheel and in the inboxes. Owner only.</summary>
+    private void CancelEverything()
+    {
+        DrainInboxes(_elapsed);
+        for (int index = 0; index < _slots.Length; index++)
+        {
+            TimerNode? node = _slots[index];
+            while (node is not null)
+            {
+                TimerNode? next = node.Next;
+                Unlink(node);
+                // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
+                node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
+                node = next;
+            }
+        }
+        ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
+        PublishCount();
+        Interlocked.Exchange(ref _wakeAt, long.MaxValue);
+    }
+}
