@@ -424,7 +424,8 @@ internal struct WhenAllFailures
 /// <remarks>
 /// <para><b>Lifetime.</b> The reference count (<c>_references</c>, in <see cref="CombinatorCore"/>) counts the inputs still running plus one for the consumer of the
 /// combined task. Each input's completion drops one; reading the combined result drops the consumer's. The object
-/// returns to its pool only at zero, so a WhenAny whose losers finish late is recycled only after the last of them.</para>
+/// returns to its pool only at zero, so a WhenAny whose losers finish late is recycled only after the last of them. One
+/// whose cancellation callback fired is not pooled again at all (see <see cref="Recycle"/>).</para>
 /// <para><b>Outcome.</b> For WhenAny, the first input to finish wins a CAS on <see cref="_winner"/> (a later input reads
 /// it first and skips the CAS once the race is decided); its success (or exception) becomes the combined outcome. For
 /// WhenAll, the same counter decides: the input whose completion brings it down to 1 (only the consumer's reference
@@ -454,6 +455,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private TResult _destination = default!;
     private CancellationTokenRegistration _registration;
     private CancellationToken _cancelToken;
+    private bool _cancelMayRun;
     private CancellationTokenSource? _producerSource;
     private bool _startsProducers;
     private int _unfinishedProducers;
@@ -465,11 +467,14 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 #endif
     private Combinator<TResult>? _poolNext;
 
+    /// <summary>The value of <see cref="_winner"/> once cancellation has decided a WhenAny.</summary>
+    private const int CancelledRace = int.MaxValue;
+
     ref Combinator<TResult>? IPoolNode<Combinator<TResult>>.Next => ref _poolNext;
 
     public short Version => _core.Version;
 
-    /// <summary>WhenAny: the index of the input that finished first (-1 until one has).</summary>
+    /// <summary>WhenAny: the index of the input that finished first (-1 until one has; <see cref="CancelledRace"/> if cancelled first).</summary>
     public int Winner => _winner;
 
     /// <summary>The caller's buffer, for a WhenAll that writes its results into one.</summary>
@@ -534,6 +539,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
 #endif
+        // For WhenAny, cancellation takes the race like an input would: so the producers' own cancellations, which
+        // complete their inputs on this thread below, lose to it, and the combined task is cancelled by the caller's token.
+        if (_isAny && Interlocked.CompareExchange(ref _winner, CancelledRace, -1) != -1)
+        {
+            return; // an input won first: that is the outcome
+        }
         if (_startsProducers)
         {
             CancelProducers();
@@ -541,7 +552,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         _core.TrySetCanceled(cancellationToken);
     }
 
-    private void DropRegistration() => CancellationRegistrations.Drop(ref _registration);
+    private void DropRegistration()
+    {
+        if (!CancellationRegistrations.Drop(ref _registration))
+        {
+            _cancelMayRun = true;
+        }
+    }
 
     /// <summary>Makes this WhenAny the owner of its inputs' token (see the remarks); returns the token to hand to producers.</summary>
     public CancellationToken StartProducers()
@@ -555,7 +572,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public bool TryStartProducer()
     {
         Interlocked.Increment(ref _unfinishedProducers);
-        if (Volatile.Read(ref _winner) == -1 && !_core.IsCompleted)
+        if (Volatile.Read(ref _winner) == -1)
         {
             return true;
         }
@@ -678,9 +695,14 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     protected override void Recycle()
     {
-        // The registration must go before the object is reused; Unregister does not wait for a callback in flight,
-        // which Cancel's token check makes harmless.
         DropRegistration();
+        if (_cancelMayRun)
+        {
+            // The cancellation callback fired, and Unregister does not wait for a callback in flight: one may still be
+            // about to touch this object. Reusing it could let that callback cancel the next use (its token check and its
+            // action are not one atomic step), so it is left to the GC. This costs an allocation only after a cancellation.
+            return;
+        }
         _cancelToken = default;
         _compose = null;
         _destination = default!;
