@@ -55,33 +55,20 @@ internal static class TupleCombinatorsTemplate
         string tuple = "(" + generics + ")";
         string parameters = Join(n, i => $"SpindleTask<T{i}> task{i}");
         string crefParameters = Join(n, i => $"SpindleTask{{T{i}}}");
-        string crefGenerics = "{" + generics + "}";
 
         w.Line("    /// <summary>");
         w.Line($"    /// A task that completes when {(n == 2 ? "both tasks have" : $"all {n} tasks have")}, with their results as a tuple, in argument order. Allocates nothing");
         w.Line("    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is");
         w.Line("    /// observed), as <see cref=\"WhenAll(ReadOnlySpan{SpindleTask})\"/> does.");
         w.Line("    /// </summary>");
-        w.Line("    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>");
-        TypeParamDocs(w, n);
-        ParamDocs(w, n);
-        w.Line("    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are still read when they finish).</param>");
-        w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error).</exception>");
+        SignatureDocs(w, n, withOptions: false);
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, CancellationToken cancellationToken = default)");
         w.Line($"        => WhenAll({Join(n, i => $"task{i}")}, default(WhenAllOptions), cancellationToken);");
         w.Line();
-        w.Line($"    /// <summary>As <see cref=\"WhenAll{crefGenerics}({crefParameters}, CancellationToken)\"/>, with <paramref name=\"options\"/>.</summary>");
-        TypeParamDocs(w, n);
-        ParamDocs(w, n);
-        w.Line("    /// <param name=\"options\">Options, such as <see cref=\"WhenAllOptions.AggregateExceptions\"/>.</param>");
-        w.Line("    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are still read when they finish).</param>");
-        w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error).</exception>");
+        w.Line($"    /// <summary>As <see cref=\"WhenAll{{{generics}}}({crefParameters}, CancellationToken)\"/>, with <paramref name=\"options\"/>.</summary>");
+        SignatureDocs(w, n, withOptions: true);
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, WhenAllOptions options, CancellationToken cancellationToken = default)");
-        w.Line("    {");
-        CheckTasks(w, n);
-        w.Line($"        var c = Combinator<{tuple}>.RentAll({n}, options.AggregateExceptions, static x => ({Join(n, i => $"x.Value<T{i}>({i - 1})")}));");
-        Register(w, n);
-        w.Line("    }");
+        Body(w, n, $"var c = Combinator<{tuple}>.RentAll({n}, options.AggregateExceptions, static x => ({Join(n, i => $"x.Value<T{i}>({i - 1})")}));");
     }
 
     private static void WhenAny(Writer w, int n)
@@ -97,53 +84,54 @@ internal static class TupleCombinatorsTemplate
         w.Line("    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to");
         w.Line("    /// <see cref=\"Spindle.UnobservedException\"/>. Allocates nothing in steady state.");
         w.Line("    /// </summary>");
-        w.Line("    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>");
-        TypeParamDocs(w, n);
-        ParamDocs(w, n);
-        w.Line("    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are still read when they finish).</param>");
-        w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error).</exception>");
+        SignatureDocs(w, n, withOptions: false);
         w.Line($"    public static SpindleTask<{named}> WhenAny<{generics}>({parameters}, CancellationToken cancellationToken = default)");
-        w.Line("    {");
-        CheckTasks(w, n);
-        w.Line($"        var c = Combinator<{unnamed}>.RentAny({n}, static x => (x.Winner, {Join(n, i => $"x.WinnerValue<T{i}>({i - 1})")}));");
-        Register(w, n);
-        w.Line("    }");
+        Body(w, n, $"var c = Combinator<{unnamed}>.RentAny({n}, static x => (x.Winner, {Join(n, i => $"x.WinnerValue<T{i}>({i - 1})")}));");
     }
 
-    /// <summary>Every task is checked before any is registered, so a consumed one throws before the others are consumed.</summary>
-    private static void CheckTasks(Writer w, int n)
+    /// <summary>The docs every form shares: consumption, type parameters, parameters, the await-once exception.</summary>
+    private static void SignatureDocs(Writer w, int n, bool withOptions)
     {
+        if (!withOptions)
+        {
+            w.Line("    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>");
+        }
+        for (int i = 1; i <= n; i++)
+        {
+            w.Line($"    /// <typeparam name=\"T{i}\">The result type of <paramref name=\"task{i}\"/>.</typeparam>");
+        }
+        for (int i = 1; i <= n; i++)
+        {
+            w.Line($"    /// <param name=\"task{i}\">Task {i} (index {i - 1}).</param>");
+        }
+        if (withOptions)
+        {
+            w.Line("    /// <param name=\"options\">Options, such as <see cref=\"WhenAllOptions.AggregateExceptions\"/>.</param>");
+        }
+        w.Line("    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are still read when they finish).</param>");
+        w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error).</exception>");
+    }
+
+    /// <summary>
+    /// Every task is checked first (a consumed one throws the await-once error before any other is consumed); then the
+    /// pooled combinator is rented, each task registered, and the combined task returned.
+    /// </summary>
+    private static void Body(Writer w, int n, string rent)
+    {
+        w.Line("    {");
         w.Line("        // A task already consumed throws the await-once error here, before any task is registered.");
         for (int i = 1; i <= n; i++)
         {
             w.Line($"        _ = task{i}.IsCompleted;");
         }
-    }
-
-    private static void Register(Writer w, int n)
-    {
+        w.Line("        " + rent);
         w.Line("        short token = c.Start(cancellationToken);");
         for (int i = 1; i <= n; i++)
         {
             w.Line($"        c.Add({i - 1}, task{i});");
         }
         w.Line("        return c.ToTask(token);");
-    }
-
-    private static void TypeParamDocs(Writer w, int n)
-    {
-        for (int i = 1; i <= n; i++)
-        {
-            w.Line($"    /// <typeparam name=\"T{i}\">The result type of <paramref name=\"task{i}\"/>.</typeparam>");
-        }
-    }
-
-    private static void ParamDocs(Writer w, int n)
-    {
-        for (int i = 1; i <= n; i++)
-        {
-            w.Line($"    /// <param name=\"task{i}\">Task {i} (index {i - 1}).</param>");
-        }
+        w.Line("    }");
     }
 
     private static string Join(int n, System.Func<int, string> item)

@@ -105,16 +105,7 @@ internal abstract class CombinatorCore
         Slot slot = Begin(index);
         slot.Kind = InputKind.ValueTask;
         slot.ValueTask = task;
-        if (task.IsCompleted)
-        {
-            slot.Complete();
-        }
-        else
-        {
-            // For a ValueTask over an IValueTaskSource this is one OnCompleted on the source, with the cached Action as
-            // its state: no allocation.
-            task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(slot.TaskContinuation);
-        }
+        CompleteOrRegister(slot, task.IsCompleted, task.ConfigureAwait(false).GetAwaiter());
     }
 
     /// <summary>Registers input <paramref name="index"/>, a typed ValueTask whose result is kept; read exactly once.</summary>
@@ -123,14 +114,7 @@ internal abstract class CombinatorCore
         Slot slot = Begin(index);
         UseCell<T>(slot).Pending = task;
         slot.Kind = InputKind.ValueTask;
-        if (task.IsCompleted)
-        {
-            slot.Complete();
-        }
-        else
-        {
-            task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(slot.TaskContinuation);
-        }
+        CompleteOrRegister(slot, task.IsCompleted, task.ConfigureAwait(false).GetAwaiter());
     }
 
     /// <summary>Input <paramref name="index"/> failed before it was a task (a producer threw): it completes now, faulted.</summary>
@@ -168,15 +152,25 @@ internal abstract class CombinatorCore
     {
         slot.Kind = InputKind.Task;
         slot.Task = task;
-        if (task.IsCompleted)
+        CompleteOrRegister(slot, task.IsCompleted, task.ConfigureAwait(false).GetAwaiter());
+    }
+
+    /// <summary>
+    /// A BCL task or ValueTask that has finished is read now: an awaiter registered on it would be queued to the thread
+    /// pool (an allocation, and a delay). Otherwise the slot's cached Action is registered: a BCL task stores it as its
+    /// continuation, and a ValueTask over an IValueTaskSource passes it to one OnCompleted as the state, so nothing is
+    /// allocated. (A struct awaiter, so the interface call is constrained: no boxing.)
+    /// </summary>
+    private static void CompleteOrRegister<TAwaiter>(Slot slot, bool completed, TAwaiter awaiter)
+        where TAwaiter : struct, ICriticalNotifyCompletion
+    {
+        if (completed)
         {
-            // Read now: an awaiter registered on a completed task would be queued to the thread pool (an allocation).
             slot.Complete();
         }
         else
         {
-            // An Action cached in the slot for its whole pooled life: the BCL stores it as the task's continuation, no allocation.
-            task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(slot.TaskContinuation);
+            awaiter.UnsafeOnCompleted(slot.TaskContinuation);
         }
     }
 

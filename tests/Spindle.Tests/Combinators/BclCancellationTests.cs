@@ -115,43 +115,4 @@ public sealed class BclCancellationTests
         valueSource.SetResult(1);
         Assert.Equal(1, valueSource.Reads);
     }
-
-    [Fact]
-    public void CancelVersusComplete_BclTasks_RacingOnTwoThreads_ExactlyOneOutcome()
-    {
-        int rounds = TestUtil.Stress(2_000);
-        int canceled = 0;
-        int won = 0;
-        for (int round = 0; round < rounds; round++)
-        {
-            using var cts = new CancellationTokenSource();
-            var a = new TaskCompletionSource();
-            var b = new TaskCompletionSource();
-            SpindleTask<int> any = SpindleTask.WhenAny([a.Task, b.Task], cts.Token);
-            var counter = new ContinuationCounter();
-            any.GetAwaiter().UnsafeOnCompleted(counter.Action);
-            using var barrier = new Barrier(2);
-            Task t = Task.Run(() =>
-            {
-                barrier.SignalAndWait();
-                cts.Cancel();
-            });
-            barrier.SignalAndWait();
-            a.SetResult();
-            Assert.True(t.Wait(TimeSpan.FromSeconds(10)));
-            TestUtil.SpinUntil(() => counter.Count > 0, 10);
-            Assert.Equal(1, counter.Count);
-            try
-            {
-                Assert.Equal(0, any.GetAwaiter().GetResult());
-                won++;
-            }
-            catch (OperationCanceledException)
-            {
-                canceled++;
-            }
-            b.SetResult();
-        }
-        Assert.Equal(rounds, won + canceled);
-    }
 }
