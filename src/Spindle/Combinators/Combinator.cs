@@ -421,7 +421,8 @@ internal struct WhenAllFailures
 /// returns to its pool only at zero, so a WhenAny whose losers finish late is recycled only after the last of them. One
 /// whose cancellation callback fired is not pooled again at all (see <see cref="Recycle"/>).</para>
 /// <para><b>Outcome.</b> For WhenAny, the first input to finish wins a CAS on <see cref="_winner"/> (a later input reads
-/// it first and skips the CAS once the race is decided); its success (or exception) becomes the combined outcome. For
+/// it first and skips the CAS once the race is decided); its success (or exception) becomes the combined outcome. The
+/// cancellation callback takes part in the same race, so exactly one of them decides. For
 /// WhenAll, the same counter decides: the input whose completion brings it down to 1 (only the consumer's reference
 /// left) is the last one, and completes the combined task. If inputs failed, it rethrows the failure of the lowest
 /// index, as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever order the inputs finished in), or an
