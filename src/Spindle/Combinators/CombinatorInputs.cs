@@ -24,7 +24,11 @@ internal interface IInputKind<TInput, TValue>
     /// <summary>True when a pending input can be left to finish with nobody waiting (a fault then reported) without a combinator.</summary>
     bool ForgetsPending { get; }
 
-    /// <summary>Leaves the input to finish with nobody waiting; only for kinds with <see cref="ForgetsPending"/>.</summary>
+    /// <summary>
+    /// Observes a losing input, in the cheapest way its kind allows: its result is dropped, and a fault (not a
+    /// cancellation) is reported to <see cref="Spindle.UnobservedException"/>, now or when it finishes. The input must have
+    /// finished unless the kind <see cref="ForgetsPending"/>.
+    /// </summary>
     void Forget(TInput input);
 
     /// <summary>Registers the input as input <paramref name="index"/> of <paramref name="combinator"/>.</summary>
@@ -80,7 +84,17 @@ internal readonly struct TaskInput : IInputKind<Task, VoidResult>
     /// <summary>A pending BCL task could only be observed with an allocated continuation: the combinator does it instead.</summary>
     public bool ForgetsPending => false;
 
-    public void Forget(Task input) => Debug.Fail("a pending BCL task goes to a combinator");
+    public void Forget(Task input) => ForgetTask(input);
+
+    /// <summary>A finished BCL task is read only if it failed (reading its Exception marks it observed); it stays readable.</summary>
+    internal static void ForgetTask(Task input)
+    {
+        Debug.Assert(input.IsCompleted, "a pending BCL task goes to a combinator");
+        if (input.IsFaulted)
+        {
+            CombinatorCore.ReportLoser(input.Exception!.InnerExceptions[0]);
+        }
+    }
 
     public void Add(CombinatorCore combinator, int index, Task input) => combinator.Add(index, input);
 }
@@ -95,7 +109,7 @@ internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
 
     public bool ForgetsPending => false;
 
-    public void Forget(Task<T> input) => Debug.Fail("a pending BCL task goes to a combinator");
+    public void Forget(Task<T> input) => TaskInput.ForgetTask(input);
 
     public void Add(CombinatorCore combinator, int index, Task<T> input) => combinator.Add(index, input);
 }
@@ -115,7 +129,23 @@ internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
     /// <summary>A pending ValueTask must be read exactly once when it finishes: only a combinator's slot can do that without allocating.</summary>
     public bool ForgetsPending => false;
 
-    public void Forget(ValueTask input) => Debug.Fail("a pending ValueTask goes to a combinator");
+    /// <summary>Read exactly once, even on success: that is what releases a pooled source.</summary>
+    public void Forget(ValueTask input) => ForgetByReading<ValueTask, VoidResult, ValueTaskInput>(input);
+
+    /// <summary>Reads a finished losing input (consuming it); a fault is reported, a cancellation is not.</summary>
+    internal static void ForgetByReading<TInput, TValue, TKind>(TInput input)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        Debug.Assert(default(TKind).IsCompleted(input), "a pending input goes to a combinator");
+        try
+        {
+            default(TKind).Read(input);
+        }
+        catch (Exception ex)
+        {
+            CombinatorCore.ReportLoser(ex);
+        }
+    }
 
     public void Add(CombinatorCore combinator, int index, ValueTask input) => combinator.Add(index, input);
 }
@@ -130,7 +160,7 @@ internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
 
     public bool ForgetsPending => false;
 
-    public void Forget(ValueTask<T> input) => Debug.Fail("a pending ValueTask goes to a combinator");
+    public void Forget(ValueTask<T> input) => ValueTaskInput.ForgetByReading<ValueTask<T>, T, ValueTaskInput<T>>(input);
 
     public void Add(CombinatorCore combinator, int index, ValueTask<T> input) => combinator.Add(index, input);
 }

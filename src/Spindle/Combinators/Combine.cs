@@ -81,8 +81,12 @@ internal static class Combine
         {
             throw new ArgumentException(NoInputMessage, nameof(tasks));
         }
-        int completed = Scan<TInput, TValue, TKind>(tasks, out int first);
-        if (first >= 0 && !cancellationToken.IsCancellationRequested && (completed == tasks.Length || default(TKind).ForgetsPending))
+        // A losing Spindle task can be left to finish on its own (Forget), so the first finished input settles the race at
+        // once with no need to look further: seed 002's fast path. Other kinds settle without a combinator only when all
+        // have finished, so that a pending loser is still read exactly once, by a slot.
+        bool settleAtFirst = default(TKind).ForgetsPending && !cancellationToken.IsCancellationRequested;
+        int completed = Scan<TInput, TValue, TKind>(tasks, settleAtFirst, out int first);
+        if (first >= 0 && !cancellationToken.IsCancellationRequested && (settleAtFirst || completed == tasks.Length))
         {
             return SettleNow<TInput, TValue, TKind, TResult>(tasks, first, fromWinner);
         }
@@ -142,13 +146,15 @@ internal static class Combine
     /// <summary>Validates every input and tells whether all have finished (and the wait is not already cancelled).</summary>
     private static bool AllCompleted<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, TValue>
-        => Scan<TInput, TValue, TKind>(tasks, out _) == tasks.Length && !cancellationToken.IsCancellationRequested;
+        => Scan<TInput, TValue, TKind>(tasks, stopAtFirstCompleted: false, out _) == tasks.Length && !cancellationToken.IsCancellationRequested;
 
     /// <summary>
-    /// Validates every input before any is consumed (a null one is rejected, naming its index; a Spindle task already
-    /// consumed throws the await-once error), counts the finished ones, and finds the first of them.
+    /// Validates the inputs before any is consumed (a null one is rejected, naming its index; a Spindle task already
+    /// consumed throws the await-once error), counts the finished ones, and finds the first of them. With
+    /// <paramref name="stopAtFirstCompleted"/> (only for Spindle tasks, which are never null, and whose Forget rejects a
+    /// consumed one), it stops there.
     /// </summary>
-    private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, out int firstCompleted)
+    private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, bool stopAtFirstCompleted, out int firstCompleted)
         where TKind : struct, IInputKind<TInput, TValue>
     {
         firstCompleted = -1;
@@ -164,6 +170,10 @@ internal static class Combine
                 if (completed++ == 0)
                 {
                     firstCompleted = i;
+                    if (stopAtFirstCompleted)
+                    {
+                        break;
+                    }
                 }
             }
         }
@@ -194,7 +204,7 @@ internal static class Combine
     }
 
     /// <summary>
-    /// Input <paramref name="winner"/> has finished: it wins with no combinator. The others are read now if they have
+    /// Input <paramref name="winner"/> has finished: it wins with no combinator. The others are observed now if they have
     /// finished, or left to finish (Spindle tasks only); either way a fault among them is reported, not lost.
     /// </summary>
     private static SpindleTask<TResult> SettleNow<TInput, TValue, TKind, TResult>(ReadOnlySpan<TInput> tasks, int winner, Func<int, TValue, TResult> fromWinner)
@@ -202,22 +212,9 @@ internal static class Combine
     {
         for (int j = 0; j < tasks.Length; j++)
         {
-            if (j == winner)
-            {
-                continue;
-            }
-            if (default(TKind).ForgetsPending)
+            if (j != winner)
             {
                 default(TKind).Forget(tasks[j]);
-                continue;
-            }
-            try
-            {
-                default(TKind).Read(tasks[j]);
-            }
-            catch (Exception ex)
-            {
-                CombinatorCore.ReportLoser(ex);
             }
         }
         try
