@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -144,6 +145,7 @@ internal static class Combine
     }
 
     /// <summary>Validates every input and tells whether all have finished (and the wait is not already cancelled).</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
     private static bool AllCompleted<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, TValue>
         => Scan<TInput, TValue, TKind>(tasks, stopAtFirstCompleted: false, out _) == tasks.Length && !cancellationToken.IsCancellationRequested;
@@ -154,6 +156,7 @@ internal static class Combine
     /// <paramref name="stopAtFirstCompleted"/> (only for Spindle tasks, which are never null, and whose Forget rejects a
     /// consumed one), it stops there.
     /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
     private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, bool stopAtFirstCompleted, out int firstCompleted)
         where TKind : struct, IInputKind<TInput, TValue>
     {
@@ -181,6 +184,7 @@ internal static class Combine
     }
 
     /// <summary>Reads every (finished) input, in order, into <paramref name="values"/> if it has room; returns the combined failure.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
     private static Exception? ReadAll<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, Span<TValue> values, bool aggregate)
         where TKind : struct, IInputKind<TInput, TValue>
     {
