@@ -11,7 +11,7 @@ namespace SpindleLib;
 /// A value type, so passing options allocates nothing. New options are added as further properties whose default means
 /// "off", so code written against this version keeps its meaning.
 /// </remarks>
-public readonly struct WhenAllOptions : IEquatable<WhenAllOptions>
+public readonly struct WhenAllOptions
 {
     /// <summary>
     /// When true, a WhenAll whose inputs failed throws an <see cref="AggregateException"/> holding every failed input's
@@ -20,19 +20,4 @@ public readonly struct WhenAllOptions : IEquatable<WhenAllOptions>
     /// without this option. Default: false, the BCL's behaviour for <c>await Task.WhenAll</c>.
     /// </summary>
     public bool AggregateExceptions { get; init; }
-
-    /// <inheritdoc/>
-    public bool Equals(WhenAllOptions other) => AggregateExceptions == other.AggregateExceptions;
-
-    /// <inheritdoc/>
-    public override bool Equals(object? obj) => obj is WhenAllOptions other && Equals(other);
-
-    /// <inheritdoc/>
-    public override int GetHashCode() => AggregateExceptions ? 1 : 0;
-
-    /// <summary>True when both hold the same options.</summary>
-    public static bool operator ==(WhenAllOptions left, WhenAllOptions right) => left.Equals(right);
-
-    /// <summary>True when the options differ.</summary>
-    public static bool operator !=(WhenAllOptions left, WhenAllOptions right) => !left.Equals(right);
 }

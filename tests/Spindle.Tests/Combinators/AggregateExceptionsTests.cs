@@ -104,8 +104,7 @@ public sealed class AggregateExceptionsTests
         promises[1].SetException(new TimeoutException("index 1"));
         promises[0].SetException(first);
         Assert.Same(first, Record.Exception(() => all.GetAwaiter().GetResult()));
-        Assert.Equal(default, new WhenAllOptions { AggregateExceptions = false });
-        Assert.NotEqual(default, s_aggregate);
+        Assert.False(default(WhenAllOptions).AggregateExceptions);
     }
 
     [Fact]
