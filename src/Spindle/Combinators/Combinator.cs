@@ -432,7 +432,8 @@ internal struct WhenAllFailures
 /// <para><b>Result.</b> The completion core carries no value: typed inputs' results stay in their slots' cells, and the
 /// combined result (an index, an array, a tuple, a copy into the caller's buffer) is composed by <c>_compose</c> when the
 /// consumer reads it, while the consumer's reference still keeps the cells alive. So a cancelled or failed combination
-/// never composes anything, and nothing is written into a caller's buffer after the combined task completed.</para>
+/// never composes anything: a caller's buffer is written only for a success, when its result is read, never by a late
+/// input after a cancelled wait.</para>
 /// <para><b>Cancelling the losers.</b> For WhenAny over producers, the combinator owns the token it hands them. The
 /// winner cancels it before completing the combined task (so losers stop before the consumer's continuation runs on this
 /// thread), unless no other producer is still running: then the source can be reset and pooled. The producers' start
