@@ -175,4 +175,60 @@ public sealed class NetStandardBuildTests
             SpindlePool.MaxRetainedPerType = cap;
         }
     }
+
+    [Fact]
+    public async Task Combinators_NewInputsOptionsAndTupleForms()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<(int, string)> tuple = SpindleTask.WhenAll(AddOne(promise.Task), SpindleTask.FromResult("b"));
+        promise.SetResult(1);
+        Assert.Equal((2, "b"), await tuple);
+
+        var source = new TaskCompletionSource<int>();
+        var buffer = new int[3];
+        SpindleTask into = SpindleTask.WhenAll([new ValueTask<int>(1), new ValueTask<int>(source.Task), new ValueTask<int>(3)], buffer);
+        source.SetResult(2);
+        await into;
+        Assert.Equal(new[] { 1, 2, 3 }, buffer);
+
+        var a = new FormatException("a");
+        var b = new TimeoutException("b");
+        SpindleTask failing = SpindleTask.WhenAll([Task.FromException(a), Task.FromException(b)], new WhenAllOptions { AggregateExceptions = true });
+        AggregateException all = await Assert.ThrowsAsync<AggregateException>(async () => await failing);
+        Assert.Equal(new Exception[] { a, b }, all.InnerExceptions);
+
+        using var cts = new CancellationTokenSource();
+        SpindleTask<int> waiting = SpindleTask.WhenAny([new TaskCompletionSource().Task], cts.Token);
+        cts.Cancel();
+        await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await waiting);
+    }
+
+    [Fact]
+    public void WhenAny_OverProducers_CancelsTheLosers()
+    {
+        var winner = new Promise<string>();
+        var loser = new Signal();
+        CancellationToken loserToken = default;
+        for (int round = 0; round < 3; round++)
+        {
+            SpindleTask<(int Index, string Result)> any = SpindleTask.WhenAny<string>(
+            [
+                ct => { loserToken = ct; return Wait(loser, ct); },
+                ct => AwaitString(winner.Task),
+            ]);
+            winner.SetResult("won");
+            Assert.Equal((1, "won"), any.GetAwaiter().GetResult());
+            Assert.True(loserToken.IsCancellationRequested);
+            Assert.False(loser.HasWaiter);
+            winner.Reset();
+        }
+    }
+
+    private static async SpindleTask<string> Wait(Signal signal, CancellationToken token)
+    {
+        await signal.WaitAsync(token);
+        return "never";
+    }
+
+    private static async SpindleTask<string> AwaitString(SpindleTask<string> task) => await task;
 }

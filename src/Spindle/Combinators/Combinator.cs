@@ -1,5 +1,7 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -7,14 +9,31 @@ using System.Threading.Tasks.Sources;
 
 namespace SpindleLib;
 
+/// <summary>How a combinator's slot holds its current input.</summary>
+internal enum InputKind : byte
+{
+    /// <summary>A Spindle source and its token.</summary>
+    Spindle,
+
+    /// <summary>A BCL task.</summary>
+    Task,
+
+    /// <summary>A <see cref="ValueTask"/> in the slot, or a <see cref="ValueTask{TResult}"/> in the slot's cell.</summary>
+    ValueTask,
+
+    /// <summary>Nothing left to read: a result held inline (a Spindle task with no source), or a producer's synchronous exception.</summary>
+    Read,
+}
+
 /// <summary>
 /// What every combinator shares: one pooled slot per input (the state each input's continuation carries, kept across
-/// uses), registration on Spindle and BCL inputs, and the reference count that decides when the combinator may return
-/// to its pool. See <see cref="Combinator{TResult}"/> for the protocol.
+/// uses), registration on every kind of input, the cells that keep typed inputs' results, and the reference count that
+/// decides when the combinator may return to its pool. See <see cref="Combinator{TResult}"/> for the protocol.
 /// </summary>
 internal abstract class CombinatorCore
 {
     private Slot[] _slots = Array.Empty<Slot>();
+    private bool _hasValues;
     protected int _references;
     protected int _count;
 
@@ -37,24 +56,157 @@ internal abstract class CombinatorCore
         }
     }
 
-    /// <summary>Registers input <paramref name="index"/>, a Spindle task.</summary>
-    public void Add(int index, ISpindleSource source, short token)
+    /// <summary>Registers input <paramref name="index"/>, a Spindle task (one with no source is already complete).</summary>
+    public void Add(int index, SpindleTask task)
+    {
+        Slot slot = Begin(index);
+        if (task._source is { } source)
+        {
+            AddSource(slot, source, task._token);
+        }
+        else
+        {
+            slot.Kind = InputKind.Read;
+            slot.Complete();
+        }
+    }
+
+    /// <summary>Registers input <paramref name="index"/>, a typed Spindle task whose result is kept.</summary>
+    public void Add<T>(int index, SpindleTask<T> task)
+    {
+        Slot slot = Begin(index);
+        Cell<T> cell = UseCell<T>(slot);
+        if (task._source is { } source)
+        {
+            AddSource(slot, source, task._token);
+        }
+        else
+        {
+            cell.Value = task._result;
+            slot.Kind = InputKind.Read;
+            slot.Complete();
+        }
+    }
+
+    /// <summary>Registers input <paramref name="index"/>, a BCL task.</summary>
+    public void Add(int index, Task task) => AddTask(Begin(index), task);
+
+    /// <summary>Registers input <paramref name="index"/>, a typed BCL task whose result is kept.</summary>
+    public void Add<T>(int index, Task<T> task)
+    {
+        Slot slot = Begin(index);
+        UseCell<T>(slot);
+        AddTask(slot, task);
+    }
+
+    /// <summary>Registers input <paramref name="index"/>, a ValueTask: it is read exactly once, by its slot.</summary>
+    public void Add(int index, ValueTask task)
+    {
+        Slot slot = Begin(index);
+        slot.Kind = InputKind.ValueTask;
+        slot.ValueTask = task;
+        CompleteOrRegister(slot, task.IsCompleted, task.ConfigureAwait(false).GetAwaiter());
+    }
+
+    /// <summary>Registers input <paramref name="index"/>, a typed ValueTask whose result is kept; read exactly once.</summary>
+    public void Add<T>(int index, ValueTask<T> task)
+    {
+        Slot slot = Begin(index);
+        UseCell<T>(slot).Pending = task;
+        slot.Kind = InputKind.ValueTask;
+        CompleteOrRegister(slot, task.IsCompleted, task.ConfigureAwait(false).GetAwaiter());
+    }
+
+    /// <summary>Input <paramref name="index"/> failed before it was a task (a producer threw): it completes now, faulted.</summary>
+    public void AddFailed(int index, Exception exception)
+    {
+        Slot slot = Begin(index);
+        slot.Kind = InputKind.Read;
+        slot.Error = ExceptionDispatchInfo.Capture(exception);
+        slot.Complete();
+    }
+
+    private Slot Begin(int index)
     {
         Slot slot = _slots[index];
         slot.Error = null;
+        slot.Typed = null;
+        return slot;
+    }
+
+    private Cell<T> UseCell<T>(Slot slot)
+    {
+        _hasValues = true;
+        return slot.UseCell<T>();
+    }
+
+    private static void AddSource(Slot slot, ISpindleSource source, short token)
+    {
+        slot.Kind = InputKind.Spindle;
         slot.Source = source;
         slot.Token = token;
         source.OnCompleted(Slot.s_onSpindleCompleted, slot, token);
     }
 
-    /// <summary>Registers input <paramref name="index"/>, a BCL task.</summary>
-    public void Add(int index, Task task)
+    private static void AddTask(Slot slot, Task task)
     {
-        Slot slot = _slots[index];
-        slot.Error = null;
+        slot.Kind = InputKind.Task;
         slot.Task = task;
-        // An Action cached in the slot for its whole pooled life: the BCL stores it as the task's continuation, no allocation.
-        task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(slot.TaskContinuation);
+        CompleteOrRegister(slot, task.IsCompleted, task.ConfigureAwait(false).GetAwaiter());
+    }
+
+    /// <summary>
+    /// A BCL task or ValueTask that has finished is read now: an awaiter registered on it would be queued to the thread
+    /// pool (an allocation, and a delay). Otherwise the slot's cached Action is registered: a BCL task stores it as its
+    /// continuation, and a ValueTask over an IValueTaskSource passes it to one OnCompleted as the state, so nothing is
+    /// allocated. (A struct awaiter, so the interface call is constrained: no boxing.)
+    /// </summary>
+    private static void CompleteOrRegister<TAwaiter>(Slot slot, bool completed, TAwaiter awaiter)
+        where TAwaiter : struct, ICriticalNotifyCompletion
+    {
+        if (completed)
+        {
+            slot.Complete();
+        }
+        else
+        {
+            awaiter.UnsafeOnCompleted(slot.TaskContinuation);
+        }
+    }
+
+    /// <summary>The result that input <paramref name="index"/> produced (its slot holds a <typeparamref name="T"/> cell).</summary>
+    public T Value<T>(int index) => Unsafe.As<Cell<T>>(_slots[index].Typed!).Value;
+
+    /// <summary>Every input's result, in input order, in a new array.</summary>
+    public T[] ValuesToArray<T>()
+    {
+        var values = new T[_count];
+        CopyValuesTo<T>(values);
+        return values;
+    }
+
+    /// <summary>Every input's result, in input order, written to <paramref name="destination"/>.</summary>
+    public void CopyValuesTo<T>(Span<T> destination)
+    {
+        for (int i = 0; i < _count; i++)
+        {
+            destination[i] = Value<T>(i);
+        }
+    }
+
+    /// <summary>Drops the results kept in the cells, so that nothing leaks from one use to the next.</summary>
+    protected void ClearValues()
+    {
+        if (!_hasValues)
+        {
+            return;
+        }
+        _hasValues = false;
+        for (int i = 0; i < _count; i++)
+        {
+            _slots[i].Typed?.Clear();
+            _slots[i].Typed = null;
+        }
     }
 
     /// <summary>An input finished: read it (exactly once) and account for it.</summary>
@@ -71,38 +223,21 @@ internal abstract class CombinatorCore
         }
     }
 
-    /// <summary>Reads an untyped input (a void Spindle task or a BCL task); returns its failure, if any.</summary>
-    protected static ExceptionDispatchInfo? ReadUntyped(Slot slot)
+    /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
+    internal static void ReportLoser(ExceptionDispatchInfo? error)
     {
-        try
+        if (error is not null)
         {
-            if (slot.Task is { } task)
-            {
-                task.GetAwaiter().GetResult();
-            }
-            else
-            {
-                slot.Source!.GetResult(slot.Token);
-            }
-            return null;
-        }
-        catch (Exception ex)
-        {
-            return ExceptionDispatchInfo.Capture(ex);
-        }
-        finally
-        {
-            slot.Source = null;
-            slot.Task = null;
+            ReportLoser(error.SourceException);
         }
     }
 
-    /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
-    protected static void ReportLoser(ExceptionDispatchInfo? error)
+    /// <summary>A losing input's failure is not rethrown, but it is never lost either; cancellation is not a failure.</summary>
+    internal static void ReportLoser(Exception error)
     {
-        if (error is not null && error.SourceException is not OperationCanceledException)
+        if (error is not OperationCanceledException)
         {
-            UnobservedExceptions.Report(error.SourceException);
+            UnobservedExceptions.Report(error);
         }
     }
 
@@ -114,10 +249,19 @@ internal abstract class CombinatorCore
         public readonly CombinatorCore Owner;
         public readonly int Index;
         public readonly Action TaskContinuation;
+        public InputKind Kind;
         public ISpindleSource? Source;
         public short Token;
         public Task? Task;
+        public ValueTask ValueTask;
+
+        /// <summary>This use's cell when the input's result is kept (a typed input); null for an untyped input.</summary>
+        public InputCell? Typed;
+
+        /// <summary>The input's failure; for <see cref="InputKind.Read"/>, set before the slot completes.</summary>
         public ExceptionDispatchInfo? Error;
+
+        private InputCell? _cellCache;
 
         public Slot(CombinatorCore owner, int index)
         {
@@ -126,34 +270,191 @@ internal abstract class CombinatorCore
             TaskContinuation = Complete;
         }
 
-        private void Complete() => Owner.OnInputCompleted(this);
+        public void Complete() => Owner.OnInputCompleted(this);
+
+        /// <summary>A cell for a <typeparamref name="T"/> result, kept across uses (a pooled combinator sees the same types each time).</summary>
+        public Cell<T> UseCell<T>()
+        {
+            if (_cellCache is not Cell<T> cell)
+            {
+                cell = new Cell<T>();
+                _cellCache = cell;
+            }
+            Typed = cell;
+            return cell;
+        }
+
+        /// <summary>
+        /// Reads the input exactly once (so a pooled input goes back to its pool, and its exception is observed), keeping
+        /// a typed input's result in its cell. Returns the input's failure, if any.
+        /// </summary>
+        public ExceptionDispatchInfo? Read()
+        {
+            try
+            {
+                if (Kind == InputKind.Read)
+                {
+                    ExceptionDispatchInfo? failure = Error;
+                    Error = null;
+                    return failure;
+                }
+                if (Typed is { } cell)
+                {
+                    cell.Read(this);
+                }
+                else if (Kind == InputKind.Spindle)
+                {
+                    Source!.GetResult(Token);
+                }
+                else if (Kind == InputKind.Task)
+                {
+                    Task!.GetAwaiter().GetResult();
+                }
+                else
+                {
+                    ValueTask.GetAwaiter().GetResult();
+                }
+                return null;
+            }
+            catch (Exception ex)
+            {
+                return ExceptionDispatchInfo.Capture(ex);
+            }
+            finally
+            {
+                Source = null;
+                Task = null;
+                ValueTask = default;
+            }
+        }
+    }
+
+    /// <summary>Where a typed input's result is kept until the combined result is composed.</summary>
+    internal abstract class InputCell
+    {
+        /// <summary>Reads the slot's typed input into the cell; throws the input's failure.</summary>
+        public abstract void Read(Slot slot);
+
+        public abstract void Clear();
+    }
+
+    internal sealed class Cell<T> : InputCell
+    {
+        public T Value = default!;
+        public ValueTask<T> Pending;
+
+        public override void Read(Slot slot)
+        {
+            switch (slot.Kind)
+            {
+                case InputKind.Spindle:
+                    Value = Unsafe.As<ISpindleSource<T>>(slot.Source!).GetResult(slot.Token);
+                    break;
+                case InputKind.Task:
+                    Value = Unsafe.As<Task<T>>(slot.Task!).GetAwaiter().GetResult();
+                    break;
+                case InputKind.ValueTask:
+                    ValueTask<T> pending = Pending;
+                    Pending = default;
+                    Value = pending.GetAwaiter().GetResult();
+                    break;
+            }
+        }
+
+        public override void Clear()
+        {
+            Value = default!;
+            Pending = default;
+        }
     }
 }
 
 /// <summary>
-/// The one mechanism behind every WhenAll and WhenAny, for any number of inputs: a pooled object that is the source of
-/// the combined task and registers one pooled slot per input. Nothing is allocated per call in steady state, whatever
-/// the count.
+/// Collects the failures of a WhenAll's inputs, in input order: the first one (as the BCL's <c>await Task.WhenAll</c>
+/// rethrows), or with <see cref="WhenAllOptions.AggregateExceptions"/> all of them.
+/// </summary>
+internal struct WhenAllFailures
+{
+    private readonly bool _aggregate;
+    private Exception? _first;
+    private List<Exception>? _all;
+    private bool _anyFault;
+
+    public WhenAllFailures(bool aggregate)
+    {
+        _aggregate = aggregate;
+        _first = null;
+        _all = null;
+        _anyFault = false;
+    }
+
+    public void Add(Exception? error)
+    {
+        if (error is null)
+        {
+            return;
+        }
+        _first ??= error;
+        _anyFault |= error is not OperationCanceledException;
+        if (_aggregate)
+        {
+            (_all ??= new List<Exception>()).Add(error);
+        }
+    }
+
+    /// <summary>
+    /// Null when every input succeeded. Otherwise the lowest index's exception; when aggregating and at least one input
+    /// faulted, an <see cref="AggregateException"/> of every failure (cancellations included) in input order. Inputs that
+    /// were only cancelled give the first cancellation, so the combined task is cancelled rather than faulted.
+    /// </summary>
+    public readonly Exception? Result => _first is null ? null : _aggregate && _anyFault ? new AggregateException(_all!) : _first;
+}
+
+/// <summary>
+/// The one mechanism behind every WhenAll and WhenAny, for any number and kind of inputs: a pooled object that is the
+/// source of the combined task and registers one pooled slot per input. Nothing is allocated per call in steady state,
+/// whatever the count.
 /// </summary>
 /// <remarks>
 /// <para><b>Lifetime.</b> The reference count (<c>_references</c>, in <see cref="CombinatorCore"/>) counts the inputs still running plus one for the consumer of the
 /// combined task. Each input's completion drops one; reading the combined result drops the consumer's. The object
-/// returns to its pool only at zero, so a WhenAny whose losers finish late is recycled only after the last of them.</para>
+/// returns to its pool only at zero, so a WhenAny whose losers finish late is recycled only after the last of them. One
+/// whose cancellation callback fired is not pooled again at all (see <see cref="Recycle"/>).</para>
 /// <para><b>Outcome.</b> For WhenAny, the first input to finish wins a CAS on <see cref="_winner"/> (a later input reads
-/// it first and skips the CAS once the race is decided); its result (or exception) becomes the combined outcome. For
+/// it first and skips the CAS once the race is decided); its success (or exception) becomes the combined outcome. The
+/// cancellation callback takes part in the same race, so exactly one of them decides. For
 /// WhenAll, the same counter decides: the input whose completion brings it down to 1 (only the consumer's reference
 /// left) is the last one, and completes the combined task. If inputs failed, it rethrows the failure of the lowest
-/// index, as the BCL's <c>await Task.WhenAll(...)</c> does: deterministic, whatever order the inputs finished in. Every input is read exactly once, by its slot, so
+/// index, as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever order the inputs finished in), or an
+/// <see cref="AggregateException"/> of all of them when asked to. Every input is read exactly once, by its slot, so
 /// pooled inputs go back to their pools. A losing input's fault is reported to <see cref="Spindle.UnobservedException"/>:
 /// it is not lost, and it is not rethrown.</para>
+/// <para><b>Result.</b> The completion core carries no value: typed inputs' results stay in their slots' cells, and the
+/// combined result (an index, an array, a tuple, a copy into the caller's buffer) is composed by <c>_compose</c> when the
+/// consumer reads it, while the consumer's reference still keeps the cells alive. So a cancelled or failed combination
+/// never composes anything: a caller's buffer is written only for a success, when its result is read, never by a late
+/// input after a cancelled wait.</para>
+/// <para><b>Cancelling the losers.</b> For WhenAny over producers, the combinator owns the token it hands them. The
+/// winner cancels it before completing the combined task (so losers stop before the consumer's continuation runs on this
+/// thread), unless no other producer is still running: then the source can be reset and pooled. The producers' start
+/// loop and the winner settle that with a Dekker pair: the loop increments <c>_unfinishedProducers</c> and then checks for
+/// a winner; the winner CASes <see cref="_winner"/> and then reads the count. Both are full fences, so a producer is
+/// either not started or seen running (and cancelled).</para>
 /// </remarks>
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>
 {
-    private SourceCore<TResult> _core;
+    private SourceCore<VoidResult> _core;
     private int _winner;
     private bool _isAny;
+    private bool _aggregate;
+    private Func<Combinator<TResult>, TResult>? _compose;
+    private TResult _destination = default!;
     private CancellationTokenRegistration _registration;
     private CancellationToken _cancelToken;
+    private bool _cancelMayRun;
+    private CancellationTokenSource? _producerSource;
+    private bool _startsProducers;
+    private int _unfinishedProducers;
 
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Combinator<TResult>)o!).Cancel(ct);
@@ -162,35 +463,67 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 #endif
     private Combinator<TResult>? _poolNext;
 
+    /// <summary>The value of <see cref="_winner"/> once cancellation has decided a WhenAny.</summary>
+    private const int CancelledRace = int.MaxValue;
+
     ref Combinator<TResult>? IPoolNode<Combinator<TResult>>.Next => ref _poolNext;
 
     public short Version => _core.Version;
 
-    public static Combinator<TResult> Rent(bool isAny, int count)
+    /// <summary>WhenAny: the index of the input that finished first (-1 until one has; <see cref="CancelledRace"/> if cancelled first).</summary>
+    public int Winner => _winner;
+
+    /// <summary>The caller's buffer, for a WhenAll that writes its results into one.</summary>
+    public TResult Destination => _destination;
+
+    /// <summary>Rents a WhenAll over <paramref name="count"/> inputs; <paramref name="compose"/> builds the result (null: none).</summary>
+    public static Combinator<TResult> RentAll(int count, bool aggregate, Func<Combinator<TResult>, TResult>? compose, TResult destination = default!)
+    {
+        Combinator<TResult> c = Rent(count, compose);
+        c._isAny = false;
+        c._aggregate = aggregate;
+        c._destination = destination;
+        return c;
+    }
+
+    /// <summary>Rents a WhenAny over <paramref name="count"/> inputs; <paramref name="compose"/> builds the result from the winner.</summary>
+    public static Combinator<TResult> RentAny(int count, Func<Combinator<TResult>, TResult> compose)
+    {
+        Combinator<TResult> c = Rent(count, compose);
+        c._isAny = true;
+        return c;
+    }
+
+    private static Combinator<TResult> Rent(int count, Func<Combinator<TResult>, TResult>? compose)
     {
         Combinator<TResult> c = ObjectPool<Combinator<TResult>>.TryRent() ?? new Combinator<TResult>();
-        c._isAny = isAny;
         c._winner = -1;
+        c._compose = compose;
         c.Prepare(count);
         return c;
     }
 
+    /// <summary>The winner's result if input <paramref name="index"/> won, else default (a WhenAny tuple's other elements).</summary>
+    public T WinnerValue<T>(int index) => index == _winner ? Value<T>(index) : default!;
+
     /// <summary>
-    /// Lets <paramref name="cancellationToken"/> cancel the combined task (not the inputs, which are still read when they
-    /// finish). Called after the inputs are registered; the registration is removed when the combined task completes.
+    /// Starts a use: returns its token and lets <paramref name="cancellationToken"/> cancel the combined task (not the
+    /// inputs, which are still read when they finish). Called before the inputs are registered, so a token that is
+    /// already cancelled cancels at once. The registration is removed when the result is read or the object recycled.
     /// </summary>
-    public void CancelWith(CancellationToken cancellationToken)
+    public short Start(CancellationToken cancellationToken)
     {
-        if (!cancellationToken.CanBeCanceled)
+        short token = _core.Version;
+        if (cancellationToken.CanBeCanceled)
         {
-            return;
-        }
-        _cancelToken = cancellationToken;
+            _cancelToken = cancellationToken;
 #if NET
-        _registration = cancellationToken.UnsafeRegister(s_cancel, this);
+            _registration = cancellationToken.UnsafeRegister(s_cancel, this);
 #else
-        _registration = cancellationToken.Register(s_cancel, this);
+            _registration = cancellationToken.Register(s_cancel, this);
 #endif
+        }
+        return token;
     }
 
     private void Cancel(CancellationToken cancellationToken)
@@ -202,87 +535,205 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
 #endif
+        // For WhenAny, cancellation takes the race like an input would: so the producers' own cancellations, which
+        // complete their inputs on this thread below, lose to it, and the combined task is cancelled by the caller's token.
+        if (_isAny && Interlocked.CompareExchange(ref _winner, CancelledRace, -1) != -1)
+        {
+            return; // an input won first: that is the outcome
+        }
+        if (_startsProducers)
+        {
+            CancelProducers();
+        }
         _core.TrySetCanceled(cancellationToken);
     }
 
-    private void DropRegistration() => CancellationRegistrations.Drop(ref _registration);
-
-    /// <summary>Completes the combined task, unless cancellation got there first; then a failure is reported, not lost.</summary>
-    private void Complete(ExceptionDispatchInfo? error, TResult result)
+    private void DropRegistration()
     {
-        bool set = error is null ? _core.TrySetResult(result) : _core.TrySetException(error.SourceException);
-        if (!set)
+        if (!CancellationRegistrations.Drop(ref _registration))
         {
-            ReportLoser(error);
+            _cancelMayRun = true;
         }
+    }
+
+    /// <summary>Makes this WhenAny the owner of its inputs' token (see the remarks); returns the token to hand to producers.</summary>
+    public CancellationToken StartProducers()
+    {
+        _startsProducers = true;
+        _unfinishedProducers = 0;
+        return (_producerSource ??= new CancellationTokenSource()).Token;
+    }
+
+    /// <summary>Counts one more producer as running, unless the race is already decided (then no more are started).</summary>
+    public bool TryStartProducer()
+    {
+        Interlocked.Increment(ref _unfinishedProducers);
+        if (Volatile.Read(ref _winner) == -1)
+        {
+            return true;
+        }
+        Interlocked.Decrement(ref _unfinishedProducers);
+        return false;
+    }
+
+    /// <summary>Drops the references of inputs that were never started (the race was decided first).</summary>
+    public void SkipUnstarted(int count)
+    {
+        if (count > 0)
+        {
+            int remaining = Interlocked.Add(ref _references, -count);
+            Debug.Assert(remaining > 0, "the consumer's reference is still held");
+        }
+    }
+
+    private void CancelProducers()
+    {
+        try
+        {
+            _producerSource!.Cancel();
+        }
+        catch (AggregateException ex)
+        {
+            // Callbacks that producers registered on the token threw: report them, never let them break the combinator.
+            foreach (Exception inner in ex.InnerExceptions)
+            {
+                UnobservedExceptions.Report(inner);
+            }
+        }
+    }
+
+    /// <summary>
+    /// The combined task, once every input is registered. If it has already succeeded, its result is read now, so the
+    /// caller gets a task with the result inline and the combinator goes back to its pool as soon as its inputs allow.
+    /// </summary>
+    public SpindleTask<TResult> ToTask(short token)
+        => _core.StatusUnchecked == SpindleTaskStatus.Succeeded ? new SpindleTask<TResult>(GetResult(token)) : new SpindleTask<TResult>(this, token);
+
+    /// <summary>As <see cref="ToTask"/>, for a combined task with no result.</summary>
+    public SpindleTask ToVoidTask(short token)
+    {
+        if (_core.StatusUnchecked == SpindleTaskStatus.Succeeded)
+        {
+            GetResult(token);
+            return default;
+        }
+        return new SpindleTask(this, token);
     }
 
     protected override void OnInputCompleted(Slot slot)
     {
         // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
-        ExceptionDispatchInfo? error = ReadUntyped(slot);
-        int index = slot.Index;
+        ExceptionDispatchInfo? error = slot.Read();
 
         if (_isAny)
         {
-            if (Volatile.Read(ref _winner) == -1 && Interlocked.CompareExchange(ref _winner, index, -1) == -1)
-            {
-                // TResult is int for WhenAny: the JIT removes this box/unbox pair in the specialised code.
-                Complete(error, error is null ? (TResult)(object)index : default!);
-            }
-            else
-            {
-                ReportLoser(error);
-            }
-        }
-        else
-        {
-            slot.Error = error; // published to the last input by the interlocked decrement below
-            int remaining = Interlocked.Decrement(ref _references);
-            if (remaining > 1)
-            {
-                return;
-            }
-            // The last input. Normally the consumer's reference is still held (1); after a cancellation the consumer
-            // may already have read the result and dropped it (0). Either way nothing else touches this object now.
-            Slot[] slots = Slots;
-            ExceptionDispatchInfo? first = null;
-            for (int i = 0; i < _count && first is null; i++)
-            {
-                first = slots[i].Error;
-            }
-            bool set = first is null ? _core.TrySetResult(default!) : _core.TrySetException(first.SourceException);
-            for (int i = 0; i < _count; i++)
-            {
-                if (!set)
-                {
-                    ReportLoser(slots[i].Error); // cancelled first: the failures are reported, not lost
-                }
-                slots[i].Error = null;
-            }
-            if (remaining == 0)
-            {
-                Recycle();
-            }
+            CompleteAny(slot.Index, error);
+            Release();
             return;
         }
-        Release();
+
+        slot.Error = error; // published to the last input by the interlocked decrement below
+        int remaining = Interlocked.Decrement(ref _references);
+        if (remaining > 1)
+        {
+            return;
+        }
+        // The last input. Normally the consumer's reference is still held (1); after a cancellation the consumer
+        // may already have read the result and dropped it (0). Either way nothing else touches this object now.
+        CompleteAll();
+        if (remaining == 0)
+        {
+            Recycle();
+        }
+    }
+
+    private void CompleteAny(int index, ExceptionDispatchInfo? error)
+    {
+        if (_startsProducers)
+        {
+            Interlocked.Decrement(ref _unfinishedProducers);
+        }
+        if (Volatile.Read(ref _winner) != -1 || Interlocked.CompareExchange(ref _winner, index, -1) != -1)
+        {
+            ReportLoser(error);
+            return;
+        }
+        if (_startsProducers && Volatile.Read(ref _unfinishedProducers) > 0)
+        {
+            CancelProducers();
+        }
+        bool set = error is null ? _core.TrySetResult(default) : _core.TrySetException(error.SourceException);
+        if (!set)
+        {
+            ReportLoser(error); // cancelled first: the failure is reported, not lost
+        }
+    }
+
+    private void CompleteAll()
+    {
+        Slot[] slots = Slots;
+        var failures = new WhenAllFailures(_aggregate);
+        for (int i = 0; i < _count; i++)
+        {
+            failures.Add(slots[i].Error?.SourceException);
+        }
+        Exception? failure = failures.Result;
+        bool set = failure is null ? _core.TrySetResult(default) : _core.TrySetException(failure);
+        for (int i = 0; i < _count; i++)
+        {
+            if (!set)
+            {
+                ReportLoser(slots[i].Error); // cancelled first: the failures are reported, not lost
+            }
+            slots[i].Error = null;
+        }
     }
 
     protected override void Recycle()
     {
-        // The registration must go before the object is reused; Unregister does not wait for a callback in flight,
-        // which Cancel's token check makes harmless.
         DropRegistration();
+        if (_cancelMayRun)
+        {
+            // The cancellation callback fired, and Unregister does not wait for a callback in flight: one may still be
+            // about to touch this object. Reusing it could let that callback cancel the next use (its token check and its
+            // action are not one atomic step), so it is left to the GC. This costs an allocation only after a cancellation.
+            return;
+        }
         _cancelToken = default;
+        _compose = null;
+        _destination = default!;
+        ClearValues();
+        if (_startsProducers)
+        {
+            _startsProducers = false;
+            ReleaseProducerSource();
+        }
         _core.ClearForPool();
         ObjectPool<Combinator<TResult>>.Return(this);
     }
 
+    /// <summary>
+    /// Keeps the producers' token source for the next use if it was never cancelled (every producer has finished by now);
+    /// a cancelled source cannot be reset, so it is left to the GC. It is not disposed: it holds no timer or handle, and a
+    /// producer that kept its token past its own completion must not see it throw.
+    /// </summary>
+    private void ReleaseProducerSource()
+    {
+#if NET
+        if (_producerSource!.TryReset())
+        {
+            return;
+        }
+#endif
+        _producerSource = null;
+    }
+
     public TResult GetResult(short token)
     {
-        TResult result = _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        _core.Consume(token, this, out ExceptionDispatchInfo? error);
         DropRegistration(); // the wait is over: nothing stays registered behind it, even while losers still run
+        // Composed while the consumer's reference still keeps the cells: after Release they may be recycled.
+        TResult result = error is null && _compose is { } compose ? compose(this) : default!;
         Release();
         error?.Throw();
         return result;
@@ -295,88 +746,6 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     ValueTaskSourceStatus IValueTaskSource<TResult>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
-
-    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
-
-    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-        => _core.OnCompleted(continuation, state, token, flags);
-}
-
-/// <summary>
-/// WhenAny over typed Spindle tasks: as <see cref="Combinator{TResult}"/> for WhenAny, but the winner's result is read
-/// and returned with its index.
-/// </summary>
-internal sealed class ValueAnyCombinator<T> : CombinatorCore, ISpindleSource<(int Index, T Result)>, IPoolNode<ValueAnyCombinator<T>>
-{
-    private SourceCore<(int Index, T Result)> _core;
-    private int _winner;
-    private ValueAnyCombinator<T>? _poolNext;
-
-    ref ValueAnyCombinator<T>? IPoolNode<ValueAnyCombinator<T>>.Next => ref _poolNext;
-
-    public short Version => _core.Version;
-
-    public static ValueAnyCombinator<T> Rent(int count)
-    {
-        ValueAnyCombinator<T> c = ObjectPool<ValueAnyCombinator<T>>.TryRent() ?? new ValueAnyCombinator<T>();
-        c._winner = -1;
-        c.Prepare(count);
-        return c;
-    }
-
-    protected override void OnInputCompleted(Slot slot)
-    {
-        T value = default!;
-        ExceptionDispatchInfo? error = null;
-        try
-        {
-            value = ((ISpindleSource<T>)slot.Source!).GetResult(slot.Token);
-        }
-        catch (Exception ex)
-        {
-            error = ExceptionDispatchInfo.Capture(ex);
-        }
-        slot.Source = null;
-        int index = slot.Index;
-        if (Volatile.Read(ref _winner) == -1 && Interlocked.CompareExchange(ref _winner, index, -1) == -1)
-        {
-            if (error is not null)
-            {
-                _core.TrySetException(error.SourceException);
-            }
-            else
-            {
-                _core.TrySetResult((index, value));
-            }
-        }
-        else
-        {
-            ReportLoser(error);
-        }
-        Release();
-    }
-
-    protected override void Recycle()
-    {
-        _core.ClearForPool();
-        ObjectPool<ValueAnyCombinator<T>>.Return(this);
-    }
-
-    public (int Index, T Result) GetResult(short token)
-    {
-        (int, T) result = _core.Consume(token, this, out ExceptionDispatchInfo? error);
-        Release();
-        error?.Throw();
-        return result;
-    }
-
-    void IValueTaskSource.GetResult(short token) => GetResult(token);
-
-    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
-
-    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
-
-    ValueTaskSourceStatus IValueTaskSource<(int Index, T Result)>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 

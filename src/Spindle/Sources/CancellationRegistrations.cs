@@ -12,18 +12,23 @@ internal static class CancellationRegistrations
     /// (a token check cannot close that window: the callback may pass the check just before the source is reused).
     /// The wait is paid only when cancellation and completion actually race; a callback running on the calling thread
     /// (a continuation run inline by the cancellation itself) is not waited for.
+    /// Returns false when the callback had already started (it has run, or is running on this very thread), so that a
+    /// pooled owner whose callback touches it after the continuation can decline to be reused; true otherwise.
     /// </summary>
-    public static void Drop(ref CancellationTokenRegistration registration)
+    public static bool Drop(ref CancellationTokenRegistration registration)
     {
         CancellationTokenRegistration r = registration;
         registration = default;
 #if NET
-        if (!r.Unregister())
+        if (r.Unregister() || !r.Token.CanBeCanceled)
         {
-            r.Dispose();
+            return true;
         }
-#else
         r.Dispose();
+        return false;
+#else
+        r.Dispose(); // waits for a callback in flight (unless called from inside it)
+        return true;
 #endif
     }
 }

@@ -187,4 +187,44 @@ public class CombinatorBadInputTests
         AssertAwaitOnceError(() => SpindleTask.WhenAll(input));
         AssertAwaitOnceError(() => SpindleTask.WhenAny(input));
     }
+
+    [Fact]
+    public void NewInputKinds_EmptyWhenAny_ThrowsArgumentException_EmptyWhenAll_CompletesAtOnce()
+    {
+        Assert.Equal("tasks", Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<ValueTask>.Empty)).ParamName);
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<ValueTask<int>>.Empty));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<Task<int>>.Empty));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(new List<Task<int>>()));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(Enumerable.Empty<ValueTask>().Select(t => t)));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<SpindleTask<int>>.Empty, System.Threading.CancellationToken.None));
+        Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<Task>.Empty, System.Threading.CancellationToken.None));
+        Assert.Equal(SpindleTaskStatus.Succeeded, SpindleTask.WhenAll(ReadOnlySpan<ValueTask>.Empty).Status);
+        Assert.Equal(SpindleTaskStatus.Succeeded, SpindleTask.WhenAll(ReadOnlySpan<Task>.Empty, new WhenAllOptions { AggregateExceptions = true }).Status);
+        Assert.Equal(SpindleTaskStatus.Succeeded, SpindleTask.WhenAll(ReadOnlySpan<ValueTask<int>>.Empty, Memory<int>.Empty).Status);
+    }
+
+    [Fact]
+    public void NullTypedTask_InSpanOrSequence_ThrowsArgumentExceptionNamingTheIndex_BeforeConsumingAnything()
+    {
+        var pending = new TaskCompletionSource<int>();
+        var list = new List<Task<int>?> { pending.Task, Task.FromResult(1), null };
+        AssertNamesIndex(2, () => SpindleTask.WhenAll(list!));
+        AssertNamesIndex(2, () => SpindleTask.WhenAny(list!));
+        AssertNamesIndex(2, () => SpindleTask.WhenAll(list.Select(t => t)!));
+        AssertNamesIndex(2, () => SpindleTask.WhenAll(list.ToArray()!, new int[3]));
+        AssertNamesIndex(0, () => SpindleTask.WhenAny(new Task<int>[] { null!, pending.Task }, System.Threading.CancellationToken.None));
+        AssertNamesIndex(1, () => SpindleTask.WhenAll(new Task[] { Task.CompletedTask, null! }, System.Threading.CancellationToken.None));
+        AssertNamesIndex(1, () => SpindleTask.WhenAll(new Task[] { pending.Task, null! }, new WhenAllOptions { AggregateExceptions = true }));
+        pending.SetResult(0);
+    }
+
+    [Fact]
+    public void NullSequence_NewOverloads_ThrowArgumentNullException()
+    {
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAll((IEnumerable<ValueTask>)null!)).ParamName);
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAll((IEnumerable<Task<int>>)null!)).ParamName);
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAll((IEnumerable<SpindleTask<int>>)null!)).ParamName);
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAny((IEnumerable<ValueTask<int>>)null!)).ParamName);
+        Assert.Equal("tasks", Assert.Throws<ArgumentNullException>(() => SpindleTask.WhenAny((IEnumerable<Task<int>>)null!)).ParamName);
+    }
 }

@@ -74,20 +74,38 @@ public sealed class CombinatorCancellationTests
         promises[1].SetResult();
     }
 
-    [Fact]
-    public void CancelVersusComplete_RacingOnTwoThreads_ExactlyOneOutcome()
+    /// <summary>Two inputs of one kind: the pending tasks, and actions completing input 0 and input 1.</summary>
+    private static (SpindleTask<int> Any, Action CompleteWinner, Action CompleteLoser) Inputs(string kind, Promise a, Promise b, CancellationToken token)
+    {
+        if (kind == "Task")
+        {
+            var x = new TaskCompletionSource();
+            var y = new TaskCompletionSource();
+            return (SpindleTask.WhenAny([x.Task, y.Task], token), x.SetResult, y.SetResult);
+        }
+        a.Reset();
+        b.Reset();
+        return (SpindleTask.WhenAny([a.Task, b.Task], token), a.SetResult, b.SetResult);
+    }
+
+    [Theory]
+    [InlineData("Spindle")]
+    [InlineData("Task")]
+    public void CancelVersusComplete_RacingOnTwoThreads_ExactlyOneOutcome(string kind)
     {
         int rounds = TestUtil.Stress(2_000);
         var a = new Promise();
         var b = new Promise();
+        a.SetResult();
+        b.SetResult();
         int canceled = 0;
         int won = 0;
         for (int round = 0; round < rounds; round++)
         {
             using var cts = new CancellationTokenSource();
-            a.Reset();
-            b.Reset();
-            SpindleTask<int> any = SpindleTask.WhenAny([a.Task, b.Task], cts.Token);
+            (SpindleTask<int> any, Action completeWinner, Action completeLoser) = Inputs(kind, a, b, cts.Token);
+            var counter = new CombinatorTestSupport.ContinuationCounter();
+            any.GetAwaiter().UnsafeOnCompleted(counter.Action);
             using var barrier = new Barrier(2);
             Task t = Task.Run(() =>
             {
@@ -95,8 +113,11 @@ public sealed class CombinatorCancellationTests
                 cts.Cancel();
             });
             barrier.SignalAndWait();
-            a.SetResult();
-            t.Wait(TimeSpan.FromSeconds(10));
+            completeWinner();
+            Assert.True(t.Wait(TimeSpan.FromSeconds(10)), $"round {round}: the cancelling thread hung");
+            // The BCL may schedule a Task input's continuation (it does under xUnit's synchronization context).
+            TestUtil.SpinUntil(() => counter.Count > 0, 10);
+            Assert.Equal(1, counter.Count);
             try
             {
                 Assert.Equal(0, any.GetAwaiter().GetResult());
@@ -106,7 +127,7 @@ public sealed class CombinatorCancellationTests
             {
                 canceled++;
             }
-            b.SetResult();
+            completeLoser();
         }
         Assert.Equal(rounds, won + canceled);
     }

@@ -257,4 +257,97 @@ public class CombinatorRaceTests
             _ => won[1] = promises[0].TrySetResult(),
             _ => promises[1].SetResult()), Timeout);
     }
+
+    [Fact]
+    public async Task WhenAny_ValueTasksCompletingAtOnce_ExactlyOneWinner_EveryInputReadOnce()
+    {
+        var sources = new[] { new CountingValueTaskSource<int>(), new CountingValueTaskSource<int>(), new CountingValueTaskSource<int>() };
+        var counter = new ContinuationCounter();
+        SpindleTask<(int Index, int Result)> any = default;
+        var racers = new Action<int>[sources.Length];
+        for (int k = 0; k < sources.Length; k++)
+        {
+            int me = k;
+            racers[k] = round => sources[me].SetResult(round * 10 + me);
+        }
+
+        await TestUtil.WithTimeout(Race.Run(
+            Rounds,
+            before: round =>
+            {
+                foreach (CountingValueTaskSource<int> s in sources)
+                {
+                    s.Reset();
+                }
+                counter.Reset();
+                any = SpindleTask.WhenAny(sources[0].Task, sources[1].Task, sources[2].Task);
+                any.GetAwaiter().UnsafeOnCompleted(counter.Action);
+            },
+            after: round =>
+            {
+                Assert.True(counter.Count == 1, $"round {round}: the awaiter resumed {counter.Count} times");
+                (int index, int result) = any.GetAwaiter().GetResult();
+                Assert.Equal(round * 10 + index, result);
+                for (int k = 0; k < sources.Length; k++)
+                {
+                    Assert.True(sources[k].Reads == 1, $"round {round}: input {k} was read {sources[k].Reads} times");
+                }
+            },
+            racers), Timeout);
+    }
+
+    [Fact]
+    public async Task WhenAnyOverProducers_OuterCancelRacesTheWinner_OneOutcome_AndTheLoserIsAlwaysCancelled()
+    {
+        var winner = new Promise();
+        var loser = new Signal();
+        var counter = new ContinuationCounter();
+        CancellationTokenSource? outer = null;
+        CancellationToken handedOut = default;
+        SpindleTask<int> any = default;
+        int cancelledWins = 0;
+        var reported = new System.Collections.Concurrent.ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            await TestUtil.WithTimeout(Race.Run(
+                CancelRounds,
+                before: round =>
+                {
+                    if (round > 0)
+                    {
+                        winner.Reset();
+                    }
+                    outer = new CancellationTokenSource();
+                    counter.Reset();
+                    any = SpindleTask.WhenAny([ct => Await(winner), ct => loser.WaitAsync(handedOut = ct)], outer.Token);
+                    any.GetAwaiter().UnsafeOnCompleted(counter.Action);
+                },
+                after: round =>
+                {
+                    Assert.True(counter.Count == 1, $"round {round}: the awaiter resumed {counter.Count} times");
+                    Assert.True(handedOut.IsCancellationRequested, $"round {round}: the losing producer's token was not cancelled");
+                    Assert.False(loser.HasWaiter, $"round {round}: the losing producer is still waiting");
+                    try
+                    {
+                        Assert.Equal(0, any.GetAwaiter().GetResult());
+                    }
+                    catch (OperationCanceledException oce)
+                    {
+                        Assert.Equal(outer!.Token, oce.CancellationToken); // the caller's token, not the producers'
+                        cancelledWins++;
+                    }
+                    outer!.Dispose();
+                },
+                _ => outer!.Cancel(),
+                _ => winner.SetResult()), Timeout);
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        Assert.Empty(reported);
+        Assert.InRange(cancelledWins, 0, CancelRounds);
+    }
 }

@@ -1,6 +1,8 @@
 using System;
 using System.Collections.Concurrent;
 using System.Threading;
+using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -78,5 +80,61 @@ internal static class CombinatorTestSupport
         public int Count => Volatile.Read(ref _count);
 
         public void Reset() => Volatile.Write(ref _count, 0);
+    }
+
+    /// <summary>An async method suspended on <paramref name="promise"/>, with a result: a pooled, await-once typed task.</summary>
+    public static async SpindleTask<T> Await<T>(Promise<T> promise) => await promise.Task;
+
+    /// <summary>
+    /// A resettable <see cref="IValueTaskSource{TResult}"/>, as pooled ValueTask sources are, that counts how often it is
+    /// read and registered on. A second read of the same use fails loudly: a ValueTask over a pooled source may be read
+    /// only once, because the source is reused after that.
+    /// </summary>
+    public sealed class CountingValueTaskSource<T> : IValueTaskSource<T>, IValueTaskSource
+    {
+        private ManualResetValueTaskSourceCore<T> _core; // continuations run inline: deterministic tests
+        private int _reads;
+        private int _registrations;
+
+        public CountingValueTaskSource() => _core.RunContinuationsAsynchronously = false;
+
+        public int Reads => Volatile.Read(ref _reads);
+
+        public int Registrations => Volatile.Read(ref _registrations);
+
+        public ValueTask<T> Task => new(this, _core.Version);
+
+        public ValueTask UntypedTask => new(this, _core.Version);
+
+        public void SetResult(T result) => _core.SetResult(result);
+
+        public void SetException(Exception error) => _core.SetException(error);
+
+        /// <summary>Starts a new use; the previous one must have been read exactly once.</summary>
+        public void Reset()
+        {
+            _core.Reset();
+            Volatile.Write(ref _reads, 0);
+            Volatile.Write(ref _registrations, 0);
+        }
+
+        public T GetResult(short token)
+        {
+            if (Interlocked.Increment(ref _reads) > 1)
+            {
+                throw new InvalidOperationException("read twice: a ValueTask over a pooled source was consumed more than once");
+            }
+            return _core.GetResult(token);
+        }
+
+        void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+        public ValueTaskSourceStatus GetStatus(short token) => _core.GetStatus(token);
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        {
+            Interlocked.Increment(ref _registrations);
+            _core.OnCompleted(continuation, state, token, flags);
+        }
     }
 }

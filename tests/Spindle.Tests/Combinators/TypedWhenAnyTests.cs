@@ -47,7 +47,8 @@ public sealed class TypedWhenAnyTests
             var b = new Promise<int>();
             var winnerError = new FormatException("winner");
             var loserError = new TimeoutException("loser");
-            SpindleTask<(int, int)> any = SpindleTask.WhenAny(Await(a.Task), Await(b.Task));
+            // A collection expression picks the span form; separate arguments would pick the 2-tuple form.
+            SpindleTask<(int, int)> any = SpindleTask.WhenAny([Await(a.Task), Await(b.Task)]);
             a.SetException(winnerError);
             Exception thrown = await Assert.ThrowsAsync<FormatException>(() => TestUtil.WithTimeout(any.AsTask()));
             Assert.Same(winnerError, thrown);
@@ -64,7 +65,7 @@ public sealed class TypedWhenAnyTests
     public void WhenAny_AnInputAlreadyCompleted_ReturnsItWithoutACombinator()
     {
         var pending = new Promise<int>();
-        SpindleTask<(int Index, int Result)> any = SpindleTask.WhenAny(Await(pending.Task), SpindleTask.FromResult(42));
+        SpindleTask<(int Index, int Result)> any = SpindleTask.WhenAny([Await(pending.Task), SpindleTask.FromResult(42)]);
         Assert.Null(any._source);
         Assert.Equal((1, 42), any.GetAwaiter().GetResult());
         pending.SetResult(1);

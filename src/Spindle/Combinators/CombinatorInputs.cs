@@ -1,0 +1,166 @@
+using System;
+using System.Diagnostics;
+using System.Threading.Tasks;
+
+namespace SpindleLib;
+
+/// <summary>
+/// What the shared combinator code (<see cref="Combine"/>) needs to know about one kind of input. Implemented by empty
+/// structs, so that the JIT compiles the shared code once per kind, with these calls inlined.
+/// </summary>
+/// <typeparam name="TInput">The input: a Spindle task, a BCL task or a ValueTask.</typeparam>
+/// <typeparam name="TValue">What reading it gives: its result, or <see cref="VoidResult"/>.</typeparam>
+internal interface IInputKind<TInput, TValue>
+{
+    /// <summary>True for a null reference (a BCL task): rejected, naming its index.</summary>
+    bool IsNull(TInput input);
+
+    /// <summary>True once the input has finished. Never consumes it (a stale Spindle task throws the await-once error).</summary>
+    bool IsCompleted(TInput input);
+
+    /// <summary>Reads a completed input, consuming it; throws its failure.</summary>
+    TValue Read(TInput input);
+
+    /// <summary>True when a pending input can be left to finish with nobody waiting (a fault then reported) without a combinator.</summary>
+    bool ForgetsPending { get; }
+
+    /// <summary>
+    /// Observes a losing input, in the cheapest way its kind allows: its result is dropped, and a fault (not a
+    /// cancellation) is reported to <see cref="Spindle.UnobservedException"/>, now or when it finishes. The input must have
+    /// finished unless the kind <see cref="ForgetsPending"/>.
+    /// </summary>
+    void Forget(TInput input);
+
+    /// <summary>Registers the input as input <paramref name="index"/> of <paramref name="combinator"/>.</summary>
+    void Add(CombinatorCore combinator, int index, TInput input);
+}
+
+internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
+{
+    public bool IsNull(SpindleTask input) => false;
+
+    public bool IsCompleted(SpindleTask input) => input.IsCompleted;
+
+    public VoidResult Read(SpindleTask input)
+    {
+        input.GetAwaiter().GetResult();
+        return default;
+    }
+
+    public bool ForgetsPending => true;
+
+    public void Forget(SpindleTask input) => input.Forget();
+
+    public void Add(CombinatorCore combinator, int index, SpindleTask input) => combinator.Add(index, input);
+}
+
+internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
+{
+    public bool IsNull(SpindleTask<T> input) => false;
+
+    public bool IsCompleted(SpindleTask<T> input) => input.IsCompleted;
+
+    public T Read(SpindleTask<T> input) => input.GetAwaiter().GetResult();
+
+    public bool ForgetsPending => true;
+
+    public void Forget(SpindleTask<T> input) => input.Forget();
+
+    public void Add(CombinatorCore combinator, int index, SpindleTask<T> input) => combinator.Add(index, input);
+}
+
+internal readonly struct TaskInput : IInputKind<Task, VoidResult>
+{
+    public bool IsNull(Task input) => input is null;
+
+    public bool IsCompleted(Task input) => input.IsCompleted;
+
+    public VoidResult Read(Task input)
+    {
+        input.GetAwaiter().GetResult();
+        return default;
+    }
+
+    /// <summary>A pending BCL task could only be observed with an allocated continuation: the combinator does it instead.</summary>
+    public bool ForgetsPending => false;
+
+    public void Forget(Task input) => ForgetTask(input);
+
+    /// <summary>A finished BCL task is read only if it failed (reading its Exception marks it observed); it stays readable.</summary>
+    internal static void ForgetTask(Task input)
+    {
+        Debug.Assert(input.IsCompleted, "a pending BCL task goes to a combinator");
+        if (input.IsFaulted)
+        {
+            CombinatorCore.ReportLoser(input.Exception!.InnerExceptions[0]);
+        }
+    }
+
+    public void Add(CombinatorCore combinator, int index, Task input) => combinator.Add(index, input);
+}
+
+internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
+{
+    public bool IsNull(Task<T> input) => input is null;
+
+    public bool IsCompleted(Task<T> input) => input.IsCompleted;
+
+    public T Read(Task<T> input) => input.GetAwaiter().GetResult();
+
+    public bool ForgetsPending => false;
+
+    public void Forget(Task<T> input) => TaskInput.ForgetTask(input);
+
+    public void Add(CombinatorCore combinator, int index, Task<T> input) => combinator.Add(index, input);
+}
+
+internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
+{
+    public bool IsNull(ValueTask input) => false;
+
+    public bool IsCompleted(ValueTask input) => input.IsCompleted;
+
+    public VoidResult Read(ValueTask input)
+    {
+        input.GetAwaiter().GetResult();
+        return default;
+    }
+
+    /// <summary>A pending ValueTask must be read exactly once when it finishes: only a combinator's slot can do that without allocating.</summary>
+    public bool ForgetsPending => false;
+
+    /// <summary>Read exactly once, even on success: that is what releases a pooled source.</summary>
+    public void Forget(ValueTask input) => ForgetByReading<ValueTask, VoidResult, ValueTaskInput>(input);
+
+    /// <summary>Reads a finished losing input (consuming it); a fault is reported, a cancellation is not.</summary>
+    internal static void ForgetByReading<TInput, TValue, TKind>(TInput input)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        Debug.Assert(default(TKind).IsCompleted(input), "a pending input goes to a combinator");
+        try
+        {
+            default(TKind).Read(input);
+        }
+        catch (Exception ex)
+        {
+            CombinatorCore.ReportLoser(ex);
+        }
+    }
+
+    public void Add(CombinatorCore combinator, int index, ValueTask input) => combinator.Add(index, input);
+}
+
+internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
+{
+    public bool IsNull(ValueTask<T> input) => false;
+
+    public bool IsCompleted(ValueTask<T> input) => input.IsCompleted;
+
+    public T Read(ValueTask<T> input) => input.GetAwaiter().GetResult();
+
+    public bool ForgetsPending => false;
+
+    public void Forget(ValueTask<T> input) => ValueTaskInput.ForgetByReading<ValueTask<T>, T, ValueTaskInput<T>>(input);
+
+    public void Add(CombinatorCore combinator, int index, ValueTask<T> input) => combinator.Add(index, input);
+}

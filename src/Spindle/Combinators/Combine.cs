@@ -1,0 +1,283 @@
+using System;
+using System.Collections.Generic;
+using System.Runtime.CompilerServices;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The shared code behind every public WhenAll and WhenAny: validation, the fast paths for inputs that have already
+/// finished, and registration with a pooled <see cref="Combinator{TResult}"/>. Generic over the kind of input
+/// (<see cref="IInputKind{TInput, TValue}"/>), so each public overload is one line.
+/// </summary>
+internal static class Combine
+{
+    private const string NoInputMessage = "WhenAny needs at least one task: with none, nothing could ever complete it.";
+
+    /// <summary>WhenAll with no result.</summary>
+    public static SpindleTask All<TInput, TKind>(ReadOnlySpan<TInput> tasks, bool aggregate, CancellationToken cancellationToken)
+        where TKind : struct, IInputKind<TInput, VoidResult>
+    {
+        if (AllCompleted<TInput, VoidResult, TKind>(tasks, cancellationToken))
+        {
+            Exception? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, aggregate);
+            return failure is null ? default : SpindleTask.FromException(failure);
+        }
+        var c = Combinator<VoidResult>.RentAll(tasks.Length, aggregate, compose: null);
+        return c.ToVoidTask(AddAll<TInput, VoidResult, TKind, VoidResult>(c, tasks, cancellationToken));
+    }
+
+    /// <summary>WhenAll whose result is a new array of the inputs' results.</summary>
+    public static SpindleTask<T[]> AllValues<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, bool aggregate, CancellationToken cancellationToken)
+        where TKind : struct, IInputKind<TInput, T>
+    {
+        if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
+        {
+            T[] values = tasks.IsEmpty ? Array.Empty<T>() : new T[tasks.Length];
+            Exception? failure = ReadAll<TInput, T, TKind>(tasks, values, aggregate);
+            return failure is null ? new SpindleTask<T[]>(values) : SpindleTask.FromException<T[]>(failure);
+        }
+        var c = Combinator<T[]>.RentAll(tasks.Length, aggregate, CombinedResults<T>.Array);
+        return c.ToTask(AddAll<TInput, T, TKind, T[]>(c, tasks, cancellationToken));
+    }
+
+    /// <summary>WhenAll that writes the inputs' results into the caller's buffer.</summary>
+    public static SpindleTask AllInto<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, Memory<T> destination, bool aggregate, CancellationToken cancellationToken)
+        where TKind : struct, IInputKind<TInput, T>
+    {
+        if (destination.Length < tasks.Length)
+        {
+            throw new ArgumentException(
+                $"The destination has room for {destination.Length} results, but there are {tasks.Length} tasks. " +
+                "Pass a destination at least as long as the input: result i is written to element i.",
+                nameof(destination));
+        }
+        if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
+        {
+            Exception? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, aggregate);
+            return failure is null ? default : SpindleTask.FromException(failure);
+        }
+        var c = Combinator<Memory<T>>.RentAll(tasks.Length, aggregate, CombinedResults<T>.Into, destination);
+        return c.ToVoidTask(AddAll<TInput, T, TKind, Memory<T>>(c, tasks, cancellationToken));
+    }
+
+    /// <summary>WhenAny whose result is the winner's index.</summary>
+    public static SpindleTask<int> Any<TInput, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
+        where TKind : struct, IInputKind<TInput, VoidResult>
+        => Any<TInput, VoidResult, TKind, int>(tasks, cancellationToken, CombinedResults.WinnerOnly, CombinedResults.Winner);
+
+    /// <summary>WhenAny whose result is the winner's index and result.</summary>
+    public static SpindleTask<(int Index, T Result)> AnyValue<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
+        where TKind : struct, IInputKind<TInput, T>
+        => Any<TInput, T, TKind, (int, T)>(tasks, cancellationToken, CombinedResults<T>.FromWinner, CombinedResults<T>.WinnerAndValue);
+
+    private static SpindleTask<TResult> Any<TInput, TValue, TKind, TResult>(
+        ReadOnlySpan<TInput> tasks,
+        CancellationToken cancellationToken,
+        Func<int, TValue, TResult> fromWinner,
+        Func<Combinator<TResult>, TResult> compose)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        if (tasks.IsEmpty)
+        {
+            throw new ArgumentException(NoInputMessage, nameof(tasks));
+        }
+        // A losing Spindle task can be left to finish on its own (Forget), so the first finished input settles the race at
+        // once with no need to look further: seed 002's fast path. Other kinds settle without a combinator only when all
+        // have finished, so that a pending loser is still read exactly once, by a slot.
+        bool settleAtFirst = default(TKind).ForgetsPending && !cancellationToken.IsCancellationRequested;
+        int completed = Scan<TInput, TValue, TKind>(tasks, settleAtFirst, out int first);
+        if (first >= 0 && !cancellationToken.IsCancellationRequested && (settleAtFirst || completed == tasks.Length))
+        {
+            return SettleNow<TInput, TValue, TKind, TResult>(tasks, first, fromWinner);
+        }
+        var c = Combinator<TResult>.RentAny(tasks.Length, compose);
+        return c.ToTask(AddAll<TInput, TValue, TKind, TResult>(c, tasks, cancellationToken));
+    }
+
+    /// <summary>
+    /// WhenAny over producers: the combinator owns the token it hands them, and cancels it as soon as one finishes.
+    /// Producers are started in order; once the race is decided the rest are not started. A producer that throws is an
+    /// input that failed at once.
+    /// </summary>
+    public static SpindleTask<TResult> AnyOfProducers<TInput, TValue, TKind, TResult>(
+        ReadOnlySpan<Func<CancellationToken, TInput>> producers,
+        CancellationToken cancellationToken,
+        Func<Combinator<TResult>, TResult> compose)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        if (producers.IsEmpty)
+        {
+            throw new ArgumentException("WhenAny needs at least one producer: with none, nothing could ever complete it.", nameof(producers));
+        }
+        for (int i = 0; i < producers.Length; i++)
+        {
+            if (producers[i] is null)
+            {
+                throw new ArgumentException(
+                    $"The producer at index {i} is null. Every producer must be a delegate that starts a task with the token it is given.",
+                    nameof(producers));
+            }
+        }
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled<TResult>(cancellationToken); // nothing started, so nothing to cancel or observe
+        }
+        var c = Combinator<TResult>.RentAny(producers.Length, compose);
+        CancellationToken producerToken = c.StartProducers();
+        short token = c.Start(cancellationToken);
+        int started = 0;
+        while (started < producers.Length && c.TryStartProducer())
+        {
+            int index = started++;
+            try
+            {
+                default(TKind).Add(c, index, producers[index](producerToken));
+            }
+            catch (Exception ex)
+            {
+                // The producer threw (or returned a task that was already consumed): this input failed at once.
+                c.AddFailed(index, ex);
+            }
+        }
+        c.SkipUnstarted(producers.Length - started);
+        return c.ToTask(token);
+    }
+
+    /// <summary>Validates every input and tells whether all have finished (and the wait is not already cancelled).</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
+    private static bool AllCompleted<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
+        where TKind : struct, IInputKind<TInput, TValue>
+        => Scan<TInput, TValue, TKind>(tasks, stopAtFirstCompleted: false, out _) == tasks.Length && !cancellationToken.IsCancellationRequested;
+
+    /// <summary>
+    /// Validates the inputs before any is consumed (a null one is rejected, naming its index; a Spindle task already
+    /// consumed throws the await-once error), counts the finished ones, and finds the first of them. With
+    /// <paramref name="stopAtFirstCompleted"/> (only for Spindle tasks, which are never null, and whose Forget rejects a
+    /// consumed one), it stops there.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
+    private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, bool stopAtFirstCompleted, out int firstCompleted)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        firstCompleted = -1;
+        int completed = 0;
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            if (default(TKind).IsNull(tasks[i]))
+            {
+                throw NullInput(i);
+            }
+            if (default(TKind).IsCompleted(tasks[i]))
+            {
+                if (completed++ == 0)
+                {
+                    firstCompleted = i;
+                    if (stopAtFirstCompleted)
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        return completed;
+    }
+
+    /// <summary>Reads every (finished) input, in order, into <paramref name="values"/> if it has room; returns the combined failure.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
+    private static Exception? ReadAll<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, Span<TValue> values, bool aggregate)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        var failures = new WhenAllFailures(aggregate);
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            try
+            {
+                TValue value = default(TKind).Read(tasks[i]);
+                if (i < values.Length)
+                {
+                    values[i] = value;
+                }
+            }
+            catch (Exception ex)
+            {
+                failures.Add(ex);
+            }
+        }
+        return failures.Result;
+    }
+
+    /// <summary>
+    /// Input <paramref name="winner"/> has finished: it wins with no combinator. The others are observed now if they have
+    /// finished, or left to finish (Spindle tasks only); either way a fault among them is reported, not lost.
+    /// </summary>
+    private static SpindleTask<TResult> SettleNow<TInput, TValue, TKind, TResult>(ReadOnlySpan<TInput> tasks, int winner, Func<int, TValue, TResult> fromWinner)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        for (int j = 0; j < tasks.Length; j++)
+        {
+            if (j != winner)
+            {
+                default(TKind).Forget(tasks[j]);
+            }
+        }
+        try
+        {
+            return new SpindleTask<TResult>(fromWinner(winner, default(TKind).Read(tasks[winner])));
+        }
+        catch (Exception ex)
+        {
+            return SpindleTask.FromException<TResult>(ex);
+        }
+    }
+
+    private static short AddAll<TInput, TValue, TKind, TResult>(Combinator<TResult> c, ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        short token = c.Start(cancellationToken);
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            default(TKind).Add(c, i, tasks[i]);
+        }
+        return token;
+    }
+
+    private static ArgumentException NullInput(int index)
+        => new($"The task at index {index} is null. Every input to a combinator must be a task: pass a completed task where there is nothing to wait for.", "tasks");
+
+    /// <summary>A sequence as a span: an array as it is, anything else copied once.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    public static ReadOnlySpan<T> ToSpan<T>(IEnumerable<T> tasks)
+    {
+        if (tasks is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(tasks));
+        }
+        return tasks is T[] array ? array : new List<T>(tasks).ToArray();
+    }
+}
+
+/// <summary>How the combined results are built from a combinator's slots (cached delegates: no allocation per call).</summary>
+internal static class CombinedResults
+{
+    public static readonly Func<int, VoidResult, int> WinnerOnly = static (index, _) => index;
+
+    public static readonly Func<Combinator<int>, int> Winner = static c => c.Winner;
+}
+
+/// <summary>As <see cref="CombinedResults"/>, for inputs with a <typeparamref name="T"/> result.</summary>
+internal static class CombinedResults<T>
+{
+    public static readonly Func<int, T, (int, T)> FromWinner = static (index, value) => (index, value);
+
+    public static readonly Func<Combinator<(int, T)>, (int, T)> WinnerAndValue = static c => (c.Winner, c.Value<T>(c.Winner));
+
+    /// <summary>The BCL's shape: a new array (the one allocation of a typed WhenAll).</summary>
+    public static readonly Func<Combinator<T[]>, T[]> Array = static c => c.ValuesToArray<T>();
+
+    public static readonly Func<Combinator<Memory<T>>, Memory<T>> Into = static c =>
+    {
+        c.CopyValuesTo(c.Destination.Span);
+        return c.Destination;
+    };
+}

@@ -1,0 +1,164 @@
+using System;
+using System.Collections.Generic;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib;
+
+public readonly partial struct SpindleTask
+{
+    /// <summary>
+    /// A task that completes when the first input does, with that input's index. If the first input to finish failed,
+    /// awaiting rethrows its exception (the input itself is consumed, so there is nowhere else to see it). The other
+    /// inputs are still read when they finish: their failures go to <see cref="Spindle.UnobservedException"/>.
+    /// Allocates nothing in steady state, for any count.
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty, as for <c>Task.WhenAny</c>.</exception>
+    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
+    public static SpindleTask<int> WhenAny(params ReadOnlySpan<SpindleTask> tasks)
+        => Combine.Any<SpindleTask, SpindleInput>(tasks, default);
+
+    /// <summary>As <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/>, for a sequence.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    /// <exception cref="ArgumentException">The sequence is empty.</exception>
+    public static SpindleTask<int> WhenAny(IEnumerable<SpindleTask> tasks) => WhenAny(Combine.ToSpan(tasks));
+
+    /// <summary>
+    /// As <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/>, and <paramref name="cancellationToken"/> cancels the wait (see
+    /// <see cref="WhenAll(ReadOnlySpan{SpindleTask}, CancellationToken)"/>).
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<int> WhenAny(ReadOnlySpan<SpindleTask> tasks, CancellationToken cancellationToken)
+        => Combine.Any<SpindleTask, SpindleInput>(tasks, cancellationToken);
+
+    /// <summary>
+    /// A task that completes when the first BCL task does, with its index. Unlike <c>Task.WhenAny</c>, it makes no
+    /// defensive copy of the input and pools its combinator, so it allocates nothing beyond the input tasks themselves.
+    /// The winner's exception, if it failed, is rethrown; the BCL tasks themselves remain readable.
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty, or an input is null (the message names its index).</exception>
+    public static SpindleTask<int> WhenAny(params ReadOnlySpan<Task> tasks)
+        => Combine.Any<Task, TaskInput>(tasks, default);
+
+    /// <summary>As <see cref="WhenAny(ReadOnlySpan{Task})"/>, for a sequence.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    /// <exception cref="ArgumentException">The sequence is empty, or contains null.</exception>
+    public static SpindleTask<int> WhenAny(IEnumerable<Task> tasks) => WhenAny(Combine.ToSpan(tasks));
+
+    /// <summary>
+    /// As <see cref="WhenAny(ReadOnlySpan{Task})"/>, and <paramref name="cancellationToken"/> cancels the wait, not the
+    /// tasks (see <see cref="WhenAll(ReadOnlySpan{SpindleTask}, CancellationToken)"/>).
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty, or an input is null (the message names its index).</exception>
+    public static SpindleTask<int> WhenAny(ReadOnlySpan<Task> tasks, CancellationToken cancellationToken)
+        => Combine.Any<Task, TaskInput>(tasks, cancellationToken);
+
+    /// <summary>
+    /// A task that completes when the first ValueTask does, with its index. As
+    /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/>: every ValueTask, winner or loser, is read exactly once (losers when
+    /// they finish), so each is consumed.
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<int> WhenAny(params ReadOnlySpan<ValueTask> tasks)
+        => Combine.Any<ValueTask, ValueTaskInput>(tasks, default);
+
+    /// <summary>As <see cref="WhenAny(ReadOnlySpan{ValueTask})"/>, for a sequence.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    /// <exception cref="ArgumentException">The sequence is empty.</exception>
+    public static SpindleTask<int> WhenAny(IEnumerable<ValueTask> tasks) => WhenAny(Combine.ToSpan(tasks));
+
+    /// <summary>As <see cref="WhenAny(ReadOnlySpan{ValueTask})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the inputs).</summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<int> WhenAny(ReadOnlySpan<ValueTask> tasks, CancellationToken cancellationToken)
+        => Combine.Any<ValueTask, ValueTaskInput>(tasks, cancellationToken);
+
+    /// <summary>
+    /// A task that completes when the first typed input does, with that input's index and result. As
+    /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/> otherwise (the winner's failure is rethrown; losers are read, and
+    /// their failures reported). Allocates nothing in steady state.
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(params ReadOnlySpan<SpindleTask<T>> tasks)
+        => Combine.AnyValue<SpindleTask<T>, T, SpindleInput<T>>(tasks, default);
+
+    /// <summary>As <see cref="WhenAny{T}(ReadOnlySpan{SpindleTask{T}})"/>, for a sequence.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    /// <exception cref="ArgumentException">The sequence is empty.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(IEnumerable<SpindleTask<T>> tasks) => WhenAny(Combine.ToSpan(tasks));
+
+    /// <summary>As <see cref="WhenAny{T}(ReadOnlySpan{SpindleTask{T}})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the inputs).</summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(ReadOnlySpan<SpindleTask<T>> tasks, CancellationToken cancellationToken)
+        => Combine.AnyValue<SpindleTask<T>, T, SpindleInput<T>>(tasks, cancellationToken);
+
+    /// <summary>
+    /// A task that completes when the first BCL task does, with its index and result. As
+    /// <see cref="WhenAny(ReadOnlySpan{Task})"/> otherwise: no allocation beyond the tasks themselves; the tasks stay readable.
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty, or an input is null (the message names its index).</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(params ReadOnlySpan<Task<T>> tasks)
+        => Combine.AnyValue<Task<T>, T, TaskInput<T>>(tasks, default);
+
+    /// <summary>As <see cref="WhenAny{T}(ReadOnlySpan{Task{T}})"/>, for a sequence.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    /// <exception cref="ArgumentException">The sequence is empty, or contains null.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(IEnumerable<Task<T>> tasks) => WhenAny(Combine.ToSpan(tasks));
+
+    /// <summary>As <see cref="WhenAny{T}(ReadOnlySpan{Task{T}})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the tasks).</summary>
+    /// <exception cref="ArgumentException">The input is empty, or an input is null (the message names its index).</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(ReadOnlySpan<Task<T>> tasks, CancellationToken cancellationToken)
+        => Combine.AnyValue<Task<T>, T, TaskInput<T>>(tasks, cancellationToken);
+
+    /// <summary>
+    /// A task that completes when the first ValueTask does, with its index and result. Every ValueTask is read exactly
+    /// once. As <see cref="WhenAny{T}(ReadOnlySpan{SpindleTask{T}})"/> otherwise.
+    /// </summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(params ReadOnlySpan<ValueTask<T>> tasks)
+        => Combine.AnyValue<ValueTask<T>, T, ValueTaskInput<T>>(tasks, default);
+
+    /// <summary>As <see cref="WhenAny{T}(ReadOnlySpan{ValueTask{T}})"/>, for a sequence.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
+    /// <exception cref="ArgumentException">The sequence is empty.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(IEnumerable<ValueTask<T>> tasks) => WhenAny(Combine.ToSpan(tasks));
+
+    /// <summary>As <see cref="WhenAny{T}(ReadOnlySpan{ValueTask{T}})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the inputs).</summary>
+    /// <exception cref="ArgumentException">The input is empty.</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(ReadOnlySpan<ValueTask<T>> tasks, CancellationToken cancellationToken)
+        => Combine.AnyValue<ValueTask<T>, T, ValueTaskInput<T>>(tasks, cancellationToken);
+
+    /// <summary>
+    /// Starts every producer with a token that WhenAny owns, and completes when the first of their tasks does, with its
+    /// index. As soon as one finishes, the token is cancelled, so the losers stop: this is WhenAny that cancels its losers.
+    /// </summary>
+    /// <remarks>
+    /// <para><b>Starting.</b> Producers are called in order, on the calling thread. Once one has finished (synchronously)
+    /// the race is decided and the rest are not called. A producer that throws counts as an input that failed at once.</para>
+    /// <para><b>Outcome.</b> As <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/>: the winner's failure is rethrown; the
+    /// losers are read when they finish, and a failure among them goes to <see cref="Spindle.UnobservedException"/>,
+    /// except the <see cref="OperationCanceledException"/> with which they answer the cancellation.</para>
+    /// <para><b>Cancellation.</b> <paramref name="cancellationToken"/> cancels the wait and every producer. If it is
+    /// already cancelled, no producer is called.</para>
+    /// <para><b>Cost.</b> The combinator is pooled. Cancelling the losers cancels a <see cref="CancellationTokenSource"/>,
+    /// which can never be reset, so a call that has losers to cancel allocates one; a call with none (every producer
+    /// finished synchronously) keeps it for the next call (on .NET 6 and later: <c>TryReset</c>; on netstandard2.1 a
+    /// source is allocated per call). The token is valid for this call only: a producer must not keep a registration on
+    /// it after its task has finished.</para>
+    /// </remarks>
+    /// <param name="producers">Delegates that each start one task with the token they are given.</param>
+    /// <param name="cancellationToken">Cancels the wait and the producers.</param>
+    /// <exception cref="ArgumentException"><paramref name="producers"/> is empty, or one of them is null (the message names its index).</exception>
+    public static SpindleTask<int> WhenAny(ReadOnlySpan<Func<CancellationToken, SpindleTask>> producers, CancellationToken cancellationToken = default)
+        => Combine.AnyOfProducers<SpindleTask, VoidResult, SpindleInput, int>(producers, cancellationToken, CombinedResults.Winner);
+
+    /// <summary>
+    /// As <see cref="WhenAny(ReadOnlySpan{Func{CancellationToken, SpindleTask}}, CancellationToken)"/>, for producers of a
+    /// typed result: completes with the winner's index and result, and cancels the losers.
+    /// </summary>
+    /// <param name="producers">Delegates that each start one task with the token they are given.</param>
+    /// <param name="cancellationToken">Cancels the wait and the producers.</param>
+    /// <exception cref="ArgumentException"><paramref name="producers"/> is empty, or one of them is null (the message names its index).</exception>
+    public static SpindleTask<(int Index, T Result)> WhenAny<T>(ReadOnlySpan<Func<CancellationToken, SpindleTask<T>>> producers, CancellationToken cancellationToken = default)
+        => Combine.AnyOfProducers<SpindleTask<T>, T, SpindleInput<T>, (int, T)>(producers, cancellationToken, CombinedResults<T>.WinnerAndValue);
+}
