@@ -24,7 +24,7 @@ namespace SpindleLib;
 /// Tokio use them (Tokio: 64 slots per level, 1 ms, occupancy bitmaps); the lock-free inboxes in front of a
 /// single-owner wheel are Spindle's own arrangement.</para>
 /// </remarks>
-public sealed class TimerWheel : IDisposable
+public sealed partial class TimerWheel : IDisposable
 {
     internal const int SlotBits = 6;
     internal const int SlotsPerLevel = 1 << SlotBits;
