@@ -151,6 +151,23 @@ internal sealed class WorkerPool : Scheduler
 
     public override bool IsWorkerThread => t_worker is { } w && w.Pool == this;
 
+    /// <summary>
+    /// The timers owned by the calling worker, created with <paramref name="create"/> on its first use; null when the
+    /// caller is not one of this pool's workers.
+    /// </summary>
+    public WorkerTimers? GetOrAddCurrentWorkerTimers<TState>(Func<TState, WorkerTimers> create, TState state)
+    {
+        Worker? w = t_worker;
+        if (w is null || w.Pool != this)
+        {
+            return null;
+        }
+        return w.Timers ??= create(state);
+    }
+
+    /// <summary>How many items a busy worker runs between looks at its timers.</summary>
+    private const int TimerPollInterval = 64;
+
     public override void Queue(WorkItem item)
     {
         Worker? w = t_worker;
@@ -183,6 +200,15 @@ internal sealed class WorkerPool : Scheduler
     private void NotifyIfNoneSpinning()
     {
         if (Volatile.Read(ref _spinning) == 0 && Volatile.Read(ref _idle) > 0)
+        {
+            WakeOne();
+        }
+    }
+
+    /// <summary>Wakes every parked worker (each then looks at its own timers, which a cancellation may have changed).</summary>
+    internal void WakeAllIdle()
+    {
+        while (Volatile.Read(ref _idle) > 0)
         {
             WakeOne();
         }
@@ -326,10 +352,25 @@ internal sealed class WorkerPool : Scheduler
                 if (item is not null)
                 {
                     Execute(item);
+                    // A busy worker still looks at its timers now and then, or they would wait for it to run dry.
+                    if (self.Timers is { } busyTimers && ++self.SinceTimerPoll >= TimerPollInterval)
+                    {
+                        self.SinceTimerPoll = 0;
+                        if (busyTimers.HasPending)
+                        {
+                            busyTimers.Poll(out _);
+                        }
+                    }
                     continue;
                 }
             }
             woken = false;
+
+            // Out of work: run the timers that are due (their continuations may make more work) before spinning.
+            if (self.Timers is { HasPending: true } dueTimers && dueTimers.Poll(out _))
+            {
+                continue;
+            }
 
             // Spin: look again for a while before parking. A worker just woken for work starts here too, so that, like
             // a spinner, it passes the wake-up on only after it has taken an item (Go's woken M is a spinning M).
@@ -379,10 +420,37 @@ internal sealed class WorkerPool : Scheduler
                 Execute(item);
                 continue;
             }
-            _wake.Wait();
+            // With timers of its own, a worker sleeps no longer than until the next is due.
+            TimeSpan untilTimer = Timeout.InfiniteTimeSpan;
+            if (self.Timers is { HasPending: true } parkTimers && (parkTimers.Poll(out untilTimer) || untilTimer == TimeSpan.Zero))
+            {
+                // Timers fired (or are due) after all: stay awake.
+                if (!TryUnannounceIdle())
+                {
+                    _wake.Wait();
+                }
+                continue;
+            }
+            if (untilTimer == Timeout.InfiniteTimeSpan)
+            {
+                _wake.Wait();
+            }
+            else if (!_wake.Wait(RoundUpToMilliseconds(untilTimer)))
+            {
+                // Timed out for a timer. Leave the idle count; if a producer already claimed this worker and is
+                // releasing the semaphore for it, consume that release so the count stays true.
+                if (!TryUnannounceIdle())
+                {
+                    _wake.Wait();
+                }
+            }
             woken = true;
         }
     }
+
+    /// <summary>A wait has whole milliseconds: round up, or the worker would wake early and spin.</summary>
+    private static int RoundUpToMilliseconds(TimeSpan wait)
+        => (int)Math.Min(int.MaxValue, (wait.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond);
 
     private void WakeIfMoreWork(Worker self)
     {
@@ -436,6 +504,8 @@ internal sealed class WorkerPool : Scheduler
         public readonly WorkStealingDeque<WorkItem> Deque = new();
         public WorkItem? RunNext;
         public int RunNextStamp;
+        public WorkerTimers? Timers;
+        public int SinceTimerPoll;
         private readonly int _index;
         private uint _rng;
         private WorkItem? _seenRunNext;

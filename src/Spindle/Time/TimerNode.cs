@@ -54,7 +54,9 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     private int _releases;
     private CancellationToken _token;
     private CancellationTokenRegistration _registration;
-    private TimerWheel? _wheel;
+
+    /// <summary>The shard the node was added to (set when it is pushed or linked); its cancellation goes there.</summary>
+    internal WheelShard? Shard;
 
     ref TimerNode? IPoolNode<TimerNode>.Next => ref NextCancel;
 
@@ -67,7 +69,6 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     public static TimerNode Rent(TimerWheel? wheel)
     {
         TimerNode node = ObjectPool<TimerNode>.TryRent() ?? new TimerNode();
-        node._wheel = wheel;
         node._releases = wheel is null ? 1 : 0;
         return node;
     }
@@ -103,13 +104,13 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     /// </summary>
     public bool Cancel(Exception exception)
     {
-        TimerWheel? wheel = _wheel;
+        WheelShard? shard = Shard;
         if (!_core.TrySetException(exception))
         {
             return false;
         }
         // The consumer may already have read the result, but cannot recycle the node before the wheel releases it.
-        wheel?.EnqueueCancel(this);
+        shard?.PushCancel(this);
         return true;
     }
 
@@ -137,7 +138,7 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     private void Recycle()
     {
         _token = default;
-        _wheel = null;
+        Shard = null;
         Next = null;
         Prev = null;
         NextCancel = null;

@@ -1,5 +1,5 @@
 using System;
-using System.Diagnostics;
+using System.Collections.Generic;
 using System.Threading;
 
 namespace SpindleLib;
@@ -34,6 +34,9 @@ public sealed partial class TimerWheel : IDisposable
     /// <summary>The span of the whole wheel, in ticks: 2^36 ms, about 795 days.</summary>
     internal const long WheelSpan = 1L << (SlotBits * Levels);
 
+    /// <summary>The level of a deadline (see <see cref="WheelShard.LevelFor"/>).</summary>
+    internal static int LevelFor(long elapsed, long deadline) => WheelShard.LevelFor(elapsed, deadline);
+
     private static TimerWheel? s_default;
 
     private readonly TimeProvider _clock;
@@ -42,17 +45,11 @@ public sealed partial class TimerWheel : IDisposable
     private readonly double _timeSpanTicksPerTimestamp;
     private readonly TimerDriver _driver;
 
-    // Owner state: touched only by the thread that holds the drive (see RequestDrive).
-    private readonly TimerNode?[] _slots = new TimerNode?[Levels * SlotsPerLevel];
-    private readonly ulong[] _occupied = new ulong[Levels];
-    private long _elapsed;
-    private TimerBatch? _batch;
-
-    // Shared state.
-    private TimerNode? _inbox;
-    private TimerNode? _cancelInbox;
-    private long _linked;          // published copy of _linkedOwner, for PendingCount
-    private long _linkedOwner;
+    // The main shard, owned by whoever holds the drive (see RequestDrive); and, on the system clock, one shard per
+    // Spindle worker, each owned by its worker (see WheelShard).
+    private readonly WheelShard _main;
+    private readonly bool _workerShards;
+    private readonly List<WheelShard> _workerShardList = new();
     private long _wakeAt = long.MaxValue;
     private int _driveRequests;
     private long _passes;
@@ -81,9 +78,10 @@ public sealed partial class TimerWheel : IDisposable
         }
         _timeSpanTicksPerTimestamp = (double)TimeSpan.TicksPerSecond / frequency;
         _origin = timeProvider.GetTimestamp();
-        _driver = ReferenceEquals(timeProvider, TimeProvider.System)
-            ? new ThreadTimerDriver(this)
-            : new ProviderTimerDriver(this, timeProvider);
+        bool system = ReferenceEquals(timeProvider, TimeProvider.System);
+        _driver = system ? new ThreadTimerDriver(this) : new ProviderTimerDriver(this, timeProvider);
+        _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations, workerOwned: false);
+        _workerShards = system;
     }
 
     /// <summary>The wheel on <see cref="TimeProvider.System"/> that <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/> uses. It is never disposed.</summary>
@@ -100,7 +98,24 @@ public sealed partial class TimerWheel : IDisposable
     /// leaves the count on the wheel's next pass, which the cancellation triggers at once. While timers are being added
     /// and fired concurrently, the count is approximate.
     /// </summary>
-    public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
+    public long PendingCount
+    {
+        get
+        {
+            long count = _main.PendingCount;
+            if (_workerShards)
+            {
+                lock (_workerShardList)
+                {
+                    foreach (WheelShard shard in _workerShardList)
+                    {
+                        count += shard.PendingCount;
+                    }
+                }
+            }
+            return count;
+        }
+    }
 
     /// <summary>How many passes the wheel has run (for tests that prove it does not tick while idle).</summary>
     internal long PassCount => Volatile.Read(ref _passes);
@@ -152,7 +167,19 @@ public sealed partial class TimerWheel : IDisposable
         }
         TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
-        Insert(node, DeadlineAfter(delay));
+        long start = ElapsedTimeSpanTicks(roundUp: true);
+        long deadline = (start + delay.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+        WheelShard? own = _workerShards ? WorkerPool.Shared.GetOrAddCurrentWorkerTimers(s_createWorkerShard, this) as WheelShard : null;
+        if (own is not null)
+        {
+            // On a worker: straight into its own shard, no atomic operation; the worker runs it when due.
+            node.Deadline = deadline;
+            own.AddOwned(node, start / TimeSpan.TicksPerMillisecond);
+        }
+        else
+        {
+            Insert(node, deadline);
+        }
         if (cancellationToken.CanBeCanceled)
         {
             node.RegisterCancellation(cancellationToken);
@@ -172,6 +199,16 @@ public sealed partial class TimerWheel : IDisposable
         }
         return Delay(millisecondsDelay == -1 ? Timeout.InfiniteTimeSpan : TimeSpan.FromMilliseconds(millisecondsDelay), cancellationToken);
     }
+
+    private static readonly Func<TimerWheel, WorkerTimers> s_createWorkerShard = static wheel =>
+    {
+        var shard = new WheelShard(wheel, dispatch: false, workerOwned: true);
+        lock (wheel._workerShardList)
+        {
+            wheel._workerShardList.Add(shard);
+        }
+        return shard;
+    };
 
     private static SpindleTask InfiniteDelay(CancellationToken cancellationToken)
     {
@@ -227,18 +264,7 @@ public sealed partial class TimerWheel : IDisposable
     internal void Insert(TimerNode node, long deadline)
     {
         node.Deadline = deadline;
-        TimerNode? head = Volatile.Read(ref _inbox);
-        while (true)
-        {
-            node.Next = head;
-            node.InboxDepth = head is null ? 1 : head.InboxDepth + 1;
-            TimerNode? seen = Interlocked.CompareExchange(ref _inbox, node, head);
-            if (seen == head)
-            {
-                break;
-            }
-            head = seen;
-        }
+        _main.Push(node);
         // Dekker with the owner (DriveAndPlan): the push above happens before this read, and the owner publishes
         // _wakeAt before it re-checks the inbox; so either the owner sees this node, or this read sees the owner's plan.
         long wakeAt = Volatile.Read(ref _wakeAt);
@@ -259,23 +285,20 @@ public sealed partial class TimerWheel : IDisposable
         }
     }
 
-    /// <summary>Hands a cancelled node to the owner (one CAS). The first cancellation after a pass wakes the driver.</summary>
-    internal void EnqueueCancel(TimerNode node)
+    /// <summary>
+    /// The first cancellation queued to a shard since its owner last looked wakes that owner, so the node is released
+    /// promptly: the driver for the main shard; for a worker's shard, the parked workers (a busy worker looks at its
+    /// timers every few dozen items anyway).
+    /// </summary>
+    internal void OnCancelQueued(WheelShard shard)
     {
-        TimerNode? head = Volatile.Read(ref _cancelInbox);
-        while (true)
-        {
-            node.NextCancel = head;
-            TimerNode? seen = Interlocked.CompareExchange(ref _cancelInbox, node, head);
-            if (seen == head)
-            {
-                break;
-            }
-            head = seen;
-        }
-        if (head is null)
+        if (shard == _main)
         {
             _driver.Kick();
+        }
+        else
+        {
+            WorkerPool.Shared.WakeAllIdle();
         }
     }
 
@@ -318,225 +341,16 @@ public sealed partial class TimerWheel : IDisposable
         while (true)
         {
             _passes++;
-            DrainInboxes(NowTick());
-            FlushBatch();
-            PublishCount();
-            long next = NextDeadline();
+            _main.DrainInboxes(NowTick());
+            _main.FlushBatch();
+            _main.PublishCount();
+            long next = _main.NextDeadline();
             Interlocked.Exchange(ref _wakeAt, next);
             _driver.Arm(next);
-            if (Volatile.Read(ref _inbox) is null)
+            if (!_main.HasInbox)
             {
                 return;
             }
-        }
-    }
-
-    /// <summary>
-    /// Takes the cancel snapshot first, then the insert snapshot (see <see cref="TimerNode"/> remarks); expires what is
-    /// due by <paramref name="now"/>; links (or fires) the new timers relative to the advanced wheel, so each is within
-    /// the wheel's span of it; and only then releases the cancelled ones, which may be among the new. Owner only.
-    /// </summary>
-    private void DrainInboxes(long now)
-    {
-        TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
-        TimerNode? added = Interlocked.Exchange(ref _inbox, null);
-        Advance(now);
-        while (added is not null)
-        {
-            TimerNode node = added;
-            added = node.Next;
-            node.Next = null;
-            if (node.IsCompleted)
-            {
-                continue; // cancelled before it was linked; its cancel-inbox entry releases it
-            }
-            if (node.Deadline <= _elapsed)
-            {
-                Fire(node);
-            }
-            else
-            {
-                Link(node);
-            }
-        }
-        ReleaseCancelled(cancelled);
-    }
-
-    /// <summary>Unlinks every node of a cancel-inbox snapshot that is still linked, and lets go of it. Owner only.</summary>
-    private void ReleaseCancelled(TimerNode? cancelled)
-    {
-        while (cancelled is not null)
-        {
-            TimerNode node = cancelled;
-            cancelled = node.NextCancel; // read before the release: the release may recycle the node
-            node.NextCancel = null;
-            if (node.Slot >= 0)
-            {
-                Unlink(node);
-            }
-            node.ReleaseFromWheel();
-        }
-    }
-
-    /// <summary>Expires every slot due at or before <paramref name="now"/>, cascading coarse slots down. Owner only.</summary>
-    internal void Advance(long now)
-    {
-        while (TryNextExpiration(out int level, out int slot, out long deadline) && deadline <= now)
-        {
-            _elapsed = deadline;
-            int index = level * SlotsPerLevel + slot;
-            TimerNode? node = _slots[index];
-            _slots[index] = null;
-            _occupied[level] &= ~(1UL << slot);
-            while (node is not null)
-            {
-                TimerNode next = node.Next!;
-                node.Next = null;
-                node.Prev = null;
-                node.Slot = -1;
-                _linkedOwner--;
-                if (node.Deadline <= _elapsed)
-                {
-                    Fire(node);
-                }
-                else
-                {
-                    Link(node);
-                }
-                node = next;
-            }
-        }
-        if (now > _elapsed)
-        {
-            _elapsed = now;
-        }
-    }
-
-    private void PublishCount() => Volatile.Write(ref _linked, _linkedOwner);
-
-    /// <summary>
-    /// The earliest occupied slot. Searching levels from the finest, the first occupied level holds the earliest
-    /// deadline: every timer in a finer level falls inside the current slot of each coarser level. Owner only.
-    /// </summary>
-    private bool TryNextExpiration(out int level, out int slot, out long deadline)
-    {
-        for (level = 0; level < Levels; level++)
-        {
-            ulong occupied = _occupied[level];
-            if (occupied == 0)
-            {
-                continue;
-            }
-            int shift = level * SlotBits;
-            int nowSlot = (int)((_elapsed >> shift) & SlotMask);
-            slot = (Bits.TrailingZeroCount(Bits.RotateRight(occupied, nowSlot)) + nowSlot) & SlotMask;
-            long slotRange = 1L << shift;
-            long levelRange = slotRange << SlotBits;
-            deadline = (_elapsed & ~(levelRange - 1)) + slot * slotRange;
-            if (deadline <= _elapsed)
-            {
-                // Only the top level wraps: a deadline beyond its current rotation sits in a slot "behind" now.
-                Debug.Assert(level == Levels - 1 || slot == nowSlot, "only the top level wraps");
-                if (slot != nowSlot)
-                {
-                    deadline += levelRange;
-                }
-            }
-            return true;
-        }
-        slot = 0;
-        deadline = 0;
-        return false;
-    }
-
-    /// <summary>The next tick at which something is due, or <see cref="long.MaxValue"/> when the wheel is empty. Owner only.</summary>
-    private long NextDeadline() => TryNextExpiration(out _, out _, out long deadline) ? deadline : long.MaxValue;
-
-    /// <summary>The level of a deadline: the highest 6-bit group in which it differs from now (Tokio's <c>level_for</c>).</summary>
-    internal static int LevelFor(long elapsed, long deadline)
-    {
-        long masked = (elapsed ^ deadline) | SlotMask;
-        if (masked >= WheelSpan)
-        {
-            masked = WheelSpan - 1;
-        }
-        int significant = 63 - Bits.LeadingZeroCount((ulong)masked);
-        return significant / SlotBits;
-    }
-
-    private void Link(TimerNode node)
-    {
-        int level = LevelFor(_elapsed, node.Deadline);
-        int slot = (int)((node.Deadline >> (level * SlotBits)) & SlotMask);
-        int index = level * SlotsPerLevel + slot;
-        TimerNode? head = _slots[index];
-        node.Next = head;
-        node.Prev = null;
-        if (head is not null)
-        {
-            head.Prev = node;
-        }
-        _slots[index] = node;
-        node.Slot = index;
-        _occupied[level] |= 1UL << slot;
-        _linkedOwner++;
-    }
-
-    private void Unlink(TimerNode node)
-    {
-        int index = node.Slot;
-        TimerNode? prev = node.Prev;
-        TimerNode? next = node.Next;
-        if (prev is not null)
-        {
-            prev.Next = next;
-        }
-        else
-        {
-            _slots[index] = next;
-            if (next is null)
-            {
-                _occupied[index >> SlotBits] &= ~(1UL << (index & SlotMask));
-            }
-        }
-        if (next is not null)
-        {
-            next.Prev = prev;
-        }
-        node.Next = null;
-        node.Prev = null;
-        node.Slot = -1;
-        _linkedOwner--;
-    }
-
-    /// <summary>Fires a node whose deadline has passed; its continuation runs inline or joins the batch. Owner only.</summary>
-    private void Fire(TimerNode node)
-    {
-        // After TryFire publishes, the consumer may recycle the node: nothing below touches it.
-        if (!node.TryFire(out object? waiter, out object? state) || waiter is null)
-        {
-            return;
-        }
-        if (!_driver.DispatchesContinuations)
-        {
-            Continuations.Invoke(waiter, state);
-            return;
-        }
-        TimerBatch batch = _batch ??= TimerBatch.Rent();
-        if (batch.Add(waiter, state))
-        {
-            _batch = null;
-            Scheduler.Default.Queue(batch);
-        }
-    }
-
-    private void FlushBatch()
-    {
-        TimerBatch? batch = _batch;
-        if (batch is not null)
-        {
-            _batch = null;
-            Scheduler.Default.Queue(batch);
         }
     }
 
@@ -560,24 +374,10 @@ public sealed partial class TimerWheel : IDisposable
         RequestDrive();
     }
 
-    /// <summary>The disposing pass: cancels everything in the wheel and in the inboxes. Owner only.</summary>
+    /// <summary>The disposing pass: cancels everything in the main shard and its inboxes. Owner only.</summary>
     private void CancelEverything()
     {
-        DrainInboxes(_elapsed);
-        for (int index = 0; index < _slots.Length; index++)
-        {
-            TimerNode? node = _slots[index];
-            while (node is not null)
-            {
-                TimerNode? next = node.Next;
-                Unlink(node);
-                // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
-                node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
-                node = next;
-            }
-        }
-        ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
-        PublishCount();
+        _main.CancelEverything();
         Interlocked.Exchange(ref _wakeAt, long.MaxValue);
     }
 }

@@ -1,0 +1,358 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// One wheel of a <see cref="TimerWheel"/>: six levels of 64 slots, a bitmap of occupied slots per level, and the two
+/// lock-free inboxes in front of it. A shard has exactly one owner at a time, and only the owner touches the slots.
+/// </summary>
+/// <remarks>
+/// <para><b>Owners.</b> A wheel's main shard is owned by whoever holds the wheel's drive (its timer thread, or its
+/// provider's timer callback). On the system clock, each Spindle worker also owns a shard of its own: a delay started
+/// on a worker is linked there directly, with no atomic operation, and the worker runs its due timers between work
+/// items and sleeps no longer than the next one (Tokio's per-worker wheels). Other threads reach a shard only through
+/// its inboxes.</para>
+/// <para><b>Inboxes.</b> Each is a Treiber stack (R. K. Treiber, 1986): a push is one CAS on the head, and the owner
+/// takes the whole stack with one exchange, so there is no ABA problem (nodes are never popped one by one).</para>
+/// <para><b>TimerWheel.Levels.</b> A deadline is linked at the level of the highest 6-bit group in which it differs from the
+/// shard's elapsed time, in the slot its bits in that group name. Expiring a coarse slot re-links its timers one level
+/// down (cascading), so each timer moves at most once per level. The design follows the hierarchical timing wheels of
+/// Varghese and Lauck (1987), as Kafka and Tokio use them.</para>
+/// </remarks>
+internal sealed class WheelShard : WorkerTimers
+{
+    private readonly TimerWheel _wheel;
+    private readonly bool _dispatch;
+    private readonly bool _workerOwned;
+    private readonly TimerNode?[] _slots = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
+    private readonly ulong[] _occupied = new ulong[TimerWheel.Levels];
+    private long _elapsed;
+    private TimerBatch? _batch;
+    private long _linkedOwner;
+
+    // Shared with producers.
+    private TimerNode? _inbox;
+    private TimerNode? _cancelInbox;
+    private long _linked;
+
+    /// <param name="wheel">The wheel whose clock this shard reads.</param>
+    /// <param name="dispatch">True to hand due continuations to the workers in batches, false to run them on the owner.</param>
+    /// <param name="workerOwned">True for a worker's own shard, which its worker links into directly and polls.</param>
+    public WheelShard(TimerWheel wheel, bool dispatch, bool workerOwned)
+    {
+        _wheel = wheel;
+        _dispatch = dispatch;
+        _workerOwned = workerOwned;
+    }
+
+    /// <summary>The shard's elapsed time in ticks: everything due up to it has fired. Owner only.</summary>
+    public long Elapsed => _elapsed;
+
+    /// <summary>Timers linked as of the owner's last change, plus those in the insert inbox.</summary>
+    public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
+
+    /// <summary>True when a producer has added a timer the owner has not linked yet.</summary>
+    public bool HasInbox => Volatile.Read(ref _inbox) is not null;
+
+    /// <summary>
+    /// Adds <paramref name="node"/> from any thread: one CAS onto the insert inbox.
+    /// </summary>
+    public void Push(TimerNode node)
+    {
+        node.Shard = this;
+        TimerNode? head = Volatile.Read(ref _inbox);
+        while (true)
+        {
+            node.Next = head;
+            node.InboxDepth = head is null ? 1 : head.InboxDepth + 1;
+            TimerNode? seen = Interlocked.CompareExchange(ref _inbox, node, head);
+            if (seen == head)
+            {
+                return;
+            }
+            head = seen;
+        }
+    }
+
+    /// <summary>Links <paramref name="node"/> directly. Owner only (a worker adding to its own shard).</summary>
+    public void AddOwned(TimerNode node, long now)
+    {
+        node.Shard = this;
+        if (_linkedOwner == 0 && now > _elapsed)
+        {
+            _elapsed = now; // an empty shard may jump ahead: nothing in it can be skipped
+        }
+        Link(node);
+        PublishCount();
+    }
+
+    /// <summary>Hands a cancelled node to the owner (one CAS); the first after a pass may wake the owner.</summary>
+    public void PushCancel(TimerNode node)
+    {
+        TimerNode? head = Volatile.Read(ref _cancelInbox);
+        while (true)
+        {
+            node.NextCancel = head;
+            TimerNode? seen = Interlocked.CompareExchange(ref _cancelInbox, node, head);
+            if (seen == head)
+            {
+                if (head is null)
+                {
+                    _wheel.OnCancelQueued(this);
+                }
+                return;
+            }
+            head = seen;
+        }
+    }
+
+    /// <inheritdoc/>
+    public override bool HasPending => _linkedOwner != 0 || Volatile.Read(ref _cancelInbox) is not null;
+
+    /// <inheritdoc/>
+    public override bool Poll(out TimeSpan untilNext)
+    {
+        long now = _wheel.NowTick();
+        long fired = _fired;
+        DrainInboxes(now);
+        PublishCount();
+        long next = NextDeadline();
+        untilNext = next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next);
+        return _fired != fired;
+    }
+
+    private long _fired;
+
+    /// <summary>
+    /// Takes the cancel snapshot first, then the insert snapshot (see <see cref="TimerNode"/> remarks); expires what is
+    /// due by <paramref name="now"/>; links (or fires) the new timers relative to the advanced wheel, so each is within
+    /// the wheel's span of it; and only then releases the cancelled ones, which may be among the new. Owner only.
+    /// </summary>
+    public void DrainInboxes(long now)
+    {
+        TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
+        TimerNode? added = Interlocked.Exchange(ref _inbox, null);
+        Advance(now);
+        while (added is not null)
+        {
+            TimerNode node = added;
+            added = node.Next;
+            node.Next = null;
+            if (node.IsCompleted)
+            {
+                continue; // cancelled before it was linked; its cancel-inbox entry releases it
+            }
+            if (node.Deadline <= _elapsed)
+            {
+                Fire(node);
+            }
+            else
+            {
+                Link(node);
+            }
+        }
+        ReleaseCancelled(cancelled);
+    }
+
+    /// <summary>Unlinks every node of a cancel-inbox snapshot that is still linked, and lets go of it. Owner only.</summary>
+    public void ReleaseCancelled(TimerNode? cancelled)
+    {
+        while (cancelled is not null)
+        {
+            TimerNode node = cancelled;
+            cancelled = node.NextCancel; // read before the release: the release may recycle the node
+            node.NextCancel = null;
+            if (node.Slot >= 0)
+            {
+                Unlink(node);
+            }
+            node.ReleaseFromWheel();
+        }
+    }
+
+    /// <summary>Expires every slot due at or before <paramref name="now"/>, cascading coarse slots down. Owner only.</summary>
+    public void Advance(long now)
+    {
+        while (TryNextExpiration(out int level, out int slot, out long deadline) && deadline <= now)
+        {
+            _elapsed = deadline;
+            int index = level * TimerWheel.SlotsPerLevel + slot;
+            TimerNode? node = _slots[index];
+            _slots[index] = null;
+            _occupied[level] &= ~(1UL << slot);
+            while (node is not null)
+            {
+                TimerNode next = node.Next!;
+                node.Next = null;
+                node.Prev = null;
+                node.Slot = -1;
+                _linkedOwner--;
+                if (node.Deadline <= _elapsed)
+                {
+                    Fire(node);
+                }
+                else
+                {
+                    Link(node);
+                }
+                node = next;
+            }
+        }
+        if (now > _elapsed)
+        {
+            _elapsed = now;
+        }
+    }
+
+    public void PublishCount() => Volatile.Write(ref _linked, _linkedOwner);
+
+    /// <summary>
+    /// The earliest occupied slot. Searching levels from the finest, the first occupied level holds the earliest
+    /// deadline: every timer in a finer level falls inside the current slot of each coarser level. Owner only.
+    /// </summary>
+    private bool TryNextExpiration(out int level, out int slot, out long deadline)
+    {
+        for (level = 0; level < TimerWheel.Levels; level++)
+        {
+            ulong occupied = _occupied[level];
+            if (occupied == 0)
+            {
+                continue;
+            }
+            int shift = level * TimerWheel.SlotBits;
+            int nowSlot = (int)((_elapsed >> shift) & TimerWheel.SlotMask);
+            slot = (Bits.TrailingZeroCount(Bits.RotateRight(occupied, nowSlot)) + nowSlot) & TimerWheel.SlotMask;
+            long slotRange = 1L << shift;
+            long levelRange = slotRange << TimerWheel.SlotBits;
+            deadline = (_elapsed & ~(levelRange - 1)) + slot * slotRange;
+            if (deadline <= _elapsed)
+            {
+                // Only the top level wraps: a deadline beyond its current rotation sits in a slot "behind" now.
+                Debug.Assert(level == TimerWheel.Levels - 1 || slot == nowSlot, "only the top level wraps");
+                if (slot != nowSlot)
+                {
+                    deadline += levelRange;
+                }
+            }
+            return true;
+        }
+        slot = 0;
+        deadline = 0;
+        return false;
+    }
+
+    /// <summary>The next tick at which something is due, or <see cref="long.MaxValue"/> when the wheel is empty. Owner only.</summary>
+    public long NextDeadline() => TryNextExpiration(out _, out _, out long deadline) ? deadline : long.MaxValue;
+
+    /// <summary>The level of a deadline: the highest 6-bit group in which it differs from now (Tokio's <c>level_for</c>).</summary>
+    internal static int LevelFor(long elapsed, long deadline)
+    {
+        long masked = (elapsed ^ deadline) | TimerWheel.SlotMask;
+        if (masked >= TimerWheel.WheelSpan)
+        {
+            masked = TimerWheel.WheelSpan - 1;
+        }
+        int significant = 63 - Bits.LeadingZeroCount((ulong)masked);
+        return significant / TimerWheel.SlotBits;
+    }
+
+    private void Link(TimerNode node)
+    {
+        int level = LevelFor(_elapsed, node.Deadline);
+        int slot = (int)((node.Deadline >> (level * TimerWheel.SlotBits)) & TimerWheel.SlotMask);
+        int index = level * TimerWheel.SlotsPerLevel + slot;
+        TimerNode? head = _slots[index];
+        node.Next = head;
+        node.Prev = null;
+        if (head is not null)
+        {
+            head.Prev = node;
+        }
+        _slots[index] = node;
+        node.Slot = index;
+        _occupied[level] |= 1UL << slot;
+        _linkedOwner++;
+    }
+
+    public void Unlink(TimerNode node)
+    {
+        int index = node.Slot;
+        TimerNode? prev = node.Prev;
+        TimerNode? next = node.Next;
+        if (prev is not null)
+        {
+            prev.Next = next;
+        }
+        else
+        {
+            _slots[index] = next;
+            if (next is null)
+            {
+                _occupied[index >> TimerWheel.SlotBits] &= ~(1UL << (index & TimerWheel.SlotMask));
+            }
+        }
+        if (next is not null)
+        {
+            next.Prev = prev;
+        }
+        node.Next = null;
+        node.Prev = null;
+        node.Slot = -1;
+        _linkedOwner--;
+    }
+
+    /// <summary>Fires a node whose deadline has passed; its continuation runs inline or joins the batch. Owner only.</summary>
+    private void Fire(TimerNode node)
+    {
+        _fired++;
+        // After TryFire publishes, the consumer may recycle the node: nothing below touches it.
+        if (!node.TryFire(out object? waiter, out object? state) || waiter is null)
+        {
+            return;
+        }
+        if (!_dispatch)
+        {
+            Continuations.Invoke(waiter, state);
+            return;
+        }
+        TimerBatch batch = _batch ??= TimerBatch.Rent();
+        if (batch.Add(waiter, state))
+        {
+            _batch = null;
+            Scheduler.Default.Queue(batch);
+        }
+    }
+
+    public void FlushBatch()
+    {
+        TimerBatch? batch = _batch;
+        if (batch is not null)
+        {
+            _batch = null;
+            Scheduler.Default.Queue(batch);
+        }
+    }
+
+
+    /// <summary>Unlinks and cancels every linked timer, and releases the cancelled ones. Owner only.</summary>
+    public void CancelEverything()
+    {
+        DrainInboxes(_elapsed);
+        for (int index = 0; index < _slots.Length; index++)
+        {
+            TimerNode? node = _slots[index];
+            while (node is not null)
+            {
+                TimerNode? next = node.Next;
+                Unlink(node);
+                // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
+                node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
+                node = next;
+            }
+        }
+        ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
+        PublishCount();
+    }
+}

@@ -1,0 +1,82 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Time;
+
+/// <summary>
+/// Delays started on Spindle workers go to the worker's own shard of the default wheel: they fire on time, run on a
+/// worker, and cancellations from other threads are released. Real clock; each test awaits, none sleeps.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class WorkerShardTests
+{
+    [Fact]
+    public async Task LoopsOnWorkersAwaitingDelaysAllFinishAndLeaveNothingPending()
+    {
+        const int loops = 2_000;
+        int finished = 0;
+        bool allOnWorkers = true;
+
+        async SpindleTask Loop(int i)
+        {
+            await Spindle.SwitchToWorker();
+            for (int k = 0; k < 5; k++)
+            {
+                long before = System.Diagnostics.Stopwatch.GetTimestamp();
+                int ms = 1 + (i + k) % 4;
+                await Spindle.Delay(ms);
+                double waited = (System.Diagnostics.Stopwatch.GetTimestamp() - before) * 1000.0 / System.Diagnostics.Stopwatch.Frequency;
+                if (waited < ms)
+                {
+                    throw new InvalidOperationException($"a {ms} ms delay completed after {waited:F3} ms");
+                }
+                allOnWorkers &= TestUtil.OnSpindleWorker;
+            }
+            Interlocked.Increment(ref finished);
+        }
+
+        var tasks = new Task[loops];
+        for (int i = 0; i < loops; i++)
+        {
+            tasks[i] = TestUtil.AwaitAsync(Loop(i));
+        }
+        await TestUtil.WithTimeout(Task.WhenAll(tasks));
+        Assert.Equal(loops, finished);
+        Assert.True(allOnWorkers);
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+
+    [Fact]
+    public async Task CancellingWorkerShardDelaysFromAnotherThreadReleasesThem()
+    {
+        const int n = 500;
+        using var cts = new CancellationTokenSource();
+        int canceled = 0;
+
+        async SpindleTask Wait()
+        {
+            await Spindle.SwitchToWorker();
+            try
+            {
+                await Spindle.Delay(TimeSpan.FromSeconds(60), cts.Token);
+            }
+            catch (OperationCanceledException)
+            {
+                Interlocked.Increment(ref canceled);
+            }
+        }
+
+        var tasks = new Task[n];
+        for (int i = 0; i < n; i++)
+        {
+            tasks[i] = TestUtil.AwaitAsync(Wait());
+        }
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount >= n);
+        cts.Cancel();
+        await TestUtil.WithTimeout(Task.WhenAll(tasks));
+        Assert.Equal(n, canceled);
+        // The owning workers drain their cancel inboxes when woken (or on their next look): nothing stays pending.
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+}
