@@ -29,9 +29,15 @@ public sealed class Signal : ISpindleSource
 #endif
 
     private SourceCore<VoidResult> _core;
-    private CancellationTokenRegistration _registration;
-    private CancellationToken _waitToken;
+    private CancelState? _cancel; // created by the first cancelable wait, then reused: a signal awaited without tokens stays small
     private int _state;
+
+    /// <summary>The current wait's cancellation: its registration, and its token (which a late callback is checked against).</summary>
+    private sealed class CancelState
+    {
+        public CancellationTokenRegistration Registration;
+        public CancellationToken Token;
+    }
 
     /// <summary>Creates a signal.</summary>
     /// <param name="initiallySet">True to start in the set state, so the first wait completes at once.</param>
@@ -67,7 +73,10 @@ public sealed class Signal : ISpindleSource
         // A previous wait that completed but was never read may still hold a registration: drop it, so its token
         // cannot cancel this wait.
         DropRegistration();
-        _waitToken = cancellationToken;
+        if (cancellationToken.CanBeCanceled)
+        {
+            (_cancel ??= new CancelState()).Token = cancellationToken;
+        }
         short token = _core.Version;
         if (Interlocked.CompareExchange(ref _state, Waiting, Idle) != Idle)
         {
@@ -81,9 +90,9 @@ public sealed class Signal : ISpindleSource
         if (cancellationToken.CanBeCanceled)
         {
 #if NET
-            _registration = cancellationToken.UnsafeRegister(s_cancel, this);
+            _cancel!.Registration = cancellationToken.UnsafeRegister(s_cancel, this);
 #else
-            _registration = cancellationToken.Register(s_cancel, this);
+            _cancel!.Registration = cancellationToken.Register(s_cancel, this);
 #endif
         }
         return new SpindleTask(this, token);
@@ -123,7 +132,7 @@ public sealed class Signal : ISpindleSource
 #if NET
         // A callback still running for an earlier wait (Unregister does not wait for one in flight) must not cancel
         // this one: only the current wait's token may.
-        if (cancellationToken != _waitToken)
+        if (_cancel is not { } cancel || cancellationToken != cancel.Token)
         {
             return;
         }
@@ -159,8 +168,11 @@ public sealed class Signal : ISpindleSource
 
     private void DropRegistration()
     {
-        CancellationRegistrations.Drop(ref _registration);
-        _waitToken = default;
+        if (_cancel is { } cancel)
+        {
+            CancellationRegistrations.Drop(ref cancel.Registration);
+            cancel.Token = default;
+        }
     }
 
     /// <inheritdoc/>
