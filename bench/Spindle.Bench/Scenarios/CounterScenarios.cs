@@ -446,8 +446,7 @@ public sealed class CountersDelayScenario : Scenario
                 {
                     queue.Dequeue();
                     item.Counter.Count++;
-                    now = Stopwatch.GetTimestamp();
-                    queue.Enqueue(item, now + item.DelayMs * ticksPerMs);
+                    queue.Enqueue(item, Stopwatch.GetTimestamp() + item.DelayMs * ticksPerMs);
                 }
             }
         });
@@ -495,30 +494,37 @@ public sealed class CountersIdleScenario : Scenario
         TimeSpan warmup = context.Size == BenchSize.Tiny ? TimeSpan.FromMilliseconds(10) : TimeSpan.FromMilliseconds(300);
         foreach (string system in new[] { "Task", "Threads", "Spindle" })
         {
-            context.Progress($"{system}: creating {n:N0} counters");
-            using Population population = system switch
+            MeasureSystem(context, system, n, warmup, window);
+        }
+    }
+
+    /// <summary>One system's population, measured at every rate; it is unreachable once this returns.</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void MeasureSystem(BenchContext context, string system, int n, TimeSpan warmup, TimeSpan window)
+    {
+        context.Progress($"{system}: creating {n:N0} counters");
+        using Population population = system switch
+        {
+            "Task" => new TaskPopulation(n),
+            "Threads" => new ThreadsPopulation(n),
+            _ => new SpindlePopulation(n),
+        };
+        foreach (int rate in s_rates)
+        {
+            string caseName = "rate=" + rate;
+            context.Progress($"{caseName} › {system}: measuring for {window.TotalSeconds:F0} s");
+            using (var pacer = new Pacer(population, rate))
             {
-                "Task" => new TaskPopulation(n),
-                "Threads" => new ThreadsPopulation(n),
-                _ => new SpindlePopulation(n),
-            };
-            foreach (int rate in s_rates)
-            {
-                string caseName = "rate=" + rate;
-                context.Progress($"{caseName} › {system}: measuring for {window.TotalSeconds:F0} s");
-                using (var pacer = new Pacer(population, rate))
-                {
-                    Thread.Sleep(warmup);
-                    TimeSpan cpu0 = Counters.CpuTime();
-                    long t0 = Stopwatch.GetTimestamp();
-                    Thread.Sleep(window);
-                    TimeSpan cpu1 = Counters.CpuTime();
-                    long t1 = Stopwatch.GetTimestamp();
-                    double wall = (t1 - t0) / (double)Stopwatch.Frequency;
-                    context.Add(caseName, system, "cpu_percent", (cpu1 - cpu0).TotalSeconds / wall / Environment.ProcessorCount * 100);
-                }
-                context.Add(caseName, system, "mb", Counters.Heap() / (1024.0 * 1024.0));
+                Thread.Sleep(warmup);
+                TimeSpan cpu0 = Counters.CpuTime();
+                long t0 = Stopwatch.GetTimestamp();
+                Thread.Sleep(window);
+                TimeSpan cpu1 = Counters.CpuTime();
+                long t1 = Stopwatch.GetTimestamp();
+                double wall = (t1 - t0) / (double)Stopwatch.Frequency;
+                context.Add(caseName, system, "cpu_percent", (cpu1 - cpu0).TotalSeconds / wall / Environment.ProcessorCount * 100);
             }
+            context.Add(caseName, system, "mb", Counters.Heap() / (1024.0 * 1024.0));
         }
     }
 

@@ -178,6 +178,13 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
             ReadAndReport(source, token);
             return;
         }
+        if (source is StateMachineBoxBase box)
+        {
+            // An async method's box observes itself: no observer object held for as long as the method runs (a
+            // forgotten endless loop would otherwise keep one for ever).
+            source.OnCompleted(StateMachineBoxBase.s_observeForgotten, box, token);
+            return;
+        }
         ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();
         observer._source = source;
         observer._token = token;
@@ -193,7 +200,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ReadAndReport(source, token);
     }
 
-    private static void ReadAndReport(ISpindleSource source, short token)
+    internal static void ReadAndReport(ISpindleSource source, short token)
     {
         try
         {

@@ -11,6 +11,12 @@ internal abstract class StateMachineBoxBase : WorkItem
     /// <summary>The continuation every Spindle source invokes for a box; the state is the box itself. No delegate per box.</summary>
     internal static readonly Action<object?> s_moveNext = static o => ((StateMachineBoxBase)o!).MoveNext();
 
+    /// <summary>
+    /// The continuation a forgotten box gets instead of a pooled observer (see <see cref="ForgetObserver.Observe"/>): the
+    /// box itself is the state, and its version is still the forgotten task's token, since nobody else may read it.
+    /// </summary>
+    internal static readonly Action<object?> s_observeForgotten = static o => ((StateMachineBoxBase)o!).ObserveForgotten();
+
     private Action? _moveNextAction;
 
     /// <summary>The <see cref="ExecutionContext"/> captured at the last suspension (null when flow was suppressed).</summary>
@@ -25,6 +31,9 @@ internal abstract class StateMachineBoxBase : WorkItem
     public void CaptureContext() => _context = ExecutionContext.Capture();
 
     public abstract void MoveNext();
+
+    /// <summary>Reads the outcome of a forgotten task (recycling the box) and reports a fault.</summary>
+    internal abstract void ObserveForgotten();
 
     public sealed override void Execute() => MoveNext();
 }
@@ -42,6 +51,8 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
     public void SetException(Exception exception) => _core.TrySetException(exception);
 
     protected abstract void ReturnToPool();
+
+    internal sealed override void ObserveForgotten() => ForgetObserver.ReadAndReport(this, _core.Version);
 
     public TResult GetResult(short token)
     {

@@ -247,7 +247,8 @@ internal sealed class WorkerPool : Scheduler
         WorkItem? item = FindWork(w, stealRunNext: true);
         if (item is null)
         {
-            return false;
+            // A worker blocked on a result still runs its own due timers: the result may be waiting for one of them.
+            return w.Timers is { HasPending: true } timers && timers.Poll(out _);
         }
         RunItemKeepingContext(item);
         return true;

@@ -117,6 +117,20 @@ public sealed partial class TimerWheel : IDisposable
         }
     }
 
+    /// <summary>Per-shard pending counts, for diagnostics.</summary>
+    internal string Describe()
+    {
+        var sb = new System.Text.StringBuilder("main=").Append(_main.PendingCount);
+        lock (_workerShardList)
+        {
+            foreach (WheelShard shard in _workerShardList)
+            {
+                sb.Append(" shard=").Append(shard.PendingCount).Append(shard.HasPending ? "(pending)" : "");
+            }
+        }
+        return sb.ToString();
+    }
+
     /// <summary>How many passes the wheel has run (for tests that prove it does not tick while idle).</summary>
     internal long PassCount => Volatile.Read(ref _passes);
 

@@ -77,6 +77,29 @@ public class WorkerShardTests
         await TestUtil.WithTimeout(Task.WhenAll(tasks));
         Assert.Equal(n, canceled);
         // The owning workers drain their cancel inboxes when woken (or on their next look): nothing stays pending.
-        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+        var watch = System.Diagnostics.Stopwatch.StartNew();
+        while (TimerWheel.Default.PendingCount != 0)
+        {
+            Assert.True(watch.Elapsed < TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds),
+                $"{TimerWheel.Default.PendingCount} timers still pending; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
+            Thread.Sleep(1);
+        }
+    }
+}
+
+/// <summary>A worker that blocks on a delay it started itself (its own shard) still sees it fire.</summary>
+[Collection(SequentialCollection.Name)]
+public class WorkerShardBlockingTests
+{
+    [Fact]
+    public async Task AWorkerBlockingOnItsOwnDelayIsNotStuck()
+    {
+        SpindleTask<bool> run = Spindle.Run(() =>
+        {
+            bool onWorker = TestUtil.OnSpindleWorker;
+            Spindle.Delay(5).GetAwaiter().GetResult();
+            return onWorker;
+        });
+        Assert.True(await TestUtil.WithTimeout(run));
     }
 }
