@@ -440,6 +440,11 @@ internal struct WhenAllFailures
 /// loop and the winner settle that with a Dekker pair: the loop increments <c>_unfinishedProducers</c> and then checks for
 /// a winner; the winner CASes <see cref="_winner"/> and then reads the count. Both are full fences, so a producer is
 /// either not started or seen running (and cancelled).</para>
+/// <para><b>Timeout (WhenAll).</b> A WhenAll with <see cref="WhenAllOptions.Timeout"/> owns one timer
+/// (<see cref="TimeoutTimer"/>), armed in <see cref="Start"/>. The timer holds a reference of its own until its
+/// continuation has run, or until whoever cancelled it drops it for it; so the last input is found by a separate count,
+/// <see cref="_inputsLeft"/>. The timer's expiry competes for the core like the token's cancellation does, and the last
+/// input and the token take the timer out of the wheel before they complete the combined task.</para>
 /// </remarks>
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>
 {

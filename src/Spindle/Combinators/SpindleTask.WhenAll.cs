@@ -33,8 +33,11 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// As <see cref="WhenAll(ReadOnlySpan{SpindleTask}, CancellationToken)"/>, with <paramref name="options"/>: for example
-    /// <see cref="WhenAllOptions.AggregateExceptions"/>, to get every input's exception instead of the first.
+    /// <see cref="WhenAllOptions.AggregateExceptions"/>, to get every input's exception instead of the first, or
+    /// <see cref="WhenAllOptions.Timeout"/>, to fail with a <see cref="TimeoutException"/> if the inputs take too long
+    /// (the inputs are then still observed, as after a cancellation).
     /// </summary>
+    /// <exception cref="ObjectDisposedException"><see cref="WhenAllOptions.Timers"/> has been disposed and a timer is needed.</exception>
     public static SpindleTask WhenAll(ReadOnlySpan<SpindleTask> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
         => Combine.All<SpindleTask, SpindleInput>(tasks, options, cancellationToken);
 

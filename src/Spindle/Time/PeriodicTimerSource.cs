@@ -19,9 +19,9 @@ namespace SpindleLib;
 /// and Dispose (false). Each first claims the wait's <see cref="TimeoutTimer"/>; only the claimant completes the core,
 /// so exactly one of them does, and a cancelled or disposed wait leaves nothing in the wheel. A wait ended by its token
 /// does not deliver its tick, so the next wait finds it passed and returns at once, as the BCL's timer remembers it.</para>
-/// <para><b>Locking.</b> A small lock guards the consumer's state (the pending flag, the next tick, disposal). No
-/// continuation and no wheel operation runs under it: on a manual clock, arming a timer may run other timers'
-/// continuations on this thread.</para>
+/// <para><b>Locking.</b> A small lock guards the consumer's state (the pending flag, the next tick, disposal). Nothing
+/// that can run a continuation runs under it (it only reads the clock): on a manual clock, arming a timer may run
+/// other timers' continuations on this thread, and completing a wait runs the consumer's.</para>
 /// </remarks>
 internal sealed class PeriodicTimerSource : ISpindleSource<bool>
 {

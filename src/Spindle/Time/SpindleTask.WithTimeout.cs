@@ -19,6 +19,9 @@ public readonly partial struct SpindleTask
     /// while the timeout is pending, the returned task completes as canceled, as the wheel's delays do.</para>
     /// <para><b>No timer when none is needed.</b> <see cref="Timeout.InfiniteTimeSpan"/>, or a task that has already
     /// completed, returns this task as it is. <see cref="TimeSpan.Zero"/> on a pending task fails at once.</para>
+    /// <para><b>Threads.</b> The returned task completes on the thread that decides it: the one that completes this task,
+    /// or the wheel's (a worker for <see cref="TimerWheel.Default"/>; the thread that advances a <see cref="ManualClock"/>).
+    /// The timeout's two sides may race from any threads: exactly one outcome wins.</para>
     /// <para>To time out a combination, time out the combined task: <c>SpindleTask.WhenAny(a, b).WithTimeout(t)</c>
     /// (WhenAll also takes <see cref="WhenAllOptions.Timeout"/>).</para>
     /// </remarks>
