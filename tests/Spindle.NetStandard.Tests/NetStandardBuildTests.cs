@@ -224,6 +224,42 @@ public sealed class NetStandardBuildTests
         }
     }
 
+    [Fact]
+    public void Timeouts_WithTimeoutPeriodicTimerAndWhenAllTimeout_OnAManualClock()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+
+        var input = new Promise<int>();
+        SpindleTask<int> won = input.Task.WithTimeout(TimeSpan.FromMilliseconds(10), wheel);
+        input.SetResult(5);
+        Assert.Equal(5, won.GetAwaiter().GetResult());
+        Assert.Equal(0, wheel.PendingCount);
+        SpindleTask lost = new Promise().Task.WithTimeout(TimeSpan.FromMilliseconds(10), wheel);
+        clock.Advance(TimeSpan.FromMilliseconds(10));
+        Assert.Throws<TimeoutException>(() => lost.GetAwaiter().GetResult());
+
+        var timer = new SpindlePeriodicTimer(TimeSpan.FromMilliseconds(5), wheel);
+        SpindleTask<bool> tick = timer.WaitForNextTickAsync();
+        clock.Advance(TimeSpan.FromMilliseconds(5));
+        Assert.True(tick.GetAwaiter().GetResult());
+        using (var cts = new CancellationTokenSource())
+        {
+            SpindleTask<bool> canceled = timer.WaitForNextTickAsync(cts.Token); // CancellationToken.Register on this build
+            cts.Cancel();
+            Assert.ThrowsAny<OperationCanceledException>(() => canceled.GetAwaiter().GetResult());
+        }
+        SpindleTask<bool> pending = timer.WaitForNextTickAsync();
+        timer.Dispose();
+        Assert.False(pending.GetAwaiter().GetResult());
+        Assert.Throws<ObjectDisposedException>(() => timer.WaitForNextTickAsync());
+
+        SpindleTask all = SpindleTask.WhenAll([new Promise().Task], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(3), Timers = wheel });
+        clock.Advance(TimeSpan.FromMilliseconds(3));
+        Assert.Throws<TimeoutException>(() => all.GetAwaiter().GetResult());
+        Assert.Equal(0, wheel.PendingCount);
+    }
+
     private static async SpindleTask<string> Wait(Signal signal, CancellationToken token)
     {
         await signal.WaitAsync(token);

@@ -68,7 +68,7 @@ internal static class TupleCombinatorsTemplate
         w.Line($"    /// <summary>As <see cref=\"WhenAll{{{generics}}}({crefParameters}, CancellationToken)\"/>, with <paramref name=\"options\"/>.</summary>");
         SignatureDocs(w, n, withOptions: true);
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, WhenAllOptions options, CancellationToken cancellationToken = default)");
-        Body(w, n, $"var c = Combinator<{tuple}>.RentAll({n}, options.AggregateExceptions, static x => ({Join(n, i => $"x.Value<T{i}>({i - 1})")}));");
+        Body(w, n, $"var c = Combinator<{tuple}>.RentAll({n}, options, static x => ({Join(n, i => $"x.Value<T{i}>({i - 1})")}));");
     }
 
     private static void WhenAny(Writer w, int n)

@@ -440,6 +440,11 @@ internal struct WhenAllFailures
 /// loop and the winner settle that with a Dekker pair: the loop increments <c>_unfinishedProducers</c> and then checks for
 /// a winner; the winner CASes <see cref="_winner"/> and then reads the count. Both are full fences, so a producer is
 /// either not started or seen running (and cancelled).</para>
+/// <para><b>Timeout (WhenAll).</b> A WhenAll with <see cref="WhenAllOptions.Timeout"/> owns one timer
+/// (<see cref="TimeoutTimer"/>), armed in <see cref="Start"/>. The timer holds a reference of its own until its
+/// continuation has run, or until whoever cancelled it drops it for it; so the last input is found by a separate count,
+/// <see cref="_inputsLeft"/>. The timer's expiry competes for the core like the token's cancellation does, and the last
+/// input and the token take the timer out of the wheel before they complete the combined task.</para>
 /// </remarks>
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>
 {
@@ -455,7 +460,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private CancellationTokenSource? _producerSource;
     private bool _startsProducers;
     private int _unfinishedProducers;
+    private TimeoutTimer _timer;
+    private TimerWheel? _timers;
+    private TimeSpan _timeout;
+    private bool _timed;
+    private int _inputsLeft;
 
+    private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Combinator<TResult>)o!).Cancel(ct);
 #else
@@ -476,13 +487,21 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// <summary>The caller's buffer, for a WhenAll that writes its results into one.</summary>
     public TResult Destination => _destination;
 
-    /// <summary>Rents a WhenAll over <paramref name="count"/> inputs; <paramref name="compose"/> builds the result (null: none).</summary>
-    public static Combinator<TResult> RentAll(int count, bool aggregate, Func<Combinator<TResult>, TResult>? compose, TResult destination = default!)
+    /// <summary>
+    /// Rents a WhenAll over <paramref name="count"/> inputs; <paramref name="compose"/> builds the result (null: none).
+    /// A timeout in <paramref name="options"/> is armed by <see cref="Start"/>.
+    /// </summary>
+    /// <exception cref="ObjectDisposedException">The options ask for a timeout on a disposed wheel.</exception>
+    public static Combinator<TResult> RentAll(int count, WhenAllOptions options, Func<Combinator<TResult>, TResult>? compose, TResult destination = default!)
     {
+        TimeSpan? timeout = options.FiniteTimeout;
+        TimerWheel? timers = timeout is null ? null : TimerWheel.ForTimeouts(options.Timers); // before renting: may throw
         Combinator<TResult> c = Rent(count, compose);
         c._isAny = false;
-        c._aggregate = aggregate;
+        c._aggregate = options.AggregateExceptions;
         c._destination = destination;
+        c._timers = timers;
+        c._timeout = timeout.GetValueOrDefault();
         return c;
     }
 
@@ -514,6 +533,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public short Start(CancellationToken cancellationToken)
     {
         short token = _core.Version;
+        if (_timers is { } timers)
+        {
+            StartTimeout(timers);
+        }
         if (cancellationToken.CanBeCanceled)
         {
             _cancelToken = cancellationToken;
@@ -524,6 +547,48 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 #endif
         }
         return token;
+    }
+
+    /// <summary>
+    /// Arms a WhenAll's timeout, before any input is registered (so nothing else touches the counts yet). The timer holds
+    /// a reference of its own, so the inputs' countdown moves to <see cref="_inputsLeft"/>. A zero timeout needs no
+    /// timer: the combined task fails at once, and the inputs are still read as they finish.
+    /// </summary>
+    private void StartTimeout(TimerWheel timers)
+    {
+        if (_timeout == TimeSpan.Zero)
+        {
+            _core.TrySetException(TimerWheel.NewTimeoutException(_timeout));
+            return;
+        }
+        _timed = true;
+        _inputsLeft = _count;
+        _references++;
+        _timer.Arm(timers, timers.DeadlineAfter(_timeout), s_onTimeout, this);
+    }
+
+    private void OnTimeout()
+    {
+        // The IsCompleted check only saves allocating an exception that would lose; the core's CAS still decides.
+        if (_timer.OnFired(out Exception? stopped) && !_core.IsCompleted)
+        {
+            // stopped: the wheel was disposed, and the wait completes as canceled, as the wheel's pending delays do.
+            _core.TrySetException(stopped ?? TimerWheel.NewTimeoutException(_timeout));
+        }
+        Release();
+    }
+
+    /// <summary>
+    /// Takes a WhenAll's timer out of the wheel once the outcome is known otherwise (the inputs finished, or the token
+    /// fired). Called before the combined task completes, so nothing is left in the wheel when the consumer resumes; the
+    /// caller holds a reference, so the release below never recycles.
+    /// </summary>
+    private void CancelTimer()
+    {
+        if (_timer.TryCancel() == TimerCancel.Cancelled)
+        {
+            Release(); // its continuation will never run: drop the reference it held
+        }
     }
 
     private void Cancel(CancellationToken cancellationToken)
@@ -544,6 +609,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (_startsProducers)
         {
             CancelProducers();
+        }
+        if (_timed)
+        {
+            CancelTimer();
         }
         _core.TrySetCanceled(cancellationToken);
     }
@@ -633,6 +702,16 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
 
         slot.Error = error; // published to the last input by the interlocked decrement below
+        if (_timed)
+        {
+            // The timer holds a reference too, so the last input is the one that brings the input count to zero.
+            if (Interlocked.Decrement(ref _inputsLeft) == 0)
+            {
+                CompleteAll();
+            }
+            Release();
+            return;
+        }
         int remaining = Interlocked.Decrement(ref _references);
         if (remaining > 1)
         {
@@ -671,6 +750,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     private void CompleteAll()
     {
+        if (_timed)
+        {
+            CancelTimer();
+        }
         Slot[] slots = Slots;
         var failures = new WhenAllFailures(_aggregate);
         for (int i = 0; i < _count; i++)
@@ -701,6 +784,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         _cancelToken = default;
         _compose = null;
+        _timed = false;
+        _timers = null;
+        _timer = default;
         _destination = default!;
         ClearValues();
         if (_startsProducers)

@@ -15,34 +15,34 @@ internal static class Combine
     private const string NoInputMessage = "WhenAny needs at least one task: with none, nothing could ever complete it.";
 
     /// <summary>WhenAll with no result.</summary>
-    public static SpindleTask All<TInput, TKind>(ReadOnlySpan<TInput> tasks, bool aggregate, CancellationToken cancellationToken)
+    public static SpindleTask All<TInput, TKind>(ReadOnlySpan<TInput> tasks, WhenAllOptions options, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, VoidResult>
     {
         if (AllCompleted<TInput, VoidResult, TKind>(tasks, cancellationToken))
         {
-            Exception? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, aggregate);
+            Exception? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, options.AggregateExceptions);
             return failure is null ? default : SpindleTask.FromException(failure);
         }
-        var c = Combinator<VoidResult>.RentAll(tasks.Length, aggregate, compose: null);
+        var c = Combinator<VoidResult>.RentAll(tasks.Length, options, compose: null);
         return c.ToVoidTask(AddAll<TInput, VoidResult, TKind, VoidResult>(c, tasks, cancellationToken));
     }
 
     /// <summary>WhenAll whose result is a new array of the inputs' results.</summary>
-    public static SpindleTask<T[]> AllValues<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, bool aggregate, CancellationToken cancellationToken)
+    public static SpindleTask<T[]> AllValues<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, WhenAllOptions options, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, T>
     {
         if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
         {
             T[] values = tasks.IsEmpty ? Array.Empty<T>() : new T[tasks.Length];
-            Exception? failure = ReadAll<TInput, T, TKind>(tasks, values, aggregate);
+            Exception? failure = ReadAll<TInput, T, TKind>(tasks, values, options.AggregateExceptions);
             return failure is null ? new SpindleTask<T[]>(values) : SpindleTask.FromException<T[]>(failure);
         }
-        var c = Combinator<T[]>.RentAll(tasks.Length, aggregate, CombinedResults<T>.Array);
+        var c = Combinator<T[]>.RentAll(tasks.Length, options, CombinedResults<T>.Array);
         return c.ToTask(AddAll<TInput, T, TKind, T[]>(c, tasks, cancellationToken));
     }
 
     /// <summary>WhenAll that writes the inputs' results into the caller's buffer.</summary>
-    public static SpindleTask AllInto<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, Memory<T> destination, bool aggregate, CancellationToken cancellationToken)
+    public static SpindleTask AllInto<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, Memory<T> destination, WhenAllOptions options, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, T>
     {
         if (destination.Length < tasks.Length)
@@ -54,10 +54,10 @@ internal static class Combine
         }
         if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
         {
-            Exception? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, aggregate);
+            Exception? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, options.AggregateExceptions);
             return failure is null ? default : SpindleTask.FromException(failure);
         }
-        var c = Combinator<Memory<T>>.RentAll(tasks.Length, aggregate, CombinedResults<T>.Into, destination);
+        var c = Combinator<Memory<T>>.RentAll(tasks.Length, options, CombinedResults<T>.Into, destination);
         return c.ToVoidTask(AddAll<TInput, T, TKind, Memory<T>>(c, tasks, cancellationToken));
     }
 

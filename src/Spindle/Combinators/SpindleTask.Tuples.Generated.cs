@@ -36,7 +36,7 @@ public readonly partial struct SpindleTask
         // A task already consumed throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
-        var c = Combinator<(T1, T2)>.RentAll(2, options.AggregateExceptions, static x => (x.Value<T1>(0), x.Value<T2>(1)));
+        var c = Combinator<(T1, T2)>.RentAll(2, options, static x => (x.Value<T1>(0), x.Value<T2>(1)));
         short token = c.Start(cancellationToken);
         c.Add(0, task1);
         c.Add(1, task2);
@@ -101,7 +101,7 @@ public readonly partial struct SpindleTask
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
-        var c = Combinator<(T1, T2, T3)>.RentAll(3, options.AggregateExceptions, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2)));
+        var c = Combinator<(T1, T2, T3)>.RentAll(3, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2)));
         short token = c.Start(cancellationToken);
         c.Add(0, task1);
         c.Add(1, task2);
@@ -176,7 +176,7 @@ public readonly partial struct SpindleTask
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
-        var c = Combinator<(T1, T2, T3, T4)>.RentAll(4, options.AggregateExceptions, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3)));
+        var c = Combinator<(T1, T2, T3, T4)>.RentAll(4, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3)));
         short token = c.Start(cancellationToken);
         c.Add(0, task1);
         c.Add(1, task2);
@@ -261,7 +261,7 @@ public readonly partial struct SpindleTask
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
         _ = task5.IsCompleted;
-        var c = Combinator<(T1, T2, T3, T4, T5)>.RentAll(5, options.AggregateExceptions, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4)));
+        var c = Combinator<(T1, T2, T3, T4, T5)>.RentAll(5, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4)));
         short token = c.Start(cancellationToken);
         c.Add(0, task1);
         c.Add(1, task2);
@@ -356,7 +356,7 @@ public readonly partial struct SpindleTask
         _ = task4.IsCompleted;
         _ = task5.IsCompleted;
         _ = task6.IsCompleted;
-        var c = Combinator<(T1, T2, T3, T4, T5, T6)>.RentAll(6, options.AggregateExceptions, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5)));
+        var c = Combinator<(T1, T2, T3, T4, T5, T6)>.RentAll(6, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5)));
         short token = c.Start(cancellationToken);
         c.Add(0, task1);
         c.Add(1, task2);
@@ -461,7 +461,7 @@ public readonly partial struct SpindleTask
         _ = task5.IsCompleted;
         _ = task6.IsCompleted;
         _ = task7.IsCompleted;
-        var c = Combinator<(T1, T2, T3, T4, T5, T6, T7)>.RentAll(7, options.AggregateExceptions, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6)));
+        var c = Combinator<(T1, T2, T3, T4, T5, T6, T7)>.RentAll(7, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6)));
         short token = c.Start(cancellationToken);
         c.Add(0, task1);
         c.Add(1, task2);
@@ -576,7 +576,7 @@ public readonly partial struct SpindleTask
         _ = task6.IsCompleted;
         _ = task7.IsCompleted;
         _ = task8.IsCompleted;
-        var c = Combinator<(T1, T2, T3, T4, T5, T6, T7, T8)>.RentAll(8, options.AggregateExceptions, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6), x.Value<T8>(7)));
+        var c = Combinator<(T1, T2, T3, T4, T5, T6, T7, T8)>.RentAll(8, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6), x.Value<T8>(7)));
         short token = c.Start(cancellationToken);
         c.Add(0, task1);
         c.Add(1, task2);

@@ -16,7 +16,7 @@ public readonly partial struct SpindleTask
     /// <remarks>Each input is awaited by the combinator, so it is consumed: do not await the inputs yourself.</remarks>
     /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
     public static SpindleTask WhenAll(params ReadOnlySpan<SpindleTask> tasks)
-        => Combine.All<SpindleTask, SpindleInput>(tasks, aggregate: false, default);
+        => Combine.All<SpindleTask, SpindleInput>(tasks, default(WhenAllOptions), default);
 
     /// <summary>As <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/>, for a sequence.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
@@ -29,19 +29,22 @@ public readonly partial struct SpindleTask
     /// already cancelled cancels at once.
     /// </summary>
     public static SpindleTask WhenAll(ReadOnlySpan<SpindleTask> tasks, CancellationToken cancellationToken)
-        => Combine.All<SpindleTask, SpindleInput>(tasks, aggregate: false, cancellationToken);
+        => Combine.All<SpindleTask, SpindleInput>(tasks, default(WhenAllOptions), cancellationToken);
 
     /// <summary>
     /// As <see cref="WhenAll(ReadOnlySpan{SpindleTask}, CancellationToken)"/>, with <paramref name="options"/>: for example
-    /// <see cref="WhenAllOptions.AggregateExceptions"/>, to get every input's exception instead of the first.
+    /// <see cref="WhenAllOptions.AggregateExceptions"/>, to get every input's exception instead of the first, or
+    /// <see cref="WhenAllOptions.Timeout"/>, to fail with a <see cref="TimeoutException"/> if the inputs take too long
+    /// (the inputs are then still observed, as after a cancellation).
     /// </summary>
+    /// <exception cref="ObjectDisposedException"><see cref="WhenAllOptions.Timers"/> has been disposed and a timer is needed.</exception>
     public static SpindleTask WhenAll(ReadOnlySpan<SpindleTask> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
-        => Combine.All<SpindleTask, SpindleInput>(tasks, options.AggregateExceptions, cancellationToken);
+        => Combine.All<SpindleTask, SpindleInput>(tasks, options, cancellationToken);
 
     /// <summary>A task that completes when every BCL task has. As <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/>; the tasks stay readable.</summary>
     /// <exception cref="ArgumentException">An input is null (the message names its index).</exception>
     public static SpindleTask WhenAll(params ReadOnlySpan<Task> tasks)
-        => Combine.All<Task, TaskInput>(tasks, aggregate: false, default);
+        => Combine.All<Task, TaskInput>(tasks, default(WhenAllOptions), default);
 
     /// <summary>As <see cref="WhenAll(ReadOnlySpan{Task})"/>, for a sequence.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
@@ -54,12 +57,12 @@ public readonly partial struct SpindleTask
     /// </summary>
     /// <exception cref="ArgumentException">An input is null (the message names its index).</exception>
     public static SpindleTask WhenAll(ReadOnlySpan<Task> tasks, CancellationToken cancellationToken)
-        => Combine.All<Task, TaskInput>(tasks, aggregate: false, cancellationToken);
+        => Combine.All<Task, TaskInput>(tasks, default(WhenAllOptions), cancellationToken);
 
     /// <summary>As <see cref="WhenAll(ReadOnlySpan{Task}, CancellationToken)"/>, with <paramref name="options"/>.</summary>
     /// <exception cref="ArgumentException">An input is null (the message names its index).</exception>
     public static SpindleTask WhenAll(ReadOnlySpan<Task> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
-        => Combine.All<Task, TaskInput>(tasks, options.AggregateExceptions, cancellationToken);
+        => Combine.All<Task, TaskInput>(tasks, options, cancellationToken);
 
     /// <summary>
     /// A task that completes when every ValueTask has. As <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/>. Each ValueTask
@@ -67,7 +70,7 @@ public readonly partial struct SpindleTask
     /// do not await it yourself.
     /// </summary>
     public static SpindleTask WhenAll(params ReadOnlySpan<ValueTask> tasks)
-        => Combine.All<ValueTask, ValueTaskInput>(tasks, aggregate: false, default);
+        => Combine.All<ValueTask, ValueTaskInput>(tasks, default(WhenAllOptions), default);
 
     /// <summary>As <see cref="WhenAll(ReadOnlySpan{ValueTask})"/>, for a sequence.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
@@ -75,11 +78,11 @@ public readonly partial struct SpindleTask
 
     /// <summary>As <see cref="WhenAll(ReadOnlySpan{ValueTask})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the inputs).</summary>
     public static SpindleTask WhenAll(ReadOnlySpan<ValueTask> tasks, CancellationToken cancellationToken)
-        => Combine.All<ValueTask, ValueTaskInput>(tasks, aggregate: false, cancellationToken);
+        => Combine.All<ValueTask, ValueTaskInput>(tasks, default(WhenAllOptions), cancellationToken);
 
     /// <summary>As <see cref="WhenAll(ReadOnlySpan{ValueTask}, CancellationToken)"/>, with <paramref name="options"/>.</summary>
     public static SpindleTask WhenAll(ReadOnlySpan<ValueTask> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
-        => Combine.All<ValueTask, ValueTaskInput>(tasks, options.AggregateExceptions, cancellationToken);
+        => Combine.All<ValueTask, ValueTaskInput>(tasks, options, cancellationToken);
 
     /// <summary>
     /// A task whose result holds every input's result, in input order. As <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/>
@@ -90,7 +93,7 @@ public readonly partial struct SpindleTask
     /// </summary>
     /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
     public static SpindleTask<T[]> WhenAll<T>(params ReadOnlySpan<SpindleTask<T>> tasks)
-        => Combine.AllValues<SpindleTask<T>, T, SpindleInput<T>>(tasks, aggregate: false, default);
+        => Combine.AllValues<SpindleTask<T>, T, SpindleInput<T>>(tasks, default(WhenAllOptions), default);
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{SpindleTask{T}})"/>, for a sequence.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
@@ -98,11 +101,11 @@ public readonly partial struct SpindleTask
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{SpindleTask{T}})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the inputs).</summary>
     public static SpindleTask<T[]> WhenAll<T>(ReadOnlySpan<SpindleTask<T>> tasks, CancellationToken cancellationToken)
-        => Combine.AllValues<SpindleTask<T>, T, SpindleInput<T>>(tasks, aggregate: false, cancellationToken);
+        => Combine.AllValues<SpindleTask<T>, T, SpindleInput<T>>(tasks, default(WhenAllOptions), cancellationToken);
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{SpindleTask{T}}, CancellationToken)"/>, with <paramref name="options"/>.</summary>
     public static SpindleTask<T[]> WhenAll<T>(ReadOnlySpan<SpindleTask<T>> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
-        => Combine.AllValues<SpindleTask<T>, T, SpindleInput<T>>(tasks, options.AggregateExceptions, cancellationToken);
+        => Combine.AllValues<SpindleTask<T>, T, SpindleInput<T>>(tasks, options, cancellationToken);
 
     /// <summary>
     /// Waits for every input and writes result <c>i</c> to <c>destination[i]</c>: the form of
@@ -120,7 +123,7 @@ public readonly partial struct SpindleTask
     /// <param name="cancellationToken">Cancels the wait (not the inputs, which are still read when they finish).</param>
     /// <exception cref="ArgumentException"><paramref name="destination"/> is shorter than <paramref name="tasks"/>.</exception>
     public static SpindleTask WhenAll<T>(ReadOnlySpan<SpindleTask<T>> tasks, Memory<T> destination, WhenAllOptions options = default, CancellationToken cancellationToken = default)
-        => Combine.AllInto<SpindleTask<T>, T, SpindleInput<T>>(tasks, destination, options.AggregateExceptions, cancellationToken);
+        => Combine.AllInto<SpindleTask<T>, T, SpindleInput<T>>(tasks, destination, options, cancellationToken);
 
     /// <summary>
     /// A task whose result holds every BCL task's result, in input order: as the BCL's <c>Task.WhenAll&lt;T&gt;</c>, whose
@@ -128,7 +131,7 @@ public readonly partial struct SpindleTask
     /// </summary>
     /// <exception cref="ArgumentException">An input is null (the message names its index).</exception>
     public static SpindleTask<T[]> WhenAll<T>(params ReadOnlySpan<Task<T>> tasks)
-        => Combine.AllValues<Task<T>, T, TaskInput<T>>(tasks, aggregate: false, default);
+        => Combine.AllValues<Task<T>, T, TaskInput<T>>(tasks, default(WhenAllOptions), default);
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{Task{T}})"/>, for a sequence.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
@@ -138,12 +141,12 @@ public readonly partial struct SpindleTask
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{Task{T}})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the tasks).</summary>
     /// <exception cref="ArgumentException">An input is null (the message names its index).</exception>
     public static SpindleTask<T[]> WhenAll<T>(ReadOnlySpan<Task<T>> tasks, CancellationToken cancellationToken)
-        => Combine.AllValues<Task<T>, T, TaskInput<T>>(tasks, aggregate: false, cancellationToken);
+        => Combine.AllValues<Task<T>, T, TaskInput<T>>(tasks, default(WhenAllOptions), cancellationToken);
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{Task{T}}, CancellationToken)"/>, with <paramref name="options"/>.</summary>
     /// <exception cref="ArgumentException">An input is null (the message names its index).</exception>
     public static SpindleTask<T[]> WhenAll<T>(ReadOnlySpan<Task<T>> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
-        => Combine.AllValues<Task<T>, T, TaskInput<T>>(tasks, options.AggregateExceptions, cancellationToken);
+        => Combine.AllValues<Task<T>, T, TaskInput<T>>(tasks, options, cancellationToken);
 
     /// <summary>
     /// As <see cref="WhenAll{T}(ReadOnlySpan{SpindleTask{T}}, Memory{T}, WhenAllOptions, CancellationToken)"/>, over BCL
@@ -155,14 +158,14 @@ public readonly partial struct SpindleTask
     /// <param name="cancellationToken">Cancels the wait (not the tasks).</param>
     /// <exception cref="ArgumentException">An input is null, or <paramref name="destination"/> is shorter than <paramref name="tasks"/>.</exception>
     public static SpindleTask WhenAll<T>(ReadOnlySpan<Task<T>> tasks, Memory<T> destination, WhenAllOptions options = default, CancellationToken cancellationToken = default)
-        => Combine.AllInto<Task<T>, T, TaskInput<T>>(tasks, destination, options.AggregateExceptions, cancellationToken);
+        => Combine.AllInto<Task<T>, T, TaskInput<T>>(tasks, destination, options, cancellationToken);
 
     /// <summary>
     /// A task whose result holds every ValueTask's result, in input order; each ValueTask is read exactly once. As
     /// <see cref="WhenAll{T}(ReadOnlySpan{SpindleTask{T}})"/> otherwise (the result array is allocated).
     /// </summary>
     public static SpindleTask<T[]> WhenAll<T>(params ReadOnlySpan<ValueTask<T>> tasks)
-        => Combine.AllValues<ValueTask<T>, T, ValueTaskInput<T>>(tasks, aggregate: false, default);
+        => Combine.AllValues<ValueTask<T>, T, ValueTaskInput<T>>(tasks, default(WhenAllOptions), default);
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{ValueTask{T}})"/>, for a sequence.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="tasks"/> is null.</exception>
@@ -170,11 +173,11 @@ public readonly partial struct SpindleTask
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{ValueTask{T}})"/>, and <paramref name="cancellationToken"/> cancels the wait (not the inputs).</summary>
     public static SpindleTask<T[]> WhenAll<T>(ReadOnlySpan<ValueTask<T>> tasks, CancellationToken cancellationToken)
-        => Combine.AllValues<ValueTask<T>, T, ValueTaskInput<T>>(tasks, aggregate: false, cancellationToken);
+        => Combine.AllValues<ValueTask<T>, T, ValueTaskInput<T>>(tasks, default(WhenAllOptions), cancellationToken);
 
     /// <summary>As <see cref="WhenAll{T}(ReadOnlySpan{ValueTask{T}}, CancellationToken)"/>, with <paramref name="options"/>.</summary>
     public static SpindleTask<T[]> WhenAll<T>(ReadOnlySpan<ValueTask<T>> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
-        => Combine.AllValues<ValueTask<T>, T, ValueTaskInput<T>>(tasks, options.AggregateExceptions, cancellationToken);
+        => Combine.AllValues<ValueTask<T>, T, ValueTaskInput<T>>(tasks, options, cancellationToken);
 
     /// <summary>
     /// As <see cref="WhenAll{T}(ReadOnlySpan{SpindleTask{T}}, Memory{T}, WhenAllOptions, CancellationToken)"/>, over
@@ -186,5 +189,5 @@ public readonly partial struct SpindleTask
     /// <param name="cancellationToken">Cancels the wait (not the inputs, which are still read when they finish).</param>
     /// <exception cref="ArgumentException"><paramref name="destination"/> is shorter than <paramref name="tasks"/>.</exception>
     public static SpindleTask WhenAll<T>(ReadOnlySpan<ValueTask<T>> tasks, Memory<T> destination, WhenAllOptions options = default, CancellationToken cancellationToken = default)
-        => Combine.AllInto<ValueTask<T>, T, ValueTaskInput<T>>(tasks, destination, options.AggregateExceptions, cancellationToken);
+        => Combine.AllInto<ValueTask<T>, T, ValueTaskInput<T>>(tasks, destination, options, cancellationToken);
 }

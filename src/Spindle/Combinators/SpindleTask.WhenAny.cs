@@ -13,6 +13,11 @@ public readonly partial struct SpindleTask
     /// inputs are still read when they finish: their failures go to <see cref="Spindle.UnobservedException"/>.
     /// Allocates nothing in steady state, for any count.
     /// </summary>
+    /// <remarks>
+    /// To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>
+    /// (see <see cref="WithTimeout(TimeSpan, TimerWheel)"/>; pooled too, so it allocates nothing in steady state). The
+    /// inputs are still read when they finish, whichever wins.
+    /// </remarks>
     /// <exception cref="ArgumentException">The input is empty, as for <c>Task.WhenAny</c>.</exception>
     /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
     public static SpindleTask<int> WhenAny(params ReadOnlySpan<SpindleTask> tasks)

@@ -14,7 +14,7 @@ namespace SpindleLib;
 /// <typeparam name="T">The result type.</typeparam>
 [AsyncMethodBuilder(typeof(SpindleTaskMethodBuilder<>))]
 [StructLayout(LayoutKind.Auto)]
-public readonly struct SpindleTask<T>
+public readonly partial struct SpindleTask<T>
 {
     internal readonly ISpindleSource<T>? _source;
     internal readonly T _result;

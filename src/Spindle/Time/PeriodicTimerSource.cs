@@ -1,0 +1,193 @@
+using System;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The machinery behind <see cref="SpindlePeriodicTimer"/>: the source of its waits (one at a time, so one reusable
+/// core), and the arithmetic of its ticks.
+/// </summary>
+/// <remarks>
+/// <para><b>Ticks are computed, not kept.</b> Tick k (k = 1, 2, ...) falls at wheel tick
+/// <c>start + ceil(k * period)</c> in milliseconds. The timer remembers only the index of the next tick it has not
+/// delivered. A wait whose tick has already passed returns true at once and skips every other passed tick (so missed
+/// ticks coalesce into one); a wait whose tick is still to come arms one node at that absolute deadline. So nothing
+/// drifts, and nothing is in the wheel between waits.</para>
+/// <para><b>One outcome per wait.</b> Three things may end a pending wait: its node firing (true), its token (canceled)
+/// and Dispose (false). Each first claims the wait's <see cref="TimeoutTimer"/>; only the claimant completes the core,
+/// so exactly one of them does, and a cancelled or disposed wait leaves nothing in the wheel. A wait ended by its token
+/// does not deliver its tick, so the next wait finds it passed and returns at once, as the BCL's timer remembers it.</para>
+/// <para><b>Locking.</b> A small lock guards the consumer's state (the pending flag, the next tick, disposal). Nothing
+/// that can run a continuation runs under it (it only reads the clock): on a manual clock, arming a timer may run
+/// other timers' continuations on this thread, and completing a wait runs the consumer's.</para>
+/// </remarks>
+internal sealed class PeriodicTimerSource : ISpindleSource<bool>
+{
+    private static readonly Action<object?> s_onTick = static o => ((PeriodicTimerSource)o!).OnTick();
+#if NET
+    private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((PeriodicTimerSource)o!).OnCanceled(ct);
+#else
+    private static readonly Action<object?> s_onCanceled = static o => ((PeriodicTimerSource)o!).OnCanceled(((PeriodicTimerSource)o!)._waitToken);
+#endif
+
+    private readonly object _lock = new();
+    private readonly TimerWheel _wheel;
+    private readonly TimeSpan _period;
+    private readonly long _startTick;
+    private SourceCore<bool> _core;
+    private TimeoutTimer _timer;
+    private CancellationToken _waitToken;
+    private CancellationTokenRegistration _registration;
+    private long _nextTick = 1; // the index of the next tick not yet delivered
+    private long _armedTick;
+    private bool _waiting;
+    private volatile bool _disposed;
+
+    public PeriodicTimerSource(TimerWheel wheel, TimeSpan period)
+    {
+        _wheel = wheel;
+        _period = period;
+        _startTick = wheel.DeadlineAfter(TimeSpan.Zero); // now, rounded up: no tick can be early
+    }
+
+    public TimeSpan Period => _period;
+
+    /// <summary>The wheel tick of tick <paramref name="k"/>: start + k * period, rounded up to the millisecond.</summary>
+    private long DeadlineOf(long k) => _startTick + (k * _period.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+
+    /// <summary>The first tick after wheel tick <paramref name="now"/>: the least k with start + ceil(k * period) > now.</summary>
+    private long FirstTickAfter(long now) => (now - _startTick) * TimeSpan.TicksPerMillisecond / _period.Ticks + 1;
+
+    public SpindleTask<bool> Wait(CancellationToken cancellationToken)
+    {
+        long deadline;
+        short token;
+        lock (_lock)
+        {
+            if (_disposed)
+            {
+                throw new ObjectDisposedException(nameof(SpindlePeriodicTimer),
+                    "This SpindlePeriodicTimer has been disposed: a wait pending at Dispose returned false, and later waits are a mistake. Create a new timer.");
+            }
+            if (_wheel.IsDisposed)
+            {
+                throw new ObjectDisposedException(nameof(TimerWheel),
+                    "The TimerWheel that drives this SpindlePeriodicTimer has been disposed, so it can never tick again.");
+            }
+            if (_waiting)
+            {
+                ThrowHelper.ThrowInvalidOperation(
+                    "A wait on this SpindlePeriodicTimer is already pending. Only one consumer may wait at a time: await each WaitForNextTickAsync before calling it again.");
+            }
+            if (cancellationToken.IsCancellationRequested)
+            {
+                return SpindleTask.FromCanceled<bool>(cancellationToken);
+            }
+            long now = _wheel.NowTick();
+            if (DeadlineOf(_nextTick) <= now)
+            {
+                _nextTick = FirstTickAfter(now); // the ticks missed since the last wait count as this one
+                return new SpindleTask<bool>(true);
+            }
+            _waiting = true;
+            _armedTick = _nextTick;
+            deadline = DeadlineOf(_nextTick);
+            _core.Reset();
+            token = _core.Version;
+        }
+        _timer.Arm(_wheel, deadline, s_onTick, this);
+        // Dekker with Dispose: it sets _disposed and then tries to claim the timer; arming published Armed (a full fence)
+        // before this read. So either Dispose's claim sees the timer armed, or this sees Dispose; both may try, one claims.
+        if (_disposed)
+        {
+            Stop();
+        }
+        else if (cancellationToken.CanBeCanceled)
+        {
+            _waitToken = cancellationToken;
+#if NET
+            _registration = cancellationToken.UnsafeRegister(s_onCanceled, this);
+#else
+            _registration = cancellationToken.Register(s_onCanceled, this);
+#endif
+        }
+        return new SpindleTask<bool>(this, token);
+    }
+
+    private void OnTick()
+    {
+        if (!_timer.OnFired(out Exception? stopped))
+        {
+            return; // a cancellation or Dispose claimed the wait first, and completes it
+        }
+        if (stopped is not null)
+        {
+            _core.TrySetResult(false); // the wheel was disposed: this timer can never tick again
+            return;
+        }
+        lock (_lock)
+        {
+            _nextTick = _armedTick + 1; // before the consumer resumes (below, maybe inline) and waits again
+        }
+        _core.TrySetResult(true);
+    }
+
+    private void OnCanceled(CancellationToken cancellationToken)
+    {
+        if (_timer.TryCancel() is TimerCancel.Cancelled or TimerCancel.CancelledAfterFiring)
+        {
+            _core.TrySetCanceled(cancellationToken);
+        }
+    }
+
+    /// <summary>Ends a pending wait with false, if nothing else has ended it.</summary>
+    private void Stop()
+    {
+        if (_timer.TryCancel() is TimerCancel.Cancelled or TimerCancel.CancelledAfterFiring)
+        {
+            _core.TrySetResult(false);
+        }
+    }
+
+    public void Dispose()
+    {
+        lock (_lock)
+        {
+            if (_disposed)
+            {
+                return;
+            }
+            _disposed = true;
+        }
+        Stop();
+    }
+
+    public bool GetResult(short token)
+    {
+        bool result = _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        // Waits for a cancellation callback in flight, so none can reach the next wait's timer.
+        CancellationRegistrations.Drop(ref _registration);
+        _waitToken = default;
+        lock (_lock)
+        {
+            _waiting = false;
+        }
+        error?.Throw();
+        return result;
+    }
+
+    void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<bool>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}

@@ -1,0 +1,73 @@
+using System;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A periodic timer on a <see cref="TimerWheel"/>, awaited with <see cref="WaitForNextTickAsync"/>: the Spindle
+/// counterpart of the BCL's <c>PeriodicTimer</c>, whose wait allocates nothing in steady state.
+/// </summary>
+/// <example>
+/// <code>
+/// using var timer = new SpindlePeriodicTimer(TimeSpan.FromSeconds(1));
+/// while (await timer.WaitForNextTickAsync(token))
+/// {
+///     Poll();
+/// }
+/// </code>
+/// </example>
+/// <remarks>
+/// <para><b>Ticks</b> fall at exact multiples of <see cref="Period"/> from the moment the timer was created (rounded up
+/// to the wheel's 1 ms tick, never early), however long the consumer takes between waits, so there is no drift. A tick
+/// that happens while nobody waits is remembered: the next wait returns <see langword="true"/> at once. Several missed
+/// ticks count as one, and the wait after that waits for the next tick still to come.</para>
+/// <para><b>Cost.</b> A wait that has to wait arms one pooled timer node in the wheel for the next tick's deadline;
+/// between waits nothing is in the wheel, so an idle periodic timer costs nothing.</para>
+/// <para><b>Dispose</b> stops the timer: a wait pending at that moment completes with <see langword="false"/>, as with
+/// the BCL's <c>PeriodicTimer</c>. Unlike the BCL's, a call to <see cref="WaitForNextTickAsync"/> made after
+/// <see cref="Dispose"/> throws <see cref="ObjectDisposedException"/> rather than returning <see langword="false"/>, so a
+/// loop that keeps using a disposed timer is caught at once.</para>
+/// <para><b>Thread-safety.</b> One consumer at a time: a second wait while the first one's result has not been read
+/// throws. <see cref="Dispose"/> may be called from any thread, at any time, including while a wait is pending.</para>
+/// </remarks>
+public sealed class SpindlePeriodicTimer : IDisposable
+{
+    private readonly PeriodicTimerSource _source;
+
+    /// <summary>Creates a periodic timer that ticks every <paramref name="period"/>, starting now.</summary>
+    /// <param name="period">The time between ticks: at least 1 ms (the wheel's tick), at most <see cref="TimerWheel.MaxDelay"/>.</param>
+    /// <param name="timers">The wheel that drives it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test deterministically.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="period"/> is shorter than 1 ms (zero, negative or <see cref="Timeout.InfiniteTimeSpan"/> included) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    public SpindlePeriodicTimer(TimeSpan period, TimerWheel? timers = null)
+    {
+        if (period < TimeSpan.FromMilliseconds(1) || period > TimerWheel.MaxDelay)
+        {
+            throw new ArgumentOutOfRangeException(nameof(period), period,
+                "A period must be between 1 ms (the timer wheel's tick) and TimerWheel.MaxDelay (about 49.7 days).");
+        }
+        _source = new PeriodicTimerSource(TimerWheel.ForTimeouts(timers), period);
+    }
+
+    /// <summary>The time between ticks.</summary>
+    public TimeSpan Period => _source.Period;
+
+    /// <summary>
+    /// Waits for the next tick: <see langword="true"/> when it comes (at once if a tick was missed since the last wait),
+    /// <see langword="false"/> if the timer is disposed while this wait is pending. Allocates nothing in steady state.
+    /// </summary>
+    /// <param name="cancellationToken">
+    /// Cancels this wait: it completes as canceled, its timer node leaves the wheel at once, and the tick it was waiting
+    /// for is not lost (the next wait returns <see langword="true"/> at once if it has passed). A token already cancelled
+    /// cancels at once, and nothing is registered.
+    /// </param>
+    /// <exception cref="ObjectDisposedException">The timer (or its wheel) has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">Another wait is pending: only one consumer may wait at a time.</exception>
+    public SpindleTask<bool> WaitForNextTickAsync(CancellationToken cancellationToken = default) => _source.Wait(cancellationToken);
+
+    /// <summary>
+    /// Stops the timer. A wait pending at this moment completes with <see langword="false"/>; a later call to
+    /// <see cref="WaitForNextTickAsync"/> throws <see cref="ObjectDisposedException"/>. Calling it again does nothing.
+    /// </summary>
+    public void Dispose() => _source.Dispose();
+}
