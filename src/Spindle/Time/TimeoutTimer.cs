@@ -32,11 +32,11 @@ internal enum TimerCancel
 /// them, and never touched after that: the node goes back to the pool and may be someone else's timer a moment later.
 /// So both sides first claim the timer with one atomic step on <see cref="_state"/>: the continuation with an exchange
 /// (it may run before arming finished, inline), a canceller with a CAS from Armed (so never before arming finished).
-/// Only the claimant touches the node. A canceller that claims then cancels it quietly (<see cref="TimerWheel.CancelQuietly"/>);
+/// Only the claimant touches the node. A canceller that claims then cancels it quietly (<see cref="TimerNode.TryCancelQuietly"/>);
 /// if the node fired in between, the canceller reads it, and the continuation, finding the claim taken, leaves it alone.</para>
 /// <para><b>Arming order.</b> The node enters the wheel, then its continuation is registered, then the state becomes
 /// Armed: so a canceller only ever sees a node that is in the wheel with the owner's continuation on it (which
-/// <see cref="TimerWheel.CancelQuietly"/> requires).</para>
+/// <see cref="TimerNode.TryCancelQuietly"/> requires).</para>
 /// </remarks>
 internal struct TimeoutTimer
 {
@@ -46,7 +46,6 @@ internal struct TimeoutTimer
 
     private TimerNode? _node;
     private short _token;
-    private TimerWheel? _wheel;
     private int _state;
 
     /// <summary>
@@ -60,7 +59,6 @@ internal struct TimeoutTimer
         TimerNode node = TimerNode.Rent(wheel);
         _node = node;
         _token = node.Version;
-        _wheel = wheel;
         wheel.Insert(node, deadline);
         node.OnCompleted(onFired, state, _token);
         // Fails only if the continuation already claimed the timer (it fired before this line): nothing left to cancel.
@@ -92,7 +90,7 @@ internal struct TimeoutTimer
             return seen == Claimed ? TimerCancel.TooLate : TimerCancel.NotArmed;
         }
         TimerNode node = _node!;
-        if (_wheel!.CancelQuietly(node))
+        if (node.TryCancelQuietly())
         {
             _node = null;
             return TimerCancel.Cancelled;

@@ -114,6 +114,30 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
         return true;
     }
 
+    /// <summary>
+    /// Takes back a timer that its owner no longer needs (the operation it guarded finished first), with no exception
+    /// and no allocation: the cheap cancellation that "timeouts that are mostly cancelled" need. Returns false if the
+    /// timer had already fired (or been cancelled by the wheel's disposal): its continuation then runs, or ran.
+    /// </summary>
+    /// <remarks>
+    /// The one CAS in the core still decides between firing and this; the node then goes to its shard's cancel inbox
+    /// exactly as a cancellation does (the owner unlinks it and lets go of it). The continuation the caller registered
+    /// is dropped, not run: the caller is the consumer, and lets go of the consumer's hold here. The version is not
+    /// advanced (nothing reads the result), which is harmless because the token never left the caller. Only for a node
+    /// already in a wheel whose continuation belongs to the caller (<see cref="TimeoutTimer"/> guarantees both).
+    /// </remarks>
+    public bool TryCancelQuietly()
+    {
+        WheelShard? shard = Shard;
+        if (!_core.TrySetVoidResultDeferred(out _, out _))
+        {
+            return false;
+        }
+        shard?.PushCancel(this);
+        ReleaseFromWheel(); // the consumer's hold; the second of consumer and owner recycles the node
+        return true;
+    }
+
     /// <summary>The wheel's owner lets go of a cancelled node. The second of owner and consumer recycles it.</summary>
     public void ReleaseFromWheel()
     {
