@@ -478,8 +478,8 @@ public sealed class CountersIdleScenario : Scenario
 
     public override string Notes =>
         "One pacing thread retriggers `rate` counters per second (a batch every millisecond). Task: the pacer completes each counter's " +
-        "TaskCompletionSource and the loop runs inline. Threads: Plan B, the pacer moves counters to a blocking queue that one counting " +
-        "thread per core takes from. Spindle: the pacer sets each counter's Signal. cpu_percent: process CPU time over wall time, as a share " +
+        "TaskCompletionSource and the loop runs inline. Threads: Plan B, the pacer moves counters to a second queue that one counting " +
+        "thread per core drains every millisecond. Spindle: the pacer sets each counter's Signal. cpu_percent: process CPU time over wall time, as a share " +
         "of all cores, over the measured window. mb: GC heap after a full collection at the end of the window.";
 
     public override void Run(BenchContext context)
@@ -620,8 +620,9 @@ public sealed class CountersIdleScenario : Scenario
     private sealed class ThreadsPopulation : Population
     {
         private readonly ConcurrentQueue<Counters.Counter> _waiting = new();
-        private readonly BlockingCollection<Counters.Counter> _signalled = new(new ConcurrentQueue<Counters.Counter>());
+        private readonly ConcurrentQueue<Counters.Counter> _signalled = new();
         private readonly Thread[] _workers;
+        private volatile bool _stop;
 
         public ThreadsPopulation(int n)
         {
@@ -629,12 +630,18 @@ public sealed class CountersIdleScenario : Scenario
             {
                 _waiting.Enqueue(new Counters.Counter());
             }
+            // Plan B's counting threads drain the signalled queue, then sleep a millisecond: at a modest rate a thread
+            // per core that polls costs less than one woken for every counter.
             _workers = Counters.StartThreads(Counters.Threads, "Plan B counter", _ =>
             {
-                foreach (Counters.Counter c in _signalled.GetConsumingEnumerable())
+                while (!_stop)
                 {
-                    c.Count++;
-                    _waiting.Enqueue(c);
+                    while (_signalled.TryDequeue(out Counters.Counter? c))
+                    {
+                        c.Count++;
+                        _waiting.Enqueue(c);
+                    }
+                    Thread.Sleep(1);
                 }
             });
         }
@@ -645,15 +652,14 @@ public sealed class CountersIdleScenario : Scenario
             {
                 return false;
             }
-            _signalled.Add(c);
+            _signalled.Enqueue(c);
             return true;
         }
 
         public override void Dispose()
         {
-            _signalled.CompleteAdding();
+            _stop = true;
             Counters.JoinAll(_workers);
-            _signalled.Dispose();
         }
     }
 
