@@ -6,7 +6,7 @@ namespace SpindleLib.Generate;
 /// <summary>
 /// Regenerates Spindle's generated sources. Usage: <c>dotnet run --project tools/Spindle.Generate [--check] [REPO_ROOT]</c>.
 /// Without a root it walks up from the current directory to the folder holding Spindle.slnx. With <c>--check</c> it
-/// writes nothing and exits with 1 if a checked-in file differs from what the template generates.
+/// writes nothing and exits with 1 if any checked-in file differs from what the template generates.
 /// </summary>
 internal static class Program
 {
@@ -20,21 +20,37 @@ internal static class Program
             return 2;
         }
 
-        string path = Path.Combine(root, TupleCombinatorsTemplate.OutputPath);
-        string generated = TupleCombinatorsTemplate.Generate();
+        int status = 0;
+        foreach (var (outputPath, generate) in Outputs)
+        {
+            status = Math.Max(status, Write(root, outputPath, generate(), check));
+        }
+        return status;
+    }
+
+    /// <summary>Every generated file: its path relative to the repository root, and its template.</summary>
+    private static readonly (string OutputPath, Func<string> Generate)[] Outputs =
+    {
+        (TupleCombinatorsTemplate.OutputPath, TupleCombinatorsTemplate.Generate),
+        (CodegenSubjectsTemplate.OutputPath, CodegenSubjectsTemplate.Generate),
+    };
+
+    private static int Write(string root, string outputPath, string generated, bool check)
+    {
+        string path = Path.Combine(root, outputPath);
         string? current = File.Exists(path) ? File.ReadAllText(path) : null;
         if (current == generated)
         {
-            Console.WriteLine("up to date: " + TupleCombinatorsTemplate.OutputPath);
+            Console.WriteLine("up to date: " + outputPath);
             return 0;
         }
         if (check)
         {
-            Console.Error.WriteLine("stale: " + TupleCombinatorsTemplate.OutputPath + " (run: dotnet run --project tools/Spindle.Generate)");
+            Console.Error.WriteLine("stale: " + outputPath + " (run: dotnet run --project tools/Spindle.Generate)");
             return 1;
         }
         File.WriteAllText(path, generated);
-        Console.WriteLine("wrote: " + TupleCombinatorsTemplate.OutputPath);
+        Console.WriteLine("wrote: " + outputPath);
         return 0;
     }
 

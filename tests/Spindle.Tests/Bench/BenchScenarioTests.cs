@@ -33,6 +33,7 @@ public sealed class BenchScenarioTests
         ["counters-delay"] = (new[] { "n=1000,delay=1-16ms" }, new[] { "Task", "Threads", "Spindle" }, new[] { "ops_per_sec", "bytes_per_counter" }),
         ["counters-idle"] = (new[] { "rate=1000", "rate=10000", "rate=100000" }, new[] { "Task", "Threads", "Spindle" }, new[] { "cpu_percent", "mb" }),
         ["asyncawait"] = (new[] { "completed", "pending", "nested" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
+        ["codegen"] = (new[] { "methods=50" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "il_bytes_per_method", "state_machines" }),
     };
 
     public static IEnumerable<object[]> ScenarioIds() => BenchRunner.All.Select(s => new object[] { s.Id });
