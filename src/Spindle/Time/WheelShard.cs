@@ -173,31 +173,40 @@ internal sealed class WheelShard : WorkerTimers
     }
 
     /// <summary>Expires every slot due at or before <paramref name="now"/>, cascading coarse slots down. Owner only.</summary>
+    /// <remarks>
+    /// <para><b>Re-entrancy.</b> A worker's shard runs continuations inline, and one that blocks makes its worker poll
+    /// this shard again (<c>WorkerPool.TryRunOne</c>) while this call is still firing a slot. So whenever user code runs,
+    /// the slots must be consistent: the invariant is that a node with <see cref="TimerNode.Slot"/> &gt;= 0 is in the
+    /// list of that slot, and that every slot due before <see cref="_elapsed"/> is empty. A fine slot is therefore fired
+    /// one node at a time, each unlinked before its continuation runs (a nested poll that releases a cancelled node of
+    /// the same slot unlinks it properly, and finishes the slot itself); a coarse slot is cascaded without firing
+    /// anything (a node due exactly now is linked into the current fine slot and fired on the next round), so no user
+    /// code runs while a coarse slot is half moved. Detaching a whole slot and walking it while continuations ran let a
+    /// nested poll unlink and recycle the node the walk was about to visit.</para>
+    /// </remarks>
     public void Advance(long now)
     {
         while (TryNextExpiration(out int level, out int slot, out long deadline) && deadline <= now)
         {
+            Debug.Assert(deadline >= _elapsed, "time never goes back: every slot due before _elapsed is empty");
             _elapsed = deadline;
             int index = level * TimerWheel.SlotsPerLevel + slot;
-            TimerNode? node = _slots[index];
-            _slots[index] = null;
-            _occupied[level] &= ~(1UL << slot);
-            while (node is not null)
+            if (level > 0)
             {
-                TimerNode next = node.Next!;
-                node.Next = null;
-                node.Prev = null;
-                node.Slot = -1;
-                _linkedOwner--;
-                if (node.Deadline <= _elapsed)
+                // Cascade: every node here is due in [deadline, deadline + slot range), so each moves to a finer level.
+                while (_slots[index] is { } node)
                 {
-                    Fire(node);
-                }
-                else
-                {
+                    Unlink(node);
                     Link(node);
                 }
-                node = next;
+                continue;
+            }
+            // A fine slot holds only nodes due exactly at deadline. A nested poll may finish it and move time on: stop then.
+            while (_elapsed == deadline && _slots[index] is { } due)
+            {
+                Debug.Assert(due.Deadline == deadline, "a fine slot holds one deadline");
+                Unlink(due);
+                Fire(due);
             }
         }
         if (now > _elapsed)
