@@ -251,6 +251,16 @@ internal sealed class WorkerPool : Scheduler
             return w.Timers is { HasPending: true } timers && timers.Poll(out _);
         }
         RunItemKeepingContext(item);
+        // A worker that keeps finding work while it waits must still look at its timers now and then, as its loop does:
+        // polling only when it ran dry left a waiter whose result is one of its own timers stuck for as long as work came.
+        if (w.Timers is { } busyTimers && ++w.SinceTimerPoll >= TimerPollInterval)
+        {
+            w.SinceTimerPoll = 0;
+            if (busyTimers.HasPending)
+            {
+                busyTimers.Poll(out _);
+            }
+        }
         return true;
     }
 
