@@ -105,13 +105,28 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     public bool Cancel(Exception exception)
     {
         WheelShard? shard = Shard;
-        if (!_core.TrySetException(exception))
+        bool won = false;
+        try
         {
-            return false;
+            won = _core.TrySetException(exception);
         }
-        // The consumer may already have read the result, but cannot recycle the node before the wheel releases it.
-        shard?.PushCancel(this);
-        return true;
+        catch
+        {
+            // Only the continuation, run after the core published the outcome, can throw: this call won. Its exception
+            // goes to the canceller, but the node must still reach the wheel's owner, or it stays linked (and counted)
+            // until its deadline and is never recycled.
+            won = true;
+            throw;
+        }
+        finally
+        {
+            // The consumer may already have read the result, but cannot recycle the node before the wheel releases it.
+            if (won)
+            {
+                shard?.PushCancel(this);
+            }
+        }
+        return won;
     }
 
     /// <summary>

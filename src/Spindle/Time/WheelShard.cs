@@ -10,10 +10,10 @@ namespace SpindleLib;
 /// </summary>
 /// <remarks>
 /// <para><b>Owners.</b> A wheel's main shard is owned by whoever holds the wheel's drive (its timer thread, or its
-/// provider's timer callback). On the system clock, each Spindle worker also owns a shard of its own: a delay started
-/// on a worker is linked there directly, with no atomic operation, and the worker runs its due timers between work
-/// items and sleeps no longer than the next one (Tokio's per-worker wheels). Other threads reach a shard only through
-/// its inboxes.</para>
+/// provider's timer callback). For <see cref="TimerWheel.Default"/> (and no other wheel), each Spindle worker also owns
+/// a shard of its own: a delay started on a worker is linked there directly, with no atomic operation, and the worker
+/// runs its due timers between work items and sleeps no longer than the next one (Tokio's per-worker wheels). Other
+/// threads reach a shard only through its inboxes.</para>
 /// <para><b>Inboxes.</b> Each is a Treiber stack (R. K. Treiber, 1986): a push is one CAS on the head, and the owner
 /// takes the whole stack with one exchange, so there is no ABA problem (nodes are never popped one by one).</para>
 /// <para><b>TimerWheel.Levels.</b> A deadline is linked at the level of the highest 6-bit group in which it differs from the
@@ -53,8 +53,8 @@ internal sealed class WheelShard : WorkerTimers
     /// <summary>Timers linked as of the owner's last change, plus those in the insert inbox.</summary>
     public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
 
-    /// <summary>True when a producer has added a timer the owner has not linked yet.</summary>
-    public bool HasInbox => Volatile.Read(ref _inbox) is not null;
+    /// <summary>True when a producer has added a timer, or cancelled one, and the owner has not taken it yet.</summary>
+    public bool HasInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _cancelInbox) is not null;
 
     /// <summary>
     /// Adds <paramref name="node"/> from any thread: one CAS onto the insert inbox.
@@ -323,7 +323,17 @@ internal sealed class WheelShard : WorkerTimers
         }
         if (!_dispatch)
         {
-            Continuations.Invoke(waiter, state);
+            // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
+            // of the slot would be lost, a worker's thread would die, a wheel's drive would stay held). It is reported,
+            // as a dispatched batch reports it (TimerBatch.Execute).
+            try
+            {
+                Continuations.Invoke(waiter, state);
+            }
+            catch (Exception ex)
+            {
+                UnobservedExceptions.Report(ex);
+            }
             return;
         }
         TimerBatch batch = _batch ??= TimerBatch.Rent();
@@ -357,7 +367,14 @@ internal sealed class WheelShard : WorkerTimers
                 TimerNode? next = node.Next;
                 Unlink(node);
                 // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
-                node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
+                try
+                {
+                    node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
+                }
+                catch (Exception ex)
+                {
+                    UnobservedExceptions.Report(ex); // its continuation threw; the node was still handed over (see Cancel)
+                }
                 node = next;
             }
         }
