@@ -205,15 +205,6 @@ internal sealed class WorkerPool : Scheduler
         }
     }
 
-    /// <summary>Wakes every parked worker (each then looks at its own timers, which a cancellation may have changed).</summary>
-    internal void WakeAllIdle()
-    {
-        while (Volatile.Read(ref _idle) > 0)
-        {
-            WakeOne();
-        }
-    }
-
     private void WakeOne()
     {
         while (true)
@@ -442,6 +433,18 @@ internal sealed class WorkerPool : Scheduler
                 }
                 continue;
             }
+            // While it blocks, its timers are parked: a thread that cancels one of them tidies them itself, since
+            // wake-ups (counted permits that any parked worker may take) cannot be aimed at the owner.
+            WorkerTimers? parked = self.Timers;
+            if (parked is not null && !parked.TryPark())
+            {
+                // A cancellation arrived after the poll above: handle it before blocking.
+                if (!TryUnannounceIdle())
+                {
+                    _wake.Wait();
+                }
+                continue;
+            }
             if (untilTimer == Timeout.InfiniteTimeSpan)
             {
                 _wake.Wait();
@@ -455,6 +458,7 @@ internal sealed class WorkerPool : Scheduler
                     _wake.Wait();
                 }
             }
+            parked?.Unpark();
             woken = true;
         }
     }

@@ -312,9 +312,10 @@ public sealed partial class TimerWheel : IDisposable
     }
 
     /// <summary>
-    /// The first cancellation queued to a shard since its owner last looked wakes that owner, so the node is released
-    /// promptly: the driver for the main shard; for a worker's shard, the parked workers (a busy worker looks at its
-    /// timers every few dozen items anyway).
+    /// The first cancellation queued to a shard since its owner last looked makes sure it is released promptly: the
+    /// main shard's driver is kicked; a worker's shard whose worker is parked is tidied by the calling thread (see
+    /// <see cref="WheelShard.ReleaseCancelledWhileParked"/>); a running worker looks at its timers before it parks, and
+    /// every few dozen items while it is busy.
     /// </summary>
     internal void OnCancelQueued(WheelShard shard)
     {
@@ -324,7 +325,7 @@ public sealed partial class TimerWheel : IDisposable
         }
         else
         {
-            WorkerPool.Shared.WakeAllIdle();
+            shard.ReleaseCancelledWhileParked();
         }
     }
 

@@ -32,6 +32,13 @@ internal sealed class WheelShard : WorkerTimers
     private TimerBatch? _batch;
     private long _linkedOwner;
 
+    // A worker's shard: Owned while its worker runs; Parked while it blocks; Tidying while another thread holds it to
+    // release cancelled nodes (see ReleaseCancelledWhileParked).
+    private const int Owned = 0;
+    private const int Parked = 1;
+    private const int Tidying = 2;
+    private int _park;
+
     // Shared with producers.
     private TimerNode? _inbox;
     private TimerNode? _cancelInbox;
@@ -88,7 +95,7 @@ internal sealed class WheelShard : WorkerTimers
         PublishCount();
     }
 
-    /// <summary>Hands a cancelled node to the owner (one CAS); the first after a pass may wake the owner.</summary>
+    /// <summary>Hands a cancelled node to the owner (one CAS); the first since the owner last looked sees that it is released promptly (<see cref="TimerWheel.OnCancelQueued"/>).</summary>
     public void PushCancel(TimerNode node)
     {
         TimerNode? head = Volatile.Read(ref _cancelInbox);
@@ -105,6 +112,52 @@ internal sealed class WheelShard : WorkerTimers
                 return;
             }
             head = seen;
+        }
+    }
+
+    /// <inheritdoc/>
+    /// <remarks>
+    /// Dekker with <see cref="ReleaseCancelledWhileParked"/>: the worker publishes Parked (a full fence), then reads the
+    /// cancel inbox; a canceller pushes (a CAS), then reads the state. So either the worker sees the cancellation and
+    /// stays up to poll, or the canceller sees the shard parked and tidies it.
+    /// </remarks>
+    public override bool TryPark()
+    {
+        Interlocked.Exchange(ref _park, Parked);
+        if (Volatile.Read(ref _cancelInbox) is null)
+        {
+            return true;
+        }
+        Unpark();
+        return false;
+    }
+
+    /// <inheritdoc/>
+    public override void Unpark()
+    {
+        // A canceller tidying the shard holds it for the few stores of a release each: wait for it to hand it back.
+        SpinWait spin = default;
+        while (Interlocked.CompareExchange(ref _park, Owned, Parked) != Parked)
+        {
+            spin.SpinOnce();
+        }
+    }
+
+    /// <summary>
+    /// Releases the cancelled nodes of a worker's shard whose worker is parked, on the calling thread (the canceller),
+    /// holding the shard meanwhile: a parked worker cannot be woken reliably (a wake-up is a counted permit that any
+    /// parked worker may take, and a worker that wakes, finds nothing and parks again may take the next one too), so a
+    /// cancellation used to stay linked, and counted, until its owner happened to wake. No user code runs here: a
+    /// release only unlinks and recycles. After handing the shard back, it looks at the inbox again, since a
+    /// cancellation pushed meanwhile found the shard held and left it to this thread.
+    /// </summary>
+    public void ReleaseCancelledWhileParked()
+    {
+        while (Volatile.Read(ref _cancelInbox) is not null && Interlocked.CompareExchange(ref _park, Tidying, Parked) == Parked)
+        {
+            ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
+            PublishCount();
+            Interlocked.Exchange(ref _park, Parked); // a full fence before the inbox is read again
         }
     }
 
