@@ -22,6 +22,11 @@ namespace SpindleLib;
 /// <see cref="_idle"/> (a full fence), then re-checks every queue before it blocks. Of the two, at least one sees
 /// the other's write: either the producer sees the idle worker and wakes it, or the worker sees the item.
 /// Wake-ups are counted by a semaphore, so a release that comes before the wait is not lost.</para>
+/// <para>Invariant: <see cref="_idle"/> counts the announced workers no producer has claimed yet; each announcement is
+/// matched by exactly one of the worker's own decrement (<see cref="TryUnannounceIdle"/>) or a permit it consumes, and
+/// each claim releases one permit. Permits are not aimed: any parked worker may take one (and SemaphoreSlim lets a
+/// newly arriving waiter take it first), so nothing that only one particular worker can do may rely on a wake-up: a
+/// worker's own timers are parked with it instead (<see cref="WorkerTimers.TryPark"/>).</para>
 /// </remarks>
 internal sealed class WorkerPool : Scheduler
 {

@@ -46,6 +46,10 @@ internal struct TimeoutTimer
 
     private TimerNode? _node;
     private short _token;
+
+    // Idle -> Armed (by the owner, CAS, after arming) -> Claimed (by the one claimant: the continuation's exchange or a
+    // canceller's CAS from Armed). Invariant: Claimed is entered once per use, and only its claimant reads _node (a
+    // one-shot test-and-set claim; M. Herlihy and N. Shavit, "The Art of Multiprocessor Programming", ch. 5).
     private int _state;
 
     /// <summary>

@@ -51,6 +51,8 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     /// <summary>The slot (level * 64 + index) the node is linked in, or -1 (owner only).</summary>
     internal int Slot = -1;
 
+    // Invariant: how many of the node's two holders (the wheel's owner, the consumer) have let go; exactly one of them
+    // moves it to 2, and that one recycles the node, once (a reference count of two, as COM's or Linux's kref, counted up).
     private int _releases;
     private CancellationToken _token;
     private CancellationTokenRegistration _registration;

@@ -50,7 +50,14 @@ public sealed partial class TimerWheel : IDisposable
     private readonly WheelShard _main;
     private readonly bool _workerShards;
     private readonly List<WheelShard> _workerShardList = new();
+    // Invariant (producers' side of a Dekker store-load pair; E. W. Dijkstra, "Cooperating Sequential Processes", 1965,
+    // crediting T. Dekker): a timer pushed to the main shard with a deadline earlier than _wakeAt lowers _wakeAt and
+    // kicks the driver, unless the owner's re-check after publishing _wakeAt sees it (see Insert and DriveAndPlan).
     private long _wakeAt = long.MaxValue;
+
+    // Invariant: the number of drive requests not yet covered by a pass. The thread that moves it from 0 owns the main
+    // shard until it brings it back to 0, and runs one more full pass for every request counted while it ran (the
+    // "work-in-progress counter" drain loop of RxJava; D. Karnok, "Operator concurrency primitives", 2015).
     private int _driveRequests;
     private long _passes;
     private volatile bool _disposed;

@@ -39,7 +39,11 @@ internal sealed class WheelShard : WorkerTimers
     private const int Tidying = 2;
     private int _park;
 
-    // Shared with producers.
+    // Shared with producers. Invariant of both inboxes (Treiber stacks, see remarks): any thread pushes with one CAS on
+    // the head; only the owner takes, and only the whole stack at once (Interlocked.Exchange with null). A node is in the
+    // insert inbox at most once per use (its first push) and in the cancel inbox at most once (pushed by the one
+    // cancellation that won the node's core), so the links (Next, NextCancel) are written only by the pushing thread
+    // before its CAS publishes them.
     private TimerNode? _inbox;
     private TimerNode? _cancelInbox;
     private long _linked;
