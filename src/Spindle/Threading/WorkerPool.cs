@@ -22,6 +22,11 @@ namespace SpindleLib;
 /// <see cref="_idle"/> (a full fence), then re-checks every queue before it blocks. Of the two, at least one sees
 /// the other's write: either the producer sees the idle worker and wakes it, or the worker sees the item.
 /// Wake-ups are counted by a semaphore, so a release that comes before the wait is not lost.</para>
+/// <para>Invariant: <see cref="_idle"/> counts the announced workers no producer has claimed yet; each announcement is
+/// matched by exactly one of the worker's own decrement (<see cref="TryUnannounceIdle"/>) or a permit it consumes, and
+/// each claim releases one permit. Permits are not aimed: any parked worker may take one (and SemaphoreSlim lets a
+/// newly arriving waiter take it first), so nothing that only one particular worker can do may rely on a wake-up: a
+/// worker's own timers are parked with it instead (<see cref="WorkerTimers.TryPark"/>).</para>
 /// </remarks>
 internal sealed class WorkerPool : Scheduler
 {
@@ -205,15 +210,6 @@ internal sealed class WorkerPool : Scheduler
         }
     }
 
-    /// <summary>Wakes every parked worker (each then looks at its own timers, which a cancellation may have changed).</summary>
-    internal void WakeAllIdle()
-    {
-        while (Volatile.Read(ref _idle) > 0)
-        {
-            WakeOne();
-        }
-    }
-
     private void WakeOne()
     {
         while (true)
@@ -251,6 +247,16 @@ internal sealed class WorkerPool : Scheduler
             return w.Timers is { HasPending: true } timers && timers.Poll(out _);
         }
         RunItemKeepingContext(item);
+        // A worker that keeps finding work while it waits must still look at its timers now and then, as its loop does:
+        // polling only when it ran dry left a waiter whose result is one of its own timers stuck for as long as work came.
+        if (w.Timers is { } busyTimers && ++w.SinceTimerPoll >= TimerPollInterval)
+        {
+            w.SinceTimerPoll = 0;
+            if (busyTimers.HasPending)
+            {
+                busyTimers.Poll(out _);
+            }
+        }
         return true;
     }
 
@@ -432,6 +438,18 @@ internal sealed class WorkerPool : Scheduler
                 }
                 continue;
             }
+            // While it blocks, its timers are parked: a thread that cancels one of them tidies them itself, since
+            // wake-ups (counted permits that any parked worker may take) cannot be aimed at the owner.
+            WorkerTimers? parked = self.Timers;
+            if (parked is not null && !parked.TryPark())
+            {
+                // A cancellation arrived after the poll above: handle it before blocking.
+                if (!TryUnannounceIdle())
+                {
+                    _wake.Wait();
+                }
+                continue;
+            }
             if (untilTimer == Timeout.InfiniteTimeSpan)
             {
                 _wake.Wait();
@@ -445,6 +463,7 @@ internal sealed class WorkerPool : Scheduler
                     _wake.Wait();
                 }
             }
+            parked?.Unpark();
             woken = true;
         }
     }

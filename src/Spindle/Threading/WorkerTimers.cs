@@ -16,4 +16,16 @@ internal abstract class WorkerTimers
     /// (<see cref="System.Threading.Timeout.InfiniteTimeSpan"/> for none). Returns true if anything ran. Owner only.
     /// </summary>
     public abstract bool Poll(out TimeSpan untilNext);
+
+    /// <summary>
+    /// Called by the owning worker just before it blocks (after its last <see cref="Poll"/>): from now until
+    /// <see cref="Unpark"/>, other threads may tidy the timers (release cancelled ones). Returns false, and stays owned,
+    /// if something arrived that the worker must handle first: it must then not block, but poll again.
+    /// </summary>
+    public virtual bool TryPark() => true;
+
+    /// <summary>Called by the owning worker when it wakes from a block that <see cref="TryPark"/> allowed: it owns its timers again.</summary>
+    public virtual void Unpark()
+    {
+    }
 }

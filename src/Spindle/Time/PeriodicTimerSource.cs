@@ -17,7 +17,9 @@ namespace SpindleLib;
 /// drifts, and nothing is in the wheel between waits.</para>
 /// <para><b>One outcome per wait.</b> Three things may end a pending wait: its node firing (true), its token (canceled)
 /// and Dispose (false). Each first claims the wait's <see cref="TimeoutTimer"/>; only the claimant completes the core,
-/// so exactly one of them does, and a cancelled or disposed wait leaves nothing in the wheel. A wait ended by its token
+/// so exactly one of them does, and a cancelled or disposed wait leaves nothing in the wheel. A canceller that claims
+/// just after the node fired completes the wait only once the node's continuation has run too (see
+/// <see cref="ArriveLate"/>), so no continuation of one wait is still to come when the consumer starts the next. A wait ended by its token
 /// does not deliver its tick, so the next wait finds it passed and returns at once, as the BCL's timer remembers it.</para>
 /// <para><b>Locking.</b> A small lock guards the consumer's state (the pending flag, the next tick, disposal). Nothing
 /// that can run a continuation runs under it (it only reads the clock): on a manual clock, arming a timer may run
@@ -41,6 +43,9 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>
     private CancellationToken _waitToken;
     private CancellationTokenRegistration _registration;
     private long _nextTick = 1; // the index of the next tick not yet delivered
+    private int _lateArrivals; // see ArriveLate
+    private bool _lateCanceled;
+    private CancellationToken _lateToken;
     private long _armedTick;
     private bool _waiting;
     private volatile bool _disposed;
@@ -120,7 +125,8 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>
     {
         if (!_timer.OnFired(out Exception? stopped))
         {
-            return; // a cancellation or Dispose claimed the wait first, and completes it
+            ArriveLate(); // a cancellation or Dispose claimed the wait just after this node fired
+            return;
         }
         if (stopped is not null)
         {
@@ -136,16 +142,57 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>
 
     private void OnCanceled(CancellationToken cancellationToken)
     {
-        if (_timer.TryCancel() is TimerCancel.Cancelled or TimerCancel.CancelledAfterFiring)
+        switch (_timer.TryCancel())
         {
-            _core.TrySetCanceled(cancellationToken);
+            case TimerCancel.Cancelled:
+                _core.TrySetCanceled(cancellationToken);
+                break;
+            case TimerCancel.CancelledAfterFiring:
+                _lateCanceled = true;
+                _lateToken = cancellationToken;
+                ArriveLate();
+                break;
         }
     }
 
     /// <summary>Ends a pending wait with false, if nothing else has ended it.</summary>
     private void Stop()
     {
-        if (_timer.TryCancel() is TimerCancel.Cancelled or TimerCancel.CancelledAfterFiring)
+        switch (_timer.TryCancel())
+        {
+            case TimerCancel.Cancelled:
+                _core.TrySetResult(false);
+                break;
+            case TimerCancel.CancelledAfterFiring:
+                _lateCanceled = false;
+                ArriveLate();
+                break;
+        }
+    }
+
+    /// <summary>
+    /// A canceller (the token or Dispose) claimed the wait just after its node fired: the node's continuation has been
+    /// dispatched and will still run (and find the claim taken). The wait must not complete before it has: the consumer
+    /// may wait again at once, re-arming <see cref="_timer"/>, and the stale continuation's claim (an exchange) would
+    /// then take the new wait, consuming its node (or reading none) and never completing it. So the canceller records
+    /// the outcome and arrives here, the continuation arrives here, and the second of the two completes the wait (a
+    /// two-party barrier, as a reference count of two: the same handshake as <see cref="TimerNode"/>'s releases).
+    /// </summary>
+    private void ArriveLate()
+    {
+        // The canceller's outcome fields are written before its increment (a full fence), and read after the second one.
+        if (Interlocked.Increment(ref _lateArrivals) != 2)
+        {
+            return;
+        }
+        _lateArrivals = 0; // both have arrived: nothing else touches it before the next wait's late claim
+        if (_lateCanceled)
+        {
+            CancellationToken token = _lateToken;
+            _lateToken = default;
+            _core.TrySetCanceled(token);
+        }
+        else
         {
             _core.TrySetResult(false);
         }

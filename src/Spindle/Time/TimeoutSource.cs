@@ -32,7 +32,7 @@ internal sealed class TimeoutSource<T> : ISpindleSource<T>, IPoolNode<TimeoutSou
     private ISpindleSource? _input;
     private short _inputToken;
     private TimeSpan _timeout;
-    private int _holds;
+    private int _holds; // invariant: holders not yet let go (consumer, input, timer); the one that reaches 0 pools the object
     private TimeoutSource<T>? _poolNext;
 
     ref TimeoutSource<T>? IPoolNode<TimeoutSource<T>>.Next => ref _poolNext;

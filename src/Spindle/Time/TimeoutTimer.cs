@@ -46,12 +46,19 @@ internal struct TimeoutTimer
 
     private TimerNode? _node;
     private short _token;
+
+    // Idle -> Armed (by the owner, CAS, after arming) -> Claimed (by the one claimant: the continuation's exchange or a
+    // canceller's CAS from Armed). Invariant: Claimed is entered once per use, and only its claimant reads _node (a
+    // one-shot test-and-set claim; M. Herlihy and N. Shavit, "The Art of Multiprocessor Programming", ch. 5).
     private int _state;
 
     /// <summary>
     /// Arms the timer for <paramref name="deadline"/> (a wheel tick); <paramref name="onFired"/> runs with
     /// <paramref name="state"/> when it fires (possibly on this thread, before this returns) and must call
-    /// <see cref="OnFired"/>. The previous use must be settled (claimed), or this the first.
+    /// <see cref="OnFired"/>. The previous use must be settled, or this the first: claimed, and, if a canceller claimed
+    /// it after it fired (<see cref="TimerCancel.CancelledAfterFiring"/>), its continuation has run. A continuation still
+    /// to come would claim this use with its exchange (owners that are pooled wait for it with a hold of their own;
+    /// <see cref="PeriodicTimerSource"/>, which re-arms in place, with a two-party handshake).
     /// </summary>
     public void Arm(TimerWheel wheel, long deadline, Action<object?> onFired, object state)
     {

@@ -68,7 +68,9 @@ internal sealed class ThreadTimerDriver : TimerDriver
     {
         while (!_stopped)
         {
-            // Reset before the pass, so a kick during the pass is not lost: the wait below then returns at once.
+            // Reset before the pass, so a kick during the pass is not lost: the wait below then returns at once. Invariant
+            // (a store-load pair with Kick, both sides fenced by the event's interlocked state): a kick whose IsSet read
+            // missed this Reset pushed before the pass below drains the inbox, so the pass sees its timer.
             _wake.Reset();
             _wheel.RequestDrive();
             long next = _planned;

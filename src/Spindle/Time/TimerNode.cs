@@ -51,6 +51,8 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     /// <summary>The slot (level * 64 + index) the node is linked in, or -1 (owner only).</summary>
     internal int Slot = -1;
 
+    // Invariant: how many of the node's two holders (the wheel's owner, the consumer) have let go; exactly one of them
+    // moves it to 2, and that one recycles the node, once (a reference count of two, as COM's or Linux's kref, counted up).
     private int _releases;
     private CancellationToken _token;
     private CancellationTokenRegistration _registration;
@@ -105,13 +107,28 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     public bool Cancel(Exception exception)
     {
         WheelShard? shard = Shard;
-        if (!_core.TrySetException(exception))
+        bool won = false;
+        try
         {
-            return false;
+            won = _core.TrySetException(exception);
         }
-        // The consumer may already have read the result, but cannot recycle the node before the wheel releases it.
-        shard?.PushCancel(this);
-        return true;
+        catch
+        {
+            // Only the continuation, run after the core published the outcome, can throw: this call won. Its exception
+            // goes to the canceller, but the node must still reach the wheel's owner, or it stays linked (and counted)
+            // until its deadline and is never recycled.
+            won = true;
+            throw;
+        }
+        finally
+        {
+            // The consumer may already have read the result, but cannot recycle the node before the wheel releases it.
+            if (won)
+            {
+                shard?.PushCancel(this);
+            }
+        }
+        return won;
     }
 
     /// <summary>

@@ -45,12 +45,19 @@ public sealed partial class TimerWheel : IDisposable
     private readonly double _timeSpanTicksPerTimestamp;
     private readonly TimerDriver _driver;
 
-    // The main shard, owned by whoever holds the drive (see RequestDrive); and, on the system clock, one shard per
-    // Spindle worker, each owned by its worker (see WheelShard).
+    // The main shard, owned by whoever holds the drive (see RequestDrive); and, for Default only, one shard per Spindle
+    // worker, each owned by its worker (see WheelShard).
     private readonly WheelShard _main;
     private readonly bool _workerShards;
     private readonly List<WheelShard> _workerShardList = new();
+    // Invariant (producers' side of a Dekker store-load pair; E. W. Dijkstra, "Cooperating Sequential Processes", 1965,
+    // crediting T. Dekker): a timer pushed to the main shard with a deadline earlier than _wakeAt lowers _wakeAt and
+    // kicks the driver, unless the owner's re-check after publishing _wakeAt sees it (see Insert and DriveAndPlan).
     private long _wakeAt = long.MaxValue;
+
+    // Invariant: the number of drive requests not yet covered by a pass. The thread that moves it from 0 owns the main
+    // shard until it brings it back to 0, and runs one more full pass for every request counted while it ran (the
+    // "work-in-progress counter" drain loop of RxJava; D. Karnok, "Operator concurrency primitives", 2015).
     private int _driveRequests;
     private long _passes;
     private volatile bool _disposed;
@@ -61,6 +68,18 @@ public sealed partial class TimerWheel : IDisposable
     /// </summary>
     /// <exception cref="ArgumentNullException"><paramref name="timeProvider"/> is null.</exception>
     public TimerWheel(TimeProvider timeProvider)
+        : this(timeProvider, workerShards: false)
+    {
+    }
+
+    /// <param name="timeProvider">The clock.</param>
+    /// <param name="workerShards">
+    /// True only for <see cref="Default"/>: a worker has one shard (<see cref="WorkerTimers"/>), which counts ticks from
+    /// its wheel's origin and which only its wheel's Dispose could cancel, so it can serve one wheel alone. Another wheel
+    /// on the system clock that used it fired its delays early (by the difference of the two origins) and its Dispose
+    /// left them pending.
+    /// </param>
+    private TimerWheel(TimeProvider timeProvider, bool workerShards)
     {
         if (timeProvider is null)
         {
@@ -81,7 +100,7 @@ public sealed partial class TimerWheel : IDisposable
         bool system = ReferenceEquals(timeProvider, TimeProvider.System);
         _driver = system ? new ThreadTimerDriver(this) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations, workerOwned: false);
-        _workerShards = system;
+        _workerShards = workerShards && system;
     }
 
     /// <summary>The wheel on <see cref="TimeProvider.System"/> that <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/> uses. It is never disposed.</summary>
@@ -139,7 +158,7 @@ public sealed partial class TimerWheel : IDisposable
 
     private static TimerWheel InitDefault()
     {
-        TimerWheel wheel = new(TimeProvider.System);
+        TimerWheel wheel = new(TimeProvider.System, workerShards: true);
         TimerWheel? raced = Interlocked.CompareExchange(ref s_default, wheel, null);
         if (raced is not null)
         {
@@ -300,9 +319,10 @@ public sealed partial class TimerWheel : IDisposable
     }
 
     /// <summary>
-    /// The first cancellation queued to a shard since its owner last looked wakes that owner, so the node is released
-    /// promptly: the driver for the main shard; for a worker's shard, the parked workers (a busy worker looks at its
-    /// timers every few dozen items anyway).
+    /// The first cancellation queued to a shard since its owner last looked makes sure it is released promptly: the
+    /// main shard's driver is kicked; a worker's shard whose worker is parked is tidied by the calling thread (see
+    /// <see cref="WheelShard.ReleaseCancelledWhileParked"/>); a running worker looks at its timers before it parks, and
+    /// every few dozen items while it is busy.
     /// </summary>
     internal void OnCancelQueued(WheelShard shard)
     {
@@ -312,7 +332,7 @@ public sealed partial class TimerWheel : IDisposable
         }
         else
         {
-            WorkerPool.Shared.WakeAllIdle();
+            shard.ReleaseCancelledWhileParked();
         }
     }
 
@@ -348,8 +368,16 @@ public sealed partial class TimerWheel : IDisposable
 
     /// <summary>
     /// The owner's pass: drain the inboxes, expire everything due, then publish the next deadline to producers and to
-    /// the driver, and repeat while producers added timers in the meantime. Owner only.
+    /// the driver, and repeat while producers added or cancelled timers in the meantime. Owner only.
     /// </summary>
+    /// <remarks>
+    /// The re-check covers both inboxes. A producer pushes, then kicks the driver; the owner publishes and arms, then
+    /// re-checks. A provider's kick is a Change to "now", and the owner's Arm is a later Change that overwrites it, so a
+    /// push whose kick came before the Arm must be seen by the re-check (Change calls are serialized, so it is). The
+    /// first cancellation after a pass kicks too: with only the insert inbox re-checked, a cancellation queued during
+    /// the pass (by a continuation the pass ran, or by another thread) stayed linked and counted until the next planned
+    /// pass, which could be its own deadline.
+    /// </remarks>
     private void DriveAndPlan()
     {
         while (true)

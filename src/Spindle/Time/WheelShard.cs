@@ -10,10 +10,10 @@ namespace SpindleLib;
 /// </summary>
 /// <remarks>
 /// <para><b>Owners.</b> A wheel's main shard is owned by whoever holds the wheel's drive (its timer thread, or its
-/// provider's timer callback). On the system clock, each Spindle worker also owns a shard of its own: a delay started
-/// on a worker is linked there directly, with no atomic operation, and the worker runs its due timers between work
-/// items and sleeps no longer than the next one (Tokio's per-worker wheels). Other threads reach a shard only through
-/// its inboxes.</para>
+/// provider's timer callback). For <see cref="TimerWheel.Default"/> (and no other wheel), each Spindle worker also owns
+/// a shard of its own: a delay started on a worker is linked there directly, with no atomic operation, and the worker
+/// runs its due timers between work items and sleeps no longer than the next one (Tokio's per-worker wheels). Other
+/// threads reach a shard only through its inboxes.</para>
 /// <para><b>Inboxes.</b> Each is a Treiber stack (R. K. Treiber, 1986): a push is one CAS on the head, and the owner
 /// takes the whole stack with one exchange, so there is no ABA problem (nodes are never popped one by one).</para>
 /// <para><b>TimerWheel.Levels.</b> A deadline is linked at the level of the highest 6-bit group in which it differs from the
@@ -32,7 +32,18 @@ internal sealed class WheelShard : WorkerTimers
     private TimerBatch? _batch;
     private long _linkedOwner;
 
-    // Shared with producers.
+    // A worker's shard: Owned while its worker runs; Parked while it blocks; Tidying while another thread holds it to
+    // release cancelled nodes (see ReleaseCancelledWhileParked).
+    private const int Owned = 0;
+    private const int Parked = 1;
+    private const int Tidying = 2;
+    private int _park;
+
+    // Shared with producers. Invariant of both inboxes (Treiber stacks, see remarks): any thread pushes with one CAS on
+    // the head; only the owner takes, and only the whole stack at once (Interlocked.Exchange with null). A node is in the
+    // insert inbox at most once per use (its first push) and in the cancel inbox at most once (pushed by the one
+    // cancellation that won the node's core), so the links (Next, NextCancel) are written only by the pushing thread
+    // before its CAS publishes them.
     private TimerNode? _inbox;
     private TimerNode? _cancelInbox;
     private long _linked;
@@ -53,8 +64,8 @@ internal sealed class WheelShard : WorkerTimers
     /// <summary>Timers linked as of the owner's last change, plus those in the insert inbox.</summary>
     public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
 
-    /// <summary>True when a producer has added a timer the owner has not linked yet.</summary>
-    public bool HasInbox => Volatile.Read(ref _inbox) is not null;
+    /// <summary>True when a producer has added a timer, or cancelled one, and the owner has not taken it yet.</summary>
+    public bool HasInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _cancelInbox) is not null;
 
     /// <summary>
     /// Adds <paramref name="node"/> from any thread: one CAS onto the insert inbox.
@@ -88,7 +99,7 @@ internal sealed class WheelShard : WorkerTimers
         PublishCount();
     }
 
-    /// <summary>Hands a cancelled node to the owner (one CAS); the first after a pass may wake the owner.</summary>
+    /// <summary>Hands a cancelled node to the owner (one CAS); the first since the owner last looked sees that it is released promptly (<see cref="TimerWheel.OnCancelQueued"/>).</summary>
     public void PushCancel(TimerNode node)
     {
         TimerNode? head = Volatile.Read(ref _cancelInbox);
@@ -105,6 +116,52 @@ internal sealed class WheelShard : WorkerTimers
                 return;
             }
             head = seen;
+        }
+    }
+
+    /// <inheritdoc/>
+    /// <remarks>
+    /// Dekker with <see cref="ReleaseCancelledWhileParked"/>: the worker publishes Parked (a full fence), then reads the
+    /// cancel inbox; a canceller pushes (a CAS), then reads the state. So either the worker sees the cancellation and
+    /// stays up to poll, or the canceller sees the shard parked and tidies it.
+    /// </remarks>
+    public override bool TryPark()
+    {
+        Interlocked.Exchange(ref _park, Parked);
+        if (Volatile.Read(ref _cancelInbox) is null)
+        {
+            return true;
+        }
+        Unpark();
+        return false;
+    }
+
+    /// <inheritdoc/>
+    public override void Unpark()
+    {
+        // A canceller tidying the shard holds it for the few stores of a release each: wait for it to hand it back.
+        SpinWait spin = default;
+        while (Interlocked.CompareExchange(ref _park, Owned, Parked) != Parked)
+        {
+            spin.SpinOnce();
+        }
+    }
+
+    /// <summary>
+    /// Releases the cancelled nodes of a worker's shard whose worker is parked, on the calling thread (the canceller),
+    /// holding the shard meanwhile: a parked worker cannot be woken reliably (a wake-up is a counted permit that any
+    /// parked worker may take, and a worker that wakes, finds nothing and parks again may take the next one too), so a
+    /// cancellation used to stay linked, and counted, until its owner happened to wake. No user code runs here: a
+    /// release only unlinks and recycles. After handing the shard back, it looks at the inbox again, since a
+    /// cancellation pushed meanwhile found the shard held and left it to this thread.
+    /// </summary>
+    public void ReleaseCancelledWhileParked()
+    {
+        while (Volatile.Read(ref _cancelInbox) is not null && Interlocked.CompareExchange(ref _park, Tidying, Parked) == Parked)
+        {
+            ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
+            PublishCount();
+            Interlocked.Exchange(ref _park, Parked); // a full fence before the inbox is read again
         }
     }
 
@@ -173,31 +230,40 @@ internal sealed class WheelShard : WorkerTimers
     }
 
     /// <summary>Expires every slot due at or before <paramref name="now"/>, cascading coarse slots down. Owner only.</summary>
+    /// <remarks>
+    /// <para><b>Re-entrancy.</b> A worker's shard runs continuations inline, and one that blocks makes its worker poll
+    /// this shard again (<c>WorkerPool.TryRunOne</c>) while this call is still firing a slot. So whenever user code runs,
+    /// the slots must be consistent: the invariant is that a node with <see cref="TimerNode.Slot"/> &gt;= 0 is in the
+    /// list of that slot, and that every slot due before <see cref="_elapsed"/> is empty. A fine slot is therefore fired
+    /// one node at a time, each unlinked before its continuation runs (a nested poll that releases a cancelled node of
+    /// the same slot unlinks it properly, and finishes the slot itself); a coarse slot is cascaded without firing
+    /// anything (a node due exactly now is linked into the current fine slot and fired on the next round), so no user
+    /// code runs while a coarse slot is half moved. Detaching a whole slot and walking it while continuations ran let a
+    /// nested poll unlink and recycle the node the walk was about to visit.</para>
+    /// </remarks>
     public void Advance(long now)
     {
         while (TryNextExpiration(out int level, out int slot, out long deadline) && deadline <= now)
         {
+            Debug.Assert(deadline >= _elapsed, "time never goes back: every slot due before _elapsed is empty");
             _elapsed = deadline;
             int index = level * TimerWheel.SlotsPerLevel + slot;
-            TimerNode? node = _slots[index];
-            _slots[index] = null;
-            _occupied[level] &= ~(1UL << slot);
-            while (node is not null)
+            if (level > 0)
             {
-                TimerNode next = node.Next!;
-                node.Next = null;
-                node.Prev = null;
-                node.Slot = -1;
-                _linkedOwner--;
-                if (node.Deadline <= _elapsed)
+                // Cascade: every node here is due in [deadline, deadline + slot range), so each moves to a finer level.
+                while (_slots[index] is { } node)
                 {
-                    Fire(node);
-                }
-                else
-                {
+                    Unlink(node);
                     Link(node);
                 }
-                node = next;
+                continue;
+            }
+            // A fine slot holds only nodes due exactly at deadline. A nested poll may finish it and move time on: stop then.
+            while (_elapsed == deadline && _slots[index] is { } due)
+            {
+                Debug.Assert(due.Deadline == deadline, "a fine slot holds one deadline");
+                Unlink(due);
+                Fire(due);
             }
         }
         if (now > _elapsed)
@@ -314,7 +380,17 @@ internal sealed class WheelShard : WorkerTimers
         }
         if (!_dispatch)
         {
-            Continuations.Invoke(waiter, state);
+            // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
+            // of the slot would be lost, a worker's thread would die, a wheel's drive would stay held). It is reported,
+            // as a dispatched batch reports it (TimerBatch.Execute).
+            try
+            {
+                Continuations.Invoke(waiter, state);
+            }
+            catch (Exception ex)
+            {
+                UnobservedExceptions.Report(ex);
+            }
             return;
         }
         TimerBatch batch = _batch ??= TimerBatch.Rent();
@@ -348,7 +424,14 @@ internal sealed class WheelShard : WorkerTimers
                 TimerNode? next = node.Next;
                 Unlink(node);
                 // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
-                node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
+                try
+                {
+                    node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
+                }
+                catch (Exception ex)
+                {
+                    UnobservedExceptions.Report(ex); // its continuation threw; the node was still handed over (see Cancel)
+                }
                 node = next;
             }
         }

@@ -103,3 +103,56 @@ public class WorkerShardBlockingTests
         Assert.True(await TestUtil.WithTimeout(run));
     }
 }
+
+/// <summary>
+/// Cancellations of delays in the shards of parked workers: only a shard's owner (or, while it is parked, the canceller)
+/// may unlink them, so each round must release them all promptly, whichever worker a wake-up reaches.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class WorkerShardParkedCancellationTests
+{
+    [Fact]
+    public async Task CancellingDelaysOfParkedWorkersReleasesThemPromptlyEveryRound()
+    {
+        int rounds = TestUtil.Stress(30);
+        const int n = 500;
+        WorkerPool pool = WorkerPool.Shared;
+        for (int round = 0; round < rounds; round++)
+        {
+            using var cts = new CancellationTokenSource();
+            int canceled = 0;
+
+            async SpindleTask Wait()
+            {
+                await Spindle.SwitchToWorker();
+                try
+                {
+                    await Spindle.Delay(TimeSpan.FromSeconds(60), cts.Token);
+                }
+                catch (OperationCanceledException)
+                {
+                    Interlocked.Increment(ref canceled);
+                }
+            }
+
+            var tasks = new Task[n];
+            for (int i = 0; i < n; i++)
+            {
+                tasks[i] = TestUtil.AwaitAsync(Wait());
+            }
+            TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount >= n, 10);
+            // Both workers parked (with a timed wait of about a minute, for their delays) before the cancellation.
+            TestUtil.SpinUntil(() => pool.IdleWorkers == pool.WorkerCount, 10);
+            cts.Cancel();
+            await TestUtil.WithTimeout(Task.WhenAll(tasks), 10);
+            Assert.Equal(n, canceled);
+            var watch = System.Diagnostics.Stopwatch.StartNew();
+            while (TimerWheel.Default.PendingCount != 0)
+            {
+                Assert.True(watch.Elapsed < TimeSpan.FromSeconds(3),
+                    $"round {round}: {TimerWheel.Default.PendingCount} cancelled timers still pending after 3 s; {TimerWheel.Default.Describe()}; {pool.Describe()}");
+                Thread.Sleep(1);
+            }
+        }
+    }
+}
