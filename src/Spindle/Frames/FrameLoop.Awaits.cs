@@ -287,6 +287,10 @@ public sealed partial class FrameLoop
     {
         PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
         short token = waiter.Version;
+        if (!IsLoopThread)
+        {
+            waiter.CompleteOnceAwaited();
+        }
         waiter.HoldForQueue();
         Schedule(waiter, phase, kind);
         waiter.RegisterCancellation();
@@ -298,6 +302,10 @@ public sealed partial class FrameLoop
         PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
         waiter.Sequence = phase.Loop.NextSequence();
         short token = waiter.Version;
+        if (!phase.Loop.IsLoopThread)
+        {
+            waiter.CompleteOnceAwaited();
+        }
         // The token goes to the wheel's timer, so that a cancellation also takes the timer out of the wheel; the waiter
         // listens to it itself only once the timer has expired (see FrameWaiter).
         waiter.WaitForTimer(wheel.Delay(delay, cancellationToken));
@@ -327,6 +335,10 @@ public sealed partial class FrameLoop
         }
         PredicateWaiter<TState> waiter = PredicateWaiter<TState>.Rent(phase, state, predicate, until, cancellationToken);
         short token = waiter.Version;
+        if (!IsLoopThread)
+        {
+            waiter.CompleteOnceAwaited();
+        }
         waiter.HoldForQueue();
         Schedule(waiter, phase, FrameAwaitKind.Yield);
         waiter.RegisterCancellation();

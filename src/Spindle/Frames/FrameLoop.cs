@@ -40,9 +40,11 @@ namespace SpindleLib;
 /// to the loop through a thread-safe queue and takes effect at the start of the next frame to begin, as if made on the
 /// loop thread just before it: Yield, NextFrame, SwitchTo and the first check of WaitUntil happen in that frame's phase.
 /// Delays and frame delays are counted from the loop's time and frame count at the call. Nothing handed off is lost,
-/// including when the loop is not running: it waits for the next frame. The loop thread is the thread running
-/// <see cref="Run"/>, else the thread that last began a frame or ran a phase; before either, every thread is "another
-/// thread".</para>
+/// including when the loop is not running: it waits for the next frame. Such a wait completes only once it is awaited,
+/// so its awaiting code always runs on the loop thread, even if frames that could have completed it ran before the await
+/// (a task obtained on another thread and never awaited stays pending, unless cancelled). The loop thread is the thread
+/// running <see cref="Run"/>, else the thread that last began a frame or ran a phase; before either, every thread is
+/// "another thread".</para>
 /// <para><b>Cancellation.</b> Every await takes a <see cref="CancellationToken"/>. Cancelling it completes the await at
 /// once, inside the call that cancels (not at the next frame), with <see cref="OperationCanceledException"/>, and leaves
 /// nothing registered: the awaiting code then runs on the thread that cancelled. An await whose token is already
@@ -91,6 +93,7 @@ public sealed partial class FrameLoop
     private double _timeScale = 1.0;
     private long _fixedDeltaTicks = TimeSpan.TicksPerSecond / 60;
 
+    private FramePhase? _currentPhase;
     private int _loopThreadId;
     private int _busy;
     private int _runThreadId;
@@ -168,6 +171,12 @@ public sealed partial class FrameLoop
             Volatile.Write(ref _fixedDeltaTicks, value.Ticks);
         }
     }
+
+    /// <summary>
+    /// The phase the loop thread is running, or null outside a phase (between phases, between frames, and during
+    /// <see cref="BeginFrame"/>). Meant for the loop thread; another thread reads a value that may already be stale.
+    /// </summary>
+    public FramePhase? CurrentPhase => Volatile.Read(ref _currentPhase);
 
     /// <summary>True when the calling thread is the loop thread (see the remarks on <see cref="FrameLoop"/>).</summary>
     public bool IsLoopThread => Environment.CurrentManagedThreadId == Volatile.Read(ref _loopThreadId);
@@ -278,7 +287,7 @@ public sealed partial class FrameLoop
             FramePhase[] phases = Volatile.Read(ref _phases);
             for (int i = 0; i < phases.Length; i++)
             {
-                phases[i].Run(frame);
+                RunPhaseCore(phases[i], frame);
             }
         }
         finally
@@ -324,12 +333,19 @@ public sealed partial class FrameLoop
         Enter();
         try
         {
-            phase.Run(_frameCount);
+            RunPhaseCore(phase, _frameCount);
         }
         finally
         {
             Exit();
         }
+    }
+
+    private void RunPhaseCore(FramePhase phase, long frame)
+    {
+        Volatile.Write(ref _currentPhase, phase);
+        phase.Run(frame); // catches what continuations throw
+        Volatile.Write(ref _currentPhase, null);
     }
 
     private static void ValidateDelta(TimeSpan deltaTime, string paramName)

@@ -44,6 +44,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
     private CancellationTokenRegistration _registration;
     private ISpindleSource? _timer;
     private short _timerToken;
+    private bool _completeOnceAwaited;
 
     /// <summary>The phase the waiter resumes in.</summary>
     internal FramePhase? Phase;
@@ -81,6 +82,13 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
     private void OnCanceledPortable() => _core.TrySetCanceled(_cancellationToken);
 #endif
 
+    /// <summary>
+    /// Makes the waiter complete only once its continuation is registered: a wait started on another thread then always
+    /// resumes on the loop thread. Without this, a frame could complete it between the call and the await, and the
+    /// await, finding it complete, would go on on the thread that made it.
+    /// </summary>
+    internal void CompleteOnceAwaited() => _completeOnceAwaited = true;
+
     /// <summary>A queue takes the waiter: it is not recycled until the queue lets go (see <see cref="Execute"/>).</summary>
     internal void HoldForQueue() => Interlocked.Increment(ref _holds);
 
@@ -100,6 +108,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
         _registration = default;
         _timer = null;
         _timerToken = 0;
+        _completeOnceAwaited = false;
         _core.ClearForPool();
         ClearAndReturn();
     }
@@ -167,6 +176,11 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
         if (_core.IsCompleted)
         {
             Release(); // cancelled while queued: the queue lets go
+            return;
+        }
+        if (_completeOnceAwaited && !_core.IsAwaitedOrCompleted)
+        {
+            Phase!.AddBack(this); // started on another thread and not awaited yet: look again at the phase's next run
             return;
         }
         bool ready;
