@@ -122,7 +122,6 @@ public sealed class FrameThreadingTests
     public async Task AwaitsFromAnotherThread_WhileTheLoopIsNotRunning_WaitForTheNextFrame()
     {
         FrameLoop loop = FrameUtil.NewBoundLoop();
-        int loopThread = Environment.CurrentManagedThreadId;
         var resumed = new string?[6];
         var threads = new int[6];
         async SpindleTask Record(int i, SpindleTask wait)
@@ -151,7 +150,8 @@ public sealed class FrameThreadingTests
         Assert.All(resumed, Assert.Null);
         Assert.Equal(6, loop.QueuedCount);
 
-        loop.RunFrame(); // frame 2, on this thread
+        int loopThread = Environment.CurrentManagedThreadId; // after the await: the test may go on on another thread
+        loop.RunFrame(); // frame 2, on this thread, which becomes the loop thread
         Assert.Equal(new[] { "2/Update", "2/EarlyUpdate", "2/Update", "2/Update", "2/FixedUpdate", "2/Update" }, resumed);
         Assert.All(threads, t => Assert.Equal(loopThread, t));
         Assert.Equal(0, loop.QueuedCount);
