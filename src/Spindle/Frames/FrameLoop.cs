@@ -43,8 +43,8 @@ namespace SpindleLib;
 /// including when the loop is not running: it waits for the next frame. Such a wait completes only once it is awaited,
 /// so its awaiting code always runs on the loop thread, even if frames that could have completed it ran before the await
 /// (a task obtained on another thread and never awaited stays pending, unless cancelled). The loop thread is the thread
-/// running <see cref="Run"/>, else the thread that last began a frame or ran a phase; before either, every thread is
-/// "another thread".</para>
+/// running <see cref="Run"/>, else the thread that last began a frame or ran a phase (Run's thread stops being it when
+/// Run stops); before either, every thread is "another thread".</para>
 /// <para><b>Cancellation.</b> Every await takes a <see cref="CancellationToken"/>. Cancelling it completes the await at
 /// once, inside the call that cancels (not at the next frame), with <see cref="OperationCanceledException"/>, and leaves
 /// nothing registered: the awaiting code then runs on the thread that cancelled. An await whose token is already
@@ -558,13 +558,21 @@ public sealed partial class FrameLoop
                     wake.Wait(ms);
                 }
             }
-            Volatile.Write(ref _runThreadId, 0);
+            Stopped();
             done.TrySetResult(true);
         }
         catch (Exception ex)
         {
-            Volatile.Write(ref _runThreadId, 0);
+            Stopped();
             done.TrySetException(ex);
+        }
+
+        void Stopped()
+        {
+            // The thread is about to end, and a later thread may get its id: it is no longer the loop thread, so awaits
+            // made anywhere go through the hand-off until a thread runs the loop again.
+            Interlocked.CompareExchange(ref _loopThreadId, 0, Environment.CurrentManagedThreadId);
+            Volatile.Write(ref _runThreadId, 0);
         }
     }
 }
