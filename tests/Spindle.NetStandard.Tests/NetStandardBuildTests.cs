@@ -260,6 +260,52 @@ public sealed class NetStandardBuildTests
         Assert.Equal(0, wheel.PendingCount);
     }
 
+    [Fact]
+    public async Task FrameLoop_AwaitsResumeInTheirFrames_HandOffsAndCancellationWork()
+    {
+        var loop = new FrameLoop { FixedDeltaTime = TimeSpan.FromMilliseconds(10) };
+        loop.RunFrame(); // frame 1: the test's thread is the loop thread
+        var seen = new List<string>();
+        async SpindleTask Behave()
+        {
+            await loop.NextFrame();
+            seen.Add("next " + loop.FrameCount);
+            await loop.Yield(loop.LateUpdate);
+            seen.Add("late " + loop.FrameCount + " " + loop.CurrentPhase!.Name);
+            await loop.DelayFrame(3);
+            seen.Add("frames " + loop.FrameCount);
+            await loop.Delay(TimeSpan.FromMilliseconds(25));
+            seen.Add("delay " + loop.FrameCount);
+            await loop.WaitUntil(loop, static l => l.FrameCount >= 10);
+            seen.Add("until " + loop.FrameCount);
+        }
+
+        SpindleTask behaviour = Behave();
+        for (int i = 0; i < 10; i++)
+        {
+            loop.RunFrame();
+        }
+        Assert.True(behaviour.IsCompleted);
+        Assert.Equal(new[] { "next 2", "late 2 LateUpdate", "frames 5", "delay 8", "until 10" }, seen);
+
+        // A hand-off from another thread, and a cancelled wait (CancellationToken.Register on this build).
+        Task handOff = Task.Run(async () =>
+        {
+            await loop.SwitchTo();
+            Assert.True(loop.IsLoopThread);
+        });
+        using var cts = new CancellationTokenSource();
+        SpindleTask cancelled = loop.DelayFrame(100, cts.Token);
+        cts.Cancel();
+        Assert.Equal(SpindleTaskStatus.Canceled, cancelled.Status);
+        while (!handOff.IsCompleted)
+        {
+            loop.RunFrame();
+            await Task.Yield();
+        }
+        await handOff;
+    }
+
     private static async SpindleTask<string> Wait(Signal signal, CancellationToken token)
     {
         await signal.WaitAsync(token);

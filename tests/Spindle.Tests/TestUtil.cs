@@ -211,3 +211,81 @@ public sealed class SequentialCollection
     public const string Name = "Sequential (global state and long races)";
 
 }
+
+/// <summary>Helpers for frame-loop tests: loops bound to the test's thread, running frames, and where a loop is.</summary>
+internal static class FrameUtil
+{
+    /// <summary>The step the loops of these tests advance by: round numbers make delays' frames easy to work out.</summary>
+    public static readonly TimeSpan Step = TimeSpan.FromMilliseconds(10);
+
+    /// <summary>
+    /// A loop whose loop thread is the calling thread: it has run frame 1 (empty), so loop time is one
+    /// <see cref="Step"/> and awaits made now, between frames 1 and 2, go straight to the phases.
+    /// </summary>
+    public static FrameLoop NewBoundLoop()
+    {
+        var loop = new FrameLoop { FixedDeltaTime = Step };
+        loop.RunFrame();
+        return loop;
+    }
+
+    /// <summary>Runs <paramref name="frames"/> frames of <see cref="FrameLoop.FixedDeltaTime"/>.</summary>
+    public static void RunFrames(this FrameLoop loop, int frames)
+    {
+        for (int i = 0; i < frames; i++)
+        {
+            loop.RunFrame();
+        }
+    }
+
+    /// <summary>Runs frames until <paramref name="done"/> holds; fails after <paramref name="maxFrames"/>.</summary>
+    public static void RunUntil(this FrameLoop loop, Func<bool> done, int maxFrames = 100_000)
+    {
+        for (int i = 0; i < maxFrames && !done(); i++)
+        {
+            loop.RunFrame();
+        }
+        Assert.True(done(), "The condition did not hold within " + maxFrames + " frames.");
+    }
+
+    /// <summary>Where the loop is now, as "frame/phase" (for example "3/Update"; the phase is "-" outside one).</summary>
+    public static string Where(this FrameLoop loop) => loop.FrameCount + "/" + (loop.CurrentPhase?.Name ?? "-");
+
+    /// <summary>The phase of <paramref name="loop"/> named <paramref name="name"/>.</summary>
+    public static FramePhase Phase(this FrameLoop loop, string name)
+    {
+        foreach (FramePhase p in loop.Phases)
+        {
+            if (p.Name == name)
+            {
+                return p;
+            }
+        }
+        throw new ArgumentException("No phase named " + name, nameof(name));
+    }
+
+    /// <summary>
+    /// Runs a frame loop on a dedicated thread, frame after frame with zero delta, until the returned stopper is disposed;
+    /// <paramref name="running"/> completes when the thread has stopped.
+    /// </summary>
+    public static IDisposable RunOnThread(FrameLoop loop, out Task running)
+    {
+        var stop = new StopFlag();
+        running = TestUtil.RunOnThread(() =>
+        {
+            while (!Volatile.Read(ref stop.Stopped))
+            {
+                loop.RunFrame(TimeSpan.Zero);
+                Thread.Yield(); // frames back to back, but never starving the workers of parallel tests on a small machine
+            }
+        }, "frame loop");
+        return stop;
+    }
+
+    private sealed class StopFlag : IDisposable
+    {
+        public bool Stopped;
+
+        public void Dispose() => Volatile.Write(ref Stopped, true);
+    }
+}

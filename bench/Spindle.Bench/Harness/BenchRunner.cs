@@ -24,6 +24,7 @@ public static class BenchRunner
         new CountersSignalScenario(),
         new CountersDelayScenario(),
         new CountersIdleScenario(),
+        new FrameScenario(),
         new CodegenScenario(),
     };
 

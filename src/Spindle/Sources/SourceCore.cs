@@ -56,6 +56,9 @@ internal struct SourceCore<TResult>
     /// <summary>True once the result has been published.</summary>
     public bool IsCompleted => Volatile.Read(ref _continuation) == s_completed;
 
+    /// <summary>True once a continuation is registered (or being registered), or the operation has completed.</summary>
+    public bool IsAwaitedOrCompleted => Volatile.Read(ref _continuation) is not null;
+
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
     public void Reset()

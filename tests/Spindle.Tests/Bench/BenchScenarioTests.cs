@@ -32,6 +32,7 @@ public sealed class BenchScenarioTests
         ["counters-signal"] = (new[] { "n=1000" }, new[] { "Task", "Threads", "Spindle" }, new[] { "ops_per_sec", "bytes_per_counter" }),
         ["counters-delay"] = (new[] { "n=1000,delay=1-16ms" }, new[] { "Task", "Threads", "Spindle" }, new[] { "ops_per_sec", "bytes_per_counter" }),
         ["counters-idle"] = (new[] { "rate=1000", "rate=10000", "rate=100000" }, new[] { "Task", "Threads", "Spindle" }, new[] { "cpu_percent", "mb" }),
+        ["frame"] = (new[] { "tasks=100", "tasks=500", "tasks=50000" }, new[] { "Task", "Spindle" }, new[] { "startup_bytes", "bytes_per_frame", "ms_per_frame" }),
         ["asyncawait"] = (new[] { "completed", "pending", "nested" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
         ["codegen"] = (new[] { "methods=50" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "il_bytes_per_method", "state_machines" }),
     };

@@ -36,6 +36,8 @@ public class ObjectPoolTests
 
     private sealed class ConcurrentNode : Node<ConcurrentNode>;
 
+    private sealed class BulkNode : Node<BulkNode>;
+
     /// <summary>Empties this thread's slot for <typeparamref name="T"/> and its shared stack.</summary>
     private static void Drain<T>()
         where T : Node<T>
@@ -92,6 +94,51 @@ public class ObjectPoolTests
         // The shared stack plus at most a thread stack's worth; the rest went to the GC.
         Assert.InRange(rented, shared, shared + ObjectPool<CapNode>.LocalMax);
         Assert.Equal(0, ObjectPool<CapNode>.Count);
+    }
+
+    [Fact]
+    public void ReturnBurst_AfterABulkRent_KeepsEveryObjectOnce()
+    {
+        // Regression: a rent that takes the whole shared stack leaves this thread holding thousands of objects; each
+        // chunk returned afterwards walked that whole stack (quadratic in a burst, as a frame loop's waiters return).
+        // Returns now split chunks in a fixed number of links, or go straight to the shared stack while the thread's
+        // stack is long. What must hold whatever the path: every object comes back, once, and none is handed out twice.
+        Drain<BulkNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        const int Count = 20_000;
+        try
+        {
+            SpindlePool.MaxRetainedPerType = 2 * Count;
+            foreach (BulkNode node in Make<BulkNode>(Count))
+            {
+                ObjectPool<BulkNode>.Return(node);
+            }
+            // Half rented: the first rents empty this thread's stack, the next one takes the shared stack in bulk.
+            var rented = new System.Collections.Generic.List<BulkNode>();
+            for (int i = 0; i < Count / 2; i++)
+            {
+                rented.Add(ObjectPool<BulkNode>.TryRent()!);
+            }
+            // Returned while the thread still holds the other half.
+            foreach (BulkNode node in rented)
+            {
+                ObjectPool<BulkNode>.Return(node);
+            }
+            var seen = new System.Collections.Generic.HashSet<BulkNode>();
+            for (int i = 0; i < Count; i++)
+            {
+                BulkNode? n = ObjectPool<BulkNode>.TryRent();
+                Assert.NotNull(n);
+                Assert.Null(n!.Next);
+                Assert.True(seen.Add(n), "an object was handed out twice");
+            }
+            Assert.Null(ObjectPool<BulkNode>.TryRent());
+        }
+        finally
+        {
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<BulkNode>();
+        }
     }
 
     [Fact]

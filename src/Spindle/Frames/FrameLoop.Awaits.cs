@@ -1,0 +1,347 @@
+using System;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>Which loop time a <see cref="FrameLoop"/> delay is measured in.</summary>
+public enum FrameTimeKind
+{
+    /// <summary><see cref="FrameLoop.Time"/>: runs at <see cref="FrameLoop.TimeScale"/>, and stands still while it is 0.</summary>
+    Scaled = 0,
+
+    /// <summary><see cref="FrameLoop.UnscaledTime"/>: the frames' delta times as given, whatever the time scale.</summary>
+    Unscaled = 1,
+}
+
+public sealed partial class FrameLoop
+{
+    private static readonly Func<Func<bool>, bool> s_invokePredicate = static predicate => predicate();
+
+    /// <summary>Resumes at the next run of <see cref="Update"/> (see <see cref="Yield(FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    public FrameAwaitable Yield(CancellationToken cancellationToken = default) => Await(Update, FrameAwaitKind.Yield, cancellationToken);
+
+    /// <summary>
+    /// Resumes at the next run of <paramref name="phase"/>: later in this frame if the phase has not started in it yet,
+    /// else in the next frame. From another thread: in the phase of the next frame to begin.
+    /// </summary>
+    /// <param name="phase">The phase to resume in.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public FrameAwaitable Yield(FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        CheckPhase(phase, nameof(phase));
+        return Await(phase, FrameAwaitKind.Yield, cancellationToken);
+    }
+
+    /// <summary>Resumes in <see cref="Update"/> of the next frame (see <see cref="NextFrame(FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    public FrameAwaitable NextFrame(CancellationToken cancellationToken = default) => Await(Update, FrameAwaitKind.NextFrame, cancellationToken);
+
+    /// <summary>
+    /// Resumes in <paramref name="phase"/> of the next frame: awaited during frame N, or between frames N and N + 1, it
+    /// resumes in frame N + 1, even if the phase has not yet run in frame N. From another thread: in the phase of the
+    /// next frame to begin.
+    /// </summary>
+    /// <param name="phase">The phase to resume in.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public FrameAwaitable NextFrame(FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        CheckPhase(phase, nameof(phase));
+        return Await(phase, FrameAwaitKind.NextFrame, cancellationToken);
+    }
+
+    /// <summary>
+    /// Resumes on the loop thread: at once if already on it, else (a hand-off from another thread) in
+    /// <see cref="Update"/> of the next frame to begin.
+    /// </summary>
+    /// <param name="cancellationToken">Cancels the hand-off: it completes at once, on the cancelling thread, with <see cref="OperationCanceledException"/>.</param>
+    public FrameAwaitable SwitchTo(CancellationToken cancellationToken = default) => SwitchTo(Update, cancellationToken);
+
+    /// <summary>
+    /// Resumes on the loop thread: at once if already on it (in whatever phase is running), else (a hand-off from another
+    /// thread, never lost) in <paramref name="phase"/> of the next frame to begin. To leave the loop thread again, await
+    /// <see cref="Spindle.SwitchToWorker"/>.
+    /// </summary>
+    /// <param name="phase">The phase a hand-off resumes in.</param>
+    /// <param name="cancellationToken">Cancels the hand-off: it completes at once, on the cancelling thread, with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public FrameAwaitable SwitchTo(FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        CheckPhase(phase, nameof(phase));
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return new FrameAwaitable(SpindleTask.FromCanceled(cancellationToken));
+        }
+        if (!cancellationToken.CanBeCanceled)
+        {
+            return new FrameAwaitable(phase, FrameAwaitKind.SwitchTo);
+        }
+        return IsLoopThread ? default : new FrameAwaitable(StartWaiter(phase, FrameAwaitKind.SwitchTo, cancellationToken));
+    }
+
+    /// <summary>Resumes in <see cref="Update"/> of frame <see cref="FrameCount"/> + <paramref name="frameCount"/> (see <see cref="DelayFrame(int, FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="frameCount">How many frames to wait: 0 is <see cref="Yield(CancellationToken)"/>, 1 is <see cref="NextFrame(CancellationToken)"/>.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="frameCount"/> is negative.</exception>
+    public SpindleTask DelayFrame(int frameCount, CancellationToken cancellationToken = default) => DelayFrame(frameCount, Update, cancellationToken);
+
+    /// <summary>
+    /// Resumes in <paramref name="phase"/> of frame <see cref="FrameCount"/> + <paramref name="frameCount"/>, counted from
+    /// the frame the call is made in (or the last frame begun, between frames or from another thread). 0 is
+    /// <see cref="Yield(FramePhase, CancellationToken)"/> and 1 is <see cref="NextFrame(FramePhase, CancellationToken)"/>.
+    /// Longer waits sit in a timer wheel that counts frames, so waiting frames are never polled.
+    /// </summary>
+    /// <param name="frameCount">How many frames to wait.</param>
+    /// <param name="phase">The phase to resume in.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="frameCount"/> is negative.</exception>
+    /// <exception cref="ArgumentNullException"><paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public SpindleTask DelayFrame(int frameCount, FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        if (frameCount < 0)
+        {
+            throw new ArgumentOutOfRangeException(nameof(frameCount), frameCount, "A frame count cannot be negative: pass 0 to yield, 1 for the next frame.");
+        }
+        CheckPhase(phase, nameof(phase));
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled(cancellationToken);
+        }
+        return frameCount switch
+        {
+            0 => StartWaiter(phase, FrameAwaitKind.Yield, cancellationToken),
+            1 => StartWaiter(phase, FrameAwaitKind.NextFrame, cancellationToken),
+            // The frame clock reads one millisecond per frame, so the wheel's ticks are frames.
+            _ => StartTimer(phase, Wheel(_frameClock, ref _frameWheel), TimeSpan.FromTicks(frameCount * TimeSpan.TicksPerMillisecond), cancellationToken),
+        };
+    }
+
+    /// <summary>Resumes in <see cref="Update"/> once scaled loop time has moved on by <paramref name="delay"/> (see <see cref="Delay(TimeSpan, FrameTimeKind, FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="delay">The delay in loop time (<see cref="Time"/>).</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default) => Delay(delay, FrameTimeKind.Scaled, Update, cancellationToken);
+
+    /// <summary>Resumes in <see cref="Update"/> once loop time of the given kind has moved on by <paramref name="delay"/> (see <see cref="Delay(TimeSpan, FrameTimeKind, FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="delay">The delay in loop time.</param>
+    /// <param name="time">Scaled (<see cref="Time"/>) or unscaled (<see cref="UnscaledTime"/>) loop time.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>, or <paramref name="time"/> is not a defined value.</exception>
+    public SpindleTask Delay(TimeSpan delay, FrameTimeKind time, CancellationToken cancellationToken = default) => Delay(delay, time, Update, cancellationToken);
+
+    /// <summary>
+    /// Resumes in <paramref name="phase"/> of the first frame that begins with loop time at or past the deadline: the
+    /// loop time at the call (the current frame's start) plus <paramref name="delay"/>, rounded up to the millisecond.
+    /// Loop time moves only with frames, so with 10 ms frames a 35 ms delay started during frame N resumes in frame N + 4.
+    /// The delay is a timer in a wheel on the loop's clock: nothing polls it, and the frame it falls due in queues it.
+    /// Delays due in the same frame resume in the order they were started. <see cref="TimeSpan.Zero"/> is
+    /// <see cref="Yield(FramePhase, CancellationToken)"/>; <see cref="Timeout.InfiniteTimeSpan"/> waits until cancelled.
+    /// </summary>
+    /// <param name="delay">The delay in loop time.</param>
+    /// <param name="time">Scaled (<see cref="Time"/>) or unscaled (<see cref="UnscaledTime"/>) loop time.</param>
+    /// <param name="phase">The phase to resume in.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>, and its timer leaves the wheel.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>, or <paramref name="time"/> is not a defined value.</exception>
+    /// <exception cref="ArgumentNullException"><paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public SpindleTask Delay(TimeSpan delay, FrameTimeKind time, FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        if (delay < TimeSpan.Zero && delay != Timeout.InfiniteTimeSpan || delay > TimerWheel.MaxDelay)
+        {
+            throw new ArgumentOutOfRangeException(nameof(delay), delay,
+                "A delay must be between TimeSpan.Zero and TimerWheel.MaxDelay (about 49.7 days), or Timeout.InfiniteTimeSpan to wait until cancelled.");
+        }
+        if (time != FrameTimeKind.Scaled && time != FrameTimeKind.Unscaled)
+        {
+            throw new ArgumentOutOfRangeException(nameof(time), time, "Pass FrameTimeKind.Scaled or FrameTimeKind.Unscaled.");
+        }
+        CheckPhase(phase, nameof(phase));
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled(cancellationToken);
+        }
+        if (delay == TimeSpan.Zero)
+        {
+            return StartWaiter(phase, FrameAwaitKind.Yield, cancellationToken);
+        }
+        TimerWheel wheel = time == FrameTimeKind.Scaled ? Wheel(_scaledClock, ref _scaledWheel) : Wheel(_unscaledClock, ref _unscaledWheel);
+        return StartTimer(phase, wheel, delay, cancellationToken);
+    }
+
+    /// <summary>Resumes in <see cref="Update"/> once <paramref name="predicate"/> returns true (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> is null.</exception>
+    public SpindleTask WaitUntil(Func<bool> predicate, CancellationToken cancellationToken = default) => WaitUntil(predicate, Update, cancellationToken);
+
+    /// <summary>Resumes in <paramref name="phase"/> once <paramref name="predicate"/> returns true (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="phase">The phase that evaluates the predicate, and resumes the wait.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> or <paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public SpindleTask WaitUntil(Func<bool> predicate, FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        CheckPredicate(predicate);
+        return WaitFor(predicate, s_invokePredicate, phase, until: true, cancellationToken);
+    }
+
+    /// <summary>Resumes in <see cref="Update"/> once <paramref name="predicate"/>(<paramref name="state"/>) returns true (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
+    /// <typeparam name="TState">The predicate's argument type.</typeparam>
+    /// <param name="state">The predicate's argument: pass what it needs here, and make it static, so that no closure is allocated.</param>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> is null.</exception>
+    public SpindleTask WaitUntil<TState>(TState state, Func<TState, bool> predicate, CancellationToken cancellationToken = default)
+        => WaitUntil(state, predicate, Update, cancellationToken);
+
+    /// <summary>
+    /// Resumes in <paramref name="phase"/> once <paramref name="predicate"/>(<paramref name="state"/>) returns true. On
+    /// the loop thread the predicate is checked at once (the wait completes without suspending if it holds); then, and
+    /// from another thread, once per run of the phase, starting with its next run, until it holds. A predicate that
+    /// throws faults the wait with its exception. The waiting task is re-queued at the back of the phase each frame.
+    /// </summary>
+    /// <typeparam name="TState">The predicate's argument type.</typeparam>
+    /// <param name="state">The predicate's argument: pass what it needs here, and make it static, so that no closure is allocated.</param>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="phase">The phase that evaluates the predicate, and resumes the wait.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> or <paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public SpindleTask WaitUntil<TState>(TState state, Func<TState, bool> predicate, FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        CheckPredicate(predicate);
+        return WaitFor(state, predicate, phase, until: true, cancellationToken);
+    }
+
+    /// <summary>Resumes in <see cref="Update"/> once <paramref name="predicate"/> returns false (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> is null.</exception>
+    public SpindleTask WaitWhile(Func<bool> predicate, CancellationToken cancellationToken = default) => WaitWhile(predicate, Update, cancellationToken);
+
+    /// <summary>Resumes in <paramref name="phase"/> once <paramref name="predicate"/> returns false (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="phase">The phase that evaluates the predicate, and resumes the wait.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> or <paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public SpindleTask WaitWhile(Func<bool> predicate, FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        CheckPredicate(predicate);
+        return WaitFor(predicate, s_invokePredicate, phase, until: false, cancellationToken);
+    }
+
+    /// <summary>Resumes in <see cref="Update"/> once <paramref name="predicate"/>(<paramref name="state"/>) returns false (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
+    /// <typeparam name="TState">The predicate's argument type.</typeparam>
+    /// <param name="state">The predicate's argument, so that no closure is needed.</param>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> is null.</exception>
+    public SpindleTask WaitWhile<TState>(TState state, Func<TState, bool> predicate, CancellationToken cancellationToken = default)
+        => WaitWhile(state, predicate, Update, cancellationToken);
+
+    /// <summary>Resumes in <paramref name="phase"/> once <paramref name="predicate"/>(<paramref name="state"/>) returns false (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
+    /// <typeparam name="TState">The predicate's argument type.</typeparam>
+    /// <param name="state">The predicate's argument, so that no closure is needed.</param>
+    /// <param name="predicate">The condition, evaluated on the loop thread.</param>
+    /// <param name="phase">The phase that evaluates the predicate, and resumes the wait.</param>
+    /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="predicate"/> or <paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    public SpindleTask WaitWhile<TState>(TState state, Func<TState, bool> predicate, FramePhase phase, CancellationToken cancellationToken = default)
+    {
+        CheckPredicate(predicate);
+        return WaitFor(state, predicate, phase, until: false, cancellationToken);
+    }
+
+    private static void CheckPredicate(Delegate predicate)
+    {
+        if (predicate is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(predicate));
+        }
+    }
+
+    private FrameAwaitable Await(FramePhase phase, FrameAwaitKind kind, CancellationToken cancellationToken)
+    {
+        if (!cancellationToken.CanBeCanceled)
+        {
+            return new FrameAwaitable(phase, kind); // starts when awaited; no object at all for a Spindle async method
+        }
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return new FrameAwaitable(SpindleTask.FromCanceled(cancellationToken));
+        }
+        return new FrameAwaitable(StartWaiter(phase, kind, cancellationToken));
+    }
+
+    /// <summary>Starts a wait for a phase's run (Yield, NextFrame or a hand-off) with a pooled waiter.</summary>
+    internal SpindleTask StartWaiter(FramePhase phase, FrameAwaitKind kind, CancellationToken cancellationToken)
+    {
+        PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
+        short token = waiter.Version;
+        if (!IsLoopThread)
+        {
+            waiter.CompleteOnceAwaited();
+        }
+        waiter.HoldForQueue();
+        Schedule(waiter, phase, kind);
+        waiter.RegisterCancellation();
+        return new SpindleTask(waiter, token);
+    }
+
+    private static SpindleTask StartTimer(FramePhase phase, TimerWheel wheel, TimeSpan delay, CancellationToken cancellationToken)
+    {
+        PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
+        waiter.Sequence = phase.Loop.NextSequence();
+        short token = waiter.Version;
+        if (!phase.Loop.IsLoopThread)
+        {
+            waiter.CompleteOnceAwaited();
+        }
+        // The token goes to the wheel's timer, so that a cancellation also takes the timer out of the wheel; the waiter
+        // listens to it itself only once the timer has expired (see FrameWaiter).
+        waiter.WaitForTimer(wheel.Delay(delay, cancellationToken));
+        return new SpindleTask(waiter, token);
+    }
+
+    private SpindleTask WaitFor<TState>(TState state, Func<TState, bool> predicate, FramePhase phase, bool until, CancellationToken cancellationToken)
+    {
+        CheckPhase(phase, nameof(phase));
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled(cancellationToken);
+        }
+        if (IsLoopThread)
+        {
+            try
+            {
+                if (predicate(state) == until)
+                {
+                    return default;
+                }
+            }
+            catch (Exception ex)
+            {
+                return SpindleTask.FromException(ex);
+            }
+        }
+        PredicateWaiter<TState> waiter = PredicateWaiter<TState>.Rent(phase, state, predicate, until, cancellationToken);
+        short token = waiter.Version;
+        if (!IsLoopThread)
+        {
+            waiter.CompleteOnceAwaited();
+        }
+        waiter.HoldForQueue();
+        Schedule(waiter, phase, FrameAwaitKind.Yield);
+        waiter.RegisterCancellation();
+        return new SpindleTask(waiter, token);
+    }
+}

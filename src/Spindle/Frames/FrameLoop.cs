@@ -1,0 +1,578 @@
+using System;
+using System.Collections.Generic;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A single-threaded frame loop with ordered, named phases, for games, simulations and any engine: awaits that resume on
+/// the loop thread, in the order they were queued, with nothing allocated per frame however many tasks wait.
+/// </summary>
+/// <remarks>
+/// <para><b>A frame.</b> <see cref="RunFrame()"/> runs one frame: <see cref="BeginFrame"/>, then every phase in order
+/// (<see cref="EarlyUpdate"/>, <see cref="FixedUpdate"/>, <see cref="Update"/>, <see cref="LateUpdate"/>, then any
+/// added with <see cref="AddPhase(string)"/>). <see cref="BeginFrame"/> does, in this order: move the continuations
+/// handed off from other threads since the last frame to their phases; add one to <see cref="FrameCount"/>; advance
+/// <see cref="UnscaledTime"/> by the frame's delta and <see cref="Time"/> by the delta times <see cref="TimeScale"/>;
+/// queue, for their phases, the delays and frame delays that fall due, in the order they were started. Each phase then
+/// runs the continuations queued for it, first queued first run.</para>
+/// <para><b>Double buffering.</b> A phase runs the batch queued for it before it started. A continuation that the batch
+/// queues to the same phase (or to an earlier one) runs at that phase's next run, in the next frame; one queued to a
+/// later phase runs in this frame. A frame therefore always ends, and <see cref="Yield(CancellationToken)"/> in a loop
+/// resumes once per frame.</para>
+/// <para><b>Which frame each await resumes in</b>, awaited on the loop thread during frame N (a phase is "still to run"
+/// if it has not started in frame N):</para>
+/// <list type="bullet">
+/// <item><see cref="Yield(FramePhase, CancellationToken)"/>: the phase's next run: frame N if the phase is still to run,
+/// else frame N + 1.</item>
+/// <item><see cref="NextFrame(FramePhase, CancellationToken)"/>: the phase in frame N + 1, always.</item>
+/// <item><see cref="DelayFrame(int, FramePhase, CancellationToken)"/>: the phase in frame N + n (n = 0 is a Yield).</item>
+/// <item><see cref="Delay(TimeSpan, FrameTimeKind, FramePhase, CancellationToken)"/>: the phase in the first frame that
+/// begins with loop time at or past the deadline (the start time plus the delay, rounded up to the millisecond).</item>
+/// <item><see cref="WaitUntil(Func{bool}, FramePhase, CancellationToken)"/>: the predicate is checked at once, then at
+/// every run of the phase, starting with the next; it resumes at the first run where it holds.</item>
+/// <item><see cref="SwitchTo(FramePhase, CancellationToken)"/>: continues at once.</item>
+/// </list>
+/// <para>Between frames N and N + 1 (on the loop thread, outside <see cref="RunFrame()"/>), the same rules apply with
+/// every phase already run: Yield, NextFrame and SwitchTo's hand-off resume in frame N + 1.</para>
+/// <para><b>From other threads.</b> Every await may be made from any thread. One made off the loop thread is handed
+/// to the loop through a thread-safe queue and takes effect at the start of the next frame to begin, as if made on the
+/// loop thread just before it: Yield, NextFrame, SwitchTo and the first check of WaitUntil happen in that frame's phase.
+/// Delays and frame delays are counted from the loop's time and frame count at the call. Nothing handed off is lost,
+/// including when the loop is not running: it waits for the next frame. Such a wait completes only once it is awaited,
+/// so its awaiting code always runs on the loop thread, even if frames that could have completed it ran before the await
+/// (a task obtained on another thread and never awaited stays pending, unless cancelled). The loop thread is the thread
+/// running <see cref="Run"/>, else the thread that last began a frame or ran a phase (Run's thread stops being it when
+/// Run stops); before either, every thread is "another thread".</para>
+/// <para><b>Cancellation.</b> Every await takes a <see cref="CancellationToken"/>. Cancelling it completes the await at
+/// once, inside the call that cancels (not at the next frame), with <see cref="OperationCanceledException"/>, and leaves
+/// nothing registered: the awaiting code then runs on the thread that cancelled. An await whose token is already
+/// cancelled completes as cancelled without waiting.</para>
+/// <para><b>Faults.</b> A continuation that throws does not stop the loop: in an async method the exception faults its
+/// task and reaches the code awaiting it; a plain delegate continuation's exception goes to
+/// <see cref="Spindle.UnobservedException"/>, and the phase carries on with the next continuation. A WaitUntil
+/// predicate that throws faults the wait.</para>
+/// <para><b>Other awaits.</b> A job handle, a <see cref="Promise"/>, or a WhenAll/WhenAny of tasks that are not the
+/// loop's resume on the thread that completes them; add <c>await loop.SwitchTo()</c> to come back. A WhenAll or WhenAny
+/// of the loop's own awaits resumes on the loop thread.</para>
+/// <para><b>Memory.</b> An await with no cancelable token queues the awaiting method's own state-machine box (Spindle
+/// async methods); other awaits rent a pooled source. The queues are arrays reused from frame to frame. In steady state
+/// a frame allocates nothing.</para>
+/// <para><b>Thread-safety.</b> The awaits, <see cref="FrameCount"/>, the time properties, <see cref="TimeScale"/> and
+/// <see cref="FixedDeltaTime"/> may be used from any thread. <see cref="RunFrame()"/>, <see cref="BeginFrame"/> and
+/// <see cref="RunPhase"/> run the loop on the calling thread; one thread at a time, never from inside a frame.
+/// <see cref="AddPhase(string)"/> must not be called while a frame runs.</para>
+/// </remarks>
+public sealed partial class FrameLoop
+{
+    private readonly object _phasesLock = new();
+    private FramePhase[] _phases;
+    private readonly FrameInbox _inbox = new();
+
+    // Time: one clock per kind of timed wait, each with its own wheel, created on first use.
+    private readonly LoopClock _frameClock = new();
+    private readonly LoopClock _unscaledClock = new();
+    private readonly LoopClock _scaledClock = new();
+    private readonly object _wheelLock = new();
+    private TimerWheel? _frameWheel;
+    private TimerWheel? _unscaledWheel;
+    private TimerWheel? _scaledWheel;
+    private long _sequence;
+
+    // Timers that expired in this frame's pass, sorted by start order before they join their phases (loop thread only).
+    private long[] _expiredOrder = new long[16];
+    private FrameWaiter?[] _expired = new FrameWaiter?[16];
+    private int _expiredCount;
+
+    private long _frameCount;
+    private long _timeTicks;
+    private long _unscaledTimeTicks;
+    private long _deltaTicks;
+    private long _unscaledDeltaTicks;
+    private double _timeScale = 1.0;
+    private long _fixedDeltaTicks = TimeSpan.TicksPerSecond / 60;
+
+    private FramePhase? _currentPhase;
+    private int _loopThreadId;
+    private int _busy;
+    private int _runThreadId;
+
+    /// <summary>Creates a loop with the default phases: EarlyUpdate, FixedUpdate, Update and LateUpdate.</summary>
+    public FrameLoop()
+    {
+        EarlyUpdate = new FramePhase(this, nameof(EarlyUpdate));
+        FixedUpdate = new FramePhase(this, nameof(FixedUpdate));
+        Update = new FramePhase(this, nameof(Update));
+        LateUpdate = new FramePhase(this, nameof(LateUpdate));
+        _phases = new[] { EarlyUpdate, FixedUpdate, Update, LateUpdate };
+        Renumber(_phases);
+    }
+
+    /// <summary>The first default phase: input, and anything that must see the frame before the game logic does.</summary>
+    public FramePhase EarlyUpdate { get; }
+
+    /// <summary>
+    /// The second default phase: fixed-step simulation (physics). It runs once per frame, like every phase; a host that
+    /// steps physics several times per frame can call <see cref="RunPhase"/> on it several times.
+    /// </summary>
+    public FramePhase FixedUpdate { get; }
+
+    /// <summary>The third default phase, and the one awaits resume in when none is given: game logic.</summary>
+    public FramePhase Update { get; }
+
+    /// <summary>The fourth default phase: what must follow the game logic (cameras, late bookkeeping).</summary>
+    public FramePhase LateUpdate { get; }
+
+    /// <summary>The phases in the order each frame runs them.</summary>
+    public IReadOnlyList<FramePhase> Phases => Volatile.Read(ref _phases);
+
+    /// <summary>The number of frames begun: 0 before the first, N during frame N and until frame N + 1 begins.</summary>
+    public long FrameCount => Volatile.Read(ref _frameCount);
+
+    /// <summary>Loop time: the sum of every frame's <see cref="DeltaTime"/>, as of the current frame's start.</summary>
+    public TimeSpan Time => TimeSpan.FromTicks(Volatile.Read(ref _timeTicks));
+
+    /// <summary>Loop time not affected by <see cref="TimeScale"/>: the sum of every frame's <see cref="UnscaledDeltaTime"/>.</summary>
+    public TimeSpan UnscaledTime => TimeSpan.FromTicks(Volatile.Read(ref _unscaledTimeTicks));
+
+    /// <summary>The current frame's step of <see cref="Time"/>: its <see cref="UnscaledDeltaTime"/> times <see cref="TimeScale"/>.</summary>
+    public TimeSpan DeltaTime => TimeSpan.FromTicks(Volatile.Read(ref _deltaTicks));
+
+    /// <summary>The current frame's step of <see cref="UnscaledTime"/>, as given to <see cref="BeginFrame"/>.</summary>
+    public TimeSpan UnscaledDeltaTime => TimeSpan.FromTicks(Volatile.Read(ref _unscaledDeltaTicks));
+
+    /// <summary>
+    /// How fast <see cref="Time"/> runs against <see cref="UnscaledTime"/> (default 1; 0 pauses scaled time and the
+    /// delays on it). A change applies from the next frame.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">The value is negative, infinite or NaN.</exception>
+    public double TimeScale
+    {
+        get => Volatile.Read(ref _timeScale);
+        set
+        {
+            if (!(value >= 0) || double.IsInfinity(value))
+            {
+                throw new ArgumentOutOfRangeException(nameof(value), value, "The time scale must be zero or a finite positive number.");
+            }
+            Volatile.Write(ref _timeScale, value);
+        }
+    }
+
+    /// <summary>The step <see cref="RunFrame()"/> advances loop time by (default 1/60 s).</summary>
+    /// <exception cref="ArgumentOutOfRangeException">The value is negative.</exception>
+    public TimeSpan FixedDeltaTime
+    {
+        get => TimeSpan.FromTicks(Volatile.Read(ref _fixedDeltaTicks));
+        set
+        {
+            ValidateDelta(value, nameof(value));
+            Volatile.Write(ref _fixedDeltaTicks, value.Ticks);
+        }
+    }
+
+    /// <summary>
+    /// The phase the loop thread is running, or null outside a phase (between phases, between frames, and during
+    /// <see cref="BeginFrame"/>). Meant for the loop thread; another thread reads a value that may already be stale.
+    /// </summary>
+    public FramePhase? CurrentPhase => Volatile.Read(ref _currentPhase);
+
+    /// <summary>True when the calling thread is the loop thread (see the remarks on <see cref="FrameLoop"/>).</summary>
+    public bool IsLoopThread => Environment.CurrentManagedThreadId == Volatile.Read(ref _loopThreadId);
+
+    /// <summary>Continuations queued in the phases, and handed off but not yet drained (for tests).</summary>
+    internal int QueuedCount
+    {
+        get
+        {
+            int n = _inbox.Count;
+            foreach (FramePhase p in Volatile.Read(ref _phases))
+            {
+                n += p.QueuedCount;
+            }
+            return n;
+        }
+    }
+
+    /// <summary>Timers pending on the loop's wheels (for tests: a cancelled delay leaves none once a frame has run).</summary>
+    internal long PendingTimers => (_frameWheel?.PendingCount ?? 0) + (_unscaledWheel?.PendingCount ?? 0) + (_scaledWheel?.PendingCount ?? 0);
+
+    /// <summary>Adds a phase at the end of the frame, after every existing one.</summary>
+    /// <returns>The new phase.</returns>
+    /// <exception cref="ArgumentException"><paramref name="name"/> is null, empty, or already a phase's name in this loop.</exception>
+    /// <exception cref="InvalidOperationException">A frame is running.</exception>
+    public FramePhase AddPhase(string name) => InsertPhase(name, -1);
+
+    /// <summary>Adds a phase right after <paramref name="after"/>.</summary>
+    /// <returns>The new phase.</returns>
+    /// <exception cref="ArgumentNullException"><paramref name="after"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="name"/> is null, empty, or taken; or <paramref name="after"/> belongs to another loop.</exception>
+    /// <exception cref="InvalidOperationException">A frame is running.</exception>
+    public FramePhase AddPhaseAfter(FramePhase after, string name)
+    {
+        CheckPhase(after, nameof(after));
+        return InsertPhase(name, after.Index + 1);
+    }
+
+    /// <summary>Adds a phase right before <paramref name="before"/> (before <see cref="EarlyUpdate"/> makes it the first).</summary>
+    /// <returns>The new phase.</returns>
+    /// <exception cref="ArgumentNullException"><paramref name="before"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="name"/> is null, empty, or taken; or <paramref name="before"/> belongs to another loop.</exception>
+    /// <exception cref="InvalidOperationException">A frame is running.</exception>
+    public FramePhase AddPhaseBefore(FramePhase before, string name)
+    {
+        CheckPhase(before, nameof(before));
+        return InsertPhase(name, before.Index);
+    }
+
+    private FramePhase InsertPhase(string name, int index)
+    {
+        if (string.IsNullOrEmpty(name))
+        {
+            throw new ArgumentException("A phase needs a name.", nameof(name));
+        }
+        lock (_phasesLock)
+        {
+            if (Volatile.Read(ref _busy) != 0)
+            {
+                ThrowHelper.ThrowInvalidOperation("Phases cannot be added while a frame is running; add them before running the loop or between frames.");
+            }
+            FramePhase[] old = _phases;
+            foreach (FramePhase p in old)
+            {
+                if (p.Name == name)
+                {
+                    throw new ArgumentException("This loop already has a phase named '" + name + "'.", nameof(name));
+                }
+            }
+            var phase = new FramePhase(this, name) { LastRunFrame = Volatile.Read(ref _frameCount) };
+            var phases = new List<FramePhase>(old);
+            phases.Insert(index < 0 ? phases.Count : index, phase);
+            FramePhase[] array = phases.ToArray();
+            Renumber(array);
+            // Copy on write: a frame iterates the array it read at its start.
+            Volatile.Write(ref _phases, array);
+            return phase;
+        }
+    }
+
+    private static void Renumber(FramePhase[] phases)
+    {
+        for (int i = 0; i < phases.Length; i++)
+        {
+            phases[i].Index = i;
+        }
+    }
+
+    /// <summary>Runs one frame, advancing loop time by <see cref="FixedDeltaTime"/> (see <see cref="RunFrame(TimeSpan)"/>).</summary>
+    /// <exception cref="InvalidOperationException">Called from inside a frame, while another thread runs the loop, or while <see cref="Run"/> runs it.</exception>
+    public void RunFrame() => RunFrame(FixedDeltaTime);
+
+    /// <summary>
+    /// Runs one frame on the calling thread, which becomes the loop thread: <see cref="BeginFrame"/> with
+    /// <paramref name="deltaTime"/>, then every phase in order.
+    /// </summary>
+    /// <param name="deltaTime">How far loop time moves this frame (unscaled).</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="deltaTime"/> is negative.</exception>
+    /// <exception cref="InvalidOperationException">Called from inside a frame (a continuation running on the loop), while another thread runs the loop, or while <see cref="Run"/> runs it.</exception>
+    public void RunFrame(TimeSpan deltaTime)
+    {
+        ValidateDelta(deltaTime, nameof(deltaTime));
+        Enter();
+        try
+        {
+            BeginFrameCore(deltaTime.Ticks);
+            long frame = _frameCount;
+            FramePhase[] phases = Volatile.Read(ref _phases);
+            for (int i = 0; i < phases.Length; i++)
+            {
+                RunPhaseCore(phases[i], frame);
+            }
+        }
+        finally
+        {
+            Exit();
+        }
+    }
+
+    /// <summary>
+    /// Begins a frame without running its phases, for a host that runs them itself with <see cref="RunPhase"/>,
+    /// interleaved with its own work: hands-off from other threads join their phases, <see cref="FrameCount"/> goes up
+    /// by one, loop time advances, and the delays that fall due are queued for their phases. Call <see cref="RunPhase"/>
+    /// once for each phase, in order, before beginning the next frame.
+    /// </summary>
+    /// <param name="deltaTime">How far loop time moves this frame (unscaled).</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="deltaTime"/> is negative.</exception>
+    /// <exception cref="InvalidOperationException">Called from inside a frame, while another thread runs the loop, or while <see cref="Run"/> runs it.</exception>
+    public void BeginFrame(TimeSpan deltaTime)
+    {
+        ValidateDelta(deltaTime, nameof(deltaTime));
+        Enter();
+        try
+        {
+            BeginFrameCore(deltaTime.Ticks);
+        }
+        finally
+        {
+            Exit();
+        }
+    }
+
+    /// <summary>
+    /// Runs one phase of the current frame on the calling thread: the continuations queued for it, first queued first
+    /// run. Those it queues to itself wait for its next run. For hosts that call it more than once in a frame, each run
+    /// takes what was queued for it since the previous one.
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="phase"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
+    /// <exception cref="InvalidOperationException">Called from inside a frame, while another thread runs the loop, or while <see cref="Run"/> runs it.</exception>
+    public void RunPhase(FramePhase phase)
+    {
+        CheckPhase(phase, nameof(phase));
+        Enter();
+        try
+        {
+            RunPhaseCore(phase, _frameCount);
+        }
+        finally
+        {
+            Exit();
+        }
+    }
+
+    private void RunPhaseCore(FramePhase phase, long frame)
+    {
+        Volatile.Write(ref _currentPhase, phase);
+        phase.Run(frame); // catches what continuations throw
+        Volatile.Write(ref _currentPhase, null);
+    }
+
+    private static void ValidateDelta(TimeSpan deltaTime, string paramName)
+    {
+        if (deltaTime < TimeSpan.Zero)
+        {
+            throw new ArgumentOutOfRangeException(paramName, deltaTime, "A frame's delta time cannot be negative: loop time only moves forward.");
+        }
+    }
+
+    internal void CheckPhase(FramePhase phase, string paramName)
+    {
+        if (phase is null)
+        {
+            ThrowHelper.ThrowArgumentNull(paramName);
+        }
+        if (phase.Loop != this)
+        {
+            throw new ArgumentException("The phase '" + phase.Name + "' belongs to another FrameLoop.", paramName);
+        }
+    }
+
+    /// <summary>Claims the loop for one step on the calling thread, which becomes the loop thread.</summary>
+    private void Enter()
+    {
+        int me = Environment.CurrentManagedThreadId;
+        int runner = Volatile.Read(ref _runThreadId);
+        if (runner != 0 && runner != me)
+        {
+            ThrowHelper.ThrowInvalidOperation("This FrameLoop is being run by Run(...) on its own thread; RunFrame, BeginFrame and RunPhase cannot be called until it stops.");
+        }
+        if (Interlocked.CompareExchange(ref _busy, 1, 0) != 0)
+        {
+            ThrowHelper.ThrowInvalidOperation(Volatile.Read(ref _loopThreadId) == me
+                ? "RunFrame, BeginFrame or RunPhase was called from inside a frame (a continuation running on this loop). A frame cannot run another; await loop.NextFrame() instead."
+                : "Another thread is running a frame of this FrameLoop. A loop runs on one thread at a time.");
+        }
+        Volatile.Write(ref _loopThreadId, me);
+    }
+
+    private void Exit() => Volatile.Write(ref _busy, 0);
+
+    private void BeginFrameCore(long deltaTicks)
+    {
+        // Hand-offs first, as if they had been made on the loop thread just before this frame.
+        _inbox.Drain();
+
+        long frame = _frameCount + 1;
+        Volatile.Write(ref _frameCount, frame);
+        double scale = Volatile.Read(ref _timeScale);
+        long scaledTicks = scale == 1.0 ? deltaTicks : (long)Math.Round(deltaTicks * scale);
+        Volatile.Write(ref _unscaledDeltaTicks, deltaTicks);
+        Volatile.Write(ref _deltaTicks, scaledTicks);
+        long unscaled = _unscaledTimeTicks + deltaTicks;
+        long scaled = _timeTicks + scaledTicks;
+        Volatile.Write(ref _unscaledTimeTicks, unscaled);
+        Volatile.Write(ref _timeTicks, scaled);
+        _frameClock.Set(frame * TimeSpan.TicksPerMillisecond);
+        _unscaledClock.Set(unscaled);
+        _scaledClock.Set(scaled);
+
+        // Each wheel's pass, if something on it is due (or it asked for one); expired waits land in _expired.
+        _frameClock.FireIfDue();
+        _unscaledClock.FireIfDue();
+        _scaledClock.FireIfDue();
+        QueueExpired();
+    }
+
+    /// <summary>An expired timed wait, from a wheel's pass on the loop thread; it joins its phase after the pass.</summary>
+    internal void AddExpired(FrameWaiter waiter)
+    {
+        int n = _expiredCount;
+        if (n == _expired.Length)
+        {
+            Array.Resize(ref _expired, n * 2);
+            Array.Resize(ref _expiredOrder, n * 2);
+        }
+        _expired[n] = waiter;
+        _expiredOrder[n] = waiter.Sequence;
+        _expiredCount = n + 1;
+    }
+
+    /// <summary>Queues the frame's expired waits for their phases, in the order they were started.</summary>
+    private void QueueExpired()
+    {
+        int n = _expiredCount;
+        if (n == 0)
+        {
+            return;
+        }
+        if (n > 1)
+        {
+            // Wheels fire in deadline order at millisecond grain, and three wheels fire one after another; the
+            // documented order within a frame is the order the waits were started.
+            Array.Sort(_expiredOrder, _expired, 0, n);
+        }
+        for (int i = 0; i < n; i++)
+        {
+            FrameWaiter w = _expired[i]!;
+            _expired[i] = null;
+            w.Phase!.AddBack(w);
+        }
+        _expiredCount = 0;
+    }
+
+    /// <summary>
+    /// Queues a continuation (a state-machine box, a delegate's work item, or a waiter holding its queue hold) for
+    /// <paramref name="phase"/>: directly when on the loop thread, else through the hand-off inbox.
+    /// </summary>
+    internal void Schedule(WorkItem item, FramePhase phase, FrameAwaitKind kind)
+    {
+        if (Environment.CurrentManagedThreadId == Volatile.Read(ref _loopThreadId))
+        {
+            if (kind == FrameAwaitKind.NextFrame && phase.LastRunFrame != _frameCount)
+            {
+                phase.AddDeferred(item); // the phase is still to run in this frame: skip that run
+            }
+            else
+            {
+                phase.AddBack(item);
+            }
+            return;
+        }
+        _inbox.Post(item, phase);
+    }
+
+    /// <summary>The wheel for timed waits of the given kind, created on first use (any thread).</summary>
+    internal TimerWheel Wheel(LoopClock clock, ref TimerWheel? field)
+    {
+        TimerWheel? wheel = Volatile.Read(ref field);
+        if (wheel is not null)
+        {
+            return wheel;
+        }
+        lock (_wheelLock)
+        {
+            // One wheel per clock: a clock has exactly one timer, its wheel's driver.
+            wheel = field ??= new TimerWheel(clock);
+        }
+        return wheel;
+    }
+
+    internal long NextSequence() => Interlocked.Increment(ref _sequence);
+
+    /// <summary>
+    /// Runs the loop with a fixed timestep on a dedicated thread (named "Spindle FrameLoop"), which becomes the loop
+    /// thread, until <paramref name="cancellationToken"/> is cancelled. Each frame advances loop time by exactly
+    /// 1 / <paramref name="framesPerSecond"/>; frames start on that schedule in real time, and a loop that falls more
+    /// than a few frames behind (a frame took too long) drops the backlog instead of running frames back to back.
+    /// </summary>
+    /// <param name="framesPerSecond">Frames per second: the timestep's inverse.</param>
+    /// <param name="cancellationToken">Stops the loop after the frame in progress.</param>
+    /// <returns>
+    /// A task that completes when the loop has stopped (successfully: stopping is the normal end), or faults if the loop
+    /// itself failed. Continuations still waiting stay queued; <see cref="RunFrame()"/> or a new Run carries on with them.
+    /// </returns>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="framesPerSecond"/> is not a positive finite number.</exception>
+    /// <exception cref="InvalidOperationException">The loop is already being run by Run.</exception>
+    public Task Run(double framesPerSecond, CancellationToken cancellationToken)
+    {
+        if (!(framesPerSecond > 0) || double.IsInfinity(framesPerSecond))
+        {
+            throw new ArgumentOutOfRangeException(nameof(framesPerSecond), framesPerSecond, "Frames per second must be a positive finite number.");
+        }
+        if (Interlocked.CompareExchange(ref _runThreadId, -1, 0) != 0)
+        {
+            ThrowHelper.ThrowInvalidOperation("This FrameLoop is already being run by Run(...).");
+        }
+        var done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+        var thread = new Thread(() => RunThread(framesPerSecond, cancellationToken, done))
+        {
+            IsBackground = true,
+            Name = "Spindle FrameLoop",
+        };
+        using (ExecutionContext.SuppressFlow())
+        {
+            // The loop thread starts with no AsyncLocal values of the caller's; each continuation brings its own.
+            thread.Start();
+        }
+        return done.Task;
+    }
+
+    private void RunThread(double framesPerSecond, CancellationToken cancellationToken, TaskCompletionSource<bool> done)
+    {
+        const int MaxBacklogFrames = 5;
+        try
+        {
+            Volatile.Write(ref _runThreadId, Environment.CurrentManagedThreadId);
+            Volatile.Write(ref _loopThreadId, Environment.CurrentManagedThreadId);
+            TimeProvider clock = TimeProvider.System;
+            var step = TimeSpan.FromTicks(Math.Max(1, (long)Math.Round(TimeSpan.TicksPerSecond / framesPerSecond)));
+            double timestampsPerFrame = clock.TimestampFrequency / framesPerSecond;
+            using var wake = new ManualResetEventSlim(false);
+            using CancellationTokenRegistration registration = cancellationToken.Register(static o => ((ManualResetEventSlim)o!).Set(), wake);
+            double next = clock.GetTimestamp();
+            while (!cancellationToken.IsCancellationRequested)
+            {
+                RunFrame(step);
+                next += timestampsPerFrame;
+                long now = clock.GetTimestamp();
+                if (now - next > MaxBacklogFrames * timestampsPerFrame)
+                {
+                    next = now; // far behind: start the schedule again from now rather than rush
+                }
+                double wait = next - now;
+                if (wait > 0)
+                {
+                    // Waits are whole milliseconds, rounded up; the schedule is absolute, so the rate stays exact on average.
+                    int ms = (int)Math.Ceiling(wait * 1000.0 / clock.TimestampFrequency);
+                    wake.Wait(ms);
+                }
+            }
+            Stopped();
+            done.TrySetResult(true);
+        }
+        catch (Exception ex)
+        {
+            Stopped();
+            done.TrySetException(ex);
+        }
+
+        void Stopped()
+        {
+            // The thread is about to end, and a later thread may get its id: it is no longer the loop thread, so awaits
+            // made anywhere go through the hand-off until a thread runs the loop again.
+            Interlocked.CompareExchange(ref _loopThreadId, 0, Environment.CurrentManagedThreadId);
+            Volatile.Write(ref _runThreadId, 0);
+        }
+    }
+}

@@ -1,0 +1,136 @@
+using System;
+using System.Runtime.CompilerServices;
+
+namespace SpindleLib;
+
+/// <summary>
+/// One named phase of a <see cref="FrameLoop"/>'s frame, such as <see cref="FrameLoop.Update"/>. Each frame runs the
+/// loop's phases in order; a phase runs the continuations queued for it, first queued first run.
+/// </summary>
+/// <remarks>
+/// <para>Obtain phases from their loop: the four default ones (<see cref="FrameLoop.EarlyUpdate"/>,
+/// <see cref="FrameLoop.FixedUpdate"/>, <see cref="FrameLoop.Update"/>, <see cref="FrameLoop.LateUpdate"/>) or those
+/// added with <see cref="FrameLoop.AddPhase(string)"/>. A phase belongs to one loop; passing it to another loop's
+/// awaits throws <see cref="ArgumentException"/>.</para>
+/// <para>Thread-safety: the members of this class only read immutable state and may be called from any thread.</para>
+/// </remarks>
+public sealed class FramePhase
+{
+    private const int InitialCapacity = 16;
+
+    // The phase's continuation queues (loop thread only). Double-buffered: RunPhase takes _back as the batch it runs,
+    // and what the batch queues to this phase goes to a fresh _back, so it runs at the phase's next run. _deferred holds
+    // NextFrame continuations queued in a frame before this phase ran in it: at the swap they become the start of the
+    // next _back, so they skip this frame's run and keep their place ahead of everything queued later. _spare is the
+    // array the previous run emptied. All three are reused: a frame allocates nothing once they are big enough.
+    private Slot[] _back = new Slot[InitialCapacity];
+    private int _backCount;
+    private Slot[] _deferred = new Slot[InitialCapacity];
+    private int _deferredCount;
+    private Slot[] _spare = new Slot[InitialCapacity];
+
+    /// <summary>
+    /// A queue slot. Storing an object into an array of a struct needs no covariance check, where storing a
+    /// state-machine box into a <c>WorkItem[]</c> walks the box's class hierarchy on every store.
+    /// </summary>
+    private struct Slot
+    {
+        public WorkItem? Item;
+    }
+
+    internal FramePhase(FrameLoop loop, string name)
+    {
+        Loop = loop;
+        Name = name;
+    }
+
+    /// <summary>The phase's name, unique within its loop.</summary>
+    public string Name { get; }
+
+    /// <summary>The loop this phase belongs to.</summary>
+    public FrameLoop Loop { get; }
+
+    /// <summary>The phase's position in its loop's frame, from 0 (phases added before it move it along).</summary>
+    public int Index { get; internal set; }
+
+    /// <summary>The frame in which this phase last started a run (0 before its first run). Loop thread only.</summary>
+    internal long LastRunFrame;
+
+    /// <summary>Continuations waiting for this phase's next run, and for a later frame's (for tests and diagnostics).</summary>
+    internal int QueuedCount => _backCount + _deferredCount;
+
+    /// <summary>Returns the phase's name.</summary>
+    public override string ToString() => Name;
+
+    /// <summary>Queues <paramref name="item"/> for the phase's next run. Loop thread only.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    internal void AddBack(WorkItem item)
+    {
+        Slot[] items = _back;
+        int n = _backCount;
+        if ((uint)n >= (uint)items.Length)
+        {
+            items = Grow(ref _back);
+        }
+        items[n].Item = item;
+        _backCount = n + 1;
+    }
+
+    /// <summary>Queues <paramref name="item"/> for the phase's run in the next frame, skipping its run in this one. Loop thread only.</summary>
+    internal void AddDeferred(WorkItem item)
+    {
+        Slot[] items = _deferred;
+        int n = _deferredCount;
+        if ((uint)n >= (uint)items.Length)
+        {
+            items = Grow(ref _deferred);
+        }
+        items[n].Item = item;
+        _deferredCount = n + 1;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static Slot[] Grow(ref Slot[] items)
+    {
+        Array.Resize(ref items, items.Length * 2);
+        return items;
+    }
+
+    /// <summary>
+    /// Runs the batch queued for this run, first queued first run. What the batch queues to this phase waits for its
+    /// next run. A continuation that throws is reported to <see cref="Spindle.UnobservedException"/> and the batch goes
+    /// on. Loop thread only; the loop guards against re-entry.
+    /// </summary>
+    internal void Run(long frame)
+    {
+        LastRunFrame = frame;
+        Slot[] batch = _back;
+        int count = _backCount;
+        _back = _deferred;
+        _backCount = _deferredCount;
+        _deferred = _spare;
+        _deferredCount = 0;
+
+        int i = 0;
+        while (i < count)
+        {
+            try
+            {
+                while (i < count)
+                {
+                    WorkItem item = batch[i].Item!;
+                    batch[i].Item = null; // the slot is in cache now; clearing it here saves a second pass
+                    i++;
+                    item.Execute();
+                }
+            }
+            catch (Exception ex)
+            {
+                // A state-machine box never throws (its builder catches); a plain delegate continuation may. Its fault
+                // has nowhere else to go, and the rest of the batch must still run.
+                UnobservedExceptions.Report(ex);
+            }
+        }
+        _spare = batch;
+    }
+}

@@ -1,0 +1,286 @@
+using System;
+using System.Diagnostics;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The pooled source behind a frame-loop await that needs one: an await with a cancelable token, a
+/// <see cref="FrameLoop.DelayFrame(int, CancellationToken)"/>, a <see cref="FrameLoop.Delay(TimeSpan, CancellationToken)"/>,
+/// a <see cref="FrameLoop.WaitUntil(Func{bool}, CancellationToken)"/>, or a frame await converted to a
+/// <see cref="SpindleTask"/>. It is a work item, so a phase's queue holds it directly; the phase reaching it completes it.
+/// </summary>
+/// <remarks>
+/// <para><b>One outcome.</b> The phase completes the waiter with <see cref="SourceCore{TResult}.TrySetVoidResultDeferred"/>,
+/// a cancellation with TrySetCanceled, a predicate that throws with TrySetException; the core's single CAS picks one.
+/// A cancellation completes the await at once, on the thread that cancels, and runs the awaiting code there.</para>
+/// <para><b>Who holds it.</b> The consumer (whoever reads the result) and, while the waiter sits in a queue (a phase's,
+/// the inbox, or the frame's list of expired timers), that queue. <see cref="_holds"/> counts them; the last to let go
+/// recycles it. A waiter cancelled while queued therefore stays valid until its phase reaches it and drops it, and a
+/// queue never holds a waiter that has been recycled into another use.</para>
+/// <para><b>Timed waits.</b> A delay is a timer on one of the loop's wheels (the cancelable token goes to the wheel, so
+/// a cancellation also takes the timer out). The timer's completion runs <see cref="s_onTimer"/>: on expiry, on the loop
+/// thread at the start of a frame, the waiter is queued for its phase and, until the phase reaches it, listens to the
+/// token itself; on cancellation, the waiter completes as cancelled at once. The timer node is read (and so recycled)
+/// when the phase reaches the waiter, not when it expires: many timers expiring in one frame would otherwise flood
+/// their pool before the awaiting code could rent them again.</para>
+/// </remarks>
+internal abstract class FrameWaiter : WorkItem, ISpindleSource
+{
+#if NET
+    private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((FrameWaiter)o!)._core.TrySetCanceled(ct);
+#else
+    private static readonly Action<object?> s_onCanceled = static o => ((FrameWaiter)o!).OnCanceledPortable();
+#endif
+
+    /// <summary>The continuation a waiter registers on its timer: the timer expired, or was cancelled.</summary>
+    internal static readonly Action<object?> s_onTimer = static o => ((FrameWaiter)o!).OnTimerCompleted();
+
+    private SourceCore<VoidResult> _core;
+    private int _holds;
+    private CancellationToken _cancellationToken;
+    private CancellationTokenRegistration _registration;
+    private ISpindleSource? _timer;
+    private short _timerToken;
+    private bool _completeOnceAwaited;
+
+    /// <summary>The phase the waiter resumes in.</summary>
+    internal FramePhase? Phase;
+
+    /// <summary>The order timed waits were started in: timers expiring in the same frame are queued in this order.</summary>
+    internal long Sequence;
+
+    public short Version => _core.Version;
+
+    /// <summary>Starts a use: the consumer's hold, the phase, and the token (registered later, by <see cref="RegisterCancellation"/>).</summary>
+    protected void Start(FramePhase phase, CancellationToken cancellationToken)
+    {
+        Debug.Assert(_holds == 0 && Phase is null, "a pooled waiter is idle");
+        Phase = phase;
+        _cancellationToken = cancellationToken;
+        _holds = 1;
+    }
+
+    /// <summary>Registers the use's token, if it can be cancelled. A token already cancelled completes the waiter now.</summary>
+    internal void RegisterCancellation()
+    {
+        CancellationToken token = _cancellationToken;
+        if (!token.CanBeCanceled)
+        {
+            return;
+        }
+#if NET
+        _registration = token.UnsafeRegister(s_onCanceled, this);
+#else
+        _registration = token.Register(s_onCanceled, this);
+#endif
+    }
+
+#if !NET
+    private void OnCanceledPortable() => _core.TrySetCanceled(_cancellationToken);
+#endif
+
+    /// <summary>
+    /// Makes the waiter complete only once its continuation is registered: a wait started on another thread then always
+    /// resumes on the loop thread. Without this, a frame could complete it between the call and the await, and the
+    /// await, finding it complete, would go on on the thread that made it.
+    /// </summary>
+    internal void CompleteOnceAwaited() => _completeOnceAwaited = true;
+
+    /// <summary>A queue takes the waiter: it is not recycled until the queue lets go (see <see cref="Execute"/>).</summary>
+    internal void HoldForQueue() => Interlocked.Increment(ref _holds);
+
+    private void Release()
+    {
+        if (Interlocked.Decrement(ref _holds) == 0)
+        {
+            Recycle();
+        }
+    }
+
+    private void Recycle()
+    {
+        Phase = null;
+        Sequence = 0;
+        _cancellationToken = default;
+        _registration = default;
+        _timer = null;
+        _timerToken = 0;
+        _completeOnceAwaited = false;
+        _core.ClearForPool();
+        ClearAndReturn();
+    }
+
+    /// <summary>Clears what the subclass keeps for a use and returns the waiter to its pool.</summary>
+    protected abstract void ClearAndReturn();
+
+    /// <summary>True when the waiter may complete now; a predicate wait evaluates its predicate (which may throw).</summary>
+    protected virtual bool IsReady() => true;
+
+    /// <summary>Makes this waiter a timed wait on <paramref name="timer"/> (a pending delay on one of the loop's wheels).</summary>
+    internal void WaitForTimer(SpindleTask timer)
+    {
+        _timer = timer._source;
+        _timerToken = timer._token;
+        // Runs s_onTimer at once if the delay has already completed (its token was cancelled meanwhile).
+        timer._source!.OnCompleted(s_onTimer, this, timer._token);
+    }
+
+    private void OnTimerCompleted()
+    {
+        ISpindleSource timer = _timer!;
+        short token = _timerToken;
+        if (timer.GetStatus(token) == SpindleTaskStatus.Succeeded)
+        {
+            // Expired: this runs on the loop thread, inside the frame's timer pass. Queue for the phase (the loop sorts
+            // the frame's expired timers first) and watch the token until the phase comes. The timer node stays unread
+            // until then (see remarks).
+            FramePhase phase = Phase!;
+            HoldForQueue();
+            try
+            {
+                RegisterCancellation();
+            }
+            catch (Exception ex)
+            {
+                // A token cancelled meanwhile ran the awaiting code inline, and it threw; it must not break the pass.
+                UnobservedExceptions.Report(ex);
+            }
+            phase.Loop.AddExpired(this);
+            return;
+        }
+        // Cancelled (on the cancelling thread): the node's registration, not ours, saw it. Read the node, which drops
+        // that registration and recycles it, then complete.
+        _timer = null;
+        try
+        {
+            timer.GetResult(token);
+        }
+        catch (OperationCanceledException)
+        {
+        }
+        _core.TrySetCanceled(_cancellationToken);
+    }
+
+    /// <summary>The waiter's phase has reached it (loop thread).</summary>
+    public sealed override void Execute()
+    {
+        if (_timer is { } timer)
+        {
+            // The expired timer's node: read it now, which recycles it (see remarks).
+            _timer = null;
+            timer.GetResult(_timerToken);
+        }
+        if (_core.IsCompleted)
+        {
+            Release(); // cancelled while queued: the queue lets go
+            return;
+        }
+        if (_completeOnceAwaited && !_core.IsAwaitedOrCompleted)
+        {
+            Phase!.AddBack(this); // started on another thread and not awaited yet: look again at the phase's next run
+            return;
+        }
+        bool ready;
+        try
+        {
+            ready = IsReady();
+        }
+        catch (Exception ex)
+        {
+            try
+            {
+                _core.TrySetException(ex);
+            }
+            finally
+            {
+                Release();
+            }
+            return;
+        }
+        if (!ready)
+        {
+            Phase!.AddBack(this); // polled again at the phase's next run; the queue keeps its hold
+            return;
+        }
+        bool won = _core.TrySetVoidResultDeferred(out object? waiter, out object? state);
+        // Let go before resuming, so that the awaiting code's next wait can rent this same waiter (hot in cache).
+        Release();
+        if (won && waiter is not null)
+        {
+            Continuations.Invoke(waiter, state);
+        }
+    }
+
+    public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    public void GetResult(short token)
+    {
+        _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        // The wait is over: nothing stays registered behind it (Drop waits for a callback in flight on another thread).
+        CancellationRegistrations.Drop(ref _registration);
+        Release();
+        error?.Throw();
+    }
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}
+
+/// <summary>A waiter that completes when its phase reaches it: yields, frame counts and delays.</summary>
+internal sealed class PhaseWaiter : FrameWaiter, IPoolNode<PhaseWaiter>
+{
+    private PhaseWaiter? _next;
+
+    ref PhaseWaiter? IPoolNode<PhaseWaiter>.Next => ref _next;
+
+    public static PhaseWaiter Rent(FramePhase phase, CancellationToken cancellationToken)
+    {
+        PhaseWaiter waiter = ObjectPool<PhaseWaiter>.TryRent() ?? new PhaseWaiter();
+        waiter.Start(phase, cancellationToken);
+        return waiter;
+    }
+
+    protected override void ClearAndReturn() => ObjectPool<PhaseWaiter>.Return(this);
+}
+
+/// <summary>A waiter that polls a predicate once per run of its phase: WaitUntil and WaitWhile, with no closure.</summary>
+internal sealed class PredicateWaiter<TState> : FrameWaiter, IPoolNode<PredicateWaiter<TState>>
+{
+    private PredicateWaiter<TState>? _next;
+    private Func<TState, bool>? _predicate;
+    private TState _state = default!;
+    private bool _until;
+
+    ref PredicateWaiter<TState>? IPoolNode<PredicateWaiter<TState>>.Next => ref _next;
+
+    /// <param name="phase">The phase that polls.</param>
+    /// <param name="state">The predicate's argument.</param>
+    /// <param name="predicate">The condition.</param>
+    /// <param name="until">True to complete when the predicate holds (WaitUntil), false when it stops holding (WaitWhile).</param>
+    /// <param name="cancellationToken">The wait's token.</param>
+    public static PredicateWaiter<TState> Rent(FramePhase phase, TState state, Func<TState, bool> predicate, bool until, CancellationToken cancellationToken)
+    {
+        PredicateWaiter<TState> waiter = ObjectPool<PredicateWaiter<TState>>.TryRent() ?? new PredicateWaiter<TState>();
+        waiter._state = state;
+        waiter._predicate = predicate;
+        waiter._until = until;
+        waiter.Start(phase, cancellationToken);
+        return waiter;
+    }
+
+    protected override bool IsReady() => _predicate!(_state) == _until;
+
+    protected override void ClearAndReturn()
+    {
+        _predicate = null;
+        _state = default!;
+        ObjectPool<PredicateWaiter<TState>>.Return(this);
+    }
+}

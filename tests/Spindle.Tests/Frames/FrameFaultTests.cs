@@ -1,0 +1,178 @@
+using System;
+using System.Collections.Concurrent;
+using System.Collections.Generic;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Frames;
+
+/// <summary>
+/// A continuation that throws does not stop the loop: the fault reaches the awaiting code, or Spindle.UnobservedException.
+/// Sequential: the event is process-wide.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class FrameFaultTests
+{
+    private static ConcurrentQueue<Exception> Observe(Action body)
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            body();
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        return reported;
+    }
+
+    [Fact]
+    public void DelegateContinuationThatThrows_IsReported_AndThePhaseGoesOn()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        var ran = new List<string>();
+        var boom = new InvalidTimeZoneException("boom");
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            async SpindleTask After(string name)
+            {
+                await loop.Yield();
+                ran.Add(name);
+            }
+
+            After("before").Forget();
+            loop.Yield().GetAwaiter().UnsafeOnCompleted(() => throw boom);
+            loop.NextFrame().GetAwaiter().OnCompleted(() => ran.Add("delegate"));
+            After("after").Forget();
+            loop.RunFrame();
+            Assert.Equal(new[] { "before", "delegate", "after" }, ran);
+
+            // The loop carries on as before.
+            After("next frame").Forget();
+            loop.RunFrame();
+        });
+        Assert.Equal(new[] { "before", "delegate", "after", "next frame" }, ran);
+        Assert.Same(boom, Assert.Single(reported));
+    }
+
+    [Fact]
+    public void AsyncMethodThatThrowsAfterAFrame_FaultsItsTask_ForTheAwaitingCode()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        int othersResumed = 0;
+        async SpindleTask Fails()
+        {
+            await loop.NextFrame();
+            throw new InvalidTimeZoneException("fails");
+        }
+
+        async SpindleTask<string> Awaits()
+        {
+            try
+            {
+                await Fails();
+                return "no exception";
+            }
+            catch (InvalidTimeZoneException e)
+            {
+                return e.Message + " at " + loop.Where();
+            }
+        }
+
+        async SpindleTask Other()
+        {
+            await loop.NextFrame();
+            othersResumed++;
+        }
+
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            Other().Forget();
+            SpindleTask<string> awaiting = Awaits();
+            Other().Forget();
+            loop.RunFrame();
+            Assert.True(awaiting.IsCompleted);
+            Assert.Equal("fails at 2/Update", awaiting.GetAwaiter().GetResult());
+        });
+        Assert.Equal(2, othersResumed);
+        Assert.Empty(reported);
+    }
+
+    [Fact]
+    public void ForgottenTaskThatThrows_IsReported()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        async SpindleTask Fails()
+        {
+            await loop.DelayFrame(2);
+            throw new InvalidTimeZoneException("forgotten");
+        }
+
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            Fails().Forget();
+            loop.RunFrames(3);
+        });
+        Assert.Equal("forgotten", Assert.Single(reported).Message);
+    }
+
+    [Fact]
+    public void BclTaskThatThrowsAfterAFrame_FaultsThatTask()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        async Task Fails()
+        {
+            await loop.NextFrame();
+            throw new InvalidTimeZoneException("task");
+        }
+
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            Task task = Fails();
+            loop.RunFrame();
+            Assert.True(task.IsFaulted);
+            Assert.IsType<InvalidTimeZoneException>(task.Exception!.InnerException);
+        });
+        Assert.Empty(reported);
+    }
+
+    [Fact]
+    public void PredicateThatThrows_FaultsTheWait_AndOtherWaitsGoOn()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        int polls = 0;
+        bool Throws()
+        {
+            if (++polls == 3)
+            {
+                throw new InvalidTimeZoneException("predicate");
+            }
+            return false;
+        }
+
+        bool ready = false;
+        SpindleTask faulty = loop.WaitUntil(Throws);
+        SpindleTask fine = loop.WaitUntil(() => ready);
+        loop.RunFrame(); // second check
+        Assert.False(faulty.IsCompleted);
+        loop.RunFrame(); // third: throws
+        Assert.Equal(SpindleTaskStatus.Faulted, faulty.Status);
+        Assert.Equal("predicate", Assert.Throws<InvalidTimeZoneException>(() => faulty.GetAwaiter().GetResult()).Message);
+        ready = true;
+        loop.RunFrame();
+        Assert.True(fine.IsCompleted);
+        fine.GetAwaiter().GetResult();
+        Assert.Equal(3, polls);
+    }
+
+    [Fact]
+    public void PredicateThatThrowsAtTheFirstCheck_ReturnsAFaultedTask()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        SpindleTask task = loop.WaitWhile(0, static _ => throw new InvalidTimeZoneException("first"));
+        Assert.Equal(SpindleTaskStatus.Faulted, task.Status);
+        Assert.Equal(0, loop.QueuedCount);
+    }
+}
