@@ -16,27 +16,7 @@ public sealed class CodegenGenerationTests
 {
     [Fact]
     public void CheckedInCodegenSubjects_AreWhatTheTemplateGenerates()
-    {
-        string path = Path.Combine(FindRepositoryRoot(), CodegenSubjectsTemplate.OutputPath);
-        Assert.True(File.Exists(path), $"{CodegenSubjectsTemplate.OutputPath} is missing. Run `dotnet run --project tools/Spindle.Generate` from the repository root.");
-        string expected = CodegenSubjectsTemplate.Generate();
-        string actual = File.ReadAllText(path).Replace("\r\n", "\n", StringComparison.Ordinal);
-        if (actual == expected)
-        {
-            return;
-        }
-        string[] want = expected.Split('\n');
-        string[] have = actual.Split('\n');
-        int line = 0;
-        while (line < want.Length && line < have.Length && want[line] == have[line])
-        {
-            line++;
-        }
-        Assert.Fail(
-            $"{CodegenSubjectsTemplate.OutputPath} is stale: it differs from what tools/Spindle.Generate/CodegenSubjectsTemplate.cs " +
-            $"generates, first at line {line + 1}.\n  generated: {(line < want.Length ? want[line] : "(end of file)")}\n  checked in: {(line < have.Length ? have[line] : "(end of file)")}\n" +
-            "Do not edit the generated file: change the template, run `dotnet run --project tools/Spindle.Generate` from the repository root, and commit both.");
-    }
+        => GeneratedFiles.AssertCurrent(CodegenSubjectsTemplate.OutputPath, nameof(CodegenSubjectsTemplate), CodegenSubjectsTemplate.Generate());
 
     [Fact]
     public void EverySubjectClass_HasTheChainedAsyncMethods()
@@ -53,16 +33,5 @@ public sealed class CodegenGenerationTests
             Assert.All(methods, m => Assert.NotNull(m.GetCustomAttribute<AsyncStateMachineAttribute>()));
             Assert.Single(methods.Select(m => m.ReturnType).Distinct());
         }
-    }
-
-    private static string FindRepositoryRoot([CallerFilePath] string thisFile = "")
-    {
-        string? dir = Path.GetDirectoryName(thisFile);
-        while (dir is not null && !File.Exists(Path.Combine(dir, "Spindle.slnx")))
-        {
-            dir = Path.GetDirectoryName(dir);
-        }
-        Assert.True(dir is not null, "Could not find the repository root (Spindle.slnx) above " + thisFile);
-        return dir!;
     }
 }
