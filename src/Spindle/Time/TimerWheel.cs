@@ -200,14 +200,13 @@ public sealed partial class TimerWheel : IDisposable
         }
         TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
-        long start = ElapsedTimeSpanTicks(roundUp: true);
-        long deadline = (start + delay.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+        long deadline = DeadlineAfter(delay, out long now);
         WheelShard? own = _workerShards ? WorkerPool.Shared.GetOrAddCurrentWorkerTimers(s_createWorkerShard, this) as WheelShard : null;
         if (own is not null)
         {
             // On a worker: straight into its own shard, no atomic operation; the worker runs it when due.
             node.Deadline = deadline;
-            own.AddOwned(node, start / TimeSpan.TicksPerMillisecond);
+            own.AddOwned(node, now);
         }
         else
         {
@@ -265,9 +264,13 @@ public sealed partial class TimerWheel : IDisposable
     internal long NowTick() => ElapsedTimeSpanTicks(roundUp: false) / TimeSpan.TicksPerMillisecond;
 
     /// <summary>The tick of a deadline <paramref name="delay"/> from now, rounded up so it never fires early.</summary>
-    internal long DeadlineAfter(TimeSpan delay)
+    internal long DeadlineAfter(TimeSpan delay) => DeadlineAfter(delay, out _);
+
+    /// <summary>As <see cref="DeadlineAfter(TimeSpan)"/>, also giving the tick the delay started in.</summary>
+    private long DeadlineAfter(TimeSpan delay, out long startTick)
     {
         long start = ElapsedTimeSpanTicks(roundUp: true);
+        startTick = start / TimeSpan.TicksPerMillisecond;
         return (start + delay.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
     }
 
