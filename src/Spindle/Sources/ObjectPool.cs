@@ -105,15 +105,12 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// next rent on this thread takes the object it returned last; the chunk is the objects right after them. The walk
     /// is a fixed number of links: after <see cref="RentChunk"/> took a whole shared stack, the thread's stack can be
     /// thousands long, and walking to its oldest objects made every chunk cost the stack's length (quadratic in a burst
-    /// of returns, seen with a frame loop returning tens of thousands of waiters in one frame).
+    /// of returns, seen with a frame loop returning tens of thousands of waiters in one frame). A long stack then sheds
+    /// a chunk on every return until it is back to <see cref="LocalMax"/>, each at a fixed cost, and the object just
+    /// returned always stays on top, so the next rent on this thread still reuses it.
     /// </summary>
     private static void ReturnChunk(ref ThreadSlots.Slot local)
     {
-        if (local.Count > 2 * LocalMax)
-        {
-            ReturnOne(ref local);
-            return;
-        }
         T keepLast = (T)local.Head!;
         for (int i = 1; i < LocalMax - Chunk; i++)
         {
@@ -144,31 +141,6 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         last.Next = s_head;
         s_head = first;
         s_count += Chunk;
-        Volatile.Write(ref s_gate, 0);
-    }
-
-    /// <summary>
-    /// The thread holds a long stack that <see cref="RentChunk"/> took from the shared one: walking it to split a chunk
-    /// off would touch cold objects for every chunk. The object just returned goes straight to the shared stack instead
-    /// (one pass through the gate), and rents shorten the thread's stack until chunks resume.
-    /// </summary>
-    private static void ReturnOne(ref ThreadSlots.Slot local)
-    {
-        T item = (T)local.Head!;
-        local.Head = item.Next;
-        local.Count--;
-        item.Next = null;
-        if (s_count >= SpindlePool.MaxRetainedPerType)
-        {
-            return; // over the cap: dropped, the GC takes it
-        }
-        TakeGate();
-        if (s_count < SpindlePool.MaxRetainedPerType)
-        {
-            item.Next = s_head;
-            s_head = item;
-            s_count++;
-        }
         Volatile.Write(ref s_gate, 0);
     }
 
