@@ -52,9 +52,12 @@ public class JobCompleteConcurrencyTests
             Assert.True(arrived.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
             gate.WaitStarted();
             Thread.Sleep(50); // let every waiter get into Complete and go to sleep
-            foreach (Task w in waiters)
+            for (int i = 0; i < waiters.Length; i++)
             {
-                Assert.False(w.IsCompleted);
+                Task w = waiters[i];
+                Assert.False(w.IsCompleted,
+                    $"waiter {i} ({(i < PlainThreads ? "thread" : "worker")}, completing {(i % 2 == 0 ? "blocked" : "dependent")}) " +
+                    $"returned before the gated job was released: {w.Status} {w.Exception?.InnerException}");
             }
         }
         finally
