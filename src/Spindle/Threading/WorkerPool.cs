@@ -244,7 +244,7 @@ internal sealed class WorkerPool : Scheduler
         if (item is null)
         {
             // A worker blocked on a result still runs its own due timers: the result may be waiting for one of them.
-            return w.Timers is { HasPending: true } timers && timers.Poll(out _);
+            return w.Timers is { HasPending: true } timers && PollKeepingContext(timers);
         }
         RunItemKeepingContext(item);
         // A worker that keeps finding work while it waits must still look at its timers now and then, as its loop does:
@@ -254,10 +254,30 @@ internal sealed class WorkerPool : Scheduler
             w.SinceTimerPoll = 0;
             if (busyTimers.HasPending)
             {
-                busyTimers.Poll(out _);
+                PollKeepingContext(busyTimers);
             }
         }
         return true;
+    }
+
+    /// <summary>
+    /// Runs a worker's due timers from its loop. Their continuations run here, outside any work item, so afterwards the
+    /// worker's context goes back to the default, as it does after each item.
+    /// </summary>
+    private static bool PollTimers(WorkerTimers timers, out TimeSpan untilNext)
+    {
+        bool ran = timers.Poll(out untilNext);
+        ContextFlow.RestoreDefaultIfChanged();
+        return ran;
+    }
+
+    /// <summary>Runs a worker's due timers while it helps inside some other code's context, and restores that context.</summary>
+    private static bool PollKeepingContext(WorkerTimers timers)
+    {
+        ExecutionContext? before = ExecutionContext.Capture();
+        bool ran = timers.Poll(out _);
+        RestoreContext(before);
+        return ran;
     }
 
     private WorkItem? FindWork(Worker self, bool stealRunNext)
@@ -325,6 +345,12 @@ internal sealed class WorkerPool : Scheduler
     {
         ExecutionContext? before = ExecutionContext.Capture();
         RunItemSafely(item);
+        RestoreContext(before);
+    }
+
+    /// <summary>Puts back the waiting code's context if what ran while it helped changed it.</summary>
+    private static void RestoreContext(ExecutionContext? before)
+    {
 #if NET
         if (before is not null && ExecutionContext.Capture() != before)
         {
@@ -365,7 +391,7 @@ internal sealed class WorkerPool : Scheduler
                         self.SinceTimerPoll = 0;
                         if (busyTimers.HasPending)
                         {
-                            busyTimers.Poll(out _);
+                            PollTimers(busyTimers, out _);
                         }
                     }
                     continue;
@@ -374,7 +400,7 @@ internal sealed class WorkerPool : Scheduler
             woken = false;
 
             // Out of work: run the timers that are due (their continuations may make more work) before spinning.
-            if (self.Timers is { HasPending: true } dueTimers && dueTimers.Poll(out _))
+            if (self.Timers is { HasPending: true } dueTimers && PollTimers(dueTimers, out _))
             {
                 continue;
             }
@@ -429,7 +455,7 @@ internal sealed class WorkerPool : Scheduler
             }
             // With timers of its own, a worker sleeps no longer than until the next is due.
             TimeSpan untilTimer = Timeout.InfiniteTimeSpan;
-            if (self.Timers is { HasPending: true } parkTimers && (parkTimers.Poll(out untilTimer) || untilTimer == TimeSpan.Zero))
+            if (self.Timers is { HasPending: true } parkTimers && (PollTimers(parkTimers, out untilTimer) || untilTimer == TimeSpan.Zero))
             {
                 // Timers fired (or are due) after all: stay awake.
                 if (!TryUnannounceIdle())
