@@ -25,18 +25,7 @@ public sealed partial class TimerWheel
     /// </summary>
     /// <exception cref="ArgumentOutOfRangeException">Any other value.</exception>
     internal static bool IsFiniteTimeout(TimeSpan timeout, string paramName)
-    {
-        if (timeout == Timeout.InfiniteTimeSpan)
-        {
-            return false;
-        }
-        if (timeout < TimeSpan.Zero || timeout > MaxDelay)
-        {
-            throw new ArgumentOutOfRangeException(paramName, timeout,
-                "A timeout must be between TimeSpan.Zero and TimerWheel.MaxDelay (about 49.7 days), or Timeout.InfiniteTimeSpan for no timeout.");
-        }
-        return true;
-    }
+        => IsFiniteSpan(timeout, paramName, "A timeout", "for no timeout");
 
     /// <summary>The exception a timed-out wait completes with: a <see cref="TimeoutException"/>, as <c>Task.WaitAsync</c>'s.</summary>
     internal static TimeoutException NewTimeoutException(TimeSpan timeout)

@@ -34,9 +34,6 @@ public sealed partial class TimerWheel : IDisposable
     /// <summary>The span of the whole wheel, in ticks: 2^36 ms, about 795 days.</summary>
     internal const long WheelSpan = 1L << (SlotBits * Levels);
 
-    /// <summary>The level of a deadline (see <see cref="WheelShard.LevelFor"/>).</summary>
-    internal static int LevelFor(long elapsed, long deadline) => WheelShard.LevelFor(elapsed, deadline);
-
     private static TimerWheel? s_default;
 
     private readonly TimeProvider _clock;
@@ -99,7 +96,7 @@ public sealed partial class TimerWheel : IDisposable
         _origin = timeProvider.GetTimestamp();
         bool system = ReferenceEquals(timeProvider, TimeProvider.System);
         _driver = system ? new ThreadTimerDriver(this) : new ProviderTimerDriver(this, timeProvider);
-        _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations, workerOwned: false);
+        _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);
         _workerShards = workerShards && system;
     }
 
@@ -178,10 +175,7 @@ public sealed partial class TimerWheel : IDisposable
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
     public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default)
     {
-        if (delay.Ticks < 0 && delay != Timeout.InfiniteTimeSpan || delay > MaxDelay)
-        {
-            ThrowBadDelay(delay);
-        }
+        bool finite = IsFiniteSpan(delay, nameof(delay), "A delay", "to wait until cancelled");
         if (_disposed)
         {
             ThrowDisposed();
@@ -194,7 +188,7 @@ public sealed partial class TimerWheel : IDisposable
         {
             return SpindleTask.CompletedTask;
         }
-        if (delay == Timeout.InfiniteTimeSpan)
+        if (!finite)
         {
             return InfiniteDelay(cancellationToken);
         }
@@ -234,7 +228,7 @@ public sealed partial class TimerWheel : IDisposable
 
     private static readonly Func<TimerWheel, WorkerTimers> s_createWorkerShard = static wheel =>
     {
-        var shard = new WheelShard(wheel, dispatch: false, workerOwned: true);
+        var shard = new WheelShard(wheel, dispatch: false);
         lock (wheel._workerShardList)
         {
             wheel._workerShardList.Add(shard);
@@ -254,8 +248,24 @@ public sealed partial class TimerWheel : IDisposable
         return new SpindleTask(node, token);
     }
 
-    private static void ThrowBadDelay(TimeSpan delay) => throw new ArgumentOutOfRangeException(nameof(delay), delay,
-        "A delay must be between TimeSpan.Zero and TimerWheel.MaxDelay (about 49.7 days), or Timeout.InfiniteTimeSpan to wait until cancelled.");
+    /// <summary>
+    /// Checks a delay or timeout: <see cref="Timeout.InfiniteTimeSpan"/>, or zero to <see cref="MaxDelay"/>. Returns
+    /// false for the infinite one.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">Any other value, named by <paramref name="paramName"/>.</exception>
+    internal static bool IsFiniteSpan(TimeSpan value, string paramName, string what, string infiniteMeans)
+    {
+        if (value == Timeout.InfiniteTimeSpan)
+        {
+            return false;
+        }
+        if (value < TimeSpan.Zero || value > MaxDelay)
+        {
+            throw new ArgumentOutOfRangeException(paramName, value,
+                what + " must be between TimeSpan.Zero and TimerWheel.MaxDelay (about 49.7 days), or Timeout.InfiniteTimeSpan " + infiniteMeans + ".");
+        }
+        return true;
+    }
 
     private static void ThrowDisposed() => throw new ObjectDisposedException(nameof(TimerWheel),
         "This TimerWheel has been disposed; create a new one, or use TimerWheel.Default.");

@@ -25,7 +25,6 @@ internal sealed class WheelShard : WorkerTimers
 {
     private readonly TimerWheel _wheel;
     private readonly bool _dispatch;
-    private readonly bool _workerOwned;
     private readonly TimerNode?[] _slots = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
     private readonly ulong[] _occupied = new ulong[TimerWheel.Levels];
     private long _elapsed;
@@ -50,12 +49,10 @@ internal sealed class WheelShard : WorkerTimers
 
     /// <param name="wheel">The wheel whose clock this shard reads.</param>
     /// <param name="dispatch">True to hand due continuations to the workers in batches, false to run them on the owner.</param>
-    /// <param name="workerOwned">True for a worker's own shard, which its worker links into directly and polls.</param>
-    public WheelShard(TimerWheel wheel, bool dispatch, bool workerOwned)
+    public WheelShard(TimerWheel wheel, bool dispatch)
     {
         _wheel = wheel;
         _dispatch = dispatch;
-        _workerOwned = workerOwned;
     }
 
     /// <summary>The shard's elapsed time in ticks: everything due up to it has fired. Owner only.</summary>

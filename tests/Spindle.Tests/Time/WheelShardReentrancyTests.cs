@@ -50,7 +50,7 @@ public class WheelShardReentrancyTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        var shard = new WheelShard(wheel, dispatch: false, workerOwned: true);
+        var shard = new WheelShard(wheel, dispatch: false);
         using var cancelB = new CancellationTokenSource();
         int cFired = 0;
         int bCanceled = 0;
@@ -122,7 +122,7 @@ public class WheelShardReentrancyTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        var shard = new WheelShard(wheel, dispatch: false, workerOwned: true);
+        var shard = new WheelShard(wheel, dispatch: false);
         var rng = new Random(seed);
         var deadlines = new List<long>();
         var ended = new List<int>();
