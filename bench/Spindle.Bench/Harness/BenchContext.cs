@@ -94,9 +94,10 @@ public sealed class BenchContext
 
     /// <summary>
     /// Runs <paramref name="round"/> until the code has reached its steady state: at least the warm-up time, then until
-    /// two consecutive rounds allocate the same and take times within 15% of each other (tiered compilation can take
-    /// well over the minimum on a loaded machine, and Tier-0 code both runs slower and allocates where optimized code
-    /// does not). Gives up waiting after five times the warm-up time.
+    /// the JIT has compiled nothing for <see cref="JitQuietTime"/> and two consecutive rounds allocate the same and take
+    /// times within 15% of each other. Tier-0 code runs slower and can allocate where optimized code does not, and it
+    /// is steady too, so stable rounds alone do not prove tiering has finished: on a loaded machine the background
+    /// Tier-1 compiles can lag the minimum warm-up by seconds. Gives up waiting after five times the warm-up time.
     /// </summary>
     public void Warmup(Action round)
     {
@@ -108,6 +109,8 @@ public sealed class BenchContext
         TimeSpan limit = WarmupTime * 5;
         double lastTime = double.NaN;
         long lastBytes = -1;
+        long lastJitted = System.Runtime.JitInfo.GetCompiledMethodCount();
+        TimeSpan jitQuietSince = TimeSpan.Zero;
         int n = 0;
         while (true)
         {
@@ -118,7 +121,14 @@ public sealed class BenchContext
             long bytes = GC.GetTotalAllocatedBytes(true) - a0;
             double time = t1 - t0;
             n++;
-            bool steady = n >= 3 && bytes == lastBytes && Math.Abs(time - lastTime) <= 0.15 * Math.Min(time, lastTime);
+            long jitted = System.Runtime.JitInfo.GetCompiledMethodCount();
+            if (jitted != lastJitted)
+            {
+                lastJitted = jitted;
+                jitQuietSince = sw.Elapsed;
+            }
+            bool steady = n >= 3 && bytes == lastBytes && Math.Abs(time - lastTime) <= 0.15 * Math.Min(time, lastTime)
+                && sw.Elapsed - jitQuietSince >= JitQuietTime;
             if ((steady && sw.Elapsed >= WarmupTime) || sw.Elapsed >= limit)
             {
                 return;
@@ -127,6 +137,12 @@ public sealed class BenchContext
             lastBytes = bytes;
         }
     }
+
+    /// <summary>
+    /// How long the JIT must have compiled nothing before warm-up may end: three times the runtime's 100 ms
+    /// call-counting delay, so a method still waiting to be counted or queued for Tier-1 is not mistaken for settled.
+    /// </summary>
+    private static readonly TimeSpan JitQuietTime = TimeSpan.FromMilliseconds(300);
 
     /// <summary>Collects garbage between rounds so one round's garbage is not collected on the next round's clock.</summary>
     public static void Settle()

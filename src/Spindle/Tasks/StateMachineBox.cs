@@ -154,6 +154,12 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
 /// <summary>The machinery the two public builders share.</summary>
 internal static class BuilderCore
 {
+    /// <summary>
+    /// <c>MethodImplOptions.AggressiveOptimization</c> by value: netstandard2.1's enum lacks the name, and a runtime
+    /// that does not know the flag ignores it.
+    /// </summary>
+    private const MethodImplOptions AggressiveOptimization = (MethodImplOptions)512;
+
     public static SpindleBox<TResult> GetBox<TStateMachine, TResult>(ref SpindleBox<TResult>? boxField, ref TStateMachine stateMachine)
         where TStateMachine : IAsyncStateMachine
     {
@@ -170,12 +176,17 @@ internal static class BuilderCore
         return created;
     }
 
+    // AggressiveOptimization: this method is compiled optimized from its first call. Unoptimized (Tier-0) code keeps
+    // the box in `awaiter is ISpindleAwaiter` and in the cast below, 32 bytes an await, and a loaded machine can hold
+    // a busy process at Tier-0 for seconds (call counting waits for a quiet 100 ms), so the zero-allocation await
+    // would depend on how fast the JIT's background thread got CPU time.
+    [MethodImpl(AggressiveOptimization)]
     public static void AwaitUnsafe<TAwaiter>(ref TAwaiter awaiter, StateMachineBoxBase box)
         where TAwaiter : ICriticalNotifyCompletion
     {
         box.CaptureContext();
-        // For value-type awaiters the JIT resolves this test at compile time and removes the box (the BCL's builders
-        // rely on the same pattern).
+        // For value-type awaiters the optimizing JIT resolves this test at compile time and removes the box (the BCL's
+        // builders rely on the same pattern).
         if (default(TAwaiter) is not null && awaiter is ISpindleAwaiter)
         {
             ((ISpindleAwaiter)awaiter).OnCompletedForBox(box);
