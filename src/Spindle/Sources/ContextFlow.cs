@@ -39,6 +39,20 @@ internal static class ContextFlow
 #endif
     }
 
+    /// <summary>
+    /// After running code inside some other code's context (a worker helping while it waits, an item run inline by the
+    /// code awaiting it): put that context back if the code that ran changed it.
+    /// </summary>
+    public static void RestoreIfChanged(ExecutionContext? before)
+    {
+#if NET
+        if (before is not null && ExecutionContext.Capture() != before)
+        {
+            ExecutionContext.Restore(before);
+        }
+#endif
+    }
+
     /// <summary>After an inline run: put the default context back if the code that ran changed it.</summary>
     public static void RestoreDefaultIfChanged()
     {

@@ -98,8 +98,12 @@ public readonly partial struct SpindleTask<T>
 
         internal Awaiter(SpindleTask<T> task) => _task = task;
 
-        /// <summary>True when the task has completed.</summary>
-        public bool IsCompleted => _task._source is not { } s || s.GetStatus(_task._token) != SpindleTaskStatus.Pending;
+        /// <summary>
+        /// True when the task has completed. On a Spindle worker awaiting the <see cref="Spindle.Run{T}(Func{T})"/> it has
+        /// just queued, which the worker would run next anyway, the function runs here first, so the await does not suspend.
+        /// </summary>
+        public bool IsCompleted => _task._source is not { } s || s.GetStatus(_task._token) != SpindleTaskStatus.Pending
+            || (s is RunItem<T> item && item.TryRunInline());
 
         /// <summary>Ends the await: returns the result or throws, and consumes the task. Blocks if the task is still pending.</summary>
         public T GetResult()

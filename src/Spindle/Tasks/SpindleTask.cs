@@ -144,8 +144,12 @@ public readonly partial struct SpindleTask
 
         internal Awaiter(SpindleTask task) => _task = task;
 
-        /// <summary>True when the task has completed.</summary>
-        public bool IsCompleted => _task._source is not { } s || s.GetStatus(_task._token) != SpindleTaskStatus.Pending;
+        /// <summary>
+        /// True when the task has completed. On a Spindle worker awaiting the <see cref="Spindle.Run(Action)"/> it has just
+        /// queued, which the worker would run next anyway, the action runs here first, so the await does not suspend.
+        /// </summary>
+        public bool IsCompleted => _task._source is not { } s || s.GetStatus(_task._token) != SpindleTaskStatus.Pending
+            || (s is RunItem<VoidResult> item && item.TryRunInline());
 
         /// <summary>Ends the await: throws the task's exception, if any, and consumes the task. Blocks if the task is still pending.</summary>
         public void GetResult()

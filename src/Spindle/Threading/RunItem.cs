@@ -49,6 +49,29 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         }
     }
 
+    /// <summary>
+    /// Runs the item here, on the code that awaits it, if it is still waiting in the calling worker's run-next slot
+    /// (<see cref="WorkerPool.TryTakeBackRunNext"/>) and was queued from the context the caller is in now. The caller's
+    /// context is as it was afterwards, whatever the delegate changed. False, with nothing done, otherwise; always false
+    /// on netstandard2.1, which cannot restore a context.
+    /// </summary>
+    public bool TryRunInline()
+    {
+#if NET
+        ExecutionContext? current = ExecutionContext.Capture();
+        if (current is null || _context != current || !WorkerPool.TryTakeBackRunNext(this))
+        {
+            return false;
+        }
+        _context = null;
+        RunDelegate();
+        ContextFlow.RestoreIfChanged(current);
+        return true;
+#else
+        return false;
+#endif
+    }
+
     private void RunDelegate()
     {
         Delegate work = _delegate!;

@@ -173,6 +173,35 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>How many items a busy worker runs between looks at its timers.</summary>
     private const int TimerPollInterval = 64;
 
+    /// <summary>
+    /// How many items a worker may take back from its run-next slot and run inline (see <see cref="TryTakeBackRunNext"/>)
+    /// before it declines one, so that the awaiting code suspends and the worker's loop gets a turn: its timers, its
+    /// deque and the injection queue are not held back by a long run of inline awaits.
+    /// </summary>
+    private const int InlineRunBudget = TimerPollInterval;
+
+    /// <summary>
+    /// Takes <paramref name="item"/> back out of the calling worker's run-next slot, so the caller can run it inline: true
+    /// only on a worker whose slot holds that very item (not yet started, and not stolen). Used when a worker awaits the
+    /// item it has just queued: the worker would run it next anyway, right after the awaiting code suspends, so running it
+    /// first and not suspending is the same schedule minus the suspension (the way Task.Wait inlines a task that has not
+    /// started). The exchange races only with a thief's compare-exchange on the same slot; exactly one of them wins.
+    /// </summary>
+    public static bool TryTakeBackRunNext(WorkItem item)
+    {
+        Worker? w = t_worker;
+        if (w is null || Volatile.Read(ref w.RunNext) != item)
+        {
+            return false;
+        }
+        if (--w.InlineBudget < 0)
+        {
+            w.InlineBudget = InlineRunBudget;
+            return false;
+        }
+        return Interlocked.CompareExchange(ref w.RunNext, null, item) == item;
+    }
+
     public override void Queue(WorkItem item)
     {
         Worker? w = t_worker;
@@ -276,7 +305,7 @@ internal sealed class WorkerPool : Scheduler
     {
         ExecutionContext? before = ExecutionContext.Capture();
         bool ran = timers.Poll(out _);
-        RestoreContext(before);
+        ContextFlow.RestoreIfChanged(before);
         return ran;
     }
 
@@ -345,18 +374,7 @@ internal sealed class WorkerPool : Scheduler
     {
         ExecutionContext? before = ExecutionContext.Capture();
         RunItemSafely(item);
-        RestoreContext(before);
-    }
-
-    /// <summary>Puts back the waiting code's context if what ran while it helped changed it.</summary>
-    private static void RestoreContext(ExecutionContext? before)
-    {
-#if NET
-        if (before is not null && ExecutionContext.Capture() != before)
-        {
-            ExecutionContext.Restore(before);
-        }
-#endif
+        ContextFlow.RestoreIfChanged(before);
     }
 
     private static void RunItemSafely(WorkItem item)
@@ -552,6 +570,7 @@ internal sealed class WorkerPool : Scheduler
         public int RunNextStamp;
         public WorkerTimers? Timers;
         public int SinceTimerPoll;
+        public int InlineBudget = InlineRunBudget;
         private readonly int _index;
         private uint _rng;
         private WorkItem? _seenRunNext;

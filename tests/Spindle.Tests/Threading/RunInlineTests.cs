@@ -1,0 +1,204 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Threading;
+
+/// <summary>
+/// A worker that awaits the <see cref="Spindle.Run(Action)"/> item it has just queued runs it inline, instead of
+/// suspending and running it next from its loop. These tests pin down what that may and may not change.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class RunInlineTests
+{
+    private static readonly AsyncLocal<int> s_local = new();
+
+    [Fact]
+    public async Task AwaitOnAWorker_RunsTheItemOnThatWorker_BeforeTheAwaitWouldSuspend()
+    {
+        // The awaiter's IsCompleted is where the compiler decides to suspend: the item has run when it returns true. One
+        // look in 65 is declined by design (the inline budget), and a thief may in principle win the slot, so a few
+        // tries are allowed; the first normally succeeds.
+        (bool inline, int awaiter, int ranOn) = await TestUtil.WithTimeout(Spindle.Run(() =>
+        {
+            int me = Environment.CurrentManagedThreadId;
+            for (int attempt = 0; attempt < 3; attempt++)
+            {
+                int ran = 0;
+                SpindleTask task = Spindle.Run(() => { ran = Environment.CurrentManagedThreadId; });
+                if (task.GetAwaiter().IsCompleted)
+                {
+                    task.GetAwaiter().GetResult();
+                    return (true, me, ran);
+                }
+                task.GetAwaiter().GetResult(); // a worker that blocks helps: this runs the item if nobody else has
+            }
+            return (false, me, 0);
+        }));
+
+        Assert.True(inline, "no await of a just-queued item ran it inline in three tries");
+        Assert.Equal(awaiter, ranOn);
+    }
+
+    [Fact]
+    public async Task AwaitFromAThreadThatIsNotAWorker_StillRunsTheItemOnAWorker()
+    {
+        string? ranOn = null;
+        await TestUtil.WithTimeout(Spindle.Run(() => { ranOn = Thread.CurrentThread.Name; }));
+        Assert.StartsWith("Spindle worker", ranOn, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task InlineRun_SeesTheAwaitersAsyncLocals_AndItsChangesDoNotLeakBack()
+    {
+        (int seenInside, int afterAwait, int resultSeen) = await TestUtil.WithTimeout(Spindle.Run(async () =>
+        {
+            s_local.Value = 5;
+            int inside = 0;
+            await Spindle.Run(() =>
+            {
+                inside = s_local.Value;
+                s_local.Value = 99; // a change made by the item belongs to the item
+            });
+            int after = s_local.Value;
+            int seen = await Spindle.Run(() =>
+            {
+                int v = s_local.Value;
+                s_local.Value = 42;
+                return v;
+            });
+            return (inside, after, seen);
+        }));
+
+        Assert.Equal(5, seenInside);
+        Assert.Equal(5, afterAwait);
+        Assert.Equal(5, resultSeen);
+    }
+
+    [Fact]
+    public async Task AnItemQueuedUnderAnotherContext_IsNotRunInline_AndStillSeesItsOwnContext()
+    {
+        (int seen, int after) = await TestUtil.WithTimeout(Spindle.Run(async () =>
+        {
+            s_local.Value = 1;
+            SpindleTask<int> task = Spindle.Run(() => s_local.Value);
+            s_local.Value = 2; // the awaiting code's context now differs from the item's
+            int v = await task;
+            return (v, s_local.Value);
+        }));
+
+        Assert.Equal(1, seen);
+        Assert.Equal(2, after);
+    }
+
+    [Fact]
+    public async Task InlineRun_ThatThrows_FaultsTheTask_AndTheAwaiterSeesTheException()
+    {
+        string message = await TestUtil.WithTimeout(Spindle.Run(async () =>
+        {
+            try
+            {
+                await Spindle.Run(() => throw new InvalidOperationException("inline boom"));
+                return "no exception";
+            }
+            catch (InvalidOperationException ex)
+            {
+                return ex.Message;
+            }
+        }));
+
+        Assert.Equal("inline boom", message);
+    }
+
+    [Fact]
+    public async Task AnItemNotInTheRunNextSlot_IsNotRunInline_AndBothStillRun()
+    {
+        // The second Run displaces the first into the deque: awaiting the first cannot take it back from the slot.
+        (int first, int second) = await TestUtil.WithTimeout(Spindle.Run(async () =>
+        {
+            SpindleTask<int> a = Spindle.Run(() => 1);
+            SpindleTask<int> b = Spindle.Run(() => 2);
+            int x = await a;
+            int y = await b;
+            return (x, y);
+        }));
+
+        Assert.Equal((1, 2), (first, second));
+    }
+
+    [Fact]
+    public async Task ALongRunOfInlineAwaits_DeclinesOneNowAndThen_SoTheWorkersLoopGetsATurn()
+    {
+        // The inline budget is 64: of 200 consecutive awaits of just-queued items, at least three must suspend (be
+        // declined) rather than run inline. Without the budget, none would (short of a thief winning a slot).
+        int declined = await TestUtil.WithTimeout(Spindle.Run(() =>
+        {
+            int n = 0;
+            for (int i = 0; i < 200; i++)
+            {
+                SpindleTask task = Spindle.Run(static () => { });
+                if (!task.GetAwaiter().IsCompleted)
+                {
+                    n++;
+                }
+                task.GetAwaiter().GetResult();
+            }
+            return n;
+        }));
+
+        Assert.InRange(declined, 3, 200);
+    }
+
+    [Fact]
+    public async Task ALongRunOfInlineAwaits_StillLetsTheWorkersOwnTimersFire()
+    {
+        // A delay started on a worker goes into that worker's own timer shard, which only that worker polls. A loop of
+        // inline awaits never returns to the worker's loop by itself; the inline budget makes it suspend now and then.
+        long iterations = await TestUtil.WithTimeout(Spindle.Run(async () =>
+        {
+            SpindleTask delay = Spindle.Delay(TimeSpan.FromMilliseconds(5));
+            long n = 0;
+            while (!delay.IsCompleted)
+            {
+                await Spindle.Run(static () => { });
+                n++;
+            }
+            await delay;
+            return n;
+        }));
+
+        Assert.True(iterations > 0);
+    }
+
+    [Fact]
+    public async Task ManyWorkersAwaitingTheirOwnRuns_WhileOthersSteal_LoseAndRepeatNothing()
+    {
+        // Inline take-back and a thief's steal race on the same run-next slot: each item must run exactly once.
+        const int Chains = 8;
+        int perChain = TestUtil.Stress(20_000);
+        var runs = new int[Chains * perChain];
+        var chains = new Task[Chains];
+        for (int c = 0; c < Chains; c++)
+        {
+            int chain = c;
+            chains[c] = TestUtil.AwaitAsync(Spindle.Run(async () =>
+            {
+                for (int i = 0; i < perChain; i++)
+                {
+                    int slot = chain * perChain + i;
+                    await Spindle.Run(() => Interlocked.Increment(ref runs[slot]));
+                    if (Volatile.Read(ref runs[slot]) != 1)
+                    {
+                        throw new InvalidOperationException($"item {slot} ran {runs[slot]} times before its await returned");
+                    }
+                }
+            }));
+        }
+        await TestUtil.WithTimeout(Task.WhenAll(chains), TestUtil.StressTimeout(60));
+
+        for (int i = 0; i < runs.Length; i++)
+        {
+            Assert.True(runs[i] == 1, $"item {i} ran {runs[i]} times");
+        }
+    }
+}
