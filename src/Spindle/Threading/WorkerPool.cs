@@ -185,7 +185,8 @@ internal sealed class WorkerPool : Scheduler
     /// only on a worker whose slot holds that very item (not yet started, and not stolen). Used when a worker awaits the
     /// item it has just queued: the worker would run it next anyway, right after the awaiting code suspends, so running it
     /// first and not suspending is the same schedule minus the suspension (the way Task.Wait inlines a task that has not
-    /// started). The exchange races only with a thief's compare-exchange on the same slot; exactly one of them wins.
+    /// started). Our compare-exchange races only with a thief's compare-exchange on the same slot (only the owner ever fills
+    /// it), so exactly one of them takes the item: it runs once.
     /// </summary>
     public static bool TryTakeBackRunNext(WorkItem item)
     {
