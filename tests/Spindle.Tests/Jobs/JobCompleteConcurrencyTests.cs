@@ -5,6 +5,12 @@ using System.Threading.Tasks;
 namespace SpindleLib.Tests.Jobs;
 
 /// <summary>Complete() called from several threads at once, on one handle and on handles of one DAG.</summary>
+/// <remarks>
+/// Run alone. The blocked-job tests keep a gate shut until waiters that need a worker have started, while the gated job
+/// may hold a worker: beside other tests, one holding the remaining worker (or flushing the global batch early) stalled
+/// them until the gate's 30 s bound. The racing test is a long race, which wants the machine to itself as well.
+/// </remarks>
+[Collection(SequentialCollection.Name)]
 public class JobCompleteConcurrencyTests
 {
     /// <summary>Writes a plain field: a thread that returns from Complete() must see it.</summary>
@@ -21,43 +27,93 @@ public class JobCompleteConcurrencyTests
     }
 
     [Fact]
-    public async Task ManyThreadsCompleteOneBlockedJob_AllReturnAndSeeItDone()
+    public Task ManyThreadsCompleteOneBlockedJob_AllReturnAndSeeItDone()
+        => CompleteOneBlockedJobFromManyThreads(workerWaiters: Math.Min(2, WorkerPool.Shared.WorkerCount));
+
+    /// <summary>
+    /// Regression: thread waiters used to start first, and the first one's Complete() made the gated job visible; the
+    /// one free worker could take it, and block in it, before the worker waiters had started, while the test kept the
+    /// gate shut until they started. After the gate's 30 s bound the job failed, every waiter rethrew its
+    /// TimeoutException, and the test reported a waiter that "returned before the gated job was released". With two
+    /// workers it took another test holding the second worker at that moment: the rare full-suite flake.
+    /// </summary>
+    [Fact]
+    public async Task ManyThreadsCompleteOneBlockedJob_OnlyOneWorkerFree_WorkerWaiterStartsBeforeTheGatedJobCanTakeIt()
     {
-        const int PlainThreads = 6;
-        const int Workers = 2;
+        using var hold = new HoldWorkers(WorkerPool.Shared.WorkerCount - 1);
+        for (int round = 0; round < 20; round++)
+        {
+            await CompleteOneBlockedJobFromManyThreads(workerWaiters: 1);
+            // A stalled round can also end when a holding item's own 30 s bound frees its worker for the waiter.
+            Assert.True(hold.StillHolding, $"round {round} stalled until a held worker was let go");
+        }
+    }
+
+    /// <summary>
+    /// Thread and worker waiters call Complete() at once on a job blocked behind a gate (even indices) or on a job that
+    /// depends on it (odd indices). None may return before the gate opens; all must return after, and see the jobs done.
+    /// </summary>
+    /// <remarks>
+    /// The gate opens only once every waiter has started, and a worker waiter needs a worker to start. But the gated job
+    /// blocks whichever thread runs it, and that may be a worker: an idle one, or a worker waiter helping inside
+    /// Complete(), may take it as soon as any Complete() flushes the batch. So the worker waiters start first, and the
+    /// thread waiters (whose Complete() would flush) only once they are in; the class runs alone, so no other test
+    /// flushes the batch or holds a worker meanwhile. And there are no more worker waiters than the free workers can
+    /// start however the gated job lands: with two or more free workers it holds at most one, and each other worker
+    /// runs queued waiters, from its loop or helping inside Complete(); with one free worker, one worker waiter, since
+    /// the first worker waiter's own Complete() puts the gated job in that worker's run-next slot, ahead of a second.
+    /// </remarks>
+    private static async Task CompleteOneBlockedJobFromManyThreads(int workerWaiters)
+    {
+        const int ThreadWaiters = 6;
+        int total = workerWaiters + ThreadWaiters;
         using var gate = new Gate();
         var ran = new Counter();
         JobHandle blocked = new GateJob(gate, ran).Schedule();
         JobHandle dependent = new CountJob(ran).Schedule(blocked);
-        using var arrived = new CountdownEvent(PlainThreads + Workers);
-        var waiters = new Task[PlainThreads + Workers];
-        for (int i = 0; i < waiters.Length; i++)
+        using var workersIn = new CountdownEvent(workerWaiters);
+        using var arrived = new CountdownEvent(total);
+        var waiters = new Task[total];
+
+        string Describe(int i) => $"waiter {i} ({(i < workerWaiters ? "worker" : "thread")}, completing {(i % 2 == 0 ? "blocked" : "dependent")})";
+
+        Action Body(int me) => () =>
         {
-            int me = i;
-            Action body = () =>
+            if (me < workerWaiters)
             {
-                arrived.Signal();
-                (me % 2 == 0 ? blocked : dependent).Complete();
-                Assert.True(blocked.IsCompleted);
-                Assert.True(ran.Read() >= 1);
-                if (me % 2 == 1)
-                {
-                    Assert.Equal(2, ran.Read());
-                }
-            };
-            waiters[i] = i < PlainThreads ? TestUtil.RunOnThread(body) : TestUtil.AwaitAsync(Spindle.Run(body));
-        }
+                workersIn.Signal();
+            }
+            arrived.Signal();
+            (me % 2 == 0 ? blocked : dependent).Complete();
+            Assert.True(blocked.IsCompleted);
+            Assert.True(ran.Read() >= 1);
+            if (me % 2 == 1)
+            {
+                Assert.Equal(2, ran.Read());
+            }
+        };
+
         try
         {
-            Assert.True(arrived.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            for (int i = 0; i < workerWaiters; i++)
+            {
+                waiters[i] = TestUtil.AwaitAsync(Spindle.Run(Body(i)));
+            }
+            Assert.True(workersIn.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
+                $"{workersIn.CurrentCount} of {workerWaiters} worker waiters never started; pool: {WorkerPool.Shared.Describe()}");
+            for (int i = workerWaiters; i < total; i++)
+            {
+                waiters[i] = TestUtil.RunOnThread(Body(i));
+            }
+            Assert.True(arrived.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
+                $"{arrived.CurrentCount} of {total} waiters never started; pool: {WorkerPool.Shared.Describe()}");
             gate.WaitStarted();
             Thread.Sleep(50); // let every waiter get into Complete and go to sleep
             for (int i = 0; i < waiters.Length; i++)
             {
                 Task w = waiters[i];
                 Assert.False(w.IsCompleted,
-                    $"waiter {i} ({(i < PlainThreads ? "thread" : "worker")}, completing {(i % 2 == 0 ? "blocked" : "dependent")}) " +
-                    $"returned before the gated job was released: {w.Status} {w.Exception?.InnerException}");
+                    $"{Describe(i)} returned before the gated job was released: {w.Status} {w.Exception?.InnerException}");
             }
         }
         finally

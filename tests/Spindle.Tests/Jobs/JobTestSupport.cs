@@ -15,7 +15,15 @@ internal sealed class Counter
 }
 
 /// <summary>A gate a job can wait at: the job signals <see cref="Started"/>, then waits for <see cref="Release"/>.</summary>
-/// <remarks>Dispose releases the job; the events are left to the GC, so a job still inside Wait never sees them disposed.</remarks>
+/// <remarks>
+/// <para>Dispose releases the job; the events are left to the GC, so a job still inside Wait never sees them disposed.</para>
+/// <para>A gated job blocks whichever thread runs it, without helping, and that may be a worker: an idle one, or one
+/// helping inside Complete() or GetResult(). A test that keeps the gate shut until something that needs a worker has
+/// happened (a Spindle.Run item has started, other jobs have run) can deadlock, when the job holds the last free worker,
+/// until the job's 30 s bound fails it with a TimeoutException, which its waiters then rethrow "early". Such a test
+/// starts what needs a worker before anything can make the gated job visible, and runs alone (SequentialCollection),
+/// since another test may hold a worker or flush the (global) batch at any moment.</para>
+/// </remarks>
 internal sealed class Gate : IDisposable
 {
     public readonly ManualResetEventSlim Started = new(false);
@@ -78,7 +86,9 @@ internal struct GateJob : IJob
         Gate.Started.Set();
         if (!Gate.Release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
         {
-            throw new TimeoutException("GateJob was never released.");
+            throw new TimeoutException(
+                $"GateJob was never released: its gate stayed shut for {TestUtil.DefaultTimeoutSeconds} s, on {Thread.CurrentThread.Name ?? "an unnamed thread"}. " +
+                "If the test was waiting for something that needs a worker, this job may have held the last free one (see Gate).");
         }
         Ran?.Increment();
     }
@@ -123,18 +133,29 @@ internal struct BatchRecordJob : IJobParallelForBatch
     }
 }
 
-/// <summary>Occupies every worker with a blocking Spindle.Run item until disposed, so only the test thread runs jobs.</summary>
+/// <summary>
+/// Occupies workers with blocking Spindle.Run items until disposed: every worker (so only the test thread runs jobs), or
+/// <c>count</c> of them. Only for tests that run alone (SequentialCollection).
+/// </summary>
 internal sealed class HoldWorkers : IDisposable
 {
     private readonly ManualResetEventSlim _release = new(false);
     private readonly SpindleTask[] _items;
 
     public HoldWorkers()
+        : this(WorkerPool.Shared.WorkerCount)
     {
-        int n = WorkerPool.Shared.WorkerCount;
-        using var started = new CountdownEvent(n);
-        _items = new SpindleTask[n];
-        for (int i = 0; i < n; i++)
+    }
+
+    public HoldWorkers(int count)
+    {
+        if (count < 0 || count > WorkerPool.Shared.WorkerCount)
+        {
+            throw new ArgumentOutOfRangeException(nameof(count), count, $"between 0 and the {WorkerPool.Shared.WorkerCount} workers");
+        }
+        using var started = new CountdownEvent(count);
+        _items = new SpindleTask[count];
+        for (int i = 0; i < count; i++)
         {
             _items[i] = Spindle.Run(() =>
             {
@@ -146,6 +167,22 @@ internal sealed class HoldWorkers : IDisposable
         {
             _release.Set();
             throw new TimeoutException("not every worker picked up a holding item");
+        }
+    }
+
+    /// <summary>False once a holding item has let its worker go without being released (its 30 s bound ran out).</summary>
+    public bool StillHolding
+    {
+        get
+        {
+            foreach (SpindleTask item in _items)
+            {
+                if (item.IsCompleted)
+                {
+                    return false;
+                }
+            }
+            return true;
         }
     }
 
