@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -52,30 +53,12 @@ public class WorkerShardTests
     {
         const int n = 500;
         using var cts = new CancellationTokenSource();
-        int canceled = 0;
-
-        async SpindleTask Wait()
-        {
-            await Spindle.SwitchToWorker();
-            try
-            {
-                await Spindle.Delay(TimeSpan.FromSeconds(60), cts.Token);
-            }
-            catch (OperationCanceledException)
-            {
-                Interlocked.Increment(ref canceled);
-            }
-        }
-
-        var tasks = new Task[n];
-        for (int i = 0; i < n; i++)
-        {
-            tasks[i] = TestUtil.AwaitAsync(Wait());
-        }
+        var canceled = new StrongBox<int>();
+        Task[] tasks = CancelableWorkerDelays.Start(n, cts.Token, canceled);
         TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount >= n);
         cts.Cancel();
         await TestUtil.WithTimeout(Task.WhenAll(tasks));
-        Assert.Equal(n, canceled);
+        Assert.Equal(n, canceled.Value);
         // The owning workers drain their cancel inboxes when woken (or on their next look): nothing stays pending.
         var watch = System.Diagnostics.Stopwatch.StartNew();
         while (TimerWheel.Default.PendingCount != 0)
@@ -120,32 +103,14 @@ public class WorkerShardParkedCancellationTests
         for (int round = 0; round < rounds; round++)
         {
             using var cts = new CancellationTokenSource();
-            int canceled = 0;
-
-            async SpindleTask Wait()
-            {
-                await Spindle.SwitchToWorker();
-                try
-                {
-                    await Spindle.Delay(TimeSpan.FromSeconds(60), cts.Token);
-                }
-                catch (OperationCanceledException)
-                {
-                    Interlocked.Increment(ref canceled);
-                }
-            }
-
-            var tasks = new Task[n];
-            for (int i = 0; i < n; i++)
-            {
-                tasks[i] = TestUtil.AwaitAsync(Wait());
-            }
+            var canceled = new StrongBox<int>();
+            Task[] tasks = CancelableWorkerDelays.Start(n, cts.Token, canceled);
             TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount >= n, 10);
             // Both workers parked (with a timed wait of about a minute, for their delays) before the cancellation.
             TestUtil.SpinUntil(() => pool.IdleWorkers == pool.WorkerCount, 10);
             cts.Cancel();
             await TestUtil.WithTimeout(Task.WhenAll(tasks), 10);
-            Assert.Equal(n, canceled);
+            Assert.Equal(n, canceled.Value);
             var watch = System.Diagnostics.Stopwatch.StartNew();
             while (TimerWheel.Default.PendingCount != 0)
             {
@@ -154,5 +119,36 @@ public class WorkerShardParkedCancellationTests
                 Thread.Sleep(1);
             }
         }
+    }
+}
+
+/// <summary>Delays that long outlive a test, each started on a worker (so in that worker's shard) and cancelable.</summary>
+internal static class CancelableWorkerDelays
+{
+    /// <summary>
+    /// Starts <paramref name="n"/> async methods that each move to a worker and await a 60 s delay on
+    /// <paramref name="token"/>; each one that ends cancelled adds one to <paramref name="canceled"/>.
+    /// </summary>
+    public static Task[] Start(int n, CancellationToken token, StrongBox<int> canceled)
+    {
+        async SpindleTask Wait()
+        {
+            await Spindle.SwitchToWorker();
+            try
+            {
+                await Spindle.Delay(TimeSpan.FromSeconds(60), token);
+            }
+            catch (OperationCanceledException)
+            {
+                Interlocked.Increment(ref canceled.Value);
+            }
+        }
+
+        var tasks = new Task[n];
+        for (int i = 0; i < n; i++)
+        {
+            tasks[i] = TestUtil.AwaitAsync(Wait());
+        }
+        return tasks;
     }
 }
