@@ -306,6 +306,29 @@ public sealed class NetStandardBuildTests
         await handOff;
     }
 
+    [Fact]
+    public void TaskTracker_ListsASuspendedMethodWithWhereItStarted()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        SpindleDiagnostics.CaptureStackTraces = true;
+        try
+        {
+            var promise = new Promise<int>();
+            SpindleTask<int> pending = AddOne(promise.Task);
+            TrackedTask tracked = Assert.Single(SpindleDiagnostics.GetTrackedTasks(), t => t.Method.EndsWith("." + nameof(AddOne), StringComparison.Ordinal));
+            Assert.Equal(SpindleTaskStatus.Pending, tracked.Status);
+            Assert.Contains(nameof(TaskTracker_ListsASuspendedMethodWithWhereItStarted), tracked.StackTrace);
+            promise.SetResult(1);
+            Assert.Equal(2, pending.GetAwaiter().GetResult());
+            Assert.DoesNotContain(SpindleDiagnostics.GetTrackedTasks(), t => t.Method.EndsWith("." + nameof(AddOne), StringComparison.Ordinal));
+        }
+        finally
+        {
+            SpindleDiagnostics.CaptureStackTraces = false;
+            SpindleDiagnostics.TrackTasks = false;
+        }
+    }
+
     private static async SpindleTask<string> Wait(Signal signal, CancellationToken token)
     {
         await signal.WaitAsync(token);

@@ -9,6 +9,7 @@ internal static class UnobservedExceptions
 
     public static void Report(Exception exception)
     {
+        SpindleMetrics.ExceptionReported();
         Action<Exception>? handlers = Handlers;
         if (handlers is null)
         {

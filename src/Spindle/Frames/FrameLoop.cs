@@ -101,6 +101,7 @@ public sealed partial class FrameLoop
     /// <summary>Creates a loop with the default phases: EarlyUpdate, FixedUpdate, Update and LateUpdate.</summary>
     public FrameLoop()
     {
+        SpindleMetrics.EnsureCreated();
         EarlyUpdate = new FramePhase(this, nameof(EarlyUpdate));
         FixedUpdate = new FramePhase(this, nameof(FixedUpdate));
         Update = new FramePhase(this, nameof(Update));
@@ -280,6 +281,7 @@ public sealed partial class FrameLoop
     {
         ValidateDelta(deltaTime, nameof(deltaTime));
         Enter();
+        long started = SpindleMetrics.FrameStarted();
         try
         {
             BeginFrameCore(deltaTime.Ticks);
@@ -292,6 +294,7 @@ public sealed partial class FrameLoop
         }
         finally
         {
+            SpindleMetrics.FrameEnded(started);
             Exit();
         }
     }

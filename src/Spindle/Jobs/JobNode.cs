@@ -36,10 +36,14 @@ internal abstract class JobNode : WorkItem
     private int _state; // Pending, Succeeded, Faulted
     private ExceptionHolder? _fault;
     internal JobNode? BatchNext;
+    private readonly bool _countsAsJob;
 
     private const int Pending = 0;
     private const int Succeeded = 1;
     private const int Faulted = 2;
+
+    /// <param name="countsAsJob">False for nodes that are not a user's job (a combine): the jobs-completed metric skips them.</param>
+    protected JobNode(bool countsAsJob = true) => _countsAsJob = countsAsJob;
 
     public int Version => (int)(Volatile.Read(ref _refState) >> 32);
 
@@ -249,7 +253,7 @@ internal abstract class JobNode : WorkItem
             // Run (or, with an inherited fault, finish without running) by the caller's loop: no recursion.
             return this;
         }
-        if (t_finishDepth >= MaxNestedFinish)
+        if (ThreadCounters.Current.FinishDepth >= MaxNestedFinish)
         {
             // Finishing this kind of job here would nest one more Finish on the stack (a combine, an empty parallel-for,
             // a failed job): past a small depth, queue it instead, and let the thread that runs it finish it.
@@ -266,9 +270,6 @@ internal abstract class JobNode : WorkItem
         }
         return null;
     }
-
-    [ThreadStatic]
-    private static int t_finishDepth;
 
     private const int MaxNestedFinish = 16;
 
@@ -332,14 +333,20 @@ internal abstract class JobNode : WorkItem
     /// </summary>
     protected JobNode? Finish(Exception? exception)
     {
-        t_finishDepth++;
+        // One thread-static read for both the nesting depth and the metrics' count (ThreadCounters).
+        ThreadCounters counters = ThreadCounters.Current;
+        if (_countsAsJob)
+        {
+            counters.JobsCompleted++;
+        }
+        counters.FinishDepth++;
         try
         {
             return FinishCore(exception);
         }
         finally
         {
-            t_finishDepth--;
+            counters.FinishDepth--;
         }
     }
 

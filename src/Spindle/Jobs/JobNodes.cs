@@ -52,6 +52,11 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
 {
     private CombineNode? _poolNext;
 
+    private CombineNode()
+        : base(countsAsJob: false)
+    {
+    }
+
     ref CombineNode? IPoolNode<CombineNode>.Next => ref _poolNext;
 
     public static CombineNode Rent()

@@ -63,6 +63,27 @@ public static class SpindlePool
         }
     }
 
+    /// <summary>
+    /// The objects held by the shared pools, summed by kind: a pooled type's name without its generic arguments, so
+    /// that every async method's box counts as one kind (<c>StateMachineBox</c>), not one per method.
+    /// </summary>
+    internal static List<KeyValuePair<string, int>> RetainedByKind()
+    {
+        var byKind = new Dictionary<string, int>();
+        lock (s_lock)
+        {
+            foreach (var p in s_pools)
+            {
+                string name = p.Type.Name;
+                int tick = name.IndexOf('`');
+                string kind = tick < 0 ? name : name.Substring(0, tick);
+                byKind.TryGetValue(kind, out int count);
+                byKind[kind] = count + p.Count();
+            }
+        }
+        return new List<KeyValuePair<string, int>>(byKind);
+    }
+
     internal static bool Register(Type type, Func<int> count, Action trim)
     {
         lock (s_lock)

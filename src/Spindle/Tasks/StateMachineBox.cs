@@ -45,6 +45,12 @@ internal abstract class StateMachineBoxBase : WorkItem
     internal abstract void ObserveForgotten();
 
     public sealed override void Execute() => MoveNext();
+
+    /// <summary>The async method this box runs, for the task tracker.</summary>
+    internal virtual string MethodName => GetType().Name;
+
+    /// <summary>Its task's status, read without a token, for the task tracker (a snapshot that may be stale at once).</summary>
+    internal abstract SpindleTaskStatus StatusForDiagnostics { get; }
 }
 
 /// <summary>A box that is also the source of the async method's task.</summary>
@@ -53,6 +59,8 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
     protected SourceCore<TResult> _core;
 
     public short Version => _core.Version;
+
+    internal sealed override SpindleTaskStatus StatusForDiagnostics => _core.StatusUnchecked;
 
     public void SetResult(TResult result) => _core.TrySetResult(result);
 
@@ -110,6 +118,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
     where TStateMachine : IAsyncStateMachine
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((StateMachineBox<TStateMachine, TResult>)o!).StateMachine.MoveNext();
+    private static string? s_methodName; // worked out on the tracker's first look, not when the type is first used
 
 
     public TStateMachine StateMachine = default!;
@@ -119,6 +128,8 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
 
     public static StateMachineBox<TStateMachine, TResult> Rent()
         => ObjectPool<StateMachineBox<TStateMachine, TResult>>.TryRent() ?? new StateMachineBox<TStateMachine, TResult>();
+
+    internal override string MethodName => s_methodName ??= TaskTracker.MethodNameOf(typeof(TStateMachine));
 
     public override void MoveNext()
     {
@@ -147,6 +158,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         StateMachine = default!;
         _context = null;
         _core.ClearForPool();
+        TaskTracker.OnReturned(this);
         ObjectPool<StateMachineBox<TStateMachine, TResult>>.Return(this);
     }
 }
@@ -173,6 +185,7 @@ internal static class BuilderCore
         var created = StateMachineBox<TStateMachine, TResult>.Rent();
         boxField = created;
         created.StateMachine = stateMachine;
+        TaskTracker.OnRented(created);
         return created;
     }
 

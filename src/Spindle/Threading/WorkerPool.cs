@@ -81,6 +81,7 @@ internal sealed class WorkerPool : Scheduler
         {
             ThrowHelper.ThrowArgumentOutOfRange(nameof(workerCount), "A worker pool needs at least one worker.");
         }
+        SpindleMetrics.EnsureCreated();
         _workers = new Worker[workerCount];
         for (int i = 0; i < workerCount; i++)
         {
@@ -104,6 +105,26 @@ internal sealed class WorkerPool : Scheduler
     public int WorkerCount => _workers.Length;
 
     public int IdleWorkers => Volatile.Read(ref _idle);
+
+    /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
+    internal static WorkerPool? SharedIfCreated => Volatile.Read(ref s_shared);
+
+    /// <summary>Items waiting in the queues any thread feeds: the injection queue and the jobs' queue.</summary>
+    internal long GlobalQueueLength => _injection.Count + _helpable.Count;
+
+    /// <summary>Items waiting in the workers' own deques and run-next slots (a racy sum, for metrics).</summary>
+    internal long LocalQueueLength
+    {
+        get
+        {
+            long count = 0;
+            foreach (Worker w in _workers)
+            {
+                count += w.Deque.Count + (Volatile.Read(ref w.RunNext) is null ? 0 : 1);
+            }
+            return count;
+        }
+    }
 
     /// <summary>A one-line picture of where queued work sits (for diagnostics and test failure messages).</summary>
     internal string Describe()

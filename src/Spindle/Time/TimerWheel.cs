@@ -98,10 +98,14 @@ public sealed partial class TimerWheel : IDisposable
         _driver = system ? new ThreadTimerDriver(this) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);
         _workerShards = workerShards && system;
+        SpindleMetrics.EnsureCreated();
     }
 
     /// <summary>The wheel on <see cref="TimeProvider.System"/> that <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/> uses. It is never disposed.</summary>
     public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
+
+    /// <summary>The default wheel if something has created it (for metrics, which must not create it).</summary>
+    internal static TimerWheel? DefaultIfCreated => Volatile.Read(ref s_default);
 
     /// <summary>The longest delay a wheel accepts: <see cref="uint.MaxValue"/> - 1 milliseconds (about 49.7 days), as <c>Task.Delay</c>.</summary>
     public static TimeSpan MaxDelay { get; } = TimeSpan.FromMilliseconds(uint.MaxValue - 1.0);

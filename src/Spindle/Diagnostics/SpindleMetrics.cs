@@ -1,0 +1,109 @@
+#if NET
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Diagnostics.Metrics;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The instruments of the <c>Spindle</c> meter (listed on <see cref="SpindleDiagnostics"/>). The gauges and the jobs
+/// counter are observable: their callbacks read state Spindle keeps anyway (queue counts, pool counts, the wheel's
+/// published count, per-thread job counts) only when a listener collects, so nothing on a hot path changes for them.
+/// The frame histogram and the unobserved-exception counter are recorded where the event happens, and only while a
+/// listener is enabled for them.
+/// </summary>
+internal static class SpindleMetrics
+{
+    private static readonly Meter s_meter = new(SpindleDiagnostics.MeterName, typeof(SpindleMetrics).Assembly.GetName().Version?.ToString());
+
+    /// <summary>How long each <see cref="FrameLoop.RunFrame()"/> took, in seconds.</summary>
+    public static readonly Histogram<double> FrameDuration = s_meter.CreateHistogram<double>(
+        "spindle.frame.duration", "s", "How long each FrameLoop.RunFrame took.");
+
+    /// <summary>Faults reported to <see cref="Spindle.UnobservedException"/>.</summary>
+    public static readonly Counter<long> UnobservedExceptions = s_meter.CreateCounter<long>(
+        "spindle.exceptions.unobserved", "{exception}", "Faults reported to Spindle.UnobservedException.");
+
+    static SpindleMetrics()
+    {
+        s_meter.CreateObservableGauge("spindle.workers", static () => WorkerPool.SharedIfCreated?.WorkerCount ?? 0,
+            "{thread}", "Spindle's worker threads.");
+        s_meter.CreateObservableGauge("spindle.workers.idle", static () => WorkerPool.SharedIfCreated?.IdleWorkers ?? 0,
+            "{thread}", "Worker threads parked or looking for work.");
+        s_meter.CreateObservableGauge("spindle.queue.length", static () => QueueLengths(),
+            "{item}", "Work items waiting: global (injection and job queues) or local (the workers' own queues).");
+        s_meter.CreateObservableGauge("spindle.timers.pending", static () => TimerWheel.DefaultIfCreated?.PendingCount ?? 0L,
+            "{timer}", "Timers waiting in TimerWheel.Default.");
+        s_meter.CreateObservableGauge("spindle.pool.retained", static () => PoolMeasurements(),
+            "{object}", "Objects held by Spindle's shared pools, by pooled kind.");
+        s_meter.CreateObservableCounter("spindle.jobs.completed", static () => ThreadCounters.TotalJobsCompleted,
+            "{job}", "Jobs finished, successfully or not.");
+    }
+
+    /// <summary>Creates the meter and its instruments (once), so that listeners see them; called by the components they describe.</summary>
+    public static void EnsureCreated()
+    {
+        // Reading a static field runs the static constructor, once, before the first read.
+        _ = s_meter;
+    }
+
+    private static Measurement<long>[] QueueLengths()
+    {
+        if (WorkerPool.SharedIfCreated is not { } pool)
+        {
+            return System.Array.Empty<Measurement<long>>();
+        }
+        return new[]
+        {
+            new Measurement<long>(pool.GlobalQueueLength, new KeyValuePair<string, object?>("spindle.queue", "global")),
+            new Measurement<long>(pool.LocalQueueLength, new KeyValuePair<string, object?>("spindle.queue", "local")),
+        };
+    }
+
+    private static IEnumerable<Measurement<int>> PoolMeasurements()
+    {
+        foreach (KeyValuePair<string, int> kind in SpindlePool.RetainedByKind())
+        {
+            yield return new Measurement<int>(kind.Value, new KeyValuePair<string, object?>("spindle.pool", kind.Key));
+        }
+    }
+
+    /// <summary>Starts timing a frame if a listener wants frame durations; 0 if none does.</summary>
+    public static long FrameStarted() => FrameDuration.Enabled ? Stopwatch.GetTimestamp() : 0;
+
+    /// <summary>Records a frame started with <see cref="FrameStarted"/> (nothing if it returned 0).</summary>
+    public static void FrameEnded(long started)
+    {
+        if (started != 0)
+        {
+            FrameDuration.Record((Stopwatch.GetTimestamp() - started) / (double)Stopwatch.Frequency);
+        }
+    }
+
+    /// <summary>Counts a fault reported to <see cref="Spindle.UnobservedException"/>.</summary>
+    public static void ExceptionReported() => UnobservedExceptions.Add(1);
+}
+#else
+namespace SpindleLib;
+
+/// <summary>
+/// netstandard2.1 has no <c>System.Diagnostics.Metrics</c> (it would take a package dependency that Unity projects would
+/// have to carry), so Spindle publishes no metrics there and these calls do nothing.
+/// </summary>
+internal static class SpindleMetrics
+{
+    public static void EnsureCreated()
+    {
+    }
+
+    public static long FrameStarted() => 0;
+
+    public static void FrameEnded(long started)
+    {
+    }
+
+    public static void ExceptionReported()
+    {
+    }
+}
+#endif

@@ -1,0 +1,116 @@
+using System;
+using System.Collections.Concurrent;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The task tracker behind <see cref="SpindleDiagnostics.TrackTasks"/>: while it is on, every async method's
+/// state-machine box is recorded when it is rented (the method's first real suspension) and forgotten when it goes
+/// back to its pool (its result was read). What is left is what is running, waiting, or finished and never read: a leak.
+/// </summary>
+/// <remarks>
+/// Off, it costs one static read when a box is rented and one when it is returned. On, it allocates an entry per
+/// suspended method (and a stack trace if asked), which is what a diagnostic mode is for. Entries live in a
+/// <see cref="ConcurrentDictionary{TKey,TValue}"/> keyed by the box. Once tracking has ever been on, a returning box
+/// always removes itself, so an entry added while tracking was being switched off cannot outlive its box's use.
+/// </remarks>
+internal static class TaskTracker
+{
+    private static volatile bool s_enabled;
+    private static volatile bool s_captureStackTraces;
+    private static ConcurrentDictionary<StateMachineBoxBase, Entry>? s_live;
+
+    /// <summary>What is recorded about a box when it is rented.</summary>
+    private sealed class Entry
+    {
+        public readonly long StartedAt = Stopwatch.GetTimestamp();
+        public readonly int ThreadId = Environment.CurrentManagedThreadId;
+        public StackTrace? Stack;
+    }
+
+    public static bool Enabled
+    {
+        get => s_enabled;
+        set
+        {
+            if (value)
+            {
+                Interlocked.CompareExchange(ref s_live, new ConcurrentDictionary<StateMachineBoxBase, Entry>(), null);
+                s_live!.Clear();
+                s_enabled = true;
+            }
+            else
+            {
+                s_enabled = false;
+                s_live?.Clear();
+            }
+        }
+    }
+
+    public static bool CaptureStackTraces
+    {
+        get => s_captureStackTraces;
+        set => s_captureStackTraces = value;
+    }
+
+    /// <summary>Called by the builder when it rents a box for a method's first real suspension.</summary>
+    public static void OnRented(StateMachineBoxBase box)
+    {
+        if (!s_enabled)
+        {
+            return;
+        }
+        var entry = new Entry();
+        if (s_captureStackTraces)
+        {
+            // Skip this frame and the builder's: the first frames shown are the async method's and its callers'.
+            entry.Stack = new StackTrace(2, fNeedFileInfo: true);
+        }
+        s_live![box] = entry;
+    }
+
+    /// <summary>Called when a box goes back to its pool: its task's result has been read.</summary>
+    public static void OnReturned(StateMachineBoxBase box)
+    {
+        if (s_live is { } live)
+        {
+            live.TryRemove(box, out _);
+        }
+    }
+
+    /// <summary>A snapshot of the tracked tasks, oldest first; empty while tracking is off.</summary>
+    public static IReadOnlyList<TrackedTask> Snapshot()
+    {
+        if (!s_enabled || s_live is not { } live)
+        {
+            return Array.Empty<TrackedTask>();
+        }
+        long now = Stopwatch.GetTimestamp();
+        var list = new List<TrackedTask>();
+        foreach (KeyValuePair<StateMachineBoxBase, Entry> pair in live)
+        {
+            Entry e = pair.Value;
+            TimeSpan age = TimeSpan.FromSeconds((now - e.StartedAt) / (double)Stopwatch.Frequency);
+            list.Add(new TrackedTask(pair.Key.MethodName, pair.Key.StatusForDiagnostics, age, e.ThreadId, e.Stack?.ToString()));
+        }
+        list.Sort(static (a, b) => b.Age.CompareTo(a.Age));
+        return list;
+    }
+
+    /// <summary>
+    /// "Namespace.Type.Method" for a compiler-generated state machine (a nested type named <c>&lt;Method&gt;d__N</c>),
+    /// or the state machine's own name for anything else.
+    /// </summary>
+    public static string MethodNameOf(Type stateMachine)
+    {
+        string name = stateMachine.Name;
+        int open = name.IndexOf('<');
+        int close = name.IndexOf('>');
+        string method = open == 0 && close > 1 ? name.Substring(1, close - 1) : name;
+        Type? declaring = stateMachine.DeclaringType;
+        return declaring is null ? method : (declaring.FullName ?? declaring.Name).Replace('+', '.') + "." + method;
+    }
+}

@@ -1,0 +1,84 @@
+using System.Collections.Generic;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// Per-thread counts that Spindle's metrics sum on demand, so that counting an event is a plain increment on a field
+/// only the counting thread writes: no interlocked operation and no shared cache line on a hot path. The job system
+/// also keeps its finish-nesting depth here, so that a finishing job reads one thread-static, not two.
+/// </summary>
+/// <remarks>
+/// <para>Invariant: each instance is written only by its <see cref="Owner"/> thread; readers on other threads see a
+/// value that may lag but never tears (a 64-bit field read is atomic on 64-bit runtimes; on a 32-bit one a reader can
+/// see a torn value, which only a metric would show, never the library's behaviour).</para>
+/// <para>Threads register once, under a lock. A dead thread's final counts fold into <see cref="s_retiredJobs"/> the
+/// next time the list is read or a new thread registers, so the list stays as long as the number of live threads that
+/// ever counted, and the sum never goes down.</para>
+/// </remarks>
+internal sealed class ThreadCounters
+{
+    [System.ThreadStatic]
+    private static ThreadCounters? t_current;
+
+    private static readonly object s_lock = new();
+    private static readonly List<ThreadCounters> s_threads = new();
+    private static long s_retiredJobs;
+
+    /// <summary>How deeply job finishes are nested on this thread (see <c>JobNode.Finish</c>).</summary>
+    public int FinishDepth;
+
+    /// <summary>Jobs this thread has finished (run, failed or failed by a dependency).</summary>
+    public long JobsCompleted;
+
+    public readonly Thread Owner;
+
+    private ThreadCounters(Thread owner) => Owner = owner;
+
+    /// <summary>The calling thread's counters, created and registered on its first use.</summary>
+    public static ThreadCounters Current => t_current ?? Register();
+
+    private static ThreadCounters Register()
+    {
+        var counters = new ThreadCounters(Thread.CurrentThread);
+        lock (s_lock)
+        {
+            PruneDeadThreads();
+            s_threads.Add(counters);
+        }
+        t_current = counters;
+        return counters;
+    }
+
+    /// <summary>Jobs finished on every thread since the process started.</summary>
+    public static long TotalJobsCompleted
+    {
+        get
+        {
+            lock (s_lock)
+            {
+                PruneDeadThreads();
+                long total = s_retiredJobs;
+                foreach (ThreadCounters c in s_threads)
+                {
+                    total += Volatile.Read(ref c.JobsCompleted);
+                }
+                return total;
+            }
+        }
+    }
+
+    private static void PruneDeadThreads()
+    {
+        // A thread that has ended writes nothing more: its count is final and moves to the retired total.
+        for (int i = s_threads.Count - 1; i >= 0; i--)
+        {
+            ThreadCounters c = s_threads[i];
+            if (!c.Owner.IsAlive)
+            {
+                s_retiredJobs += Volatile.Read(ref c.JobsCompleted);
+                s_threads.RemoveAt(i);
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics.Metrics;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Diagnostics;
+
+/// <summary>
+/// The "Spindle" meter, read the way dotnet-counters and OpenTelemetry read it: through a MeterListener. Run alone, so
+/// that the counts and gauges move only with what each test does.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class MetricsTests
+{
+    private static readonly string[] s_instruments =
+    {
+        "spindle.workers", "spindle.workers.idle", "spindle.queue.length", "spindle.timers.pending", "spindle.pool.retained",
+        "spindle.jobs.completed", "spindle.frame.duration", "spindle.exceptions.unobserved",
+    };
+
+    private struct NoOpJob : IJob
+    {
+        public readonly void Execute()
+        {
+        }
+    }
+
+    private struct ThrowingJob : IJob
+    {
+        public readonly void Execute() => throw new InvalidOperationException("job failed on purpose");
+    }
+
+    private struct NoOpForJob : IJobParallelFor
+    {
+        public readonly void Execute(int index)
+        {
+        }
+    }
+
+    /// <summary>A listener on the Spindle meter that keeps every measurement, by instrument name.</summary>
+    private sealed class Recorder : IDisposable
+    {
+        private readonly MeterListener _listener = new();
+        private readonly object _lock = new();
+        private readonly List<(string Name, double Value, KeyValuePair<string, object?>[] Tags)> _measurements = new();
+
+        public Recorder(params string[] only)
+        {
+            _listener.InstrumentPublished = (instrument, listener) =>
+            {
+                if (instrument.Meter.Name == SpindleDiagnostics.MeterName && (only.Length == 0 || only.Contains(instrument.Name)))
+                {
+                    Published.Add(instrument.Name);
+                    listener.EnableMeasurementEvents(instrument);
+                }
+            };
+            _listener.SetMeasurementEventCallback<int>((i, v, tags, _) => Add(i.Name, v, tags));
+            _listener.SetMeasurementEventCallback<long>((i, v, tags, _) => Add(i.Name, v, tags));
+            _listener.SetMeasurementEventCallback<double>((i, v, tags, _) => Add(i.Name, v, tags));
+            _listener.Start();
+        }
+
+        public HashSet<string> Published { get; } = new();
+
+        private void Add(string name, double value, ReadOnlySpan<KeyValuePair<string, object?>> tags)
+        {
+            lock (_lock)
+            {
+                _measurements.Add((name, value, tags.ToArray()));
+            }
+        }
+
+        /// <summary>Collects the observable instruments once and returns what they reported.</summary>
+        public List<(string Name, double Value, KeyValuePair<string, object?>[] Tags)> Observe(string name)
+        {
+            Clear();
+            _listener.RecordObservableInstruments();
+            return Recorded(name);
+        }
+
+        public double ObserveOne(string name) => Observe(name).Single().Value;
+
+        public List<(string Name, double Value, KeyValuePair<string, object?>[] Tags)> Recorded(string name)
+        {
+            lock (_lock)
+            {
+                return _measurements.Where(m => m.Name == name).ToList();
+            }
+        }
+
+        public void Clear()
+        {
+            lock (_lock)
+            {
+                _measurements.Clear();
+            }
+        }
+
+        public void Dispose() => _listener.Dispose();
+    }
+
+    private static void CreateEverything()
+    {
+        _ = WorkerPool.Shared;
+        _ = TimerWheel.Default;
+        _ = new FrameLoop();
+    }
+
+    [Fact]
+    public void Meter_PublishesEveryInstrumentUnderItsName()
+    {
+        CreateEverything();
+        using var recorder = new Recorder();
+
+        Assert.Equal(s_instruments.OrderBy(n => n), recorder.Published.OrderBy(n => n));
+    }
+
+    [Fact]
+    public void Workers_ReportsTheSharedPoolsWorkersAndIdleOnesAmongThem()
+    {
+        CreateEverything();
+        using var recorder = new Recorder("spindle.workers", "spindle.workers.idle");
+
+        Assert.Equal(WorkerPool.Shared.WorkerCount, recorder.ObserveOne("spindle.workers"));
+        double idle = recorder.ObserveOne("spindle.workers.idle");
+        Assert.InRange(idle, 0, WorkerPool.Shared.WorkerCount);
+    }
+
+    [Fact]
+    public void JobsCompleted_CountsEveryFinishedJobWhateverItsOutcomeButNotCombinedHandles()
+    {
+        CreateEverything();
+        using var recorder = new Recorder("spindle.jobs.completed");
+        double before = recorder.ObserveOne("spindle.jobs.completed");
+
+        JobHandle chain = default;
+        for (int i = 0; i < 50; i++)
+        {
+            chain = new NoOpJob().Schedule(chain);
+        }
+        JobHandle failed = new ThrowingJob().Schedule();
+        JobHandle failedByDependency = new NoOpJob().Schedule(failed); // finishes with its dependency's fault, unrun
+        JobHandle parallel = new NoOpForJob().Schedule(1000, 64);
+        JobHandle all = JobHandle.CombineDependencies(chain, failedByDependency, parallel);
+        Assert.Throws<InvalidOperationException>(() => all.Complete());
+        Assert.Throws<InvalidOperationException>(() => failed.Complete());
+
+        // 50 + the failing job + its dependent + the parallel-for; the combined handle is not a job.
+        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.jobs.completed") >= before + 53);
+        Thread.Sleep(50);
+        Assert.Equal(before + 53, recorder.ObserveOne("spindle.jobs.completed"));
+    }
+
+    [Fact]
+    public void JobsCompleted_KeepsTheCountsOfThreadsThatHaveEnded()
+    {
+        CreateEverything();
+        using var recorder = new Recorder("spindle.jobs.completed");
+        double before = recorder.ObserveOne("spindle.jobs.completed");
+
+        // A thread that is not a worker finishes jobs itself when it helps (a dependent chain runs where it is made
+        // ready); whatever ran where, the total must count all 20 after the thread has ended.
+        var thread = new Thread(() =>
+        {
+            for (int i = 0; i < 20; i++)
+            {
+                new NoOpJob().Schedule().Complete();
+            }
+        });
+        thread.Start();
+        thread.Join();
+
+        Assert.Equal(before + 20, recorder.ObserveOne("spindle.jobs.completed"));
+        Assert.Equal(before + 20, recorder.ObserveOne("spindle.jobs.completed")); // never goes down once folded in
+    }
+
+    [Fact]
+    public async Task TimersPending_CountsTheDefaultWheelsTimersUntilTheyAreCancelled()
+    {
+        CreateEverything();
+        using var recorder = new Recorder("spindle.timers.pending");
+        double before = recorder.ObserveOne("spindle.timers.pending");
+        using var cts = new CancellationTokenSource();
+
+        var delays = new List<Task>();
+        await Task.Run(() =>
+        {
+            for (int i = 0; i < 100; i++)
+            {
+                delays.Add(TestUtil.AwaitAsync(Spindle.Delay(TimeSpan.FromHours(1), cts.Token)));
+            }
+        });
+        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.timers.pending") >= before + 100);
+
+        cts.Cancel();
+        foreach (Task d in delays)
+        {
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(() => TestUtil.WithTimeout(d));
+        }
+        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.timers.pending") <= before);
+    }
+
+    [Fact]
+    public void PoolRetained_ReportsEachPooledKindOnceWithoutItsGenericArguments()
+    {
+        CreateEverything();
+        for (int i = 0; i < 100; i++)
+        {
+            new NoOpJob().Schedule().Complete();
+        }
+        using var recorder = new Recorder("spindle.pool.retained");
+
+        var measurements = recorder.Observe("spindle.pool.retained");
+        var kinds = measurements.Select(m => (string)m.Tags.Single(t => t.Key == "spindle.pool").Value!).ToList();
+        Assert.Contains("JobNode", kinds);
+        Assert.Equal(kinds.Count, kinds.Distinct().Count());
+        Assert.DoesNotContain(kinds, k => k.Contains('`'));
+        Assert.All(measurements, m => Assert.True(m.Value >= 0));
+    }
+
+    [Fact]
+    public void QueueLength_ReportsTheGlobalAndTheLocalQueues()
+    {
+        CreateEverything();
+        using var recorder = new Recorder("spindle.queue.length");
+
+        var measurements = recorder.Observe("spindle.queue.length");
+        Assert.Equal(new[] { "global", "local" }, measurements.Select(m => (string)m.Tags.Single(t => t.Key == "spindle.queue").Value!).OrderBy(k => k));
+        Assert.All(measurements, m => Assert.True(m.Value >= 0));
+    }
+
+    [Fact]
+    public void FrameDuration_RecordsEachRunFrameOnlyWhileListenedTo()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame(); // nobody listens yet: nothing to record, and nothing measured
+
+        using (var recorder = new Recorder("spindle.frame.duration"))
+        {
+            loop.RunFrame();
+            loop.RunFrame();
+            loop.RunFrame();
+            var frames = recorder.Recorded("spindle.frame.duration");
+            Assert.Equal(3, frames.Count);
+            Assert.All(frames, f => Assert.InRange(f.Value, 0, 10));
+        }
+
+        Assert.Equal(0, SpindleMetrics.FrameStarted()); // the listener is gone: frames are not timed
+    }
+
+    [Fact]
+    public void UnobservedExceptions_CountsEachReportedFault()
+    {
+        using var recorder = new Recorder("spindle.exceptions.unobserved");
+        int reported = 0;
+        Action<Exception> handler = _ => Interlocked.Increment(ref reported);
+        Spindle.UnobservedException += handler;
+        try
+        {
+            SpindleTask.FromException(new InvalidOperationException("nobody awaits this")).Forget();
+            SpindleTask.FromException(new InvalidOperationException("nor this")).Forget();
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+
+        Assert.Equal(2, reported);
+        Assert.Equal(2, recorder.Recorded("spindle.exceptions.unobserved").Sum(m => m.Value));
+    }
+}
