@@ -307,6 +307,29 @@ public sealed class NetStandardBuildTests
     }
 
     [Fact]
+    public async Task Promise_RunContinuationsAsynchronously_ResumesTheAwaiterAfterTheCompleterReturns()
+    {
+        var promise = new Promise<int>(runContinuationsAsynchronously: true);
+        var returned = new ManualResetEventSlim();
+        bool completerHadReturned = false;
+
+        async SpindleTask<int> Waiter()
+        {
+            int value = await promise.Task;
+            completerHadReturned = returned.Wait(TimeSpan.FromSeconds(10));
+            return value;
+        }
+
+        SpindleTask<int> waiting = Waiter();
+        promise.SetResult(9);
+        returned.Set();
+
+        Assert.Equal(9, await waiting);
+        Assert.True(completerHadReturned);
+        Assert.True(promise.RunsContinuationsAsynchronously);
+    }
+
+    [Fact]
     public void TaskTracker_ListsASuspendedMethodWithWhereItStarted()
     {
         SpindleDiagnostics.TrackTasks = true;

@@ -48,10 +48,27 @@ internal struct SourceCore<TResult>
     private object? _continuationState;
     private ExceptionDispatchInfo? _error;
     private TResult _result;
-    private int _version; // only the low 16 bits are the token; an int so that consumption can be a CAS
+    // Only the low 16 bits are the token; an int so that consumption can be a CAS. The sign bit is not part of the
+    // version: it is the source's "run continuations asynchronously" flag, set once before the source is published and
+    // kept by every increment (NextVersion), so it costs no field and can be read at any time.
+    private int _version;
+
+    private const int DispatchBit = int.MinValue;
 
     /// <summary>The token of the current use.</summary>
     public readonly short Version => (short)_version;
+
+    /// <summary>True if completion queues the waiter to the workers instead of running it on the completing thread.</summary>
+    public readonly bool DispatchesContinuations => _version < 0;
+
+    /// <summary>
+    /// Makes completion queue the waiter to the workers (the BCL's RunContinuationsAsynchronously). Call once, from the
+    /// source's constructor, before the source is reachable by any other thread.
+    /// </summary>
+    public void RunContinuationsAsynchronously() => _version |= DispatchBit;
+
+    /// <summary>The version after <paramref name="version"/>: the counter bits wrap, the flag bit stays.</summary>
+    internal static int NextVersion(int version) => (version & DispatchBit) | (unchecked(version + 1) & ~DispatchBit);
 
     /// <summary>True once the result has been published.</summary>
     public bool IsCompleted => Volatile.Read(ref _continuation) == s_completed;
@@ -68,7 +85,7 @@ internal struct SourceCore<TResult>
         {
             ThrowHelper.ThrowInvalidOperation("The source cannot be reset while an await on it is still pending.");
         }
-        unchecked { _version++; }
+        _version = NextVersion(_version);
         _continuationState = null;
         _error = null;
         _result = default!;
@@ -146,7 +163,7 @@ internal struct SourceCore<TResult>
         }
         error = _error;
         TResult result = _result;
-        if (Interlocked.CompareExchange(ref _version, unchecked(v + 1), v) != v)
+        if (Interlocked.CompareExchange(ref _version, NextVersion(v), v) != v)
         {
             ThrowHelper.ThrowStaleToken();
         }
@@ -156,6 +173,7 @@ internal struct SourceCore<TResult>
     /// <summary>The stored exception, if the operation failed (for observers that must not throw).</summary>
     public readonly Exception? Error => _error?.SourceException;
 
+    /// <summary>Completes with <paramref name="result"/>; false if already completed.</summary>
     public bool TrySetResult(TResult result)
     {
         if (typeof(TResult) == typeof(VoidResult))
@@ -183,9 +201,25 @@ internal struct SourceCore<TResult>
         }
         if (waiter is not null)
         {
-            Continuations.Invoke(waiter, state);
+            RunWaiter(waiter, state);
         }
         return true;
+    }
+
+    /// <summary>
+    /// Runs a completed operation's waiter here, or queues it to the workers if the source asked for that
+    /// (<see cref="RunContinuationsAsynchronously"/>). Safe after publication: the flag never changes.
+    /// </summary>
+    private readonly void RunWaiter(object waiter, object? state)
+    {
+        if (DispatchesContinuations)
+        {
+            Continuations.Dispatch(waiter, state);
+        }
+        else
+        {
+            Continuations.Invoke(waiter, state);
+        }
     }
 
     /// <summary>
@@ -225,6 +259,7 @@ internal struct SourceCore<TResult>
         }
     }
 
+    /// <summary>Fails with <paramref name="exception"/>; false if already completed.</summary>
     public bool TrySetException(Exception exception)
     {
         if (!TryBeginCompletion(out object? waiter))
@@ -236,6 +271,7 @@ internal struct SourceCore<TResult>
         return true;
     }
 
+    /// <summary>Completes as canceled by <paramref name="cancellationToken"/>; false if already completed.</summary>
     public bool TrySetCanceled(CancellationToken cancellationToken)
     {
         if (!TryBeginCompletion(out object? waiter))
@@ -287,7 +323,7 @@ internal struct SourceCore<TResult>
         Volatile.Write(ref _continuation, s_completed);
         if (waiter is not null)
         {
-            Continuations.Invoke(waiter, state);
+            RunWaiter(waiter, state);
         }
     }
 

@@ -12,6 +12,28 @@ public sealed class Promise<T> : ISpindleSource<T>
 {
     private SourceCore<T> _core;
 
+    /// <summary>Creates a promise whose continuations run on the thread that completes it (as far as a bounded nesting depth).</summary>
+    public Promise()
+    {
+    }
+
+    /// <summary>Creates a promise.</summary>
+    /// <param name="runContinuationsAsynchronously">
+    /// True to queue the awaiting code to Spindle's workers when the promise completes, instead of running it on the
+    /// completing thread (the BCL's <c>TaskCreationOptions.RunContinuationsAsynchronously</c>): a completer that holds a
+    /// lock, or must not be held up, then returns at once. Still allocates nothing.
+    /// </param>
+    public Promise(bool runContinuationsAsynchronously)
+    {
+        if (runContinuationsAsynchronously)
+        {
+            _core.RunContinuationsAsynchronously();
+        }
+    }
+
+    /// <summary>True if the awaiting code is queued to the workers on completion, not run on the completing thread.</summary>
+    public bool RunsContinuationsAsynchronously => _core.DispatchesContinuations;
+
     /// <summary>The task for the promise's current use.</summary>
     public SpindleTask<T> Task => new(this, _core.Version);
 

@@ -39,9 +39,28 @@ public sealed class Signal : ISpindleSource
         public CancellationToken Token;
     }
 
-    /// <summary>Creates a signal.</summary>
+    /// <summary>Creates a signal whose waiter runs on the thread that sets it (as far as a bounded nesting depth).</summary>
     /// <param name="initiallySet">True to start in the set state, so the first wait completes at once.</param>
     public Signal(bool initiallySet = false) => _state = initiallySet ? Signaled : Idle;
+
+    /// <summary>Creates a signal.</summary>
+    /// <param name="initiallySet">True to start in the set state, so the first wait completes at once.</param>
+    /// <param name="runContinuationsAsynchronously">
+    /// True to queue the released waiter to Spindle's workers instead of running it on the thread that calls
+    /// <see cref="Set"/> (or cancels the wait), as the BCL's <c>TaskCreationOptions.RunContinuationsAsynchronously</c>
+    /// does: the setter returns at once. Still allocates nothing.
+    /// </param>
+    public Signal(bool initiallySet, bool runContinuationsAsynchronously)
+        : this(initiallySet)
+    {
+        if (runContinuationsAsynchronously)
+        {
+            _core.RunContinuationsAsynchronously();
+        }
+    }
+
+    /// <summary>True if a released waiter is queued to the workers, not run on the thread that sets the signal.</summary>
+    public bool RunsContinuationsAsynchronously => _core.DispatchesContinuations;
 
     /// <summary>True when the signal is set and no wait has consumed it yet.</summary>
     public bool IsSet => Volatile.Read(ref _state) == Signaled;
