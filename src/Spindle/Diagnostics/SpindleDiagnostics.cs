@@ -12,16 +12,17 @@ namespace SpindleLib;
 /// OpenTelemetry <c>AddMeter("Spindle")</c>, or a <c>MeterListener</c>. Every instrument but the last two is observed
 /// only when a listener asks, so an unobserved process pays nothing for it:</para>
 /// <list type="bullet">
-/// <item><c>spindle.workers</c> (gauge): Spindle's worker threads; <c>spindle.workers.idle</c>: those parked or looking for work.</item>
+/// <item><c>spindle.worker.count</c> (gauge): Spindle's worker threads, tagged <c>spindle.worker.state</c> = <c>idle</c>
+/// (parked or looking for work) or <c>busy</c>.</item>
 /// <item><c>spindle.queue.length</c> (gauge): work items waiting, tagged <c>spindle.queue</c> = <c>global</c> (the
 /// injection and job queues) or <c>local</c> (the workers' own deques and run-next slots).</item>
-/// <item><c>spindle.timers.pending</c> (gauge): timers waiting in <see cref="TimerWheel.Default"/> (every shard).</item>
-/// <item><c>spindle.pool.retained</c> (gauge): objects held by the shared pools, tagged <c>spindle.pool</c> with the
+/// <item><c>spindle.timer.count</c> (gauge): timers waiting in <see cref="TimerWheel.Default"/> (every shard).</item>
+/// <item><c>spindle.pool.object.count</c> (gauge): objects held by the shared pools, tagged <c>spindle.pool</c> with the
 /// pooled kind (for example <c>StateMachineBox</c>, <c>JobNode</c>, <c>Combinator</c>).</item>
-/// <item><c>spindle.jobs.completed</c> (counter): jobs finished, successfully or not (combined handles are not jobs).</item>
+/// <item><c>spindle.job.count</c> (counter): jobs completed, successfully or not (combined handles are not jobs).</item>
 /// <item><c>spindle.frame.duration</c> (histogram, seconds): how long each <see cref="FrameLoop.RunFrame()"/> took,
 /// measured only while a listener is enabled for it.</item>
-/// <item><c>spindle.exceptions.unobserved</c> (counter): faults reported to <see cref="Spindle.UnobservedException"/>.</item>
+/// <item><c>spindle.unobserved_exception.count</c> (counter): faults reported to <see cref="Spindle.UnobservedException"/>.</item>
 /// </list>
 /// <para><b>The task tracker</b> is off by default. Off, it costs a static read when an async method first suspends
 /// and when its result is read. On, it allocates an entry per suspended method, and a stack trace each if

@@ -22,22 +22,22 @@ internal static class SpindleMetrics
 
     /// <summary>Faults reported to <see cref="Spindle.UnobservedException"/>.</summary>
     public static readonly Counter<long> UnobservedExceptions = s_meter.CreateCounter<long>(
-        "spindle.exceptions.unobserved", "{exception}", "Faults reported to Spindle.UnobservedException.");
+        "spindle.unobserved_exception.count", "{exception}", "Faults reported to Spindle.UnobservedException.");
 
     static SpindleMetrics()
     {
-        s_meter.CreateObservableGauge("spindle.workers", static () => WorkerPool.SharedIfCreated?.WorkerCount ?? 0,
-            "{thread}", "Spindle's worker threads.");
-        s_meter.CreateObservableGauge("spindle.workers.idle", static () => WorkerPool.SharedIfCreated?.IdleWorkers ?? 0,
-            "{thread}", "Worker threads parked or looking for work.");
+        // Names follow the OpenTelemetry conventions the runtime's own meters use (dotnet.thread_pool.thread.count,
+        // dotnet.thread_pool.queue.length, dotnet.timer.count): lowercase, dotted, singular, split by attributes.
+        s_meter.CreateObservableGauge("spindle.worker.count", static () => WorkerCounts(),
+            "{thread}", "Spindle's worker threads, by state: idle (parked or looking for work) or busy.");
         s_meter.CreateObservableGauge("spindle.queue.length", static () => QueueLengths(),
             "{item}", "Work items waiting: global (injection and job queues) or local (the workers' own queues).");
-        s_meter.CreateObservableGauge("spindle.timers.pending", static () => TimerWheel.DefaultIfCreated?.PendingCount ?? 0L,
+        s_meter.CreateObservableGauge("spindle.timer.count", static () => TimerWheel.DefaultIfCreated?.PendingCount ?? 0L,
             "{timer}", "Timers waiting in TimerWheel.Default.");
-        s_meter.CreateObservableGauge("spindle.pool.retained", static () => PoolMeasurements(),
+        s_meter.CreateObservableGauge("spindle.pool.object.count", static () => PoolMeasurements(),
             "{object}", "Objects held by Spindle's shared pools, by pooled kind.");
-        s_meter.CreateObservableCounter("spindle.jobs.completed", static () => ThreadCounters.TotalJobsCompleted,
-            "{job}", "Jobs finished, successfully or not.");
+        s_meter.CreateObservableCounter("spindle.job.count", static () => ThreadCounters.TotalJobsCompleted,
+            "{job}", "Jobs completed, successfully or not.");
     }
 
     /// <summary>Creates the meter and its instruments (once), so that listeners see them; called by the components they describe.</summary>
@@ -45,6 +45,20 @@ internal static class SpindleMetrics
     {
         // Reading a static field runs the static constructor, once, before the first read.
         _ = s_meter;
+    }
+
+    private static Measurement<int>[] WorkerCounts()
+    {
+        if (WorkerPool.SharedIfCreated is not { } pool)
+        {
+            return System.Array.Empty<Measurement<int>>();
+        }
+        int idle = System.Math.Min(pool.IdleWorkers, pool.WorkerCount);
+        return new[]
+        {
+            new Measurement<int>(idle, new KeyValuePair<string, object?>("spindle.worker.state", "idle")),
+            new Measurement<int>(pool.WorkerCount - idle, new KeyValuePair<string, object?>("spindle.worker.state", "busy")),
+        };
     }
 
     private static Measurement<long>[] QueueLengths()

@@ -16,8 +16,8 @@ public sealed class MetricsTests
 {
     private static readonly string[] s_instruments =
     {
-        "spindle.workers", "spindle.workers.idle", "spindle.queue.length", "spindle.timers.pending", "spindle.pool.retained",
-        "spindle.jobs.completed", "spindle.frame.duration", "spindle.exceptions.unobserved",
+        "spindle.worker.count", "spindle.queue.length", "spindle.timer.count", "spindle.pool.object.count", "spindle.job.count",
+        "spindle.frame.duration", "spindle.unobserved_exception.count",
     };
 
     private struct NoOpJob : IJob
@@ -118,22 +118,23 @@ public sealed class MetricsTests
     }
 
     [Fact]
-    public void Workers_ReportsTheSharedPoolsWorkersAndIdleOnesAmongThem()
+    public void WorkerCount_ReportsTheSharedPoolsWorkersSplitIntoIdleAndBusy()
     {
         CreateEverything();
-        using var recorder = new Recorder("spindle.workers", "spindle.workers.idle");
+        using var recorder = new Recorder("spindle.worker.count");
 
-        Assert.Equal(WorkerPool.Shared.WorkerCount, recorder.ObserveOne("spindle.workers"));
-        double idle = recorder.ObserveOne("spindle.workers.idle");
-        Assert.InRange(idle, 0, WorkerPool.Shared.WorkerCount);
+        var measurements = recorder.Observe("spindle.worker.count");
+        Assert.Equal(new[] { "busy", "idle" }, measurements.Select(m => (string)m.Tags.Single(t => t.Key == "spindle.worker.state").Value!).OrderBy(k => k));
+        Assert.Equal(WorkerPool.Shared.WorkerCount, measurements.Sum(m => m.Value));
+        Assert.All(measurements, m => Assert.InRange(m.Value, 0, WorkerPool.Shared.WorkerCount));
     }
 
     [Fact]
-    public void JobsCompleted_CountsEveryFinishedJobWhateverItsOutcomeButNotCombinedHandles()
+    public void JobCount_CountsEveryFinishedJobWhateverItsOutcomeButNotCombinedHandles()
     {
         CreateEverything();
-        using var recorder = new Recorder("spindle.jobs.completed");
-        double before = recorder.ObserveOne("spindle.jobs.completed");
+        using var recorder = new Recorder("spindle.job.count");
+        double before = recorder.ObserveOne("spindle.job.count");
 
         JobHandle chain = default;
         for (int i = 0; i < 50; i++)
@@ -148,17 +149,17 @@ public sealed class MetricsTests
         Assert.Throws<InvalidOperationException>(() => failed.Complete());
 
         // 50 + the failing job + its dependent + the parallel-for; the combined handle is not a job.
-        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.jobs.completed") >= before + 53);
+        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.job.count") >= before + 53);
         Thread.Sleep(50);
-        Assert.Equal(before + 53, recorder.ObserveOne("spindle.jobs.completed"));
+        Assert.Equal(before + 53, recorder.ObserveOne("spindle.job.count"));
     }
 
     [Fact]
-    public void JobsCompleted_KeepsTheCountsOfThreadsThatHaveEnded()
+    public void JobCount_KeepsTheCountsOfThreadsThatHaveEnded()
     {
         CreateEverything();
-        using var recorder = new Recorder("spindle.jobs.completed");
-        double before = recorder.ObserveOne("spindle.jobs.completed");
+        using var recorder = new Recorder("spindle.job.count");
+        double before = recorder.ObserveOne("spindle.job.count");
 
         // A thread that is not a worker finishes jobs itself when it helps (a dependent chain runs where it is made
         // ready); whatever ran where, the total must count all 20 after the thread has ended.
@@ -172,16 +173,16 @@ public sealed class MetricsTests
         thread.Start();
         thread.Join();
 
-        Assert.Equal(before + 20, recorder.ObserveOne("spindle.jobs.completed"));
-        Assert.Equal(before + 20, recorder.ObserveOne("spindle.jobs.completed")); // never goes down once folded in
+        Assert.Equal(before + 20, recorder.ObserveOne("spindle.job.count"));
+        Assert.Equal(before + 20, recorder.ObserveOne("spindle.job.count")); // never goes down once folded in
     }
 
     [Fact]
-    public async Task TimersPending_CountsTheDefaultWheelsTimersUntilTheyAreCancelled()
+    public async Task TimerCount_CountsTheDefaultWheelsTimersUntilTheyAreCancelled()
     {
         CreateEverything();
-        using var recorder = new Recorder("spindle.timers.pending");
-        double before = recorder.ObserveOne("spindle.timers.pending");
+        using var recorder = new Recorder("spindle.timer.count");
+        double before = recorder.ObserveOne("spindle.timer.count");
         using var cts = new CancellationTokenSource();
 
         var delays = new List<Task>();
@@ -192,27 +193,27 @@ public sealed class MetricsTests
                 delays.Add(TestUtil.AwaitAsync(Spindle.Delay(TimeSpan.FromHours(1), cts.Token)));
             }
         });
-        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.timers.pending") >= before + 100);
+        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.timer.count") >= before + 100);
 
         cts.Cancel();
         foreach (Task d in delays)
         {
             await Assert.ThrowsAnyAsync<OperationCanceledException>(() => TestUtil.WithTimeout(d));
         }
-        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.timers.pending") <= before);
+        TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.timer.count") <= before);
     }
 
     [Fact]
-    public void PoolRetained_ReportsEachPooledKindOnceWithoutItsGenericArguments()
+    public void PoolObjectCount_ReportsEachPooledKindOnceWithoutItsGenericArguments()
     {
         CreateEverything();
         for (int i = 0; i < 100; i++)
         {
             new NoOpJob().Schedule().Complete();
         }
-        using var recorder = new Recorder("spindle.pool.retained");
+        using var recorder = new Recorder("spindle.pool.object.count");
 
-        var measurements = recorder.Observe("spindle.pool.retained");
+        var measurements = recorder.Observe("spindle.pool.object.count");
         var kinds = measurements.Select(m => (string)m.Tags.Single(t => t.Key == "spindle.pool").Value!).ToList();
         Assert.Contains("JobNode", kinds);
         Assert.Equal(kinds.Count, kinds.Distinct().Count());
@@ -251,9 +252,9 @@ public sealed class MetricsTests
     }
 
     [Fact]
-    public void UnobservedExceptions_CountsEachReportedFault()
+    public void UnobservedExceptionCount_CountsEachReportedFault()
     {
-        using var recorder = new Recorder("spindle.exceptions.unobserved");
+        using var recorder = new Recorder("spindle.unobserved_exception.count");
         int reported = 0;
         Action<Exception> handler = _ => Interlocked.Increment(ref reported);
         Spindle.UnobservedException += handler;
@@ -268,6 +269,6 @@ public sealed class MetricsTests
         }
 
         Assert.Equal(2, reported);
-        Assert.Equal(2, recorder.Recorded("spindle.exceptions.unobserved").Sum(m => m.Value));
+        Assert.Equal(2, recorder.Recorded("spindle.unobserved_exception.count").Sum(m => m.Value));
     }
 }
