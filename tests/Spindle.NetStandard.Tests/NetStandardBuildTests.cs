@@ -330,6 +330,17 @@ public sealed class NetStandardBuildTests
     }
 
     [Fact]
+    public async Task Workers_CountIsFixedOnceStarted()
+    {
+        await Spindle.Run(() => { });
+        int count = Spindle.WorkerCount;
+        Assert.True(count >= 1);
+        Spindle.ConfigureWorkers(count);
+        Assert.Throws<InvalidOperationException>(() => Spindle.ConfigureWorkers(count + 1));
+        Assert.Throws<ArgumentOutOfRangeException>(() => Spindle.ConfigureWorkers(0));
+    }
+
+    [Fact]
     public void TaskTracker_ListsASuspendedMethodWithWhereItStarted()
     {
         SpindleDiagnostics.TrackTasks = true;

@@ -22,6 +22,24 @@ public static partial class Spindle
         remove => UnobservedExceptions.Handlers -= value;
     }
 
+    /// <summary>
+    /// The number of Spindle's worker threads: those running now, or, before anything has started them, the number that
+    /// will start (set by <see cref="ConfigureWorkers"/>, else the SPINDLE_WORKERS environment variable, else
+    /// <see cref="Environment.ProcessorCount"/>). Reading it does not start them.
+    /// </summary>
+    public static int WorkerCount => WorkerPool.SharedSlot.WorkerCount;
+
+    /// <summary>
+    /// Sets how many worker threads Spindle starts, for example fewer than the processors, to leave a game's main and
+    /// render threads a core each. Call it once at start-up, before anything uses the workers (the first
+    /// <see cref="Run(Action)"/>, delay, job or worker await starts them); it takes precedence over the SPINDLE_WORKERS
+    /// environment variable. Calling it again with the number already in force does nothing.
+    /// </summary>
+    /// <param name="workerCount">The number of workers, from 1 to 1024.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="workerCount"/> is below 1 or above 1024.</exception>
+    /// <exception cref="InvalidOperationException">The workers have already started with another count.</exception>
+    public static void ConfigureWorkers(int workerCount) => WorkerPool.SharedSlot.Configure(workerCount);
+
     /// <summary>Runs <paramref name="action"/> on a Spindle worker. The returned task completes when it has run.</summary>
     /// <remarks>The caller's <see cref="ExecutionContext"/> flows to the action. Steady state allocates nothing.</remarks>
     /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>

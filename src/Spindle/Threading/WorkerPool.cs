@@ -30,26 +30,16 @@ namespace SpindleLib;
 /// </remarks>
 internal sealed class WorkerPool : Scheduler
 {
-    private static WorkerPool? s_shared;
+    private static readonly SharedPoolSlot s_shared = new(static count => new WorkerPool(count, "Spindle worker"));
 
-    /// <summary>The process-wide pool, created on first use with one worker per processor.</summary>
-    public static WorkerPool Shared
-    {
-        get
-        {
-            WorkerPool? p = Volatile.Read(ref s_shared);
-            if (p is null)
-            {
-                var created = new WorkerPool(DefaultWorkerCount(), "Spindle worker");
-                p = Interlocked.CompareExchange(ref s_shared, created, null) ?? created;
-                if (p != created)
-                {
-                    created.Dispose();
-                }
-            }
-            return p;
-        }
-    }
+    /// <summary>The process-wide pool, created on first use (see <see cref="SharedPoolSlot"/> for its size).</summary>
+    public static WorkerPool Shared => s_shared.Get();
+
+    /// <summary>The slot that creates <see cref="Shared"/> and fixes its size (<see cref="Spindle.ConfigureWorkers"/>).</summary>
+    internal static SharedPoolSlot SharedSlot => s_shared;
+
+    /// <summary>Most workers a pool may have: far beyond any machine this runs on, and a typo's guard.</summary>
+    internal const int MaxWorkers = 1024;
 
     private const int SpinRounds = 64;
     private const int PureSpinRounds = 16;
@@ -107,7 +97,7 @@ internal sealed class WorkerPool : Scheduler
     public int IdleWorkers => Volatile.Read(ref _idle);
 
     /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
-    internal static WorkerPool? SharedIfCreated => Volatile.Read(ref s_shared);
+    internal static WorkerPool? SharedIfCreated => s_shared.IfCreated;
 
     /// <summary>Items waiting in the queues any thread feeds: the injection queue and the jobs' queue.</summary>
     internal long GlobalQueueLength => _injection.Count + _helpable.Count;
