@@ -106,11 +106,34 @@ internal static class TaskTracker
     /// </summary>
     public static string MethodNameOf(Type stateMachine)
     {
-        string name = stateMachine.Name;
-        int open = name.IndexOf('<');
-        int close = name.IndexOf('>');
-        string method = open == 0 && close > 1 ? name.Substring(1, close - 1) : name;
+        string method = MethodNameOf(stateMachine.Name);
         Type? declaring = stateMachine.DeclaringType;
         return declaring is null ? method : (declaring.FullName ?? declaring.Name).Replace('+', '.') + "." + method;
+    }
+
+    /// <summary>
+    /// The method a state machine's type name stands for: <c>&lt;Load&gt;d__4</c> is <c>Load</c>; an async local function's
+    /// <c>&lt;&lt;Outer&gt;g__Local|3_0&gt;d</c> is <c>Outer.Local</c>; an async lambda's keeps its compiler name
+    /// (<c>&lt;Outer&gt;b__3_0</c>); any other name is itself.
+    /// </summary>
+    internal static string MethodNameOf(string name)
+    {
+        // The method's name is what lies between the first '<' and the last '>': a local function's or a lambda's holds
+        // its own brackets.
+        int close = name.LastIndexOf('>');
+        if (name.Length == 0 || name[0] != '<' || close < 2)
+        {
+            return name;
+        }
+        string method = name.Substring(1, close - 1);
+        const string LocalFunction = ">g__";
+        int local = method.IndexOf(LocalFunction, StringComparison.Ordinal);
+        if (method[0] == '<' && local > 1)
+        {
+            int start = local + LocalFunction.Length;
+            int bar = method.IndexOf('|', start);
+            method = method.Substring(1, local - 1) + "." + (bar < 0 ? method.Substring(start) : method.Substring(start, bar - start));
+        }
+        return method;
     }
 }

@@ -175,4 +175,31 @@ public sealed class TaskTrackerTests : IDisposable
 
         Assert.Empty(Tracked(nameof(WaitFor)));
     }
+
+    [Fact]
+    public void On_AnAsyncLocalFunctionIsListedByItsOwnNameNotACutOffOne()
+    {
+        static async SpindleTask LocalWaiter(Promise promise) => await promise.Task;
+
+        SpindleDiagnostics.TrackTasks = true;
+        var promise = new Promise();
+        SpindleTask task = LocalWaiter(promise);
+
+        TrackedTask tracked = Assert.Single(SpindleDiagnostics.GetTrackedTasks(), t => t.Method.StartsWith(Prefix, StringComparison.Ordinal));
+        Assert.Equal(Prefix + nameof(On_AnAsyncLocalFunctionIsListedByItsOwnNameNotACutOffOne) + "." + nameof(LocalWaiter), tracked.Method);
+
+        promise.SetResult();
+        task.GetAwaiter().GetResult();
+    }
+
+    [Theory]
+    [InlineData("<Load>d__4", "Load")]
+    [InlineData("<<Outer>g__Local|3_0>d", "Outer.Local")]
+    [InlineData("<<Outer>g__Local|3_0>d`1", "Outer.Local")]
+    [InlineData("<<Outer>b__3_0>d", "<Outer>b__3_0")]
+    [InlineData("HandWritten", "HandWritten")]
+    public void MethodName_OfEachKindOfStateMachineName(string stateMachineName, string method)
+    {
+        Assert.Equal(method, TaskTracker.MethodNameOf(stateMachineName));
+    }
 }
