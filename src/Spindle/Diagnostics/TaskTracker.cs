@@ -66,8 +66,9 @@ internal static class TaskTracker
         var entry = new Entry();
         if (s_captureStackTraces)
         {
-            // Skip this frame and the builder's: the first frames shown are the async method's and its callers'.
-            entry.Stack = new StackTrace(2, fNeedFileInfo: true);
+            // Every frame: which of this tracker's and the builder's frames exist depends on what the JIT inlined, so the
+            // snapshot drops them by name (StartAtAsyncMethod), not by a count taken here.
+            entry.Stack = new StackTrace(0, fNeedFileInfo: true);
         }
         s_live![box] = entry;
     }
@@ -94,10 +95,57 @@ internal static class TaskTracker
         {
             Entry e = pair.Value;
             TimeSpan age = TimeSpan.FromSeconds((now - e.StartedAt) / (double)Stopwatch.Frequency);
-            list.Add(new TrackedTask(pair.Key.MethodName, pair.Key.StatusForDiagnostics, age, e.ThreadId, e.Stack?.ToString()));
+            list.Add(new TrackedTask(pair.Key.MethodName, pair.Key.StatusForDiagnostics, age, e.ThreadId, e.Stack is null ? null : StartAtAsyncMethod(e.Stack.ToString())));
         }
         list.Sort(static (a, b) => b.Age.CompareTo(a.Age));
         return list;
+    }
+
+    /// <summary>The frames a captured stack starts with that are Spindle's plumbing, not the async method's.</summary>
+    private static readonly string[] s_plumbing = { "SpindleLib.TaskTracker.", "SpindleLib.BuilderCore.", "SpindleLib.SpindleTaskMethodBuilder" };
+
+    /// <summary>
+    /// A stack captured in <see cref="OnRented"/>, from the suspending async method's own frame (its MoveNext, at the
+    /// await) down. The leading frames are this tracker's and the builder's, as many as the JIT did not inline into the
+    /// MoveNext (none to three): no fixed count fits both optimized and unoptimized code, so they are dropped by name.
+    /// </summary>
+    internal static string StartAtAsyncMethod(string stackTrace)
+    {
+        int start = 0;
+        while (start < stackTrace.Length)
+        {
+            int end = stackTrace.IndexOf('\n', start);
+            if (end < 0 || !IsPlumbing(stackTrace, start, end))
+            {
+                break;
+            }
+            start = end + 1;
+        }
+        return stackTrace.Substring(start);
+    }
+
+    /// <summary>True if the line from <paramref name="start"/> to <paramref name="end"/> is a frame of <see cref="s_plumbing"/>.</summary>
+    private static bool IsPlumbing(string s, int start, int end)
+    {
+        // "   at SpindleLib.BuilderCore.GetBox[...](...)": the word before the method is localized, so skip it whatever it is.
+        int i = start;
+        while (i < end && s[i] == ' ')
+        {
+            i++;
+        }
+        i = s.IndexOf(' ', i, end - i) + 1;
+        if (i <= 0)
+        {
+            return false;
+        }
+        foreach (string prefix in s_plumbing)
+        {
+            if (end - i >= prefix.Length && string.CompareOrdinal(s, i, prefix, 0, prefix.Length) == 0)
+            {
+                return true;
+            }
+        }
+        return false;
     }
 
     /// <summary>
@@ -106,11 +154,34 @@ internal static class TaskTracker
     /// </summary>
     public static string MethodNameOf(Type stateMachine)
     {
-        string name = stateMachine.Name;
-        int open = name.IndexOf('<');
-        int close = name.IndexOf('>');
-        string method = open == 0 && close > 1 ? name.Substring(1, close - 1) : name;
+        string method = MethodNameOf(stateMachine.Name);
         Type? declaring = stateMachine.DeclaringType;
         return declaring is null ? method : (declaring.FullName ?? declaring.Name).Replace('+', '.') + "." + method;
+    }
+
+    /// <summary>
+    /// The method a state machine's type name stands for: <c>&lt;Load&gt;d__4</c> is <c>Load</c>; an async local function's
+    /// <c>&lt;&lt;Outer&gt;g__Local|3_0&gt;d</c> is <c>Outer.Local</c>; an async lambda's keeps its compiler name
+    /// (<c>&lt;Outer&gt;b__3_0</c>); any other name is itself.
+    /// </summary>
+    internal static string MethodNameOf(string name)
+    {
+        // The method's name is what lies between the first '<' and the last '>': a local function's or a lambda's holds
+        // its own brackets.
+        int close = name.LastIndexOf('>');
+        if (name.Length == 0 || name[0] != '<' || close < 2)
+        {
+            return name;
+        }
+        string method = name.Substring(1, close - 1);
+        const string LocalFunction = ">g__";
+        int local = method.IndexOf(LocalFunction, StringComparison.Ordinal);
+        if (method[0] == '<' && local > 1)
+        {
+            int start = local + LocalFunction.Length;
+            int bar = method.IndexOf('|', start);
+            method = method.Substring(1, local - 1) + "." + (bar < 0 ? method.Substring(start) : method.Substring(start, bar - start));
+        }
+        return method;
     }
 }

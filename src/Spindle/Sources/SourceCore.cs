@@ -210,9 +210,14 @@ internal struct SourceCore<TResult>
     /// Runs a completed operation's waiter here, or queues it to the workers if the source asked for that
     /// (<see cref="RunContinuationsAsynchronously"/>). Safe after publication: the flag never changes.
     /// </summary>
+    /// <remarks>
+    /// A thread blocked in GetResult (<see cref="BlockingWait"/>) is woken here even then: its waiter only sets an event,
+    /// runs no user code, and queued it would need a free worker to wake a thread that is not one (such a thread never
+    /// runs queued work), for ever if the workers wait for that thread. The BCL's Task.Wait is woken inline the same way.
+    /// </remarks>
     private readonly void RunWaiter(object waiter, object? state)
     {
-        if (DispatchesContinuations)
+        if (DispatchesContinuations && waiter != (object)BlockingWait.s_set)
         {
             Continuations.Dispatch(waiter, state);
         }

@@ -303,7 +303,8 @@ internal static class TaskBridge
 /// </summary>
 internal sealed class BlockingWait : IPoolNode<BlockingWait>
 {
-    private static readonly Action<object?> s_set = static o => ((BlockingWait)o!)._event.Set();
+    /// <summary>The waiter a blocked thread registers: it only sets the event, so a source runs it inline even when it dispatches continuations.</summary>
+    internal static readonly Action<object?> s_set = static o => ((BlockingWait)o!)._event.Set();
 
 
     private readonly ManualResetEventSlim _event = new(false, spinCount: 0);

@@ -161,8 +161,8 @@ public sealed class MetricsTests
         using var recorder = new Recorder("spindle.job.count");
         double before = recorder.ObserveOne("spindle.job.count");
 
-        // A thread that is not a worker finishes jobs itself when it helps (a dependent chain runs where it is made
-        // ready); whatever ran where, the total must count all 20 after the thread has ended.
+        // A thread that is not a worker runs a job itself when it helps in Complete(). With every worker held, it runs
+        // all 20: their counts are its own, and must stay in the total after it has ended.
         var thread = new Thread(() =>
         {
             for (int i = 0; i < 20; i++)
@@ -170,8 +170,12 @@ public sealed class MetricsTests
                 new NoOpJob().Schedule().Complete();
             }
         });
-        thread.Start();
-        thread.Join();
+        using (var hold = new Jobs.HoldWorkers())
+        {
+            thread.Start();
+            Assert.True(thread.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Assert.True(hold.StillHolding); // so no worker ran any of them
+        }
 
         Assert.Equal(before + 20, recorder.ObserveOne("spindle.job.count"));
         Assert.Equal(before + 20, recorder.ObserveOne("spindle.job.count")); // never goes down once folded in

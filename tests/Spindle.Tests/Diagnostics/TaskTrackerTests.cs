@@ -127,6 +127,42 @@ public sealed class TaskTrackerTests : IDisposable
     }
 
     [Fact]
+    public void CaptureStackTraces_StartsAtTheMethodsOwnFrameWhereverTheJitInlinedTheBuilder()
+    {
+        // The builder's frames are Spindle's own: unoptimized they sit between the tracker and the method, optimized
+        // they are inlined into the method's MoveNext. Either way the trace starts at the method, at its await.
+        SpindleDiagnostics.TrackTasks = true;
+        SpindleDiagnostics.CaptureStackTraces = true;
+        var promise = new Promise();
+        SpindleTask task = WaitFor(promise);
+
+        TrackedTask tracked = Assert.Single(Tracked(nameof(WaitFor)));
+        string first = tracked.StackTrace!.Split('\n')[0];
+        Assert.Contains("TaskTrackerTests." + nameof(WaitFor) + "(", first);
+        Assert.DoesNotContain("TaskTracker.OnRented", tracked.StackTrace);
+        Assert.DoesNotContain("BuilderCore.GetBox", tracked.StackTrace);
+        Assert.DoesNotContain("AwaitUnsafeOnCompleted", tracked.StackTrace);
+
+        promise.SetResult();
+        task.GetAwaiter().GetResult();
+    }
+
+    /// <summary>The two shapes a capture takes (the builder's frames present, or inlined away), in any language.</summary>
+    [Theory]
+    [InlineData(
+        "   at SpindleLib.TaskTracker.OnRented(StateMachineBoxBase box)\n   at SpindleLib.BuilderCore.GetBox[T,R](SpindleBox`1& b, T& s)\n" +
+        "   at SpindleLib.SpindleTaskMethodBuilder`1.AwaitUnsafeOnCompleted[A,T](A& a, T& s)\n   at App.Load() in a.cs:line 3\n   at App.Main()\n",
+        "   at App.Load() in a.cs:line 3\n   at App.Main()\n")]
+    [InlineData(
+        "   bei SpindleLib.TaskTracker.OnRented(StateMachineBoxBase box)\n   bei App.Load() in a.cs:Zeile 3\n" +
+        "   bei SpindleLib.SpindleTaskMethodBuilder.Start[T](T& s)\n   bei App.Main()\n",
+        "   bei App.Load() in a.cs:Zeile 3\n   bei SpindleLib.SpindleTaskMethodBuilder.Start[T](T& s)\n   bei App.Main()\n")]
+    public void CapturedStack_DropsOnlyTheLeadingTrackerAndBuilderFrames(string captured, string shown)
+    {
+        Assert.Equal(shown, TaskTracker.StartAtAsyncMethod(captured));
+    }
+
+    [Fact]
     public void TurningItOff_DropsTheListAndAReturnLaterIsHarmless()
     {
         SpindleDiagnostics.TrackTasks = true;
@@ -174,5 +210,32 @@ public sealed class TaskTrackerTests : IDisposable
         threads.ForEach(t => t.Join());
 
         Assert.Empty(Tracked(nameof(WaitFor)));
+    }
+
+    [Fact]
+    public void On_AnAsyncLocalFunctionIsListedByItsOwnNameNotACutOffOne()
+    {
+        static async SpindleTask LocalWaiter(Promise promise) => await promise.Task;
+
+        SpindleDiagnostics.TrackTasks = true;
+        var promise = new Promise();
+        SpindleTask task = LocalWaiter(promise);
+
+        TrackedTask tracked = Assert.Single(SpindleDiagnostics.GetTrackedTasks(), t => t.Method.StartsWith(Prefix, StringComparison.Ordinal));
+        Assert.Equal(Prefix + nameof(On_AnAsyncLocalFunctionIsListedByItsOwnNameNotACutOffOne) + "." + nameof(LocalWaiter), tracked.Method);
+
+        promise.SetResult();
+        task.GetAwaiter().GetResult();
+    }
+
+    [Theory]
+    [InlineData("<Load>d__4", "Load")]
+    [InlineData("<<Outer>g__Local|3_0>d", "Outer.Local")]
+    [InlineData("<<Outer>g__Local|3_0>d`1", "Outer.Local")]
+    [InlineData("<<Outer>b__3_0>d", "<Outer>b__3_0")]
+    [InlineData("HandWritten", "HandWritten")]
+    public void MethodName_OfEachKindOfStateMachineName(string stateMachineName, string method)
+    {
+        Assert.Equal(method, TaskTracker.MethodNameOf(stateMachineName));
     }
 }

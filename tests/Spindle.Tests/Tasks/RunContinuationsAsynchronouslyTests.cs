@@ -244,3 +244,60 @@ public sealed class RunContinuationsAsynchronouslyTests
         task.GetAwaiter().GetResult();
     }
 }
+
+/// <summary>
+/// Sources that run continuations asynchronously, with every worker held: run alone, since holding the workers would
+/// stall every other test.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class RunContinuationsAsynchronouslySequentialTests
+{
+    /// <summary>
+    /// A thread blocked in GetResult is not awaiting code: its wake-up only sets an event, so the completer sets it
+    /// itself, as the BCL's Task.Wait is woken inline by a RunContinuationsAsynchronously TaskCompletionSource. Queued to
+    /// the workers instead, it would wait for a free worker (a thread that is not a worker never runs queued work), and
+    /// for ever if the workers wait for the blocked thread.
+    /// </summary>
+    [Theory]
+    [InlineData("promise")]
+    [InlineData("signal")]
+    public void BlockingGetResult_OnAThreadThatIsNotAWorker_IsWokenByTheCompleterWhileEveryWorkerIsBusy(string kind)
+    {
+        var promise = new Promise<int>(runContinuationsAsynchronously: true);
+        var signal = new Signal(initiallySet: false, runContinuationsAsynchronously: true);
+        SpindleTask<int> promiseTask = promise.Task;
+        SpindleTask signalTask = signal.WaitAsync();
+        using var hold = new Jobs.HoldWorkers();
+
+        int result = 0;
+        var waiter = new Thread(() =>
+        {
+            if (kind == "promise")
+            {
+                result = promiseTask.GetAwaiter().GetResult();
+            }
+            else
+            {
+                signalTask.GetAwaiter().GetResult();
+                result = 5;
+            }
+        })
+        { IsBackground = true, Name = "user thread blocked in GetResult" };
+        waiter.Start();
+        // Asleep in GetResult, registered on the source (so the completion has a waiter to wake).
+        TestUtil.SpinUntil(() => (waiter.ThreadState & ThreadState.WaitSleepJoin) != 0);
+
+        if (kind == "promise")
+        {
+            promise.SetResult(5);
+        }
+        else
+        {
+            signal.Set();
+        }
+
+        Assert.True(waiter.Join(TimeSpan.FromSeconds(10)), "the blocked thread's wake-up was queued behind the busy workers");
+        Assert.True(hold.StillHolding);
+        Assert.Equal(5, result);
+    }
+}
