@@ -36,7 +36,8 @@ public static class SpindleDiagnostics
 
     /// <summary>
     /// Turns the task tracker on or off. While on, every <c>async SpindleTask</c> method that suspends is tracked from its
-    /// first suspension until its result is read. Turning it on starts an empty list; turning it off drops the list.
+    /// first suspension until its result is read. Turning it on starts an empty list (setting it on again while on keeps
+    /// the list); turning it off drops the list, and what it kept.
     /// </summary>
     public static bool TrackTasks
     {

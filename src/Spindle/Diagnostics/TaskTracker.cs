@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -12,16 +13,20 @@ namespace SpindleLib;
 /// back to its pool (its result was read). What is left is what is running, waiting, or finished and never read: a leak.
 /// </summary>
 /// <remarks>
-/// Off, it costs one static read when a box is rented and one when it is returned. On, it allocates an entry per
-/// suspended method (and a stack trace if asked), which is what a diagnostic mode is for. Entries live in a
-/// <see cref="ConcurrentDictionary{TKey,TValue}"/> keyed by the box. Once tracking has ever been on, a returning box
-/// always removes itself, so an entry added while tracking was being switched off cannot outlive its box's use.
+/// <para>The list is a <see cref="ConcurrentDictionary{TKey,TValue}"/> keyed by the box, and it exists only while
+/// tracking is on: <see cref="s_live"/> is null otherwise. Off, the tracker therefore costs one static read (inlined)
+/// when a box is rented and one when it is returned. On, it allocates an entry per suspended method (and a stack trace
+/// if asked), which is what a diagnostic mode is for.</para>
+/// <para>Turning it off swaps the list out rather than clearing it, so an entry that a racing rent adds afterwards lands
+/// in the old list, which nothing references any more: it cannot keep a box alive, and turning tracking on again starts
+/// a new, empty list. A returning box removes itself from whatever list is current (a no-op if it is not in it). An
+/// entry never refers to a later use of its box: it is added before the box is visible to other threads, and removed
+/// before the box goes back to its pool.</para>
 /// </remarks>
 internal static class TaskTracker
 {
-    private static volatile bool s_enabled;
     private static volatile bool s_captureStackTraces;
-    private static ConcurrentDictionary<StateMachineBoxBase, Entry>? s_live;
+    private static ConcurrentDictionary<StateMachineBoxBase, Entry>? s_live; // read with Volatile.Read: see Enabled
 
     /// <summary>What is recorded about a box when it is rented.</summary>
     private sealed class Entry
@@ -33,19 +38,17 @@ internal static class TaskTracker
 
     public static bool Enabled
     {
-        get => s_enabled;
+        get => Volatile.Read(ref s_live) is not null;
         set
         {
             if (value)
             {
+                // Turning it on again keeps the list it has: "on" is idempotent.
                 Interlocked.CompareExchange(ref s_live, new ConcurrentDictionary<StateMachineBoxBase, Entry>(), null);
-                s_live!.Clear();
-                s_enabled = true;
             }
             else
             {
-                s_enabled = false;
-                s_live?.Clear();
+                Volatile.Write(ref s_live, null);
             }
         }
     }
@@ -57,12 +60,18 @@ internal static class TaskTracker
     }
 
     /// <summary>Called by the builder when it rents a box for a method's first real suspension.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static void OnRented(StateMachineBoxBase box)
     {
-        if (!s_enabled)
+        if (Volatile.Read(ref s_live) is { } live)
         {
-            return;
+            Track(live, box);
         }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void Track(ConcurrentDictionary<StateMachineBoxBase, Entry> live, StateMachineBoxBase box)
+    {
         var entry = new Entry();
         if (s_captureStackTraces)
         {
@@ -70,13 +79,14 @@ internal static class TaskTracker
             // snapshot drops them by name (StartAtAsyncMethod), not by a count taken here.
             entry.Stack = new StackTrace(0, fNeedFileInfo: true);
         }
-        s_live![box] = entry;
+        live[box] = entry;
     }
 
     /// <summary>Called when a box goes back to its pool: its task's result has been read.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static void OnReturned(StateMachineBoxBase box)
     {
-        if (s_live is { } live)
+        if (Volatile.Read(ref s_live) is { } live)
         {
             live.TryRemove(box, out _);
         }
@@ -85,7 +95,7 @@ internal static class TaskTracker
     /// <summary>A snapshot of the tracked tasks, oldest first; empty while tracking is off.</summary>
     public static IReadOnlyList<TrackedTask> Snapshot()
     {
-        if (!s_enabled || s_live is not { } live)
+        if (Volatile.Read(ref s_live) is not { } live)
         {
             return Array.Empty<TrackedTask>();
         }
