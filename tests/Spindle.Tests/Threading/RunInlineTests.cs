@@ -17,12 +17,13 @@ public class RunInlineTests
     public async Task AwaitOnAWorker_RunsTheItemOnThatWorker_BeforeTheAwaitWouldSuspend()
     {
         // The awaiter's IsCompleted is where the compiler decides to suspend: the item has run when it returns true. One
-        // look in 65 is declined by design (the inline budget), and a thief may in principle win the slot, so a few
-        // tries are allowed; the first normally succeeds.
+        // look in 65 is declined by design (the inline budget), and a thief wins the slot whenever this worker is
+        // preempted between queuing and looking (the thief takes an item it has seen twice): on a loaded machine that
+        // happened three times in a row about once in six suite runs. So up to 50 tries; the first normally succeeds.
         (bool inline, int awaiter, int ranOn) = await TestUtil.WithTimeout(Spindle.Run(() =>
         {
             int me = Environment.CurrentManagedThreadId;
-            for (int attempt = 0; attempt < 3; attempt++)
+            for (int attempt = 0; attempt < 50; attempt++)
             {
                 int ran = 0;
                 SpindleTask task = Spindle.Run(() => { ran = Environment.CurrentManagedThreadId; });
@@ -36,7 +37,7 @@ public class RunInlineTests
             return (false, me, 0);
         }));
 
-        Assert.True(inline, "no await of a just-queued item ran it inline in three tries");
+        Assert.True(inline, "no await of a just-queued item ran it inline in 50 tries");
         Assert.Equal(awaiter, ranOn);
     }
 
