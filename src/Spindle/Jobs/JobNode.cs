@@ -21,7 +21,9 @@ namespace SpindleLib;
 /// <para><b>Waiter list.</b> <see cref="_edges"/> is a Treiber stack (R. K. Treiber, "Systems Programming: Coping with
 /// Parallelism", IBM RJ 5118, 1986) that is only pushed to and then taken whole: completion Exchanges it for
 /// <see cref="s_sealed"/>. Because nothing is ever popped singly, the stack has no ABA problem. A push that finds
-/// s_sealed fails, and the pusher handles the completed job itself, so a waiter is notified exactly once.</para>
+/// s_sealed fails, and the pusher handles the completed job itself, so a waiter is notified exactly once. A job with a
+/// single dependency pushes its own edge (<see cref="_ownEdge"/>, kept with its node) instead of renting one; the
+/// finishing dependency takes each edge off before it makes the edge's job ready, and touches it no more.</para>
 /// <para><b>Dependencies.</b> <see cref="_pending"/> starts at 1 (a guard held while the job is being scheduled), and
 /// rises by one for each dependency that accepted an edge. Each finished dependency decrements it; whoever takes it
 /// to 0 (the scheduler releasing its guard, or the last dependency to finish) makes the job ready, exactly once.</para>
@@ -33,6 +35,12 @@ internal abstract class JobNode : WorkItem
     private long _refState;
     private Edge? _edges;
     private int _pending;
+    private bool _singleDependency; // see DependOnSingle: then only the one dependency ever touches _pending
+
+    // The edge this job hangs on its single dependency's waiter list (DependOnSingle), kept for the node's lifetime so
+    // that scheduling a dependent job rents only the node. It cannot be reused while it is in a list: this job is not
+    // ready, so cannot finish and be recycled, until the dependency's finish has taken the edge off (FinishCore).
+    private readonly Edge _ownEdge;
     private int _state; // Pending, Succeeded, Faulted
     private ExceptionHolder? _fault;
     internal JobNode? BatchNext;
@@ -43,7 +51,11 @@ internal abstract class JobNode : WorkItem
     private const int Faulted = 2;
 
     /// <param name="countsAsJob">False for nodes that are not a user's job (a combine): the jobs-completed metric skips them.</param>
-    protected JobNode(bool countsAsJob = true) => _countsAsJob = countsAsJob;
+    protected JobNode(bool countsAsJob = true)
+    {
+        _countsAsJob = countsAsJob;
+        _ownEdge = new Edge(this);
+    }
 
     public int Version => (int)(Volatile.Read(ref _refState) >> 32);
 
@@ -58,6 +70,7 @@ internal abstract class JobNode : WorkItem
         _state = Pending;
         _fault = null;
         _pending = 1;
+        _singleDependency = false;
         _edges = null;
         BatchNext = null;
         Volatile.Write(ref _refState, (Volatile.Read(ref _refState) & ~0xFFFFFFFFL) | 1L);
@@ -178,13 +191,14 @@ internal abstract class JobNode : WorkItem
         JobNode? node = dependency.Node;
         if (node is not null)
         {
-            Edge edge = Edge.Rent();
-            edge.Dependent = this;
-            if (node.TryAddEdge(edge, dependency.Version))
+            // Before the edge is published: the dependency may finish and read it at once.
+            _singleDependency = true;
+            if (node.TryAddEdge(_ownEdge, dependency.Version))
             {
                 return false; // the dependency makes this job ready when it finishes
             }
-            edge.Return();
+            _singleDependency = false;
+            _ownEdge.Return();
             if (node.PeekFault(dependency.Version) is { } fault)
             {
                 _fault = fault; // not yet reachable by any other thread: a plain write
@@ -244,7 +258,13 @@ internal abstract class JobNode : WorkItem
         {
             Interlocked.CompareExchange(ref _fault, fault, null);
         }
-        if (Interlocked.Decrement(ref _pending) != 0)
+        if (_singleDependency)
+        {
+            // The one dependency is the only writer of the count once its edge is published (DependOnSingle): no
+            // other thread can race this store, so it needs no interlocked operation.
+            _pending = 0;
+        }
+        else if (Interlocked.Decrement(ref _pending) != 0)
         {
             return null;
         }
@@ -368,6 +388,8 @@ internal abstract class JobNode : WorkItem
             Edge next = edges.Next!;
             if (edges.Dependent is { } dependent)
             {
+                // Let go of the edge first: once the dependent is ready it may run, finish and reuse its own edge.
+                edges.Return();
                 if (dependent.DependencyFinished(fault) is { } ready)
                 {
                     if (inline is null)
@@ -379,7 +401,6 @@ internal abstract class JobNode : WorkItem
                         ready.OnReady();
                     }
                 }
-                edges.Return();
             }
             else
             {
@@ -410,7 +431,10 @@ internal abstract class JobNode : WorkItem
     /// <summary>Lets a waiting thread take part in the job's own work (parallel-for batches). Default: nothing to share.</summary>
     public virtual bool TryHelp(int version) => false;
 
-    /// <summary>One entry in a job's waiter list: a dependent job or an awaiter's continuation. Pooled.</summary>
+    /// <summary>
+    /// One entry in a job's waiter list: a dependent job or an awaiter's continuation. Pooled, except a job's own edge
+    /// (<see cref="_ownEdge"/>), which stays with its job and is only cleared when it comes off a list.
+    /// </summary>
     internal sealed class Edge : IPoolNode<Edge>
     {
         public Edge? Next;
@@ -418,14 +442,31 @@ internal abstract class JobNode : WorkItem
         public Action<object?>? Continuation;
         public object? State;
         private Edge? _poolNext;
+        private readonly JobNode? _owner;
+
+        public Edge()
+        {
+        }
+
+        /// <summary>A job's own edge: it always names that job.</summary>
+        public Edge(JobNode owner)
+        {
+            _owner = owner;
+            Dependent = owner;
+        }
 
         ref Edge? IPoolNode<Edge>.Next => ref _poolNext;
 
         public static Edge Rent() => ObjectPool<Edge>.TryRent() ?? new Edge();
 
+        /// <summary>Done with this use: a pooled edge is cleared and pooled; a job's own edge is only unlinked.</summary>
         public void Return()
         {
             Next = null;
+            if (_owner is not null)
+            {
+                return;
+            }
             Dependent = null;
             Continuation = null;
             State = null;

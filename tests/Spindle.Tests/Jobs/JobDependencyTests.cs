@@ -337,6 +337,79 @@ public class JobDependencyTests
     }
 
     [Fact]
+    public async Task FanOut_BranchesRecycledWhileTheRootStillNotifiesTheRest_EachRunsOnce()
+    {
+        // A job hangs its own edge (kept with its node) on its single dependency's waiter list. While the root's finish
+        // walks 300 such edges, the branches it has made ready run on other threads, finish, and their nodes are rented
+        // again by a thread scheduling chains of the same job type, whose own edges go onto other lists. A lost or doubled
+        // run would show in the hit counts. (The narrowest window, the walk touching an edge a few instructions after
+        // queuing its branch, needs the walker preempted right there; with the edge released before, it does not exist:
+        // see FinishCore.)
+        await JobTestUtil.Bounded(() =>
+        {
+            using var stop = new CancellationTokenSource();
+            Exception? churnError = null;
+            var churn = new Thread(() =>
+            {
+                try
+                {
+                    while (!stop.IsCancellationRequested)
+                    {
+                        var chainDag = new Dag(50);
+                        JobHandle previous = default;
+                        for (int node = 0; node < 50; node++)
+                        {
+                            chainDag.Deps[node] = node == 0 ? [] : [node - 1];
+                            chainDag.Hits[node] = new int[1];
+                            previous = new DagJob { Dag = chainDag, Node = node }.Schedule(previous);
+                        }
+                        previous.Complete();
+                        if (chainDag.Verify() is { } error)
+                        {
+                            throw new InvalidOperationException("churn chain: " + error);
+                        }
+                    }
+                }
+                catch (Exception ex)
+                {
+                    churnError = ex;
+                }
+            }) { IsBackground = true, Name = "churn" };
+            churn.Start();
+            try
+            {
+                const int Branches = 300;
+                for (int round = 0; round < TestUtil.Stress(100); round++)
+                {
+                    var dag = new Dag(Branches + 1);
+                    dag.Deps[0] = [];
+                    dag.Hits[0] = new int[1];
+                    JobHandle root = new DagJob { Dag = dag, Node = 0 }.Schedule();
+                    var branches = new JobHandle[Branches];
+                    for (int b = 0; b < Branches; b++)
+                    {
+                        dag.Deps[b + 1] = [0];
+                        dag.Hits[b + 1] = new int[1];
+                        branches[b] = new DagJob { Dag = dag, Node = b + 1 }.Schedule(root);
+                    }
+                    JobHandle.ScheduleBatchedJobs();
+                    foreach (JobHandle branch in branches)
+                    {
+                        branch.Complete();
+                    }
+                    Assert.Null(dag.Verify());
+                }
+            }
+            finally
+            {
+                stop.Cancel();
+                churn.Join();
+            }
+            Assert.Null(churnError);
+        });
+    }
+
+    [Fact]
     public async Task ParallelForBetweenJobs_RunsAfterItsDependencyAndBeforeItsDependent()
     {
         await JobTestUtil.Bounded(() =>
