@@ -111,6 +111,10 @@ public sealed class FramePhase
         _deferred = _spare;
         _deferredCount = 0;
 
+        // In the default context (a host thread with no AsyncLocal values, as usual), each item may skip checking the
+        // context before itself, and this loop puts the default back after each one that changed it. Otherwise every
+        // item switches to its own captured context and back.
+        bool onDefault = ContextFlow.IsDefaultNow();
         int i = 0;
         while (i < count)
         {
@@ -121,13 +125,25 @@ public sealed class FramePhase
                     WorkItem item = batch[i].Item!;
                     batch[i].Item = null; // the slot is in cache now; clearing it here saves a second pass
                     i++;
-                    item.Execute();
+                    if (onDefault)
+                    {
+                        item.ExecuteOnDefaultContext();
+                        ContextFlow.RestoreDefaultIfChanged();
+                    }
+                    else
+                    {
+                        item.Execute();
+                    }
                 }
             }
             catch (Exception ex)
             {
                 // A state-machine box never throws (its builder catches); a plain delegate continuation may. Its fault
-                // has nowhere else to go, and the rest of the batch must still run.
+                // has nowhere else to go, and the rest of the batch must still run, in the default context.
+                if (onDefault)
+                {
+                    ContextFlow.RestoreDefaultIfChanged();
+                }
                 UnobservedExceptions.Report(ex);
             }
         }

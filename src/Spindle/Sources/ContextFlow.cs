@@ -29,6 +29,20 @@ internal static class ContextFlow
         return captured;
     }
 
+    /// <summary>
+    /// True when the thread is in the default context now, so that work can run with
+    /// <see cref="WorkItem.ExecuteOnDefaultContext"/> followed by <see cref="RestoreDefaultIfChanged"/>. Always false on
+    /// netstandard2.1, which cannot restore a context.
+    /// </summary>
+    public static bool IsDefaultNow()
+    {
+#if NET
+        return s_default is not null && ExecutionContext.Capture() == s_default;
+#else
+        return false;
+#endif
+    }
+
     /// <summary>True when <paramref name="context"/> is the default and the thread is in the default context now.</summary>
     public static bool CanRunInline(ExecutionContext? context)
     {

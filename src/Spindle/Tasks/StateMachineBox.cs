@@ -46,6 +46,11 @@ internal abstract class StateMachineBoxBase : WorkItem
 
     public sealed override void Execute() => MoveNext();
 
+    public sealed override void ExecuteOnDefaultContext() => MoveNextOnDefaultContext();
+
+    /// <summary>As <see cref="MoveNext"/>, for a caller on the default context that restores it afterwards (see <see cref="WorkItem.ExecuteOnDefaultContext"/>).</summary>
+    internal abstract void MoveNextOnDefaultContext();
+
     /// <summary>The async method this box runs, for the task tracker.</summary>
     internal virtual string MethodName => GetType().Name;
 
@@ -108,6 +113,10 @@ internal sealed class FaultedBox<TResult> : SpindleBox<TResult>
     protected override void ReturnToPool()
     {
     }
+
+    internal override void MoveNextOnDefaultContext()
+    {
+    }
 }
 
 /// <summary>
@@ -149,6 +158,23 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
             // completing thread; when both contexts are the default it only compares two references.
             ExecutionContext.Run(context, s_runUnderContext, this);
         }
+    }
+
+    internal override void MoveNextOnDefaultContext()
+    {
+#if NET
+        ExecutionContext? context = _context;
+        if (context is null || context == ContextFlow.s_default)
+        {
+            // The thread is in the default context (the caller's promise), which is what the method captured: no switch,
+            // and the caller restores the default if the method changed it.
+            StateMachine.MoveNext();
+            return;
+        }
+        ExecutionContext.Run(context, s_runUnderContext, this);
+#else
+        MoveNext();
+#endif
     }
 
     protected override void ReturnToPool()

@@ -49,6 +49,22 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         }
     }
 
+    public override void ExecuteOnDefaultContext()
+    {
+#if NET
+        ExecutionContext? context = _context;
+        _context = null;
+        if (context is null || context == ContextFlow.s_default)
+        {
+            RunDelegate(); // the caller is in the default context and restores it afterwards (WorkItem.ExecuteOnDefaultContext)
+            return;
+        }
+        ExecutionContext.Run(context, s_runUnderContext, this);
+#else
+        Execute();
+#endif
+    }
+
     /// <summary>
     /// Runs the item here, on the code that awaits it, if it is still waiting in the calling worker's run-next slot
     /// (<see cref="WorkerPool.TryTakeBackRunNext"/>) and was queued from the context the caller is in now. The caller's

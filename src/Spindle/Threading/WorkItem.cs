@@ -13,6 +13,14 @@ internal abstract class WorkItem
 {
     /// <summary>Runs the work. Implementations handle their own exceptions; a scheduler reports any that escape.</summary>
     public abstract void Execute();
+
+    /// <summary>
+    /// Runs the work for a caller whose thread is in the default <see cref="ExecutionContext"/> now and that puts the
+    /// default back afterwards if the work changed it (a worker's loop, a frame phase): work that would check the
+    /// thread's context before and after itself can skip both, which are two thread-static reads. The default runs
+    /// <see cref="Execute"/>.
+    /// </summary>
+    public virtual void ExecuteOnDefaultContext() => Execute();
 }
 
 /// <summary>Where work items go. <see cref="Default"/> is Spindle's own worker pool unless a test or benchmark swaps it.</summary>

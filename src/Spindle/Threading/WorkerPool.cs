@@ -372,9 +372,18 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>Runs an item from the worker loop, where the thread's context is the default, and puts the default back.</summary>
     private static void Execute(WorkItem item)
     {
-        RunItemSafely(item);
-        // Work that ran without a captured context (flow was suppressed when it was queued) ran in this thread's
-        // context; whatever AsyncLocal values it set must not reach the next item.
+        try
+        {
+            // A worker's loop runs in the default context, and puts it back below: items may skip their own checks.
+            item.ExecuteOnDefaultContext();
+        }
+        catch (Exception ex)
+        {
+            // Work items report their own faults; anything reaching here is a Spindle bug, never swallowed.
+            UnobservedExceptions.Report(ex);
+        }
+        // Whatever AsyncLocal values the item set (or work that ran without a captured context, in this thread's) must
+        // not reach the next item.
         ContextFlow.RestoreDefaultIfChanged();
     }
 

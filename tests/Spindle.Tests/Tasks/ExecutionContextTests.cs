@@ -185,6 +185,41 @@ public class ExecutionContextTests
         }
     }
 
+    private static async SpindleTask SetAcrossYields(int yields)
+    {
+        for (int i = 0; i < yields; i++)
+        {
+            await Spindle.Yield();
+            s_local.Value = "set by a method resumed on a worker";
+        }
+    }
+
+    [Fact]
+    public async Task WorkerItems_QueuedFromTheDefaultContext_DoNotLeakAsyncLocalsToLaterItems()
+    {
+        // Queued from a thread with no AsyncLocal values, the items and boxes take the workers' fast path (no context
+        // switch); the worker must still put the default back after each one.
+        string? leaked = "not run";
+        Task thread;
+        using (ExecutionContext.SuppressFlow()) // the thread starts with no context of ours: the default
+        {
+            thread = TestUtil.RunOnThread(Body);
+        }
+        await TestUtil.WithTimeout(thread);
+        Assert.Null(leaked);
+
+        void Body()
+        {
+            leaked = null;
+            for (int round = 0; round < 200 && leaked is null; round++)
+            {
+                Spindle.Run(() => { s_local.Value = "leak"; }).GetAwaiter().GetResult();
+                SetAcrossYields(3).GetAwaiter().GetResult();
+                leaked = Spindle.Run(() => s_local.Value).GetAwaiter().GetResult();
+            }
+        }
+    }
+
     [Fact]
     public async Task GetResult_HelpingRunsAFlowSuppressedItem_ItemsAsyncLocalWritesDoNotLeakIntoTheWaiter()
     {

@@ -1,0 +1,113 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Frames;
+
+/// <summary>
+/// ExecutionContext across a frame phase: what one resumed task sets in an AsyncLocal never reaches the next task the
+/// phase runs, nor the host thread that runs the frame; a host thread with AsyncLocal values of its own keeps them, and
+/// does not lend them to the tasks. Each test runs on a fresh thread, so that its context is the one it sets up.
+/// </summary>
+public sealed class FrameContextTests
+{
+    private static readonly AsyncLocal<string?> s_local = new();
+
+    /// <summary>Runs <paramref name="body"/> on a new thread that starts in the default context (no AsyncLocal values).</summary>
+    private static Task OnDefaultContextThread(Action body)
+    {
+        using (ExecutionContext.SuppressFlow())
+        {
+            return TestUtil.RunOnThread(body, "frame-context");
+        }
+    }
+
+    private static async SpindleTask SetAfterEachFrame(FrameLoop loop, string value, int frames)
+    {
+        for (int f = 0; f < frames; f++)
+        {
+            await loop.NextFrame();
+            s_local.Value = value + f;
+        }
+    }
+
+    private static async SpindleTask RecordAfterEachFrame(FrameLoop loop, string?[] seen)
+    {
+        for (int f = 0; f < seen.Length; f++)
+        {
+            await loop.NextFrame();
+            seen[f] = s_local.Value;
+        }
+    }
+
+    [Fact]
+    public async Task ATaskSettingAnAsyncLocal_DoesNotLeakToTheNextTaskOrTheHost()
+    {
+        string?[] seen = new string?[5];
+        string?[] hostSaw = new string?[5];
+        await TestUtil.WithTimeout(OnDefaultContextThread(() =>
+        {
+            var loop = new FrameLoop();
+            loop.RunFrame();
+            SpindleTask setter = SetAfterEachFrame(loop, "set by the first task, frame ", 5); // queued first: runs first
+            SpindleTask recorder = RecordAfterEachFrame(loop, seen);
+            for (int f = 0; f < 5; f++)
+            {
+                loop.RunFrame();
+                hostSaw[f] = s_local.Value;
+            }
+            setter.GetAwaiter().GetResult();
+            recorder.GetAwaiter().GetResult();
+        }));
+
+        Assert.All(seen, Assert.Null);
+        Assert.All(hostSaw, Assert.Null);
+    }
+
+    [Fact]
+    public async Task AHostWithItsOwnAsyncLocal_KeepsIt_AndTasksStartedElsewhereDoNotSeeIt()
+    {
+        string?[] seen = new string?[3];
+        string?[] hostSaw = new string?[3];
+        await TestUtil.WithTimeout(OnDefaultContextThread(() =>
+        {
+            var loop = new FrameLoop();
+            loop.RunFrame();
+            SpindleTask setter = SetAfterEachFrame(loop, "task ", 3);
+            SpindleTask recorder = RecordAfterEachFrame(loop, seen); // both captured the default context
+            s_local.Value = "host";
+            for (int f = 0; f < 3; f++)
+            {
+                loop.RunFrame();
+                hostSaw[f] = s_local.Value;
+            }
+            setter.GetAwaiter().GetResult();
+            recorder.GetAwaiter().GetResult();
+        }));
+
+        Assert.All(seen, Assert.Null);
+        Assert.All(hostSaw, v => Assert.Equal("host", v));
+    }
+
+    [Fact]
+    public async Task ATaskStartedWithAnAsyncLocal_SeesItOnEveryFrame_AndOnlyIt()
+    {
+        string?[] withValue = new string?[3];
+        string?[] without = new string?[3];
+        await TestUtil.WithTimeout(OnDefaultContextThread(() =>
+        {
+            var loop = new FrameLoop();
+            loop.RunFrame();
+            s_local.Value = "captured";
+            SpindleTask a = RecordAfterEachFrame(loop, withValue);
+            s_local.Value = null;
+            SpindleTask b = RecordAfterEachFrame(loop, without);
+            loop.RunFrames(3);
+            a.GetAwaiter().GetResult();
+            b.GetAwaiter().GetResult();
+        }));
+
+        Assert.All(withValue, v => Assert.Equal("captured", v));
+        Assert.All(without, Assert.Null);
+    }
+}
