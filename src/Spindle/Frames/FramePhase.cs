@@ -139,12 +139,14 @@ public sealed class FramePhase
             catch (Exception ex)
             {
                 // A state-machine box never throws (its builder catches); a plain delegate continuation may. Its fault
-                // has nowhere else to go, and the rest of the batch must still run, in the default context.
+                // has nowhere else to go, and the rest of the batch must still run, in the default context. Report first:
+                // the handlers run here, between two items, and what they leave in the context must be cleared too, or
+                // the next item would run in it (it skips its own check: ExecuteOnDefaultContext).
+                UnobservedExceptions.Report(ex);
                 if (onDefault)
                 {
                     ContextFlow.RestoreDefaultIfChanged();
                 }
-                UnobservedExceptions.Report(ex);
             }
         }
         _spare = batch;

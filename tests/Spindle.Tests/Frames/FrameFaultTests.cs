@@ -57,6 +57,61 @@ public sealed class FrameFaultTests
         Assert.Same(boom, Assert.Single(reported));
     }
 
+    private static readonly System.Threading.AsyncLocal<string?> s_local = new();
+
+    [Fact]
+    public async Task AHandlerThatSetsAnAsyncLocal_DoesNotLendItToTheNextTaskInThePhase()
+    {
+        // On a host in the default context the phase lets each task skip its own context check, and puts the default
+        // back after each one. The report of a throwing continuation runs the handler between two tasks: whatever the
+        // handler leaves in the context must be cleared before the next task runs, as a task's own writes are.
+        string? seen = "not run";
+        string? hostSaw = "not run";
+        ConcurrentQueue<Exception>? reported = null;
+        Task thread;
+        using (System.Threading.ExecutionContext.SuppressFlow()) // the thread starts in the default context
+        {
+            thread = TestUtil.RunOnThread(() =>
+            {
+                int me = Environment.CurrentManagedThreadId;
+                var loop = new FrameLoop();
+                loop.RunFrame();
+                async SpindleTask Record()
+                {
+                    await loop.Yield();
+                    seen = s_local.Value;
+                }
+
+                Action<Exception> setter = _ =>
+                {
+                    if (Environment.CurrentManagedThreadId == me)
+                    {
+                        s_local.Value = "set by the handler";
+                    }
+                };
+                Spindle.UnobservedException += setter;
+                try
+                {
+                    reported = Observe(() =>
+                    {
+                        loop.Yield().GetAwaiter().UnsafeOnCompleted(() => throw new InvalidTimeZoneException("boom"));
+                        Record().Forget(); // captured the default context
+                        loop.RunFrame();
+                    });
+                }
+                finally
+                {
+                    Spindle.UnobservedException -= setter;
+                }
+                hostSaw = s_local.Value;
+            }, "frame-handler-context");
+        }
+        await TestUtil.WithTimeout(thread);
+        Assert.Single(reported!);
+        Assert.Null(seen);
+        Assert.Null(hostSaw);
+    }
+
     [Fact]
     public void AsyncMethodThatThrowsAfterAFrame_FaultsItsTask_ForTheAwaitingCode()
     {
