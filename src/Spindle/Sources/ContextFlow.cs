@@ -14,18 +14,24 @@ internal static class ContextFlow
 
     private static ExecutionContext? CaptureDefault()
     {
-        if (ExecutionContext.IsFlowSuppressed())
-        {
-            return null;
-        }
         ExecutionContext? captured = null;
         // A thread started while flow is suppressed begins with no context, so Capture there returns the default instance.
-        using (ExecutionContext.SuppressFlow())
+        // The first thread to touch this class may already be suppressing flow (a frame host, a completing thread): then
+        // it starts the probe as it is. Giving up there instead would leave the default null, and every "put the default
+        // back" (RestoreDefaultIfChanged) a no-op, for the life of the process.
+        var thread = new Thread(() => captured = ExecutionContext.Capture()) { IsBackground = true, Name = "Spindle context probe" };
+        if (ExecutionContext.IsFlowSuppressed())
         {
-            var thread = new Thread(() => captured = ExecutionContext.Capture()) { IsBackground = true, Name = "Spindle context probe" };
             thread.Start();
-            thread.Join();
         }
+        else
+        {
+            using (ExecutionContext.SuppressFlow())
+            {
+                thread.Start();
+            }
+        }
+        thread.Join();
         return captured;
     }
 

@@ -195,6 +195,24 @@ public class ExecutionContextTests
     }
 
     [Fact]
+    public void DefaultContextProbe_RunWhileFlowIsSuppressed_StillFindsTheDefault()
+    {
+        // ContextFlow.s_default is found once, by whichever thread first touches ContextFlow: a frame host's phase, or a
+        // box resumed on a completing thread, may do so inside a SuppressFlow block. A null default would turn every
+        // "put the default back" (the worker loop's, a frame phase's) into nothing, for the life of the process.
+        var probe = typeof(Spindle).Assembly.GetType("SpindleLib.ContextFlow")!
+            .GetMethod("CaptureDefault", System.Reflection.BindingFlags.NonPublic | System.Reflection.BindingFlags.Static)!;
+        object? found;
+        using (ExecutionContext.SuppressFlow())
+        {
+            found = probe.Invoke(null, null);
+        }
+
+        Assert.NotNull(ContextFlow.s_default);
+        Assert.Same(ContextFlow.s_default, found);
+    }
+
+    [Fact]
     public async Task WorkerItems_QueuedFromTheDefaultContext_DoNotLeakAsyncLocalsToLaterItems()
     {
         // Queued from a thread with no AsyncLocal values, the items and boxes take the workers' fast path (no context
