@@ -26,7 +26,9 @@ namespace SpindleLib;
 /// finishing dependency takes each edge off before it makes the edge's job ready, and touches it no more.</para>
 /// <para><b>Dependencies.</b> <see cref="_pending"/> starts at 1 (a guard held while the job is being scheduled), and
 /// rises by one for each dependency that accepted an edge. Each finished dependency decrements it; whoever takes it
-/// to 0 (the scheduler releasing its guard, or the last dependency to finish) makes the job ready, exactly once.</para>
+/// to 0 (the scheduler releasing its guard, or the last dependency to finish) makes the job ready, exactly once. A job
+/// scheduled with a single dependency (<see cref="DependOnSingle"/>) has no guard: its count of 1 stands for that
+/// dependency, which is then the count's only writer and sets it to 0 with a plain store.</para>
 /// </remarks>
 internal abstract class JobNode : WorkItem
 {
