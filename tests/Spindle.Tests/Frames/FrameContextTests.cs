@@ -40,18 +40,26 @@ public sealed class FrameContextTests
         }
     }
 
-    [Fact]
-    public async Task ATaskSettingAnAsyncLocal_DoesNotLeakToTheNextTaskOrTheHost()
+    /// <summary>
+    /// On a fresh default-context thread: a task that sets the AsyncLocal after each frame, queued before a task that
+    /// records it (both start in the default context); then the host sets <paramref name="hostValue"/> and runs the
+    /// frames, recording what it sees after each.
+    /// </summary>
+    private static async Task<(string?[] Seen, string?[] HostSaw)> SetterThenRecorder(int frames, string? hostValue)
     {
-        string?[] seen = new string?[5];
-        string?[] hostSaw = new string?[5];
+        string?[] seen = new string?[frames];
+        string?[] hostSaw = new string?[frames];
         await TestUtil.WithTimeout(OnDefaultContextThread(() =>
         {
             var loop = new FrameLoop();
             loop.RunFrame();
-            SpindleTask setter = SetAfterEachFrame(loop, "set by the first task, frame ", 5); // queued first: runs first
+            SpindleTask setter = SetAfterEachFrame(loop, "set by the first task, frame ", frames); // queued first: runs first
             SpindleTask recorder = RecordAfterEachFrame(loop, seen);
-            for (int f = 0; f < 5; f++)
+            if (hostValue is not null)
+            {
+                s_local.Value = hostValue;
+            }
+            for (int f = 0; f < frames; f++)
             {
                 loop.RunFrame();
                 hostSaw[f] = s_local.Value;
@@ -59,6 +67,13 @@ public sealed class FrameContextTests
             setter.GetAwaiter().GetResult();
             recorder.GetAwaiter().GetResult();
         }));
+        return (seen, hostSaw);
+    }
+
+    [Fact]
+    public async Task ATaskSettingAnAsyncLocal_DoesNotLeakToTheNextTaskOrTheHost()
+    {
+        (string?[] seen, string?[] hostSaw) = await SetterThenRecorder(frames: 5, hostValue: null);
 
         Assert.All(seen, Assert.Null);
         Assert.All(hostSaw, Assert.Null);
@@ -67,23 +82,7 @@ public sealed class FrameContextTests
     [Fact]
     public async Task AHostWithItsOwnAsyncLocal_KeepsIt_AndTasksStartedElsewhereDoNotSeeIt()
     {
-        string?[] seen = new string?[3];
-        string?[] hostSaw = new string?[3];
-        await TestUtil.WithTimeout(OnDefaultContextThread(() =>
-        {
-            var loop = new FrameLoop();
-            loop.RunFrame();
-            SpindleTask setter = SetAfterEachFrame(loop, "task ", 3);
-            SpindleTask recorder = RecordAfterEachFrame(loop, seen); // both captured the default context
-            s_local.Value = "host";
-            for (int f = 0; f < 3; f++)
-            {
-                loop.RunFrame();
-                hostSaw[f] = s_local.Value;
-            }
-            setter.GetAwaiter().GetResult();
-            recorder.GetAwaiter().GetResult();
-        }));
+        (string?[] seen, string?[] hostSaw) = await SetterThenRecorder(frames: 3, hostValue: "host");
 
         Assert.All(seen, Assert.Null);
         Assert.All(hostSaw, v => Assert.Equal("host", v));
