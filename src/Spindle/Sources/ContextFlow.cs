@@ -1,3 +1,4 @@
+using System.Diagnostics.CodeAnalysis;
 using System.Threading;
 
 namespace SpindleLib;
@@ -48,6 +49,12 @@ internal static class ContextFlow
         return false;
 #endif
     }
+
+    /// <summary>
+    /// True when work that captured <paramref name="context"/> can run as it is on a thread in the default context: it
+    /// captured the default, or nothing (flow was suppressed). For <see cref="WorkItem.ExecuteOnDefaultContext"/>.
+    /// </summary>
+    public static bool RunsAsIsOnDefault([NotNullWhen(false)] ExecutionContext? context) => context is null || context == s_default;
 
     /// <summary>True when <paramref name="context"/> is the default and the thread is in the default context now.</summary>
     public static bool CanRunInline(ExecutionContext? context)

@@ -164,7 +164,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
     {
 #if NET
         ExecutionContext? context = _context;
-        if (context is null || context == ContextFlow.s_default)
+        if (ContextFlow.RunsAsIsOnDefault(context))
         {
             // The thread is in the default context (the caller's promise), which is what the method captured: no switch,
             // and the caller restores the default if the method changed it.

@@ -54,7 +54,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 #if NET
         ExecutionContext? context = _context;
         _context = null;
-        if (context is null || context == ContextFlow.s_default)
+        if (ContextFlow.RunsAsIsOnDefault(context))
         {
             RunDelegate(); // the caller is in the default context and restores it afterwards (WorkItem.ExecuteOnDefaultContext)
             return;
