@@ -54,25 +54,20 @@ internal static class SpindleMetrics
             return System.Array.Empty<Measurement<int>>();
         }
         int idle = System.Math.Min(pool.IdleWorkers, pool.WorkerCount);
-        return new[]
-        {
-            new Measurement<int>(idle, new KeyValuePair<string, object?>("spindle.worker.state", "idle")),
-            new Measurement<int>(pool.WorkerCount - idle, new KeyValuePair<string, object?>("spindle.worker.state", "busy")),
-        };
+        return Split("spindle.worker.state", "idle", idle, "busy", pool.WorkerCount - idle);
     }
 
-    private static Measurement<long>[] QueueLengths()
-    {
-        if (WorkerPool.SharedIfCreated is not { } pool)
+    private static Measurement<long>[] QueueLengths() => WorkerPool.SharedIfCreated is { } pool
+        ? Split("spindle.queue", "global", pool.GlobalQueueLength, "local", pool.LocalQueueLength)
+        : System.Array.Empty<Measurement<long>>();
+
+    /// <summary>One value split two ways by one attribute.</summary>
+    private static Measurement<T>[] Split<T>(string key, string first, T firstValue, string second, T secondValue)
+        where T : struct => new[]
         {
-            return System.Array.Empty<Measurement<long>>();
-        }
-        return new[]
-        {
-            new Measurement<long>(pool.GlobalQueueLength, new KeyValuePair<string, object?>("spindle.queue", "global")),
-            new Measurement<long>(pool.LocalQueueLength, new KeyValuePair<string, object?>("spindle.queue", "local")),
+            new Measurement<T>(firstValue, new KeyValuePair<string, object?>(key, first)),
+            new Measurement<T>(secondValue, new KeyValuePair<string, object?>(key, second)),
         };
-    }
 
     private static IEnumerable<Measurement<int>> PoolMeasurements()
     {
