@@ -101,6 +101,10 @@ public sealed class MetricsTests
         public void Dispose() => _listener.Dispose();
     }
 
+    /// <summary>Each measurement's value of the attribute <paramref name="key"/> (every measurement must carry it once).</summary>
+    private static IEnumerable<string> TagValues(IEnumerable<(string Name, double Value, KeyValuePair<string, object?>[] Tags)> measurements, string key)
+        => measurements.Select(m => (string)m.Tags.Single(t => t.Key == key).Value!);
+
     private static void CreateEverything()
     {
         _ = WorkerPool.Shared;
@@ -124,7 +128,7 @@ public sealed class MetricsTests
         using var recorder = new Recorder("spindle.worker.count");
 
         var measurements = recorder.Observe("spindle.worker.count");
-        Assert.Equal(new[] { "busy", "idle" }, measurements.Select(m => (string)m.Tags.Single(t => t.Key == "spindle.worker.state").Value!).OrderBy(k => k));
+        Assert.Equal(new[] { "busy", "idle" }, TagValues(measurements, "spindle.worker.state").OrderBy(k => k));
         Assert.Equal(WorkerPool.Shared.WorkerCount, measurements.Sum(m => m.Value));
         Assert.All(measurements, m => Assert.InRange(m.Value, 0, WorkerPool.Shared.WorkerCount));
     }
@@ -218,7 +222,7 @@ public sealed class MetricsTests
         using var recorder = new Recorder("spindle.pool.object.count");
 
         var measurements = recorder.Observe("spindle.pool.object.count");
-        var kinds = measurements.Select(m => (string)m.Tags.Single(t => t.Key == "spindle.pool").Value!).ToList();
+        var kinds = TagValues(measurements, "spindle.pool").ToList();
         Assert.Contains("JobNode", kinds);
         Assert.Equal(kinds.Count, kinds.Distinct().Count());
         Assert.DoesNotContain(kinds, k => k.Contains('`'));
@@ -232,7 +236,7 @@ public sealed class MetricsTests
         using var recorder = new Recorder("spindle.queue.length");
 
         var measurements = recorder.Observe("spindle.queue.length");
-        Assert.Equal(new[] { "global", "local" }, measurements.Select(m => (string)m.Tags.Single(t => t.Key == "spindle.queue").Value!).OrderBy(k => k));
+        Assert.Equal(new[] { "global", "local" }, TagValues(measurements, "spindle.queue").OrderBy(k => k));
         Assert.All(measurements, m => Assert.True(m.Value >= 0));
     }
 
