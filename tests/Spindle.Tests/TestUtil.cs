@@ -201,6 +201,25 @@ internal static class Race
 }
 
 /// <summary>
+/// A test of something only the net10.0 build does (its meter, its inline runs, its allocation-free reuse of what
+/// netstandard2.1 lacks the API to reset). The whole suite also runs against the netstandard2.1 build
+/// (tests/Spindle.NetStandard.Tests compiles these files with SPINDLE_NETSTANDARD_BUILD): there the test is reported
+/// as skipped, with the reason.
+/// </summary>
+public sealed class NetBuildFactAttribute : FactAttribute
+{
+    /// <param name="notOnNetStandard">Why the netstandard2.1 build behaves differently.</param>
+    public NetBuildFactAttribute(string notOnNetStandard)
+    {
+#if SPINDLE_NETSTANDARD_BUILD
+        Skip = "netstandard2.1 build: " + notOnNetStandard;
+#else
+        _ = notOnNetStandard;
+#endif
+    }
+}
+
+/// <summary>
 /// Tests that touch process-wide state (the UnobservedException event, the default scheduler, the pool cap and
 /// counts) or that need the machine to themselves (the long races). xUnit runs these collections after all the
 /// parallel ones, one test at a time.

@@ -470,7 +470,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Combinator<TResult>)o!).Cancel(ct);
 #else
-    private static readonly Action<object?> s_cancel = static o => ((Combinator<TResult>)o!).Cancel(default);
+    // Register has no token argument here: the callback reads the use's own token. Dropping the registration waits for
+    // a callback in flight (CancellationRegistrations.Drop), so no callback outlives its use and reads the next one's.
+    private static readonly Action<object?> s_cancel = static o => ((Combinator<TResult>)o!).Cancel(((Combinator<TResult>)o!)._cancelToken);
 #endif
     private Combinator<TResult>? _poolNext;
 

@@ -114,8 +114,44 @@ public sealed class FramePhase
         // In the default context (a host thread with no AsyncLocal values, as usual), each item may skip checking the
         // context before itself, and this loop puts the default back after each one that changed it. Otherwise every
         // item switches to its own captured context and back.
-        bool onDefault = ContextFlow.IsDefaultNow();
-        int i = 0;
+#if NET
+        RunItems(batch, 0, count, ContextFlow.IsDefaultNow());
+#else
+        // netstandard2.1 cannot put a context back afterwards: the items run inside ExecutionContext.Run, left (which
+        // puts the host's context back) and entered again after any item that changed it (ContextFlow.RunRestoring).
+        _running = batch;
+        _runningCount = count;
+        _runningNext = 0;
+        while (_runningNext < count)
+        {
+            ContextFlow.RunRestoring(s_runSome, this);
+        }
+        _running = null;
+#endif
+        _spare = batch;
+    }
+
+#if !NET
+    private static readonly System.Threading.ContextCallback s_runSome = static o =>
+    {
+        var phase = (FramePhase)o!;
+        phase._runningNext = phase.RunItems(phase._running!, phase._runningNext, phase._runningCount, onDefault: false);
+    };
+
+    private Slot[]? _running;
+    private int _runningCount;
+    private int _runningNext;
+#endif
+
+    /// <summary>
+    /// Runs <c>batch[i..count)</c> and returns where it stopped: at <paramref name="count"/>, or, on netstandard2.1, just
+    /// after an item (or a fault handler) that changed the thread's context.
+    /// </summary>
+    private int RunItems(Slot[] batch, int i, int count, bool onDefault)
+    {
+#if !NET
+        System.Threading.ExecutionContext? entered = System.Threading.ExecutionContext.Capture();
+#endif
         while (i < count)
         {
             try
@@ -134,6 +170,12 @@ public sealed class FramePhase
                     {
                         item.Execute();
                     }
+#if !NET
+                    if (ContextFlow.HasChanged(entered))
+                    {
+                        return i;
+                    }
+#endif
                 }
             }
             catch (Exception ex)
@@ -147,8 +189,14 @@ public sealed class FramePhase
                 {
                     ContextFlow.RestoreDefaultIfChanged();
                 }
+#if !NET
+                if (ContextFlow.HasChanged(entered))
+                {
+                    return i;
+                }
+#endif
             }
         }
-        _spare = batch;
+        return i;
     }
 }

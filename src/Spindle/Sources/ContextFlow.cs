@@ -80,6 +80,33 @@ internal static class ContextFlow
 #endif
     }
 
+#if !NET
+    /// <summary>
+    /// netstandard2.1 has no <c>ExecutionContext.Restore</c>, so code that must leave the thread's context as it found
+    /// it runs inside <see cref="ExecutionContext.Run"/> of the context the thread is in now: leaving Run puts that
+    /// context back, whatever <paramref name="body"/> changed. Loops (a worker's, a frame phase's) call this again and
+    /// again, and their body returns as soon as something it ran changed the context (<see cref="HasChanged"/>), so
+    /// that each item starts in the loop's own context. With flow suppressed on this thread there is no context to run
+    /// in, and <paramref name="body"/> runs as it is.
+    /// </summary>
+    public static void RunRestoring(ContextCallback body, object state)
+    {
+        // A fresh capture each time: .NET Framework's and Mono's Run accept a captured context only once.
+        ExecutionContext? now = ExecutionContext.Capture();
+        if (now is null)
+        {
+            body(state);
+        }
+        else
+        {
+            ExecutionContext.Run(now, body, state);
+        }
+    }
+
+    /// <summary>True when the thread's context is no longer <paramref name="entered"/> (see <see cref="RunRestoring"/>).</summary>
+    public static bool HasChanged(ExecutionContext? entered) => ExecutionContext.Capture() != entered;
+#endif
+
     /// <summary>After an inline run: put the default context back if the code that ran changed it.</summary>
     public static void RestoreDefaultIfChanged()
     {

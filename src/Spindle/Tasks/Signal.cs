@@ -25,7 +25,9 @@ public sealed class Signal : ISpindleSource
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Signal)o!).Cancel(ct);
 #else
-    private static readonly Action<object?> s_cancel = static o => ((Signal)o!).Cancel(default);
+    // Register has no token argument here: the callback reads the wait's own token (dropping the registration waits for
+    // a callback in flight, so it cannot read a later wait's).
+    private static readonly Action<object?> s_cancel = static o => ((Signal)o!).Cancel(((Signal)o!)._cancel!.Token);
 #endif
 
     private SourceCore<VoidResult> _core;

@@ -315,10 +315,15 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>Runs a worker's due timers while it helps inside some other code's context, and restores that context.</summary>
     private static bool PollKeepingContext(WorkerTimers timers)
     {
+#if NET
         ExecutionContext? before = ExecutionContext.Capture();
         bool ran = timers.Poll(out _);
         ContextFlow.RestoreIfChanged(before);
         return ran;
+#else
+        ContextFlow.RunRestoring(s_pollTimers, timers);
+        return t_polled;
+#endif
     }
 
     private WorkItem? FindWork(Worker self, bool stealRunNext)
@@ -393,10 +398,22 @@ internal sealed class WorkerPool : Scheduler
     /// </summary>
     private static void RunItemKeepingContext(WorkItem item)
     {
+#if NET
         ExecutionContext? before = ExecutionContext.Capture();
         RunItemSafely(item);
         ContextFlow.RestoreIfChanged(before);
+#else
+        ContextFlow.RunRestoring(s_runItemSafely, item);
+#endif
     }
+
+#if !NET
+    private static readonly ContextCallback s_runItemSafely = static o => RunItemSafely((WorkItem)o!);
+    private static readonly ContextCallback s_pollTimers = static o => t_polled = ((WorkerTimers)o!).Poll(out _);
+    [ThreadStatic]
+    private static bool t_polled; // what s_pollTimers's Poll returned
+    private static readonly ContextCallback s_workerLoop = static o => { Worker w = (Worker)o!; w.Pool.WorkerLoop(w); };
+#endif
 
     private static void RunItemSafely(WorkItem item)
     {
@@ -415,8 +432,17 @@ internal sealed class WorkerPool : Scheduler
     {
         t_worker = self;
         bool woken = false;
+#if !NET
+        ExecutionContext? entered = ExecutionContext.Capture();
+#endif
         while (!_disposed)
         {
+#if !NET
+            if (ContextFlow.HasChanged(entered))
+            {
+                return; // an item or a timer changed the context: Worker.Run leaves ExecutionContext.Run, which puts it back
+            }
+#endif
             WorkItem? item;
             if (!woken)
             {
@@ -605,7 +631,19 @@ internal sealed class WorkerPool : Scheduler
             _rng = (uint)(index * 2654435761u) | 1;
         }
 
-        public void Run() => Pool.WorkerLoop(this);
+        public void Run()
+        {
+#if NET
+            Pool.WorkerLoop(this);
+#else
+            // No ExecutionContext.Restore here: the loop runs inside ExecutionContext.Run and returns whenever what it
+            // ran changed the thread's context, and leaving Run puts the worker's own context back (ContextFlow.RunRestoring).
+            while (!Pool._disposed)
+            {
+                ContextFlow.RunRestoring(s_workerLoop, this);
+            }
+#endif
+        }
 
         public int NextVictim()
         {

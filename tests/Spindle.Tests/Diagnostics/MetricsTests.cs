@@ -14,6 +14,8 @@ namespace SpindleLib.Tests.Diagnostics;
 [Collection(SequentialCollection.Name)]
 public sealed class MetricsTests
 {
+    private const string NoMeter = "no Meter: System.Diagnostics.Metrics is not part of netstandard2.1, and Unity projects would have to carry the package";
+
     private static readonly string[] s_instruments =
     {
         "spindle.worker.count", "spindle.queue.length", "spindle.timer.count", "spindle.pool.object.count", "spindle.job.count",
@@ -112,7 +114,7 @@ public sealed class MetricsTests
         _ = new FrameLoop();
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void Meter_PublishesEveryInstrumentUnderItsName()
     {
         CreateEverything();
@@ -121,7 +123,7 @@ public sealed class MetricsTests
         Assert.Equal(s_instruments.OrderBy(n => n), recorder.Published.OrderBy(n => n));
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void WorkerCount_ReportsTheSharedPoolsWorkersSplitIntoIdleAndBusy()
     {
         CreateEverything();
@@ -133,7 +135,7 @@ public sealed class MetricsTests
         Assert.All(measurements, m => Assert.InRange(m.Value, 0, WorkerPool.Shared.WorkerCount));
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void JobCount_CountsEveryFinishedJobWhateverItsOutcomeButNotCombinedHandles()
     {
         CreateEverything();
@@ -158,7 +160,7 @@ public sealed class MetricsTests
         Assert.Equal(before + 53, recorder.ObserveOne("spindle.job.count"));
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void JobCount_KeepsTheCountsOfThreadsThatHaveEnded()
     {
         CreateEverything();
@@ -185,7 +187,7 @@ public sealed class MetricsTests
         Assert.Equal(before + 20, recorder.ObserveOne("spindle.job.count")); // never goes down once folded in
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public async Task TimerCount_CountsTheDefaultWheelsTimersUntilTheyAreCancelled()
     {
         CreateEverything();
@@ -211,7 +213,7 @@ public sealed class MetricsTests
         TestUtil.SpinUntil(() => recorder.ObserveOne("spindle.timer.count") <= before);
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void PoolObjectCount_ReportsEachPooledKindOnceWithoutItsGenericArguments()
     {
         CreateEverything();
@@ -229,7 +231,7 @@ public sealed class MetricsTests
         Assert.All(measurements, m => Assert.True(m.Value >= 0));
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void QueueLength_ReportsTheGlobalAndTheLocalQueues()
     {
         CreateEverything();
@@ -240,7 +242,7 @@ public sealed class MetricsTests
         Assert.All(measurements, m => Assert.True(m.Value >= 0));
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void FrameDuration_RecordsEachRunFrameOnlyWhileListenedTo()
     {
         var loop = new FrameLoop();
@@ -259,7 +261,7 @@ public sealed class MetricsTests
         Assert.Equal(0, SpindleMetrics.FrameStarted()); // the listener is gone: frames are not timed
     }
 
-    [Fact]
+    [NetBuildFact(NoMeter)]
     public void UnobservedExceptionCount_CountsEachReportedFault()
     {
         using var recorder = new Recorder("spindle.unobserved_exception.count");

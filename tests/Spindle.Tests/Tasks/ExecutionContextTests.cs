@@ -239,6 +239,38 @@ public class ExecutionContextTests
     }
 
     [Fact]
+    public async Task WorkerItems_QueuedWithFlowSuppressed_DoNotLeakAsyncLocalsToEachOther()
+    {
+        // Items queued under SuppressFlow carry no context and run in the worker's own: each writes an AsyncLocal, and
+        // the worker must put its context back after each one, or the next such item would start with the value. (On
+        // netstandard2.1, with no ExecutionContext.Restore, the worker's loop leaves and re-enters ExecutionContext.Run.)
+        const int Items = 400;
+        var seen = new string?[Items];
+        var done = new Promise();
+        int remaining = Items;
+        using (ExecutionContext.SuppressFlow())
+        {
+            for (int i = 0; i < Items; i++)
+            {
+                int index = i;
+                Spindle.Run(() =>
+                {
+                    seen[index] = s_local.Value;
+                    s_local.Value = "leak";
+                    if (Interlocked.Decrement(ref remaining) == 0)
+                    {
+                        done.SetResult();
+                    }
+                }).Forget();
+            }
+        }
+        await TestUtil.WithTimeout(done.Task);
+
+        Assert.All(seen, Assert.Null);
+        Assert.Null(s_local.Value);
+    }
+
+    [Fact]
     public async Task GetResult_HelpingRunsAFlowSuppressedItem_ItemsAsyncLocalWritesDoNotLeakIntoTheWaiter()
     {
         string? seenByWaiter = await TestUtil.WithTimeout(Spindle.Run(() =>

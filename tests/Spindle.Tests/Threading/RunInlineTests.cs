@@ -13,7 +13,7 @@ public class RunInlineTests
 {
     private static readonly AsyncLocal<int> s_local = new();
 
-    [Fact]
+    [NetBuildFact("nothing is run inline: without ExecutionContext.Restore the awaiting code's context could not be put back")]
     public async Task AwaitOnAWorker_RunsTheItemOnThatWorker_BeforeTheAwaitWouldSuspend()
     {
         // The awaiter's IsCompleted is where the compiler decides to suspend: the item has run when it returns true. One
