@@ -3,7 +3,6 @@ using System.Collections.Generic;
 using System.IO;
 using System.Linq;
 using System.Reflection;
-using System.Runtime.CompilerServices;
 
 namespace SpindleLib.Tests.Api;
 
@@ -54,16 +53,7 @@ public sealed class PublicApiTests
             ? new HashSet<string>(File.ReadAllLines(path).Where(l => l.Length > 0 && !l.StartsWith('#')), StringComparer.Ordinal)
             : new HashSet<string>(StringComparer.Ordinal);
 
-    private static string FindSourceDirectory([CallerFilePath] string thisFile = "")
-    {
-        string? dir = Path.GetDirectoryName(thisFile);
-        while (dir is not null && !File.Exists(Path.Combine(dir, "Spindle.slnx")))
-        {
-            dir = Path.GetDirectoryName(dir);
-        }
-        Assert.True(dir is not null, "Could not find the repository root (Spindle.slnx) above " + thisFile);
-        return Path.Combine(dir!, "src", "Spindle");
-    }
+    private static string FindSourceDirectory() => Path.Combine(GeneratedFiles.RepositoryRoot(), "src", "Spindle");
 
     internal static HashSet<string> Describe(Assembly assembly)
     {

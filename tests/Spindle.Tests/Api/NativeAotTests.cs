@@ -1,0 +1,124 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.IO;
+using System.Linq;
+using System.Runtime.InteropServices;
+
+namespace SpindleLib.Tests.Api;
+
+/// <summary>
+/// The library is marked <c>IsAotCompatible</c>, so its trimming and AOT analyzers run on every build. This goes
+/// further: it publishes tests/Spindle.AotSmoke (a program that uses every layer once and checks each result) with
+/// NativeAOT, trimmed and with any trimming or AOT warning as an error, and runs the native program.
+/// </summary>
+[Collection(SequentialCollection.Name)] // a native compile takes both cores for a while: not beside the timing-bound tests
+public class NativeAotTests
+{
+    [NativeAotFact]
+    public void SmokeProgram_PublishedWithNativeAot_PassesEveryCheck()
+    {
+        string rid = RuntimeInformation.RuntimeIdentifier;
+        string project = Path.Combine(GeneratedFiles.RepositoryRoot(), "tests", "Spindle.AotSmoke", "Spindle.AotSmoke.csproj");
+        // Its own artifacts path: the publish (Spindle included) builds nowhere near the tree's bin and obj folders.
+        string artifacts = Path.Combine(Path.GetTempPath(), "spindle-aot-" + Guid.NewGuid().ToString("N"));
+        try
+        {
+            (int published, string publishLog) = RunProcess(
+                DotNetHost(),
+                ["publish", project, "-c", "Release", "-r", rid, "--artifacts-path", artifacts, "-nodeReuse:false", "-p:UseSharedCompilation=false"],
+                TimeSpan.FromMinutes(10));
+            Assert.True(published == 0, "dotnet publish with NativeAOT failed (exit " + published + "):\n" + Tail(publishLog));
+
+            string program = Path.Combine(artifacts, "publish", "Spindle.AotSmoke", "release_" + rid,
+                "Spindle.AotSmoke" + (OperatingSystem.IsWindows() ? ".exe" : ""));
+            Assert.True(File.Exists(program), "no native program at " + program + ":\n" + Tail(publishLog));
+            (int exit, string output) = RunProcess(program, [], TimeSpan.FromMinutes(2));
+            Assert.True(exit == 0 && output.Contains("all checks passed", StringComparison.Ordinal),
+                "the NativeAOT program failed (exit " + exit + "):\n" + output);
+            Assert.DoesNotContain("FAIL", output, StringComparison.Ordinal);
+        }
+        finally
+        {
+            try
+            {
+                Directory.Delete(artifacts, recursive: true);
+            }
+            catch (IOException)
+            {
+                // a temp folder left behind is harmless
+            }
+        }
+    }
+
+    /// <summary>The dotnet host running the tests (the SDK sets DOTNET_HOST_PATH), or the one on PATH.</summary>
+    private static string DotNetHost() => Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") is { Length: > 0 } host ? host : "dotnet";
+
+    private static (int ExitCode, string Output) RunProcess(string file, IEnumerable<string> arguments, TimeSpan timeout)
+    {
+        var start = new ProcessStartInfo(file)
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        foreach (string argument in arguments)
+        {
+            start.ArgumentList.Add(argument);
+        }
+        // The test host inherits the outer `dotnet test`'s MSBuild settings; a nested build must find its own.
+        foreach (string name in start.Environment.Keys.Where(k => k.StartsWith("MSBuild", StringComparison.OrdinalIgnoreCase)).ToList())
+        {
+            start.Environment.Remove(name);
+        }
+        start.Environment["DOTNET_CLI_TELEMETRY_OPTOUT"] = "1";
+        start.Environment["DOTNET_NOLOGO"] = "1";
+        using Process process = Process.Start(start)!;
+        var output = new System.Text.StringBuilder();
+        process.OutputDataReceived += (_, e) => { lock (output) { output.AppendLine(e.Data); } };
+        process.ErrorDataReceived += (_, e) => { lock (output) { output.AppendLine(e.Data); } };
+        process.BeginOutputReadLine();
+        process.BeginErrorReadLine();
+        if (!process.WaitForExit(timeout))
+        {
+            process.Kill(entireProcessTree: true);
+            Assert.Fail($"{Path.GetFileName(file)} did not finish in {timeout.TotalMinutes} minutes:\n{Tail(output.ToString())}");
+        }
+        process.WaitForExit(); // drains the redirected streams
+        lock (output)
+        {
+            return (process.ExitCode, output.ToString());
+        }
+    }
+
+    private static string Tail(string log)
+    {
+        string[] lines = log.Split('\n');
+        return string.Join('\n', lines.Skip(Math.Max(0, lines.Length - 40)));
+    }
+}
+
+/// <summary>
+/// A fact that needs NativeAOT's native toolchain: on Linux and macOS a C compiler and linker on PATH (clang, or gcc
+/// on Linux). Elsewhere, or without one, it is reported as skipped with what to install, since a fresh machine with
+/// only the .NET SDK cannot run it.
+/// </summary>
+public sealed class NativeAotFactAttribute : FactAttribute
+{
+    public NativeAotFactAttribute()
+    {
+        if (OperatingSystem.IsWindows())
+        {
+            Skip = "NativeAOT on Windows needs Visual Studio's C++ build tools, which this test does not look for: " +
+                "run `dotnet publish tests/Spindle.AotSmoke -r win-x64` and the program it writes";
+        }
+        else if (!OnPath("clang") && !(OperatingSystem.IsLinux() && OnPath("gcc")))
+        {
+            Skip = "NativeAOT needs clang (or gcc on Linux) on PATH; install one to run this test";
+        }
+    }
+
+    private static bool OnPath(string name)
+        => (Environment.GetEnvironmentVariable("PATH") ?? "").Split(Path.PathSeparator, StringSplitOptions.RemoveEmptyEntries)
+            .Any(dir => File.Exists(Path.Combine(dir, name)));
+}
