@@ -103,6 +103,11 @@ public static class BenchRunner
             }
         }
 
+        if (print)
+        {
+            Report.PrintTargets(Targets.Check(context.Results));
+        }
+
         if (!string.IsNullOrEmpty(options.ReportDirectory))
         {
             Directory.CreateDirectory(options.ReportDirectory);

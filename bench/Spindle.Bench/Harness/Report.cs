@@ -99,6 +99,35 @@ public static class Report
         AnsiConsole.WriteLine();
     }
 
+    /// <summary>Prints the issues' targets checked against this run (nothing when the run measured none of them).</summary>
+    public static void PrintTargets(IReadOnlyList<TargetCheck> checks)
+    {
+        if (checks.Count == 0)
+        {
+            return;
+        }
+        var table = new Table().Title($"[bold]targets[/] — the issues' figures, checked on this run: {checks.Count(c => c.Holds)} of {checks.Count} hold");
+        table.Border(TableBorder.Rounded);
+        foreach (string h in Targets.Header)
+        {
+            table.AddColumn(new TableColumn(Markup.Escape(h)));
+        }
+        foreach (TargetCheck check in checks)
+        {
+            string[] row = Targets.Row(check).Select(Markup.Escape).ToArray();
+            row[^1] = check.Holds ? "[green]yes[/]" : "[red]NO[/]";
+            table.AddRow(row);
+        }
+        AnsiConsole.Write(table);
+        AnsiConsole.MarkupLine("[grey]" + Markup.Escape(TargetsNote) + "[/]");
+        AnsiConsole.WriteLine();
+    }
+
+    private const string TargetsNote =
+        "Each row is a figure from an issue's \"done when\" list (bench/Spindle.Bench/Harness/Targets.cs), checked against this run's " +
+        "medians; a relative limit uses the other system's median in the same case of the same run. The issues quote quick mode. " +
+        "README.md and docs/decisions.md say why the targets that do not hold are out of reach.";
+
     public static string Markdown(IReadOnlyList<Scenario> scenarios, IReadOnlyList<BenchResult> results, IReadOnlyList<KeyValuePair<string, string>> machine, string commandLine)
     {
         var sb = new StringBuilder();
@@ -131,6 +160,18 @@ public static class Report
                 sb.AppendLine(s.Notes).AppendLine();
             }
         }
+        List<TargetCheck> checks = Targets.Check(results);
+        if (checks.Count > 0)
+        {
+            sb.AppendLine($"## targets: the issues' figures, checked on this run ({checks.Count(c => c.Holds)} of {checks.Count} hold)").AppendLine();
+            sb.AppendLine("| " + string.Join(" | ", Targets.Header) + " |");
+            sb.AppendLine("|" + string.Join("|", Targets.Header.Select(_ => "---")) + "|");
+            foreach (TargetCheck check in checks)
+            {
+                sb.AppendLine("| " + string.Join(" | ", Targets.Row(check)) + " |");
+            }
+            sb.AppendLine().AppendLine(TargetsNote).AppendLine();
+        }
         return sb.ToString();
     }
 
@@ -158,6 +199,21 @@ public static class Report
                 w.WriteNumber("spread", Math.Round(s, 4));
             }
             w.WriteNumber("rounds", r.Rounds);
+            w.WriteEndObject();
+        }
+        w.WriteEndArray();
+        // Added after "results" (whose shape DESIGN.md fixes): the issues' targets, checked on these results.
+        w.WriteStartArray("targets");
+        foreach (TargetCheck check in Targets.Check(results))
+        {
+            w.WriteStartObject();
+            w.WriteString("issue", check.Target.Issue);
+            w.WriteString("scenario", check.Target.Scenario);
+            w.WriteString("case", check.Case);
+            w.WriteString("target", check.Target.Text);
+            w.WriteNumber("value", Math.Round(check.Value, 4));
+            w.WriteNumber("limit", Math.Round(check.Limit, 4));
+            w.WriteBoolean("holds", check.Holds);
             w.WriteEndObject();
         }
         w.WriteEndArray();

@@ -67,6 +67,13 @@ public sealed class BenchScenarioTests
                     }
                 }
             }
+            // Every target the issues set on this scenario finds its figures (a misspelt case, system or metric would
+            // silently check nothing).
+            foreach (Target t in Targets.All.Where(t => t.Scenario == id))
+            {
+                Assert.True(Targets.Check(results, [t]).Count > 0,
+                    $"target '{t.Text}' ({t.Issue}, case {t.Case}) found nothing to check in {id}'s results.");
+            }
             Assert.True(File.Exists(Path.Combine(dir, "report.md")));
             string json = File.ReadAllText(Path.Combine(dir, "results.json"));
             Assert.Contains("\"machine\"", json, StringComparison.Ordinal);
