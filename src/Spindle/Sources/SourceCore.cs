@@ -23,8 +23,14 @@ internal readonly struct VoidResult
 /// <para><b>One field decides everything.</b> <see cref="_continuation"/> holds one of: null (pending, no waiter);
 /// <see cref="s_registering"/> (a delegate waiter is writing its state); a waiter, which is either a state-machine box
 /// (the hot path: the box is its own continuation, so there is no separate state to write) or an
-/// <c>Action&lt;object?&gt;</c> whose state is in <see cref="_continuationState"/>; <see cref="s_completing"/> (the completer
+/// <c>Action&lt;object?&gt;</c> whose state is in <see cref="_stateOrError"/>; <see cref="s_completing"/> (the completer
 /// is writing the result); or <see cref="s_completed"/>.</para>
+/// <para><b>One slot for a waiter's state and the failure.</b> <see cref="_stateOrError"/> holds a delegate waiter's
+/// state while the operation is pending, and the failure (an <see cref="ExceptionDispatchInfo"/>, or null for success)
+/// once it has completed: every source is a field smaller (8 bytes per waiting async method, per promise, per timer).
+/// The completer owns the slot between its CAS and its publication: it reads the waiter's state, then writes the
+/// outcome. So a delegate waiter always goes through s_completing (the one-CAS void fast path is for no waiter or a
+/// box waiter, which have no state), and readers look at the slot only after seeing s_completed.</para>
 /// <para><b>Completion</b> is one CAS from null or a waiter to s_completing: that CAS picks the single completer. The
 /// completer then writes the result, reads the waiter's state, and publishes with a release store of s_completed.
 /// Completion is read from this field alone, and the completer touches nothing in the core after publishing, so a
@@ -45,8 +51,7 @@ internal struct SourceCore<TResult>
     internal static readonly object s_registering = new Sentinel("registering");
 
     private object? _continuation;
-    private object? _continuationState;
-    private ExceptionDispatchInfo? _error;
+    private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
     private TResult _result;
     // Only the low 16 bits are the token; an int so that consumption can be a CAS. The sign bit is not part of the
     // version: it is the source's "run continuations asynchronously" flag, set once before the source is published and
@@ -86,8 +91,7 @@ internal struct SourceCore<TResult>
             ThrowHelper.ThrowInvalidOperation("The source cannot be reset while an await on it is still pending.");
         }
         _version = NextVersion(_version);
-        _continuationState = null;
-        _error = null;
+        _stateOrError = null;
         _result = default!;
         Volatile.Write(ref _continuation, null);
     }
@@ -95,8 +99,7 @@ internal struct SourceCore<TResult>
     /// <summary>Clears every reference the core holds, after <see cref="Consume"/> advanced the version (used before pooling).</summary>
     public void ClearForPool()
     {
-        _continuationState = null;
-        _error = null;
+        _stateOrError = null;
         _result = default!;
         _continuation = null;
     }
@@ -123,7 +126,7 @@ internal struct SourceCore<TResult>
             {
                 return SpindleTaskStatus.Pending;
             }
-            ExceptionDispatchInfo? e = _error;
+            ExceptionDispatchInfo? e = ErrorOnceCompleted;
             return e is null ? SpindleTaskStatus.Succeeded
                 : e.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
                 : SpindleTaskStatus.Faulted;
@@ -141,7 +144,7 @@ internal struct SourceCore<TResult>
         {
             BlockingWait.Wait(owner, token);
         }
-        _error?.Throw();
+        ErrorOnceCompleted?.Throw();
         return _result;
     }
 
@@ -161,7 +164,7 @@ internal struct SourceCore<TResult>
         {
             BlockingWait.Wait(owner, token);
         }
-        error = _error;
+        error = ErrorOnceCompleted;
         TResult result = _result;
         if (Interlocked.CompareExchange(ref _version, NextVersion(v), v) != v)
         {
@@ -170,8 +173,11 @@ internal struct SourceCore<TResult>
         return result;
     }
 
-    /// <summary>The stored exception, if the operation failed (for observers that must not throw).</summary>
-    public readonly Exception? Error => _error?.SourceException;
+    /// <summary>The stored exception, if the operation has completed and failed (for observers that must not throw).</summary>
+    public Exception? Error => IsCompleted ? ErrorOnceCompleted?.SourceException : null;
+
+    /// <summary>The failure, read after completion has been seen (before it, the slot may hold a waiter's state).</summary>
+    private readonly ExceptionDispatchInfo? ErrorOnceCompleted => (ExceptionDispatchInfo?)_stateOrError;
 
     /// <summary>Completes with <paramref name="result"/>; false if already completed.</summary>
     public bool TrySetResult(TResult result)
@@ -185,7 +191,7 @@ internal struct SourceCore<TResult>
             return false;
         }
         _result = result;
-        EndCompletion(waiter);
+        EndCompletion(waiter, null);
         return true;
     }
 
@@ -251,13 +257,27 @@ internal struct SourceCore<TResult>
                 c = Volatile.Read(ref _continuation);
                 continue;
             }
-            // A delegate waiter's state must be read before publishing: once s_completed is visible, a consumer may recycle the core.
-            object? s = c is not null && c.GetType() == typeof(Action<object?>) ? _continuationState : null;
+            if (c is not null && c.GetType() == typeof(Action<object?>))
+            {
+                // A delegate waiter's state shares its slot with the outcome: take it under s_completing and clear the
+                // slot (success) before publishing, as every other completion does.
+                object? p = Interlocked.CompareExchange(ref _continuation, s_completing, c);
+                if (p != c)
+                {
+                    c = p;
+                    continue;
+                }
+                waiter = c;
+                state = _stateOrError;
+                _stateOrError = null;
+                Volatile.Write(ref _continuation, s_completed);
+                return true;
+            }
             object? prev = Interlocked.CompareExchange(ref _continuation, s_completed, c);
             if (prev == c)
             {
                 waiter = c;
-                state = s;
+                state = null;
                 return true;
             }
             c = prev;
@@ -271,8 +291,7 @@ internal struct SourceCore<TResult>
         {
             return false;
         }
-        _error = ExceptionDispatchInfo.Capture(exception);
-        EndCompletion(waiter);
+        EndCompletion(waiter, ExceptionDispatchInfo.Capture(exception));
         return true;
     }
 
@@ -283,8 +302,7 @@ internal struct SourceCore<TResult>
         {
             return false;
         }
-        _error = ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken));
-        EndCompletion(waiter);
+        EndCompletion(waiter, ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
         return true;
     }
 
@@ -316,14 +334,11 @@ internal struct SourceCore<TResult>
         }
     }
 
-    private void EndCompletion(object? waiter)
+    /// <summary>Under s_completing: takes a delegate waiter's state, writes the outcome into its slot, and publishes.</summary>
+    private void EndCompletion(object? waiter, ExceptionDispatchInfo? error)
     {
-        object? state = null;
-        if (waiter is not null && waiter.GetType() == typeof(Action<object?>))
-        {
-            state = _continuationState;
-            _continuationState = null;
-        }
+        object? state = waiter is not null && waiter.GetType() == typeof(Action<object?>) ? _stateOrError : null;
+        _stateOrError = error;
         // The publication point: from here on the operation is complete to every reader, and the core is not touched.
         Volatile.Write(ref _continuation, s_completed);
         if (waiter is not null)
@@ -359,7 +374,7 @@ internal struct SourceCore<TResult>
             RegisterLate(p, continuation, state);
             return;
         }
-        _continuationState = state;
+        _stateOrError = state;
         Volatile.Write(ref _continuation, continuation);
     }
 

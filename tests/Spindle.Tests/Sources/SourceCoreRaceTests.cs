@@ -160,6 +160,98 @@ public class SourceCoreRaceTests
             _ => holder.Core.TrySetException(error)), Timeout);
     }
 
+    private sealed class VoidCoreHolder
+    {
+        public SourceCore<VoidResult> Core;
+    }
+
+    /// <summary>
+    /// A delegate waiter's state and the failure share one slot in the core: the completer must hand the waiter its own
+    /// state, then leave the slot holding exactly the outcome. Each round races a registration carrying a fresh state
+    /// object against one of the three completions, on the void core (whose success skips the s_completing mark when
+    /// there is no delegate waiter) and on a typed one.
+    /// </summary>
+    [Theory]
+    [InlineData("result")]
+    [InlineData("exception")]
+    [InlineData("canceled")]
+    public async Task SourceCore_DelegateWaiterWithStateRacingEachCompletion_GetsItsStateAndTheOutcomeIsExact(string outcome)
+    {
+        var voidHolder = new VoidCoreHolder();
+        var holder = new CoreHolder();
+        var error = new InvalidTimeZoneException("racing");
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        object? expectedState = null;
+        object? voidSeen = null;
+        object? typedSeen = null;
+        int runs = 0;
+        Action<object?> onVoid = state => { voidSeen = state; Interlocked.Increment(ref runs); };
+        Action<object?> onTyped = state => { typedSeen = state; Interlocked.Increment(ref runs); };
+
+        await TestUtil.WithTimeout(Race.Run(
+            Rounds,
+            before: _ =>
+            {
+                voidHolder.Core.Reset();
+                holder.Core.Reset();
+                expectedState = new object();
+                voidSeen = typedSeen = null;
+                runs = 0;
+            },
+            after: _ =>
+            {
+                Assert.Equal(2, Volatile.Read(ref runs));
+                Assert.Same(expectedState, voidSeen);
+                Assert.Same(expectedState, typedSeen);
+                SpindleTaskStatus want = outcome switch
+                {
+                    "result" => SpindleTaskStatus.Succeeded,
+                    "exception" => SpindleTaskStatus.Faulted,
+                    _ => SpindleTaskStatus.Canceled,
+                };
+                Assert.Equal(want, voidHolder.Core.GetStatus(voidHolder.Core.Version));
+                Assert.Equal(want, holder.Core.GetStatus(holder.Core.Version));
+                if (outcome == "result")
+                {
+                    Assert.Null(voidHolder.Core.Error);
+                    Assert.Equal(7, holder.Core.GetResult(holder.Core.Version, null!));
+                }
+                else if (outcome == "exception")
+                {
+                    Assert.Same(error, voidHolder.Core.Error);
+                    Assert.Same(error, holder.Core.Error);
+                }
+                else
+                {
+                    Assert.Equal(cts.Token, Assert.IsType<OperationCanceledException>(voidHolder.Core.Error).CancellationToken);
+                }
+            },
+            _ =>
+            {
+                voidHolder.Core.OnCompleted(onVoid, expectedState, voidHolder.Core.Version);
+                holder.Core.OnCompleted(onTyped, expectedState, holder.Core.Version);
+            },
+            _ =>
+            {
+                switch (outcome)
+                {
+                    case "result":
+                        voidHolder.Core.TrySetResult(default);
+                        holder.Core.TrySetResult(7);
+                        break;
+                    case "exception":
+                        voidHolder.Core.TrySetException(error);
+                        holder.Core.TrySetException(error);
+                        break;
+                    default:
+                        voidHolder.Core.TrySetCanceled(cts.Token);
+                        holder.Core.TrySetCanceled(cts.Token);
+                        break;
+                }
+            }), Timeout);
+    }
+
     [Fact]
     public async Task Promise_TwoRegistrantsRacingOnAPendingTask_ExactlyOneRegistersAndTheOtherThrows()
     {
