@@ -542,11 +542,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (cancellationToken.CanBeCanceled)
         {
             _cancelToken = cancellationToken;
-#if NET
-            _registration = cancellationToken.UnsafeRegister(s_cancel, this);
-#else
-            _registration = cancellationToken.Register(s_cancel, this);
-#endif
+            _registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
         }
         return token;
     }

@@ -525,11 +525,8 @@ public sealed partial class FrameLoop
             IsBackground = true,
             Name = "Spindle FrameLoop",
         };
-        using (ExecutionContext.SuppressFlow())
-        {
-            // The loop thread starts with no AsyncLocal values of the caller's; each continuation brings its own.
-            thread.Start();
-        }
+        // The loop thread starts with no AsyncLocal values of the caller's; each continuation brings its own.
+        ContextFlow.StartWithoutContext(thread);
         return done.Task;
     }
 

@@ -71,11 +71,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
         {
             return;
         }
-#if NET
-        _registration = token.UnsafeRegister(s_onCanceled, this);
-#else
-        _registration = token.Register(s_onCanceled, this);
-#endif
+        _registration = CancellationRegistrations.Register(token, s_onCanceled, this);
     }
 
 #if !NET

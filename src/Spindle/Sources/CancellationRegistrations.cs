@@ -2,9 +2,40 @@ using System.Threading;
 
 namespace SpindleLib;
 
-/// <summary>Removing a cancellation registration the way every Spindle wait does.</summary>
+/// <summary>Adding and removing a cancellation registration the way every Spindle wait does.</summary>
 internal static class CancellationRegistrations
 {
+#if NET
+    /// <summary>
+    /// Registers <paramref name="callback"/> without capturing the caller's ExecutionContext: it runs in the context of
+    /// whoever cancels, as every Spindle continuation it completes brings its own. The token is passed to the callback.
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]
+    public static CancellationTokenRegistration Register(CancellationToken token, System.Action<object?, CancellationToken> callback, object state)
+        => token.UnsafeRegister(callback, state);
+#else
+    /// <summary>
+    /// Registers <paramref name="callback"/> (netstandard2.1 has no UnsafeRegister). On Mono, whose captures are not
+    /// stable (<see cref="ContextFlow.CaptureIsStable"/>), a captured context is a new object, and it carries the
+    /// caller's SynchronizationContext into the callback and into the continuations the callback completes: there the
+    /// registration is made under <see cref="ExecutionContext.SuppressFlow"/> (unless flow is already suppressed:
+    /// suppressing it twice throws on Mono and before .NET 8). On .NET Core a capture of the default context is free
+    /// and carries no SynchronizationContext, while SuppressFlow would allocate, so it registers as it is. The callback
+    /// gets no token here: it reads the one its wait stored.
+    /// </summary>
+    public static CancellationTokenRegistration Register(CancellationToken token, System.Action<object?> callback, object state)
+    {
+        if (ContextFlow.CaptureIsStable || ExecutionContext.IsFlowSuppressed())
+        {
+            return token.Register(callback, state);
+        }
+        using (ExecutionContext.SuppressFlow())
+        {
+            return token.Register(callback, state);
+        }
+    }
+#endif
+
     /// <summary>
     /// Unregisters and clears <paramref name="registration"/>; if its callback is already running on another thread,
     /// waits for that callback to finish. The wait matters: a pooled or reused source whose registration is dropped

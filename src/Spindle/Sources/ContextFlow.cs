@@ -1,3 +1,4 @@
+using System;
 using System.Diagnostics.CodeAnalysis;
 using System.Threading;
 
@@ -10,31 +11,139 @@ namespace SpindleLib;
 /// </summary>
 internal static class ContextFlow
 {
-    /// <summary>The runtime's default context instance, as <see cref="ExecutionContext.Capture"/> returns it on a thread with no values.</summary>
-    internal static readonly ExecutionContext? s_default = CaptureDefault();
+    /// <summary>Two captures on a thread started with no context of ours (see <see cref="ProbeCaptures"/>).</summary>
+    private static readonly (ExecutionContext? First, ExecutionContext? Second) s_probe = ProbeCaptures();
 
-    private static ExecutionContext? CaptureDefault()
+    /// <summary>The runtime's default context instance, as <see cref="ExecutionContext.Capture"/> returns it on a thread with no values.</summary>
+    internal static readonly ExecutionContext? s_default = s_probe.First;
+
+#if !NET
+    /// <summary>
+    /// True when <see cref="ExecutionContext.Capture"/> returns the same object while the context does not change, as
+    /// on .NET Core. Mono (Unity) returns a new object from every capture (its ExecutionContext is the .NET Framework's),
+    /// so "did the code that ran change the context?" cannot be told by comparing captures there, and the loops that
+    /// would re-enter <see cref="ExecutionContext.Run"/> after such a change (<see cref="RunRestoring"/>) run as they
+    /// are instead: a new context per item would allocate on every frame. Settable by tests, to run that path on .NET.
+    /// </summary>
+    internal static bool CaptureIsStable = s_probe.First is not null && s_probe.First == s_probe.Second;
+#endif
+
+    private static ExecutionContext? CaptureDefault() => ProbeCaptures().First;
+
+    /// <summary>
+    /// Captures twice on a new thread started with no context of ours: the first capture is the runtime's default
+    /// instance, and whether the second is the same object tells whether captures are stable. The first thread to
+    /// touch this class may already be suppressing flow (a frame host, a completing thread): <see cref="StartWithoutContext"/>
+    /// copes. Giving up there instead would leave the default null, and every "put the default back"
+    /// (<see cref="RestoreDefaultIfChanged"/>) a no-op, for the life of the process.
+    /// </summary>
+    private static (ExecutionContext? First, ExecutionContext? Second) ProbeCaptures()
     {
-        ExecutionContext? captured = null;
-        // A thread started while flow is suppressed begins with no context, so Capture there returns the default instance.
-        // The first thread to touch this class may already be suppressing flow (a frame host, a completing thread): then
-        // it starts the probe as it is. Giving up there instead would leave the default null, and every "put the default
-        // back" (RestoreDefaultIfChanged) a no-op, for the life of the process.
-        var thread = new Thread(() => captured = ExecutionContext.Capture()) { IsBackground = true, Name = "Spindle context probe" };
-        if (ExecutionContext.IsFlowSuppressed())
+        ExecutionContext? first = null;
+        ExecutionContext? second = null;
+        try
         {
-            thread.Start();
+            var thread = new Thread(() =>
+            {
+                first = ExecutionContext.Capture();
+                second = ExecutionContext.Capture();
+            })
+            { IsBackground = true, Name = "Spindle context probe" };
+            StartWithoutContext(thread);
+            thread.Join();
+        }
+        catch (Exception ex) when (ex is PlatformNotSupportedException or NotSupportedException or ThreadStartException)
+        {
+            return (null, null); // no threads here (a browser build): no default to compare with, captures not stable
+        }
+        return (first, second);
+    }
+
+    /// <summary>
+    /// Starts <paramref name="thread"/> with none of the caller's context (its AsyncLocal values, and on Mono its
+    /// SynchronizationContext), as <c>Thread.UnsafeStart</c> does on .NET. On netstandard2.1 it starts the thread under
+    /// <see cref="ExecutionContext.SuppressFlow"/>, unless flow is already suppressed: suppressing it twice throws on Mono
+    /// and before .NET 8.
+    /// </summary>
+    public static void StartWithoutContext(Thread thread, object? state = null)
+    {
+#if NET
+        if (state is null)
+        {
+            thread.UnsafeStart();
         }
         else
         {
-            using (ExecutionContext.SuppressFlow())
+            thread.UnsafeStart(state);
+        }
+#else
+        if (ExecutionContext.IsFlowSuppressed())
+        {
+            Start(thread, state);
+            return;
+        }
+        using (ExecutionContext.SuppressFlow())
+        {
+            Start(thread, state);
+        }
+
+        static void Start(Thread thread, object? state)
+        {
+            if (state is null)
             {
                 thread.Start();
             }
+            else
+            {
+                thread.Start(state);
+            }
         }
-        thread.Join();
-        return captured;
+#endif
     }
+
+#if NET
+    /// <summary><see cref="ExecutionContext.Run"/> (on netstandard2.1 it also keeps the running thread's SynchronizationContext).</summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]
+    public static void Run(ExecutionContext context, ContextCallback callback, object? state) => ExecutionContext.Run(context, callback, state);
+#else
+    /// <summary>
+    /// <see cref="ExecutionContext.Run"/>, keeping the running thread's SynchronizationContext, as the BCL's own
+    /// internal Run does for tasks. On Mono and the .NET Framework a captured context carries the SynchronizationContext
+    /// of the thread that captured it, and the public Run installs it: code resumed on a worker would otherwise run
+    /// under Unity's main-thread context, and a BCL await there would post back to the main thread. (On .NET Core a
+    /// context carries none, and this costs two thread-static reads.)
+    /// </summary>
+    public static void Run(ExecutionContext context, ContextCallback callback, object? state)
+    {
+        t_outerSyncContext = SynchronizationContext.Current;
+        t_callback = callback;
+        t_state = state;
+        ExecutionContext.Run(context, s_runKeepingSyncContext, null);
+    }
+
+    [ThreadStatic]
+    private static SynchronizationContext? t_outerSyncContext;
+    [ThreadStatic]
+    private static ContextCallback? t_callback;
+    [ThreadStatic]
+    private static object? t_state;
+
+    private static readonly ContextCallback s_runKeepingSyncContext = static _ =>
+    {
+        // Read before anything can run a nested Run on this thread and overwrite them.
+        SynchronizationContext? outer = t_outerSyncContext;
+        ContextCallback callback = t_callback!;
+        object? state = t_state;
+        t_outerSyncContext = null;
+        t_callback = null;
+        t_state = null;
+        if (SynchronizationContext.Current != outer)
+        {
+            SynchronizationContext.SetSynchronizationContext(outer); // leaving Run puts the captured one back
+        }
+        callback(state);
+    };
+#endif
 
     /// <summary>
     /// True when the thread is in the default context now, so that work can run with
@@ -86,25 +195,29 @@ internal static class ContextFlow
     /// it runs inside <see cref="ExecutionContext.Run"/> of the context the thread is in now: leaving Run puts that
     /// context back, whatever <paramref name="body"/> changed. Loops (a worker's, a frame phase's) call this again and
     /// again, and their body returns as soon as something it ran changed the context (<see cref="HasChanged"/>), so
-    /// that each item starts in the loop's own context. With flow suppressed on this thread there is no context to run
-    /// in, and <paramref name="body"/> runs as it is.
+    /// that each item starts in the loop's own context. <paramref name="body"/> runs as it is, with nothing to put
+    /// back, when flow is suppressed on this thread, and where captures are not stable (<see cref="CaptureIsStable"/>:
+    /// Mono), where a capture per call would allocate.
     /// </summary>
     public static void RunRestoring(ContextCallback body, object state)
     {
-        // A fresh capture each time: .NET Framework's and Mono's Run accept a captured context only once.
-        ExecutionContext? now = ExecutionContext.Capture();
+        // A fresh capture each time: Mono's Run accepts a captured context only once.
+        ExecutionContext? now = CaptureIsStable ? ExecutionContext.Capture() : null;
         if (now is null)
         {
             body(state);
         }
         else
         {
-            ExecutionContext.Run(now, body, state);
+            Run(now, body, state);
         }
     }
 
-    /// <summary>True when the thread's context is no longer <paramref name="entered"/> (see <see cref="RunRestoring"/>).</summary>
-    public static bool HasChanged(ExecutionContext? entered) => ExecutionContext.Capture() != entered;
+    /// <summary>
+    /// True when the thread's context is no longer <paramref name="entered"/> (see <see cref="RunRestoring"/>); always
+    /// false where captures are not stable, since there every capture is a new object.
+    /// </summary>
+    public static bool HasChanged(ExecutionContext? entered) => CaptureIsStable && ExecutionContext.Capture() != entered;
 #endif
 
     /// <summary>After an inline run: put the default context back if the code that ran changed it.</summary>

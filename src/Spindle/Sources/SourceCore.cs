@@ -436,7 +436,7 @@ internal sealed class ContextContinuation
     public static readonly Action<object?> s_run = static o =>
     {
         var cc = (ContextContinuation)o!;
-        ExecutionContext.Run(cc._context, s_invoke, cc);
+        ContextFlow.Run(cc._context, s_invoke, cc);
     };
 
     private readonly Action<object?> _continuation;

@@ -110,11 +110,7 @@ public sealed class Signal : ISpindleSource
         }
         if (cancellationToken.CanBeCanceled)
         {
-#if NET
-            _cancel!.Registration = cancellationToken.UnsafeRegister(s_cancel, this);
-#else
-            _cancel!.Registration = cancellationToken.Register(s_cancel, this);
-#endif
+            _cancel!.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
         }
         return new SpindleTask(this, token);
     }

@@ -156,7 +156,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         {
             // ExecutionContext.Run restores the thread's context afterwards, so nothing the method sets leaks into the
             // completing thread; when both contexts are the default it only compares two references.
-            ExecutionContext.Run(context, s_runUnderContext, this);
+            ContextFlow.Run(context, s_runUnderContext, this);
         }
     }
 

@@ -45,7 +45,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         }
         else
         {
-            ExecutionContext.Run(context, s_runUnderContext, this);
+            ContextFlow.Run(context, s_runUnderContext, this);
         }
     }
 

@@ -62,7 +62,7 @@ internal sealed class WorkStealingDeque<T> where T : class
         long t = Volatile.Read(ref _top);
         if (t > b)
         {
-            _bottom = b + 1; // empty
+            Volatile.Write(ref _bottom, b + 1); // empty (a plain 64-bit store could tear on a 32-bit platform, under a thief's read)
             return null;
         }
         int index = (int)(b & (a.Length - 1));
@@ -74,7 +74,7 @@ internal sealed class WorkStealingDeque<T> where T : class
             {
                 item = null;
             }
-            _bottom = b + 1;
+            Volatile.Write(ref _bottom, b + 1);
             return item;
         }
         a[index] = null; // slot b is out of every thief's reach (thieves only take index < bottom, and top <= b - 1)

@@ -77,18 +77,14 @@ internal sealed class WorkerPool : Scheduler
         {
             _workers[i] = new Worker(this, i);
         }
-        // Workers must not inherit the creating thread's ExecutionContext.
-        using (ExecutionContext.SuppressFlow())
+        for (int i = 0; i < workerCount; i++)
         {
-            for (int i = 0; i < workerCount; i++)
+            var thread = new Thread(_workers[i].Run)
             {
-                var thread = new Thread(_workers[i].Run)
-                {
-                    IsBackground = true,
-                    Name = threadName + " " + i,
-                };
-                thread.Start();
-            }
+                IsBackground = true,
+                Name = threadName + " " + i,
+            };
+            ContextFlow.StartWithoutContext(thread); // workers must not inherit the creating thread's ExecutionContext
         }
     }
 

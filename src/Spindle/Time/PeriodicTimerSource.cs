@@ -112,11 +112,7 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>
         else if (cancellationToken.CanBeCanceled)
         {
             _waitToken = cancellationToken;
-#if NET
-            _registration = cancellationToken.UnsafeRegister(s_onCanceled, this);
-#else
-            _registration = cancellationToken.Register(s_onCanceled, this);
-#endif
+            _registration = CancellationRegistrations.Register(cancellationToken, s_onCanceled, this);
         }
         return new SpindleTask<bool>(this, token);
     }

@@ -46,14 +46,7 @@ internal sealed class ThreadTimerDriver : TimerDriver
                 IsBackground = true,
                 Name = "Spindle Timer",
             };
-#if NET
-            thread.UnsafeStart(this);
-#else
-            using (ExecutionContext.SuppressFlow())
-            {
-                thread.Start(this);
-            }
-#endif
+            ContextFlow.StartWithoutContext(thread, this);
             return;
         }
         if (!_wake.IsSet)

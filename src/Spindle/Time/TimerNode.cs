@@ -79,11 +79,7 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
     public void RegisterCancellation(CancellationToken cancellationToken)
     {
         _token = cancellationToken;
-#if NET
-        _registration = cancellationToken.UnsafeRegister(s_onTokenCanceled, this);
-#else
-        _registration = cancellationToken.Register(s_onTokenCanceled, this);
-#endif
+        _registration = CancellationRegistrations.Register(cancellationToken, s_onTokenCanceled, this);
     }
 
     /// <summary>The wheel's owner fires the node: true if it won, with the waiter to run (or dispatch) afterwards.</summary>
