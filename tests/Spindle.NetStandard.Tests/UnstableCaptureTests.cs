@@ -31,6 +31,35 @@ public sealed class UnstableCaptureTests
     public void CaptureIsStable_OnThisRuntime() => Assert.True(ContextFlow.CaptureIsStable);
 
     [Fact]
+    public void Run_AnAsyncLocalHandlerThatRunsDuringTheContextSwitch_DoesNotDisturbTheOuterRunsCallback()
+    {
+        // netstandard2.1's ContextFlow.Run passes its callback in thread-statics; switching into the context fires the
+        // AsyncLocal's change handler first, and the handler runs a Run of its own.
+        int nested = 0;
+        int me = Environment.CurrentManagedThreadId;
+        var local = new AsyncLocal<string?>(change =>
+        {
+            if (change.ThreadContextChanged && Environment.CurrentManagedThreadId == me && Volatile.Read(ref nested) == 0)
+            {
+                Interlocked.Increment(ref nested);
+                ContextFlow.Run(ExecutionContext.Capture()!, _ => { }, null);
+            }
+        });
+        local.Value = "in the captured context";
+        ExecutionContext captured = ExecutionContext.Capture()!;
+        local.Value = null;
+        object expected = new();
+        object? seen = null;
+        string? value = null;
+
+        ContextFlow.Run(captured, state => { seen = state; value = local.Value; }, expected);
+
+        Assert.Equal(1, nested);
+        Assert.Same(expected, seen);
+        Assert.Equal("in the captured context", value);
+    }
+
+    [Fact]
     public async Task Workers_WhenCapturesAreNotStable_RunEveryItemAndHelpWhileWaiting()
     {
         ContextFlow.CaptureIsStable = false;

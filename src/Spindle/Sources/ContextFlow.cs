@@ -115,10 +115,25 @@ internal static class ContextFlow
     /// </summary>
     public static void Run(ExecutionContext context, ContextCallback callback, object? state)
     {
+        // The arguments travel in thread-statics (a state object would allocate). Switching contexts can run user code
+        // before the callback reads them (AsyncLocal change handlers), and that code may itself Run: so each Run saves
+        // the values it replaces and puts them back, and a nested Run leaves ours as it found them.
+        SynchronizationContext? savedOuter = t_outerSyncContext;
+        ContextCallback? savedCallback = t_callback;
+        object? savedState = t_state;
         t_outerSyncContext = SynchronizationContext.Current;
         t_callback = callback;
         t_state = state;
-        ExecutionContext.Run(context, s_runKeepingSyncContext, null);
+        try
+        {
+            ExecutionContext.Run(context, s_runKeepingSyncContext, null);
+        }
+        finally
+        {
+            t_outerSyncContext = savedOuter;
+            t_callback = savedCallback;
+            t_state = savedState;
+        }
     }
 
     [ThreadStatic]
@@ -130,13 +145,9 @@ internal static class ContextFlow
 
     private static readonly ContextCallback s_runKeepingSyncContext = static _ =>
     {
-        // Read before anything can run a nested Run on this thread and overwrite them.
         SynchronizationContext? outer = t_outerSyncContext;
         ContextCallback callback = t_callback!;
         object? state = t_state;
-        t_outerSyncContext = null;
-        t_callback = null;
-        t_state = null;
         if (SynchronizationContext.Current != outer)
         {
             SynchronizationContext.SetSynchronizationContext(outer); // leaving Run puts the captured one back
