@@ -61,12 +61,12 @@ internal static class TupleCombinatorsTemplate
         w.Line("    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is");
         w.Line("    /// observed), as <see cref=\"WhenAll(ReadOnlySpan{SpindleTask})\"/> does.");
         w.Line("    /// </summary>");
-        SignatureDocs(w, n, withOptions: false);
+        SignatureDocs(w, n, withOptions: false, isAny: false);
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, CancellationToken cancellationToken = default)");
         w.Line($"        => WhenAll({Join(n, i => $"task{i}")}, default(WhenAllOptions), cancellationToken);");
         w.Line();
         w.Line($"    /// <summary>As <see cref=\"WhenAll{{{generics}}}({crefParameters}, CancellationToken)\"/>, with <paramref name=\"options\"/>.</summary>");
-        SignatureDocs(w, n, withOptions: true);
+        SignatureDocs(w, n, withOptions: true, isAny: false);
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, WhenAllOptions options, CancellationToken cancellationToken = default)");
         Body(w, n, $"var c = Combinator<{tuple}>.RentAll({n}, options, static x => ({Join(n, i => $"x.Value<T{i}>({i - 1})")}));");
     }
@@ -81,16 +81,18 @@ internal static class TupleCombinatorsTemplate
         w.Line("    /// <summary>");
         w.Line($"    /// A task that completes when the first of {n} tasks does, with its index (0 for <paramref name=\"task1\"/>) and its");
         w.Line("    /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting");
-        w.Line("    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to");
-        w.Line("    /// <see cref=\"Spindle.UnobservedException\"/>. Allocates nothing in steady state.");
+        w.Line("    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be");
+        w.Line("    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and");
+        w.Line("    /// reads the others when they finish. A loser's failure goes to <see cref=\"Spindle.UnobservedException\"/>, once.");
+        w.Line("    /// Allocates nothing in steady state.");
         w.Line("    /// </summary>");
-        SignatureDocs(w, n, withOptions: false);
+        SignatureDocs(w, n, withOptions: false, isAny: true);
         w.Line($"    public static SpindleTask<{named}> WhenAny<{generics}>({parameters}, CancellationToken cancellationToken = default)");
         Body(w, n, $"var c = Combinator<{unnamed}>.RentAny({n}, static x => (x.Winner, {Join(n, i => $"x.WinnerValue<T{i}>({i - 1})")}));");
     }
 
     /// <summary>The docs every form shares: consumption, type parameters, parameters, the await-once exception.</summary>
-    private static void SignatureDocs(Writer w, int n, bool withOptions)
+    private static void SignatureDocs(Writer w, int n, bool withOptions, bool isAny)
     {
         if (!withOptions)
         {
@@ -108,7 +110,9 @@ internal static class TupleCombinatorsTemplate
         {
             w.Line("    /// <param name=\"options\">Options, such as <see cref=\"WhenAllOptions.AggregateExceptions\"/>.</param>");
         }
-        w.Line("    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are still read when they finish).</param>");
+        w.Line(isAny
+            ? "    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are let go of as losers are).</param>"
+            : "    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are still read when they finish).</param>");
         w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error).</exception>");
     }
 

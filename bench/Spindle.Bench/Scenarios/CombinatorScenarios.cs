@@ -23,7 +23,9 @@ public abstract class CombinatorScenario : Scenario
         "completed: every input already complete (Task: Task.CompletedTask, as in the seed; Spindle: completed Spindle tasks; SpindleOverTask: " +
         "Task.CompletedTask). pending: n new sources per operation (Task, SpindleOverTask: TaskCompletionSource<int>; Spindle: reused Promise<int>s, " +
         "reset), the combinator, then " + (IsAny ? "the first source completed" : "every source completed") + ", and the combined result read. " +
-        (IsAny ? "The Spindle systems also complete the losers afterwards (so their promises and combinator can be reused); the Task system leaves them to the GC. " : "") +
+        (IsAny ? "Losers: Task leaves them to the GC (Task.WhenAny removes its continuations from them); Spindle leaves them pending too (WhenAny detaches from " +
+                 "its losing promises, which the next operation resets); SpindleOverTask completes them afterwards, because a BCL task's continuation cannot be " +
+                 "removed and the pooled combinator waits for it. " : "") +
         "Input arrays are preallocated for every system. Anchors: not available from the package registry this machine reaches.";
 
     public override void Run(BenchContext context)
@@ -128,13 +130,11 @@ public abstract class CombinatorScenario : Scenario
                 }
                 if (IsAny)
                 {
+                    // The losers are left pending, as on the Task side: WhenAny detaches from them when the first one
+                    // wins, so the next operation's Reset reuses them.
                     SpindleTask<int> combined = SpindleTask.WhenAny(spindle);
                     promises[0].SetResult(0);
                     combined.GetAwaiter().GetResult();
-                    for (int k = 1; k < n; k++)
-                    {
-                        promises[k].SetResult(k); // the losers, so the promises and the combinator can be reused
-                    }
                 }
                 else
                 {

@@ -145,7 +145,7 @@ internal abstract class CombinatorCore
         slot.Kind = InputKind.Spindle;
         slot.Source = source;
         slot.Token = token;
-        source.OnCompleted(Slot.s_onSpindleCompleted, slot, token);
+        source.OnCompleted(DirectWaiter.s_moveNext, slot, token); // the slot is its own continuation
     }
 
     private static void AddTask(Slot slot, Task task)
@@ -223,6 +223,50 @@ internal abstract class CombinatorCore
         }
     }
 
+    /// <summary>
+    /// Drops a reference that the caller knows is the last one but for its own when the count reads 1: nobody else holds
+    /// one, and a count never goes up, so no interlocked operation is needed to recycle (the other holders' decrements
+    /// were full fences, and this read sees them).
+    /// </summary>
+    protected void ReleaseLast()
+    {
+        if (Volatile.Read(ref _references) == 1)
+        {
+            Recycle();
+        }
+        else
+        {
+            Release();
+        }
+    }
+
+    /// <summary>
+    /// The race is decided: detaches every input other than <paramref name="except"/> that is still waiting and whose
+    /// source allows it (<see cref="IDetachableSource"/>), so that none of them calls back and their owners may reuse them
+    /// at once (a promise can be reset, a signal waited on again). Returns how many were detached: the caller drops
+    /// their references.
+    /// </summary>
+    /// <remarks>
+    /// An input that has finished, or is finishing, has its callback running or run, and its source refuses to detach.
+    /// The reads here may race with that callback's <see cref="Slot.Read"/>, which only clears Source: a null skips the
+    /// slot, and the source checks the waiter and the token under its own mark before it lets go.
+    /// </remarks>
+    protected int DetachInputs(int except)
+    {
+        int detached = 0;
+        Slot[] slots = _slots;
+        for (int i = 0; i < _count; i++)
+        {
+            Slot slot = slots[i];
+            if (i != except && slot.Kind == InputKind.Spindle && slot.Source is IDetachableSource source && source.TryDetach(slot))
+            {
+                slot.Source = null;
+                detached++;
+            }
+        }
+        return detached;
+    }
+
     /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
     internal static void ReportLoser(ExceptionDispatchInfo? error)
     {
@@ -241,11 +285,12 @@ internal abstract class CombinatorCore
         }
     }
 
-    /// <summary>One input's registration: the state every input's continuation carries, kept with the combinator.</summary>
-    internal sealed class Slot
+    /// <summary>
+    /// One input's registration, kept with the combinator: a Spindle input's direct waiter (a source stores the slot
+    /// itself and resumes it with one virtual call), or the state a BCL input's continuation carries.
+    /// </summary>
+    internal sealed class Slot : DirectWaiter
     {
-        public static readonly Action<object?> s_onSpindleCompleted = static o => ((Slot)o!).Complete();
-
         public readonly CombinatorCore Owner;
         public readonly int Index;
         public readonly Action TaskContinuation;
@@ -271,6 +316,11 @@ internal abstract class CombinatorCore
         }
 
         public void Complete() => Owner.OnInputCompleted(this);
+
+        /// <summary>A Spindle input completed.</summary>
+        public override void MoveNext() => Owner.OnInputCompleted(this);
+
+        public override void Execute() => Owner.OnInputCompleted(this);
 
         /// <summary>A cell for a <typeparamref name="T"/> result, kept across uses (a pooled combinator sees the same types each time).</summary>
         public Cell<T> UseCell<T>()
@@ -416,19 +466,31 @@ internal struct WhenAllFailures
 /// whatever the count.
 /// </summary>
 /// <remarks>
-/// <para><b>Lifetime.</b> The reference count (<c>_references</c>, in <see cref="CombinatorCore"/>) counts the inputs still running plus one for the consumer of the
-/// combined task. Each input's completion drops one; reading the combined result drops the consumer's. The object
-/// returns to its pool only at zero, so a WhenAny whose losers finish late is recycled only after the last of them. One
-/// whose cancellation callback fired is not pooled again at all (see <see cref="Recycle"/>).</para>
-/// <para><b>Outcome.</b> For WhenAny, the first input to finish wins a CAS on <see cref="_winner"/> (a later input reads
-/// it first and skips the CAS once the race is decided); its success (or exception) becomes the combined outcome. The
-/// cancellation callback takes part in the same race, so exactly one of them decides. For
-/// WhenAll, the same counter decides: the input whose completion brings it down to 1 (only the consumer's reference
-/// left) is the last one, and completes the combined task. If inputs failed, it rethrows the failure of the lowest
-/// index, as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever order the inputs finished in), or an
-/// <see cref="AggregateException"/> of all of them when asked to. Every input is read exactly once, by its slot, so
-/// pooled inputs go back to their pools. A losing input's fault is reported to <see cref="Spindle.UnobservedException"/>:
-/// it is not lost, and it is not rethrown.</para>
+/// <para><b>Lifetime.</b> The reference count (<c>_references</c>, in <see cref="CombinatorCore"/>) counts the inputs
+/// still registered plus one for the consumer of the combined task. Each input's completion drops one; so does each input
+/// the decided race detaches (below); reading the combined result drops the consumer's. The object returns to its pool
+/// only at zero, so a WhenAny whose losers could not be detached (BCL tasks, ValueTasks, delays, nested combinators) is
+/// recycled only after the last of them finishes. One whose cancellation callback fired is not pooled again at all (see
+/// <see cref="Recycle"/>).</para>
+/// <para><b>Outcome.</b> For WhenAny, the first input to finish wins the CAS that begins the completion of the core
+/// (<see cref="SourceCore{TResult}.TryBeginCompletion"/>): one atomic step decides the race and claims the core, and a
+/// later input finds the core completing or completed and loses. The cancellation callback takes part in the same race,
+/// so exactly one of them decides. (Over producers the race is a CAS on <see cref="_winner"/> instead, which the
+/// producers' start loop reads; see below.) For WhenAll, the reference count decides: the input whose completion brings
+/// it down to 1 (only the consumer's reference left) is the last one, and completes the combined task. If inputs failed,
+/// it rethrows the failure of the lowest index, as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever
+/// order the inputs finished in), or an <see cref="AggregateException"/> of all of them when asked to. Every input that
+/// finishes while registered is read exactly once, by its slot, so pooled inputs go back to their pools. A losing input's
+/// fault is reported to <see cref="Spindle.UnobservedException"/>: it is not lost, and it is not rethrown.</para>
+/// <para><b>Detaching the losers (WhenAny).</b> The decider, while it holds the core and before it publishes, detaches
+/// every other input whose source allows it (<see cref="IDetachableSource"/>: promises, signal waits, async methods), as
+/// <c>Task.WhenAny</c> removes its continuations from its losers: so the combined task's continuation may reset a losing
+/// promise or wait on a losing signal again at once, and the combinator does not wait for them. A detached input's
+/// source takes over what the slot would have done: a fault nobody reads is reported by the source, once, and an async
+/// method reads its own outcome. Each detach is one CAS on the input's core, which decides against that input's own
+/// completion: either the slot's callback runs (and drops its reference) or the source lets go of the slot (and the
+/// decider drops its reference). When every other input was detached, nothing but the consumer can touch the count
+/// any more, and the consumer acts only after the publication, so the decider sets it with a plain store.</para>
 /// <para><b>Result.</b> The completion core carries no value: typed inputs' results stay in their slots' cells, and the
 /// combined result (an index, an array, a tuple, a copy into the caller's buffer) is composed by <c>_compose</c> when the
 /// consumer reads it, while the consumer's reference still keeps the cells alive. So a cancelled or failed combination
@@ -529,7 +591,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     /// <summary>
     /// Starts a use: returns its token and lets <paramref name="cancellationToken"/> cancel the combined task (not the
-    /// inputs, which are still read when they finish). Called before the inputs are registered, so a token that is
+    /// inputs: a WhenAny detaches from those it can, and the rest are read when they finish). Called before the inputs are registered, so a token that is
     /// already cancelled cancels at once. The registration is removed when the result is read or the object recycled.
     /// </summary>
     public short Start(CancellationToken cancellationToken)
@@ -598,8 +660,25 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
 #endif
-        // For WhenAny, cancellation takes the race like an input would: so the producers' own cancellations, which
-        // complete their inputs on this thread below, lose to it, and the combined task is cancelled by the caller's token.
+        if (_isAny && !_startsProducers)
+        {
+            // Cancellation takes the race like an input would, through the core's CAS (see CompleteAny), and lets go of
+            // the inputs as a winner does.
+            if (_core.TryBeginCompletion(out object? waiter))
+            {
+                _winner = CancelledRace;
+                int detached = DetachInputs(except: -1);
+                if (detached > 0)
+                {
+                    Interlocked.Add(ref _references, -detached); // the consumer's reference keeps the object until it reads
+                }
+                _core.EndCompletion(waiter, ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+            }
+            return;
+        }
+        // For WhenAny over producers, cancellation takes the race like an input would: so the producers' own
+        // cancellations, which complete their inputs on this thread below, lose to it, and the combined task is cancelled
+        // by the caller's token.
         if (_isAny && Interlocked.CompareExchange(ref _winner, CancelledRace, -1) != -1)
         {
             return; // an input won first: that is the outcome
@@ -617,7 +696,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     private void DropRegistration()
     {
-        if (!CancellationRegistrations.Drop(ref _registration))
+        // Only a use whose token can be cancelled registered anything (Start): the common case skips the call.
+        if (_cancelToken.CanBeCanceled && !CancellationRegistrations.Drop(ref _registration))
         {
             _cancelMayRun = true;
         }
@@ -694,8 +774,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
         if (_isAny)
         {
-            CompleteAny(slot.Index, error);
-            Release();
+            CompleteAny(slot.Index, error); // drops this input's reference
             return;
         }
 
@@ -728,17 +807,54 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     {
         if (_startsProducers)
         {
-            Interlocked.Decrement(ref _unfinishedProducers);
+            CompleteAnyOfProducers(index, error);
+            return;
         }
+        // The core's own CAS decides the race, against the other inputs and the cancellation: one atomic step where a
+        // separate winner field would take a second. A later input finds the core completing or completed, and loses.
+        if (!_core.TryBeginCompletion(out object? waiter))
+        {
+            ReportLoser(error);
+            Release();
+            return;
+        }
+        _winner = index;
+        // Under the mark, before the combined task completes, so that its continuation may reset or reuse the losing
+        // inputs at once.
+        int detached = DetachInputs(index);
+        if (detached == _count - 1)
+        {
+            // Every other input is detached and will never call back, and the consumer acts only once the core has
+            // completed (below): nothing else can touch the count now, and only the consumer's reference is left.
+            Debug.Assert(_references == _count + 1, "no input has dropped its reference yet");
+            _references = 1;
+        }
+        else
+        {
+            Interlocked.Add(ref _references, -(1 + detached));
+        }
+        // The publication: from here on the consumer may recycle this object, and nothing here touches it.
+        _core.EndCompletion(waiter, error);
+    }
+
+    /// <summary>
+    /// WhenAny over producers: the first input wins a CAS on <see cref="_winner"/>, which the producers' start loop reads
+    /// (see the remarks), and the losers are cancelled through their token and read when they answer it.
+    /// </summary>
+    private void CompleteAnyOfProducers(int index, ExceptionDispatchInfo? error)
+    {
+        Interlocked.Decrement(ref _unfinishedProducers);
         if (Volatile.Read(ref _winner) != -1 || Interlocked.CompareExchange(ref _winner, index, -1) != -1)
         {
             ReportLoser(error);
+            Release();
             return;
         }
-        if (_startsProducers && Volatile.Read(ref _unfinishedProducers) > 0)
+        if (Volatile.Read(ref _unfinishedProducers) > 0)
         {
             CancelProducers();
         }
+        Release(); // the consumer's reference keeps the object until the result is read
         bool set = error is null ? _core.TrySetResult(default) : _core.TrySetException(error.SourceException);
         if (!set)
         {
@@ -818,7 +934,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         DropRegistration(); // the wait is over: nothing stays registered behind it, even while losers still run
         // Composed while the consumer's reference still keeps the cells: after Release they may be recycled.
         TResult result = error is null && _compose is { } compose ? compose(this) : default!;
-        Release();
+        ReleaseLast();
         error?.Throw();
         return result;
     }

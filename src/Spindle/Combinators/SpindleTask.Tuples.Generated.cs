@@ -46,15 +46,17 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first of 2 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
-    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to
-    /// <see cref="Spindle.UnobservedException"/>. Allocates nothing in steady state.
+    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
+    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
+    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2)> WhenAny<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, CancellationToken cancellationToken = default)
     {
@@ -112,8 +114,10 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first of 3 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
-    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to
-    /// <see cref="Spindle.UnobservedException"/>. Allocates nothing in steady state.
+    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
+    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
+    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -122,7 +126,7 @@ public readonly partial struct SpindleTask
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="task3">Task 3 (index 2).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3)> WhenAny<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, CancellationToken cancellationToken = default)
     {
@@ -188,8 +192,10 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first of 4 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
-    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to
-    /// <see cref="Spindle.UnobservedException"/>. Allocates nothing in steady state.
+    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
+    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
+    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -200,7 +206,7 @@ public readonly partial struct SpindleTask
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="task4">Task 4 (index 3).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4)> WhenAny<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, CancellationToken cancellationToken = default)
     {
@@ -274,8 +280,10 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first of 5 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
-    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to
-    /// <see cref="Spindle.UnobservedException"/>. Allocates nothing in steady state.
+    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
+    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
+    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -288,7 +296,7 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="task5">Task 5 (index 4).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5)> WhenAny<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, CancellationToken cancellationToken = default)
     {
@@ -370,8 +378,10 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first of 6 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
-    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to
-    /// <see cref="Spindle.UnobservedException"/>. Allocates nothing in steady state.
+    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
+    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
+    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -386,7 +396,7 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="task6">Task 6 (index 5).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6)> WhenAny<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, CancellationToken cancellationToken = default)
     {
@@ -476,8 +486,10 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first of 7 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
-    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to
-    /// <see cref="Spindle.UnobservedException"/>. Allocates nothing in steady state.
+    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
+    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
+    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -494,7 +506,7 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="task7">Task 7 (index 6).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7)> WhenAny<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, CancellationToken cancellationToken = default)
     {
@@ -592,8 +604,10 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first of 8 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
-    /// rethrows its exception. The other tasks are still read when they finish, and their failures go to
-    /// <see cref="Spindle.UnobservedException"/>. Allocates nothing in steady state.
+    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
+    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
+    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -612,7 +626,7 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="task8">Task 8 (index 7).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7, T8 Result8)> WhenAny<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, CancellationToken cancellationToken = default)
     {

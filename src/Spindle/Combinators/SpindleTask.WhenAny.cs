@@ -10,13 +10,18 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// A task that completes when the first input does, with that input's index. If the first input to finish failed,
     /// awaiting rethrows its exception (the input itself is consumed, so there is nowhere else to see it). The other
-    /// inputs are still read when they finish: their failures go to <see cref="Spindle.UnobservedException"/>.
-    /// Allocates nothing in steady state, for any count.
+    /// inputs are let go of as soon as the race is decided (see the remarks); a failure among them goes to
+    /// <see cref="Spindle.UnobservedException"/>, once. Allocates nothing in steady state, for any count.
     /// </summary>
     /// <remarks>
-    /// To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>
-    /// (see <see cref="WithTimeout(TimeSpan, TimerWheel)"/>; pooled too, so it allocates nothing in steady state). The
-    /// inputs are still read when they finish, whichever wins.
+    /// <para><b>Losers.</b> As <c>Task.WhenAny</c> removes its continuations from the tasks that lose, WhenAny detaches
+    /// from its losing inputs before the combined task completes, where their kind allows it: a <see cref="Promise"/>'s
+    /// task is left pending and its promise can be reset at once (even from the continuation of the await); a
+    /// <see cref="Signal"/>'s wait ends, and a later <see cref="Signal.Set"/> is kept for the next wait; an async method
+    /// goes on running, forgotten (see <see cref="Forget"/>). Other inputs (delays, combinators, other sources) are read
+    /// when they finish. The same holds when the wait is cancelled.</para>
+    /// <para>To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>
+    /// (see <see cref="WithTimeout(TimeSpan, TimerWheel)"/>; pooled too, so it allocates nothing in steady state).</para>
     /// </remarks>
     /// <exception cref="ArgumentException">The input is empty, as for <c>Task.WhenAny</c>.</exception>
     /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
@@ -79,8 +84,8 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// A task that completes when the first typed input does, with that input's index and result. As
-    /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/> otherwise (the winner's failure is rethrown; losers are read, and
-    /// their failures reported). Allocates nothing in steady state.
+    /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/> otherwise (the winner's failure is rethrown; losers are let go of,
+    /// and their failures reported). Allocates nothing in steady state.
     /// </summary>
     /// <exception cref="ArgumentException">The input is empty.</exception>
     /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>

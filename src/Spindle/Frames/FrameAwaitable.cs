@@ -143,7 +143,7 @@ public readonly struct FrameAwaitable
             }
             else if (_target is ISpindleSource s)
             {
-                s.OnCompleted(StateMachineBoxBase.s_moveNext, box, _token);
+                s.OnCompleted(DirectWaiter.s_moveNext, box, _token);
             }
             else
             {

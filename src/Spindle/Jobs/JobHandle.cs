@@ -201,7 +201,7 @@ public readonly struct JobHandle : IEquatable<JobHandle>
             Register(ActionContinuation.s_invoke, continuation);
         }
 
-        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box) => Register(StateMachineBoxBase.s_moveNext, box);
+        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box) => Register(DirectWaiter.s_moveNext, box);
 
         private void Register(Action<object?> continuation, object state)
         {

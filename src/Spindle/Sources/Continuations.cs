@@ -17,7 +17,7 @@ internal static class Continuations
     [ThreadStatic]
     private static int t_depth;
 
-    /// <summary>Runs a waiter: a state-machine box (moved on directly) or an <c>Action&lt;object?&gt;</c> with its state.</summary>
+    /// <summary>Runs a waiter: a <see cref="DirectWaiter"/> (moved on directly) or an <c>Action&lt;object?&gt;</c> with its state.</summary>
     public static void Invoke(object continuation, object? state)
     {
         int depth = t_depth;
@@ -27,7 +27,7 @@ internal static class Continuations
             return;
         }
         t_depth = depth + 1;
-        // A waiter is an Action<object?> or else a state-machine box. The exact type compare is one instruction, where
+        // A waiter is an Action<object?> or else a direct waiter. The exact type compare is one instruction, where
         // "is Action<object?>" would take the slow variance-aware cast helper (Action<in T> is contravariant).
         if (continuation.GetType() == typeof(Action<object?>))
         {
@@ -41,20 +41,27 @@ internal static class Continuations
             }
             return;
         }
-        // A box's MoveNext does not throw: the compiler's state machine routes every exception to the builder.
-        Unsafe.As<StateMachineBoxBase>(continuation).MoveNext();
-        t_depth = depth;
+        // A box's MoveNext does not throw (the compiler's state machine routes every exception to the builder), but a
+        // combinator slot's runs its consumer's continuation, which may.
+        try
+        {
+            Unsafe.As<DirectWaiter>(continuation).MoveNext();
+        }
+        finally
+        {
+            t_depth = depth;
+        }
     }
 
-    /// <summary>Queues the continuation to the default scheduler. A state-machine box is queued as itself, allocation-free.</summary>
+    /// <summary>Queues the continuation to the default scheduler. A direct waiter is queued as itself, allocation-free.</summary>
     public static void Dispatch(object continuation, object? state)
     {
         if (continuation.GetType() != typeof(Action<object?>))
         {
-            Scheduler.Default.Queue(Unsafe.As<StateMachineBoxBase>(continuation));
+            Scheduler.Default.Queue(Unsafe.As<DirectWaiter>(continuation));
             return;
         }
-        if (continuation == (object)StateMachineBoxBase.s_moveNext && state is StateMachineBoxBase target)
+        if (continuation == (object)DirectWaiter.s_moveNext && state is DirectWaiter target)
         {
             Scheduler.Default.Queue(target);
             return;

@@ -54,3 +54,19 @@ public interface ISpindleSource<T> : ISpindleSource, IValueTaskSource<T>
     /// <exception cref="InvalidOperationException">The token is stale, or the operation has not completed.</exception>
     new T GetResult(short token);
 }
+
+/// <summary>
+/// A source whose waiter may leave before the operation completes: a combinator whose race is decided detaches from its
+/// other inputs instead of waiting for them, so the inputs' owners can reuse them at once (a promise can be reset, a
+/// signal waited on again) and the combinator goes back to its pool at once.
+/// </summary>
+internal interface IDetachableSource
+{
+    /// <summary>
+    /// Takes back <paramref name="waiter"/>, registered on the current use: it will never run. What becomes of the use is
+    /// the source's own business (a promise is left pending until it is reset, an async method's box observes itself, a
+    /// signal's wait ends without consuming a set), but a fault nobody reads is still reported, never lost. Returns false
+    /// if the operation has completed or is completing: the waiter runs, or ran.
+    /// </summary>
+    bool TryDetach(DirectWaiter waiter);
+}

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -46,6 +47,9 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// <summary>The number of objects in the calling thread's own stack (for tests that prove nothing leaked).</summary>
     internal static int LocalCount => ThreadSlots.Get(s_slotIndex).Count;
 
+    // Inlined into its (exactly typed) callers, this pool's statics are reached directly: called, the shared generic
+    // code looks them up through a runtime helper on every rent and return.
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static T? TryRent()
     {
         ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
@@ -88,6 +92,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         return first;
     }
 
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static void Return(T item)
     {
         ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);

@@ -23,8 +23,9 @@ internal readonly struct VoidResult
 /// <para><b>One field decides everything.</b> <see cref="_continuation"/> holds one of: null (pending, no waiter);
 /// <see cref="s_registering"/> (a delegate waiter is writing its state); a waiter, which is either a state-machine box
 /// (the hot path: the box is its own continuation, so there is no separate state to write) or an
-/// <c>Action&lt;object?&gt;</c> whose state is in <see cref="_stateOrError"/>; <see cref="s_completing"/> (the completer
-/// is writing the result); or <see cref="s_completed"/>.</para>
+/// <c>Action&lt;object?&gt;</c> whose state is in <see cref="_stateOrError"/>; <see cref="s_abandoned"/> (the waiter left
+/// before completion, see <see cref="TryReplaceWaiter"/>); <see cref="s_completing"/> (the completer is writing the
+/// result); or <see cref="s_completed"/>.</para>
 /// <para><b>One slot for a waiter's state and the failure.</b> <see cref="_stateOrError"/> holds a delegate waiter's
 /// state while the operation is pending, and the failure (an <see cref="ExceptionDispatchInfo"/>, or null for success)
 /// once it has completed: every source is a field smaller (8 bytes per waiting async method, per promise, per timer).
@@ -38,6 +39,12 @@ internal readonly struct VoidResult
 /// <para><b>Registration</b> of a box is one CAS from null to the box. A delegate waiter CASes null to s_registering,
 /// writes its state, then release-stores the delegate. A second waiter finds the field occupied and throws without
 /// touching the first one's state. A registrant that finds s_completed runs its continuation itself.</para>
+/// <para><b>Leaving.</b> A direct waiter can be taken back before completion (<see cref="TryReplaceWaiter"/>: a combinator
+/// whose race is decided detaches from its other inputs). One CAS from the waiter object itself to its replacement (or
+/// through s_registering, when the replacement has a state to write): another waiter (a forgotten box observes itself)
+/// or s_abandoned. An abandoned use counts as awaited (a new await is the await-once
+/// error), may be reset, and completes with nobody to run: a fault is reported to the unobserved-exception event, as
+/// any fault nobody reads.</para>
 /// <para>The two transient marks are held for a few stores; a thread that meets one spins (with <see cref="SpinWait"/>,
 /// which yields if the holder was preempted) until it clears. This design descends from the BCL's
 /// ManualResetValueTaskSourceCore (a sentinel settles the register/complete race) and UniTask's core (one atomic
@@ -49,6 +56,7 @@ internal struct SourceCore<TResult>
     internal static readonly object s_completed = new Sentinel("completed");
     internal static readonly object s_completing = new Sentinel("completing");
     internal static readonly object s_registering = new Sentinel("registering");
+    internal static readonly object s_abandoned = new Sentinel("abandoned");
 
     private object? _continuation;
     private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
@@ -82,11 +90,12 @@ internal struct SourceCore<TResult>
     public bool IsAwaitedOrCompleted => Volatile.Read(ref _continuation) is not null;
 
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
+    /// <remarks>An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending.</remarks>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
     public void Reset()
     {
         object? c = Volatile.Read(ref _continuation);
-        if (c is not null && c != s_completed)
+        if (c is not null && c != s_completed && c != s_abandoned)
         {
             ThrowHelper.ThrowInvalidOperation("The source cannot be reset while an await on it is still pending.");
         }
@@ -276,7 +285,7 @@ internal struct SourceCore<TResult>
             object? prev = Interlocked.CompareExchange(ref _continuation, s_completed, c);
             if (prev == c)
             {
-                waiter = c;
+                waiter = c == s_abandoned ? null : c; // nobody to resume; a success has nothing to report
                 state = null;
                 return true;
             }
@@ -306,8 +315,13 @@ internal struct SourceCore<TResult>
         return true;
     }
 
-    /// <summary>The one CAS that picks the completer: null or a waiter → s_completing.</summary>
-    private bool TryBeginCompletion(out object? waiter)
+    /// <summary>
+    /// The one CAS that picks the completer: null or a waiter → s_completing. After a true return the caller owns the
+    /// core until it calls <see cref="EndCompletion"/>, which it must do exactly once and promptly (a registrant or a
+    /// competing completer that meets the mark waits). A caller that completes nothing else in between uses the
+    /// TrySet* methods; a combinator decides its race with this CAS and finishes its own work under the mark.
+    /// </summary>
+    public bool TryBeginCompletion(out object? waiter)
     {
         object? c = Volatile.Read(ref _continuation);
         SpinWait spin = default;
@@ -334,17 +348,55 @@ internal struct SourceCore<TResult>
         }
     }
 
-    /// <summary>Under s_completing: takes a delegate waiter's state, writes the outcome into its slot, and publishes.</summary>
-    private void EndCompletion(object? waiter, ExceptionDispatchInfo? error)
+    /// <summary>
+    /// Under s_completing (after <see cref="TryBeginCompletion"/>): takes a delegate waiter's state, writes the outcome
+    /// into its slot, publishes, and runs the waiter. A result, if any, must be written before.
+    /// </summary>
+    public void EndCompletion(object? waiter, ExceptionDispatchInfo? error)
     {
         object? state = waiter is not null && waiter.GetType() == typeof(Action<object?>) ? _stateOrError : null;
         _stateOrError = error;
         // The publication point: from here on the operation is complete to every reader, and the core is not touched.
         Volatile.Write(ref _continuation, s_completed);
-        if (waiter is not null)
+        if (waiter == s_abandoned)
+        {
+            // Nobody waits any more: a fault nobody will read is reported, never lost (a cancellation is an outcome).
+            if (error is not null && error.SourceException is not OperationCanceledException)
+            {
+                UnobservedExceptions.Report(error.SourceException);
+            }
+        }
+        else if (waiter is not null)
         {
             RunWaiter(waiter, state);
         }
+    }
+
+    /// <summary>
+    /// Takes back <paramref name="registered"/>, a <see cref="DirectWaiter"/> registered on this use, before the operation
+    /// completes, and puts <paramref name="waiter"/> (with <paramref name="waiterState"/>, for a delegate) in its place:
+    /// the old waiter will never run. <paramref name="waiter"/> is another waiter, or <see cref="s_abandoned"/> for none.
+    /// Returns false, changing nothing, if the operation has completed or is completing (the old waiter runs, or ran).
+    /// </summary>
+    /// <remarks>
+    /// A direct waiter is stored as itself, so the CAS compares the very object that registered: exact, since an object
+    /// registers once per use and the caller is that object's owner, still waiting on this use. Against a completer the
+    /// CAS decides: whichever moves the field first wins. A replacement with no state takes that one CAS; one with state
+    /// takes the field through s_registering, as a delegate registration does, so a completer sees the pair whole.
+    /// </remarks>
+    public bool TryReplaceWaiter(DirectWaiter registered, object waiter, object? waiterState)
+    {
+        if (waiterState is null)
+        {
+            return Interlocked.CompareExchange(ref _continuation, waiter, registered) == registered;
+        }
+        if (Interlocked.CompareExchange(ref _continuation, s_registering, registered) != registered)
+        {
+            return false;
+        }
+        _stateOrError = waiterState;
+        Volatile.Write(ref _continuation, waiter);
+        return true;
     }
 
     public void OnCompleted(Action<object?> continuation, object? state, short token)
@@ -355,10 +407,10 @@ internal struct SourceCore<TResult>
         }
         ValidateToken(token);
 
-        if (continuation == StateMachineBoxBase.s_moveNext)
+        if ((object)continuation == DirectWaiter.s_moveNext) // a reference compare: delegate == would compare targets and methods
         {
-            // Hot path: the box is its own continuation (s_moveNext is internal and only ever paired with a box),
-            // registered with a single CAS.
+            // Hot path: a direct waiter (a box, a combinator slot) is its own continuation (s_moveNext is internal and only
+            // ever paired with one), registered with a single CAS.
             object box = state!;
             object? prev = Interlocked.CompareExchange(ref _continuation, box, null);
             if (prev is not null)

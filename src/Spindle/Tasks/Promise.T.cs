@@ -8,7 +8,7 @@ namespace SpindleLib;
 /// A resettable completion source for a <see cref="SpindleTask{T}"/>. See <see cref="Promise"/> for the rules.
 /// </summary>
 /// <typeparam name="T">The result type.</typeparam>
-public sealed class Promise<T> : ISpindleSource<T>
+public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource
 {
     private SourceCore<T> _core;
 
@@ -88,8 +88,14 @@ public sealed class Promise<T> : ISpindleSource<T>
     }
 
     /// <summary>Starts a new use: the promise becomes pending again and tasks from earlier uses become stale.</summary>
+    /// <remarks>
+    /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
+    /// combinator no longer waits on it.
+    /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending.</exception>
     public void Reset() => _core.Reset();
+
+    bool IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, SourceCore<T>.s_abandoned, null);
 
     /// <inheritdoc/>
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);

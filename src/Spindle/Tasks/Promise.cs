@@ -15,7 +15,7 @@ namespace SpindleLib;
 /// <para>The task supports one awaiter at a time. Reading its result does not consume the promise, so a completed
 /// promise's task may be read again until <see cref="Reset"/>, after which the old task's token is stale.</para>
 /// </remarks>
-public sealed class Promise : ISpindleSource
+public sealed class Promise : ISpindleSource, IDetachableSource
 {
     private SourceCore<VoidResult> _core;
 
@@ -95,8 +95,14 @@ public sealed class Promise : ISpindleSource
     }
 
     /// <summary>Starts a new use: the promise becomes pending again and tasks from earlier uses become stale.</summary>
+    /// <remarks>
+    /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
+    /// combinator no longer waits on it.
+    /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending.</exception>
     public void Reset() => _core.Reset();
+
+    bool IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, SourceCore<VoidResult>.s_abandoned, null);
 
     internal static void ThrowAlreadyCompleted() => ThrowHelper.ThrowInvalidOperation(
         "The promise was already completed. Call Reset() to start a new use, or use the TrySet* methods, which return false instead of throwing.");

@@ -12,11 +12,15 @@ namespace SpindleLib;
 /// <para>Thread-safety: <see cref="Set"/> may be called from any thread, concurrently with a wait and with
 /// cancellation; exactly one of a set and a cancellation ends a wait. Only one wait may be pending at a time: a
 /// second concurrent <see cref="WaitAsync"/> throws <see cref="InvalidOperationException"/>.</para>
+/// <para>A wait given to <see cref="SpindleTask.WhenAny(System.ReadOnlySpan{SpindleTask})"/> that loses ends when the
+/// race is decided: the signal is idle again at once, so it can be waited on again, and a later <see cref="Set"/> is
+/// kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
+/// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.)</para>
 /// <para>States: Idle, Signaled (set with no waiter) and Waiting. Set moves Idle→Signaled or Waiting→Idle (and then
 /// completes the wait); a wait consumes Signaled→Idle, or moves Idle→Waiting; cancellation moves Waiting→Idle. Each
 /// transition is one CAS, so a wait ends exactly once.</para>
 /// </remarks>
-public sealed class Signal : ISpindleSource
+public sealed class Signal : ISpindleSource, IDetachableSource
 {
     private const int Idle = 0;
     private const int Signaled = 1;
@@ -158,6 +162,33 @@ public sealed class Signal : ISpindleSource
         {
             _core.TrySetCanceled(cancellationToken);
         }
+    }
+
+    /// <summary>
+    /// A WhenAny that no longer needs this wait leaves it: the signal goes back to idle without consuming a set (a later
+    /// <see cref="Set"/> is kept for the next wait), so the owner can wait on it again at once.
+    /// </summary>
+    bool IDetachableSource.TryDetach(DirectWaiter waiter)
+    {
+        if (!_core.TryReplaceWaiter(waiter, SourceCore<VoidResult>.s_abandoned, null))
+        {
+            return false;
+        }
+        if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
+        {
+            // No Set or cancellation can complete the abandoned use now (both go through this state first); the next wait
+            // resets it. Nothing stays registered behind it.
+            DropRegistration();
+            return true;
+        }
+        // A Set or a cancellation took the wait first and is completing the core (with nobody to run): let it finish, so
+        // that its late step cannot complete a wait started after this returns.
+        SpinWait spin = default;
+        while (!_core.IsCompleted)
+        {
+            spin.SpinOnce();
+        }
+        return true;
     }
 
     private static void ThrowSecondWaiter() => ThrowHelper.ThrowInvalidOperation(

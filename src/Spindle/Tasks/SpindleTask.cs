@@ -190,7 +190,7 @@ public readonly partial struct SpindleTask
         {
             if (_task._source is { } s)
             {
-                s.OnCompleted(StateMachineBoxBase.s_moveNext, box, _task._token);
+                s.OnCompleted(DirectWaiter.s_moveNext, box, _task._token);
             }
             else
             {

@@ -6,11 +6,8 @@ using System.Threading.Tasks.Sources;
 namespace SpindleLib;
 
 /// <summary>The part of a state-machine box the awaiters and schedulers see: something that can be moved on.</summary>
-internal abstract class StateMachineBoxBase : WorkItem
+internal abstract class StateMachineBoxBase : DirectWaiter
 {
-    /// <summary>The continuation every Spindle source invokes for a box; the state is the box itself. No delegate per box.</summary>
-    internal static readonly Action<object?> s_moveNext = static o => ((StateMachineBoxBase)o!).MoveNext();
-
     /// <summary>
     /// The continuation a forgotten box gets instead of a pooled observer (see <see cref="ForgetObserver.Observe"/>): the
     /// box itself is the state, and its version is still the forgotten task's token, since nobody else may read it.
@@ -39,8 +36,6 @@ internal abstract class StateMachineBoxBase : WorkItem
         }
     }
 
-    public abstract void MoveNext();
-
     /// <summary>Reads the outcome of a forgotten task (recycling the box) and reports a fault.</summary>
     internal abstract void ObserveForgotten();
 
@@ -48,7 +43,7 @@ internal abstract class StateMachineBoxBase : WorkItem
 
     public sealed override void ExecuteOnDefaultContext() => MoveNextOnDefaultContext();
 
-    /// <summary>As <see cref="MoveNext"/>, for a caller on the default context that restores it afterwards (see <see cref="WorkItem.ExecuteOnDefaultContext"/>).</summary>
+    /// <summary>As <see cref="DirectWaiter.MoveNext"/>, for a caller on the default context that restores it afterwards (see <see cref="WorkItem.ExecuteOnDefaultContext"/>).</summary>
     internal abstract void MoveNextOnDefaultContext();
 
     /// <summary>The async method this box runs, for the task tracker.</summary>
@@ -59,7 +54,7 @@ internal abstract class StateMachineBoxBase : WorkItem
 }
 
 /// <summary>A box that is also the source of the async method's task.</summary>
-internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSource<TResult>
+internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSource<TResult>, IDetachableSource
 {
     protected SourceCore<TResult> _core;
 
@@ -75,6 +70,9 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
     protected abstract void ReturnToPool();
 
     internal sealed override void ObserveForgotten() => ForgetObserver.ReadAndReport(this, _core.Version);
+
+    /// <summary>A waiter that leaves makes the task forgotten: the box reads its own outcome when the method finishes (see <see cref="ForgetObserver.Observe"/>).</summary>
+    bool IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, s_observeForgotten, this);
 
     public TResult GetResult(short token)
     {
