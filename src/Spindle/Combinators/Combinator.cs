@@ -37,6 +37,12 @@ internal abstract class CombinatorCore
     protected int _references;
     protected int _count;
 
+    /// <summary>
+    /// Set for a WhenAny that lets go of its losers once its race is decided (see <see cref="DetachInputs"/>): a Spindle
+    /// input registered after the decision is let go of by its registering thread (<see cref="AfterRegistration"/>).
+    /// </summary>
+    protected bool _letsGoOfLosers;
+
     protected Slot[] Slots => _slots;
 
     /// <summary>Prepares for <paramref name="count"/> inputs: one reference per input, plus the consumer's.</summary>
@@ -131,6 +137,7 @@ internal abstract class CombinatorCore
         Slot slot = _slots[index];
         slot.Error = null;
         slot.Typed = null;
+        slot.ReadState = Slot.Unread;
         return slot;
     }
 
@@ -140,13 +147,23 @@ internal abstract class CombinatorCore
         return slot.UseCell<T>();
     }
 
-    private static void AddSource(Slot slot, ISpindleSource source, short token)
+    private void AddSource(Slot slot, ISpindleSource source, short token)
     {
         slot.Kind = InputKind.Spindle;
         slot.Source = source;
         slot.Token = token;
         source.OnCompleted(DirectWaiter.s_moveNext, slot, token); // the slot is its own continuation
+        if (_letsGoOfLosers)
+        {
+            AfterRegistration(slot);
+        }
     }
+
+    /// <summary>
+    /// A WhenAny's Spindle input has just been registered: if the race was decided meanwhile (another input won on another
+    /// thread, or the token was already cancelled), the decider may have missed this slot, so it is let go of here.
+    /// </summary>
+    protected abstract void AfterRegistration(Slot slot);
 
     private static void AddTask(Slot slot, Task task)
     {
@@ -241,15 +258,15 @@ internal abstract class CombinatorCore
     }
 
     /// <summary>
-    /// The race is decided: detaches every input other than <paramref name="except"/> that is still waiting and whose
-    /// source allows it (<see cref="IDetachableSource"/>), so that none of them calls back and their owners may reuse them
-    /// at once (a promise can be reset, a signal waited on again). Returns how many were detached: the caller drops
-    /// their references.
+    /// The race is decided: lets go of every input other than <paramref name="except"/> (see <see cref="LetGo"/>), so
+    /// that, when the combined task completes, no losing promise or signal wait is still attached or unread: their owners
+    /// may reset or wait on them again at once. Returns how many were detached: the caller drops their references.
     /// </summary>
     /// <remarks>
-    /// An input that has finished, or is finishing, has its callback running or run, and its source refuses to detach.
-    /// The reads here may race with that callback's <see cref="Slot.Read"/>, which only clears Source: a null skips the
-    /// slot, and the source checks the waiter and the token under its own mark before it lets go.
+    /// Registration and decision meet as a Dekker pair, each side a full fence between its write and its read: a
+    /// registrant CASes the input's core and then reads the combinator's core (<see cref="AfterRegistration"/>); the
+    /// decider CASes the combinator's core and then reads each input's (a registration in progress is waited for). So
+    /// every slot is let go of by one of them, or by both, and the detach CAS and the read claim make that once.
     /// </remarks>
     protected int DetachInputs(int except)
     {
@@ -257,14 +274,92 @@ internal abstract class CombinatorCore
         Slot[] slots = _slots;
         for (int i = 0; i < _count; i++)
         {
-            Slot slot = slots[i];
-            if (i != except && slot.Kind == InputKind.Spindle && slot.Source is IDetachableSource source && source.TryDetach(slot))
+            if (i != except && LetGo(slots[i]))
             {
-                slot.Source = null;
                 detached++;
             }
         }
         return detached;
+    }
+
+    /// <summary>
+    /// Lets go of one losing input. A Spindle input whose source allows it (<see cref="IDetachableSource"/>) is detached,
+    /// and then never calls back; returns true, and the caller drops its reference. One whose source has completed (or
+    /// is completing), and is safe to read twice (a promise, a signal's wait), is read now (<see cref="ReadLoserNow"/>).
+    /// Any other input stays registered: its callback reads it when it finishes.
+    /// </summary>
+    protected bool LetGo(Slot slot)
+    {
+        // Source is cleared by the slot's own read: null means the input was read already.
+        if (slot.Kind != InputKind.Spindle || slot.Source is not IDetachableSource source)
+        {
+            return false;
+        }
+        switch (source.TryDetach(slot))
+        {
+            case DetachOutcome.Detached:
+                slot.Source = null;
+                return true;
+            case DetachOutcome.Completed:
+                ReadLoserNow(slot);
+                return false;
+            default:
+                return false;
+        }
+    }
+
+    /// <summary>
+    /// A losing input completed while the race was being decided: its slot's callback runs when that completion reaches
+    /// it, which may be much later (a source that dispatches its continuations, or a deep stack). It is read now instead,
+    /// before the combined task completes, so that the consumer finds it settled: a losing promise can be reset, a signal
+    /// waited on again, and a late read can neither misread the next use nor drop its registrations. The read is claimed
+    /// against the slot's own callback (<see cref="Slot.ReadState"/>); whichever loses the claim waits for the other's
+    /// read, which is a few instructions away.
+    /// </summary>
+    private static void ReadLoserNow(Slot slot)
+    {
+        SpinWait spin = default;
+        if (Interlocked.CompareExchange(ref slot.ReadState, Slot.Reading, Slot.Unread) != Slot.Unread)
+        {
+            while (Volatile.Read(ref slot.ReadState) != Slot.Read)
+            {
+                spin.SpinOnce();
+            }
+            return;
+        }
+        ISpindleSource source = slot.Source!;
+        while (!HasSettled(source, slot.Token))
+        {
+            spin.SpinOnce(); // its completer is between its claim and its publication: a few stores
+        }
+        ReportLoser(slot.ReadInput());
+        Volatile.Write(ref slot.ReadState, Slot.Read);
+    }
+
+    private static bool HasSettled(ISpindleSource source, short token)
+    {
+        try
+        {
+            return source.GetStatus(token) != SpindleTaskStatus.Pending;
+        }
+        catch (InvalidOperationException)
+        {
+            return true; // a stale token: the use is over (the read below reports the misuse)
+        }
+    }
+
+    /// <summary>
+    /// The slot's own callback, for an input that lost: reads it unless <see cref="ReadLoserNow"/> claimed it first (only
+    /// Spindle inputs can be claimed so), reports its failure, and drops its reference.
+    /// </summary>
+    protected void ReadLoser(Slot slot)
+    {
+        if (slot.Kind != InputKind.Spindle || Interlocked.CompareExchange(ref slot.ReadState, Slot.Reading, Slot.Unread) == Slot.Unread)
+        {
+            ReportLoser(slot.ReadInput());
+            Volatile.Write(ref slot.ReadState, Slot.Read);
+        }
+        Release();
     }
 
     /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
@@ -306,6 +401,17 @@ internal abstract class CombinatorCore
         /// <summary>The input's failure; for <see cref="InputKind.Read"/>, set before the slot completes.</summary>
         public ExceptionDispatchInfo? Error;
 
+        /// <summary>
+        /// For a WhenAny's losing Spindle input: <see cref="Unread"/>, then <see cref="Reading"/> for whichever of the
+        /// slot's callback and a decider that reads it early (<see cref="ReadLoserNow"/>) claims it with a CAS, then
+        /// <see cref="Read"/>. Invariant: the input is read exactly once, by the claimant; the other waits for Read.
+        /// </summary>
+        public int ReadState;
+
+        public const int Unread = 0;
+        public const int Reading = 1;
+        public const int Read = 2;
+
         private InputCell? _cellCache;
 
         public Slot(CombinatorCore owner, int index)
@@ -338,7 +444,7 @@ internal abstract class CombinatorCore
         /// Reads the input exactly once (so a pooled input goes back to its pool, and its exception is observed), keeping
         /// a typed input's result in its cell. Returns the input's failure, if any.
         /// </summary>
-        public ExceptionDispatchInfo? Read()
+        public ExceptionDispatchInfo? ReadInput()
         {
             try
             {
@@ -482,15 +588,20 @@ internal struct WhenAllFailures
 /// order the inputs finished in), or an <see cref="AggregateException"/> of all of them when asked to. Every input that
 /// finishes while registered is read exactly once, by its slot, so pooled inputs go back to their pools. A losing input's
 /// fault is reported to <see cref="Spindle.UnobservedException"/>: it is not lost, and it is not rethrown.</para>
-/// <para><b>Detaching the losers (WhenAny).</b> The decider, while it holds the core and before it publishes, detaches
-/// every other input whose source allows it (<see cref="IDetachableSource"/>: promises, signal waits, async methods), as
-/// <c>Task.WhenAny</c> removes its continuations from its losers: so the combined task's continuation may reset a losing
-/// promise or wait on a losing signal again at once, and the combinator does not wait for them. A detached input's
-/// source takes over what the slot would have done: a fault nobody reads is reported by the source, once, and an async
-/// method reads its own outcome. Each detach is one CAS on the input's core, which decides against that input's own
+/// <para><b>Letting go of the losers (WhenAny).</b> The decider, while it holds the core and before it publishes, lets
+/// go of every other input (<see cref="CombinatorCore.DetachInputs"/>), as <c>Task.WhenAny</c> removes its continuations
+/// from its losers, so that the combined task's continuation may reset a losing promise or wait on a losing signal again
+/// at once, and the combinator does not wait for them. An input whose source allows it (<see cref="IDetachableSource"/>:
+/// promises, signal waits, async methods) is detached with one CAS on its core, which decides against that input's own
 /// completion: either the slot's callback runs (and drops its reference) or the source lets go of the slot (and the
-/// decider drops its reference). When every other input was detached, nothing but the consumer can touch the count
-/// any more, and the consumer acts only after the publication, so the decider sets it with a plain store.</para>
+/// decider drops its reference); the source then takes over what the slot would have done (a fault nobody reads is
+/// reported once; an async method reads its own outcome). A promise or signal wait that completed while the race was
+/// decided is read by the decider at once (claimed against its slot's callback, which may come much later), so no
+/// late read can meet the next use. A slot registered after the decision (an input won on another thread during the
+/// registration, or the token was already cancelled) is let go of by the registering thread, before the WhenAny
+/// returns; registration and decision meet as a Dekker pair, so no slot is missed. When every other input was detached,
+/// nothing but the consumer can touch the count any more, and the consumer acts only after the publication, so the
+/// decider sets it with a plain store.</para>
 /// <para><b>Result.</b> The completion core carries no value: typed inputs' results stay in their slots' cells, and the
 /// combined result (an index, an array, a tuple, a copy into the caller's buffer) is composed by <c>_compose</c> when the
 /// consumer reads it, while the consumer's reference still keeps the cells alive. So a cancelled or failed combination
@@ -526,6 +637,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private TimerWheel? _timers;
     private TimeSpan _timeout;
     private bool _timed;
+    private bool _countsInputs;
     private int _inputsLeft;
 
     private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
@@ -574,6 +686,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     {
         Combinator<TResult> c = Rent(count, compose);
         c._isAny = true;
+        c._letsGoOfLosers = true;
         return c;
     }
 
@@ -597,6 +710,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public short Start(CancellationToken cancellationToken)
     {
         short token = _core.Version;
+        if (!_isAny && (_timers is not null || cancellationToken.CanBeCanceled))
+        {
+            // The combined task can complete before the last input (timed out or cancelled), and its consumer then drop
+            // its reference early: so the last input is found by a count of its own, not by the reference count.
+            _countsInputs = true;
+            _inputsLeft = _count;
+        }
         if (_timers is { } timers)
         {
             StartTimeout(timers);
@@ -622,7 +742,6 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
         _timed = true;
-        _inputsLeft = _count;
         _references++;
         _timer.Arm(timers, timers.DeadlineAfter(_timeout), s_onTimeout, this);
     }
@@ -707,6 +826,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public CancellationToken StartProducers()
     {
         _startsProducers = true;
+        _letsGoOfLosers = false; // producers' losers answer their token instead
         _unfinishedProducers = 0;
         return (_producerSource ??= new CancellationTokenSource()).Token;
     }
@@ -769,19 +889,17 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     protected override void OnInputCompleted(Slot slot)
     {
-        // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
-        ExceptionDispatchInfo? error = slot.Read();
-
         if (_isAny)
         {
-            CompleteAny(slot.Index, error); // drops this input's reference
+            CompleteAny(slot); // reads the input and drops its reference
             return;
         }
-
-        slot.Error = error; // published to the last input by the interlocked decrement below
-        if (_timed)
+        // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
+        slot.Error = slot.ReadInput(); // published to the last input by the interlocked decrement below
+        if (_countsInputs)
         {
-            // The timer holds a reference too, so the last input is the one that brings the input count to zero.
+            // The combined task may already have completed (timed out, cancelled) and its consumer dropped its reference:
+            // the last input is the one that brings the input count to zero, and it still holds its own reference.
             if (Interlocked.Decrement(ref _inputsLeft) == 0)
             {
                 CompleteAll();
@@ -794,34 +912,50 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             return;
         }
-        // The last input. Normally the consumer's reference is still held (1); after a cancellation the consumer
-        // may already have read the result and dropped it (0). Either way nothing else touches this object now.
+        // The last input: only the consumer's reference is left, and the consumer acts only once the combined task has
+        // completed, which is below.
         CompleteAll();
-        if (remaining == 0)
+    }
+
+    protected override void AfterRegistration(Slot slot)
+    {
+        if (!_core.IsCompletingOrCompleted)
         {
-            Recycle();
+            return; // the race is open: its decider will see this registration (see DetachInputs)
+        }
+        // Decided while the inputs were being registered. The decider may still be letting go of the slots it saw: wait
+        // for it to publish (the consumer cannot act before this WhenAny returns), then let go of this one as it would.
+        SpinWait spin = default;
+        while (!_core.IsCompleted)
+        {
+            spin.SpinOnce();
+        }
+        if (slot.Index != _winner && LetGo(slot))
+        {
+            Release();
         }
     }
 
-    private void CompleteAny(int index, ExceptionDispatchInfo? error)
+    private void CompleteAny(Slot slot)
     {
         if (_startsProducers)
         {
-            CompleteAnyOfProducers(index, error);
+            CompleteAnyOfProducers(slot.Index, slot.ReadInput());
             return;
         }
         // The core's own CAS decides the race, against the other inputs and the cancellation: one atomic step where a
         // separate winner field would take a second. A later input finds the core completing or completed, and loses.
         if (!_core.TryBeginCompletion(out object? waiter))
         {
-            ReportLoser(error);
-            Release();
+            ReadLoser(slot);
             return;
         }
-        _winner = index;
+        // The winner's slot is read by nobody else: the decider skips it, and so does a registrant (by _winner).
+        ExceptionDispatchInfo? error = slot.ReadInput();
+        _winner = slot.Index;
         // Under the mark, before the combined task completes, so that its continuation may reset or reuse the losing
         // inputs at once.
-        int detached = DetachInputs(index);
+        int detached = DetachInputs(slot.Index);
         if (detached == _count - 1)
         {
             // Every other input is detached and will never call back, and the consumer acts only once the core has
@@ -868,21 +1002,29 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             CancelTimer();
         }
+        // The core is claimed first, and the slots are read and cleared before it is published: from the publication on,
+        // the consumer may recycle this object and start another use in it (inline, in the continuation that the
+        // publication runs), so nothing here touches a slot afterwards.
+        bool claimed = _core.TryBeginCompletion(out object? waiter);
         Slot[] slots = Slots;
         var failures = new WhenAllFailures(_aggregate);
         for (int i = 0; i < _count; i++)
         {
-            failures.Add(slots[i].Error?.SourceException);
-        }
-        Exception? failure = failures.Result;
-        bool set = failure is null ? _core.TrySetResult(default) : _core.TrySetException(failure);
-        for (int i = 0; i < _count; i++)
-        {
-            if (!set)
-            {
-                ReportLoser(slots[i].Error); // cancelled first: the failures are reported, not lost
-            }
+            ExceptionDispatchInfo? error = slots[i].Error;
             slots[i].Error = null;
+            if (claimed)
+            {
+                failures.Add(error?.SourceException);
+            }
+            else
+            {
+                ReportLoser(error); // cancelled or timed out first: the failures are reported, not lost
+            }
+        }
+        if (claimed)
+        {
+            Exception? failure = failures.Result;
+            _core.EndCompletion(waiter, failure is null ? null : ExceptionDispatchInfo.Capture(failure));
         }
     }
 
@@ -899,6 +1041,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         _cancelToken = default;
         _compose = null;
         _timed = false;
+        _countsInputs = false;
+        _letsGoOfLosers = false;
         _timers = null;
         _timer = default;
         _destination = default!;

@@ -27,12 +27,20 @@ internal interface IInputKind<TInput, TValue>
     /// <summary>
     /// Observes a losing input, in the cheapest way its kind allows: its result is dropped, and a fault (not a
     /// cancellation) is reported to <see cref="Spindle.UnobservedException"/>, now or when it finishes. The input must have
-    /// finished unless the kind <see cref="ForgetsPending"/>.
+    /// finished unless the kind <see cref="ForgetsPending"/>. A pending Spindle input whose source allows it is abandoned
+    /// instead, as a WhenAny detaches from its losers: a promise can then be reset, a signal waited on again.
     /// </summary>
     void Forget(TInput input);
 
     /// <summary>Registers the input as input <paramref name="index"/> of <paramref name="combinator"/>.</summary>
     void Add(CombinatorCore combinator, int index, TInput input);
+}
+
+/// <summary>What the two Spindle input kinds share.</summary>
+internal static class SpindleInputs
+{
+    /// <summary>Abandons a pending losing input whose source allows it (<see cref="IDetachableSource.TryAbandon"/>).</summary>
+    public static bool TryAbandon(ISpindleSource? source, short token) => source is IDetachableSource d && d.TryAbandon(token);
 }
 
 internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
@@ -49,7 +57,13 @@ internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
 
     public bool ForgetsPending => true;
 
-    public void Forget(SpindleTask input) => input.Forget();
+    public void Forget(SpindleTask input)
+    {
+        if (!SpindleInputs.TryAbandon(input._source, input._token))
+        {
+            input.Forget();
+        }
+    }
 
     public void Add(CombinatorCore combinator, int index, SpindleTask input) => combinator.Add(index, input);
 }
@@ -64,7 +78,13 @@ internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
 
     public bool ForgetsPending => true;
 
-    public void Forget(SpindleTask<T> input) => input.Forget();
+    public void Forget(SpindleTask<T> input)
+    {
+        if (!SpindleInputs.TryAbandon(input._source, input._token))
+        {
+            input.Forget();
+        }
+    }
 
     public void Add(CombinatorCore combinator, int index, SpindleTask<T> input) => combinator.Add(index, input);
 }

@@ -20,36 +20,33 @@ internal static class Continuations
     /// <summary>Runs a waiter: a <see cref="DirectWaiter"/> (moved on directly) or an <c>Action&lt;object?&gt;</c> with its state.</summary>
     public static void Invoke(object continuation, object? state)
     {
-        int depth = t_depth;
+        // One thread-static lookup (a runtime call on some platforms) for the read, the increment and the restore.
+        ref int slot = ref t_depth;
+        int depth = slot;
         if (depth >= MaxInlineDepth)
         {
             Dispatch(continuation, state);
             return;
         }
-        t_depth = depth + 1;
-        // A waiter is an Action<object?> or else a direct waiter. The exact type compare is one instruction, where
-        // "is Action<object?>" would take the slow variance-aware cast helper (Action<in T> is contravariant).
-        if (continuation.GetType() == typeof(Action<object?>))
+        slot = depth + 1;
+        try
         {
-            try
+            // A waiter is an Action<object?> or else a direct waiter. The exact type compare is one instruction, where
+            // "is Action<object?>" would take the slow variance-aware cast helper (Action<in T> is contravariant). A box's
+            // MoveNext does not throw (the compiler's state machine routes every exception to the builder), but a
+            // delegate may, and so may a combinator slot's (it runs its consumer's continuation).
+            if (continuation.GetType() == typeof(Action<object?>))
             {
                 Unsafe.As<Action<object?>>(continuation)(state);
             }
-            finally
+            else
             {
-                t_depth = depth;
+                Unsafe.As<DirectWaiter>(continuation).MoveNext();
             }
-            return;
-        }
-        // A box's MoveNext does not throw (the compiler's state machine routes every exception to the builder), but a
-        // combinator slot's runs its consumer's continuation, which may.
-        try
-        {
-            Unsafe.As<DirectWaiter>(continuation).MoveNext();
         }
         finally
         {
-            t_depth = depth;
+            slot = depth;
         }
     }
 

@@ -65,8 +65,20 @@ internal interface IDetachableSource
     /// <summary>
     /// Takes back <paramref name="waiter"/>, registered on the current use: it will never run. What becomes of the use is
     /// the source's own business (a promise is left pending until it is reset, an async method's box observes itself, a
-    /// signal's wait ends without consuming a set), but a fault nobody reads is still reported, never lost. Returns false
-    /// if the operation has completed or is completing: the waiter runs, or ran.
+    /// signal's wait ends without consuming a set), but a fault nobody reads is still reported, never lost.
     /// </summary>
-    bool TryDetach(DirectWaiter waiter);
+    /// <returns>
+    /// <see cref="DetachOutcome.Detached"/>; <see cref="DetachOutcome.Completed"/> when the operation has completed or is
+    /// completing and reading it is harmless and repeatable (a promise, a signal's wait), so that the caller may read it
+    /// at once rather than leave it to the waiter, which runs later; <see cref="DetachOutcome.NotWaiting"/> otherwise (the
+    /// waiter is not registered yet or any more, or it will read the completed operation itself).
+    /// </returns>
+    DetachOutcome TryDetach(DirectWaiter waiter);
+
+    /// <summary>
+    /// Abandons use <paramref name="token"/>, which nobody awaits, as a detach would (a combinator settled by an input
+    /// that had already finished, without registering on the others). False if it cannot (awaited, finished, another
+    /// use, or a kind that must be observed instead, as an async method is by <see cref="SpindleTask.Forget"/>).
+    /// </summary>
+    bool TryAbandon(short token);
 }

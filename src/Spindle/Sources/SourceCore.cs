@@ -8,6 +8,19 @@ using System.Threading.Tasks.Sources;
 
 namespace SpindleLib;
 
+/// <summary>What <see cref="SourceCore{TResult}.TryReplaceWaiter"/> (and so a detach) found.</summary>
+internal enum DetachOutcome
+{
+    /// <summary>The waiter is not registered on the current use (not yet, or no longer): nothing changed.</summary>
+    NotWaiting,
+
+    /// <summary>Taken back: the waiter will never run.</summary>
+    Detached,
+
+    /// <summary>The operation has completed or is completing: the waiter runs, or ran. Nothing changed.</summary>
+    Completed,
+}
+
 /// <summary>Placeholder result for sources that produce no value.</summary>
 internal readonly struct VoidResult
 {
@@ -20,102 +33,120 @@ internal readonly struct VoidResult
 /// continuation is rejected without touching the first.
 /// </summary>
 /// <remarks>
-/// <para><b>One field decides everything.</b> <see cref="_continuation"/> holds one of: null (pending, no waiter);
-/// <see cref="s_registering"/> (a delegate waiter is writing its state); a waiter, which is either a state-machine box
-/// (the hot path: the box is its own continuation, so there is no separate state to write) or an
-/// <c>Action&lt;object?&gt;</c> whose state is in <see cref="_stateOrError"/>; <see cref="s_abandoned"/> (the waiter left
-/// before completion, see <see cref="TryReplaceWaiter"/>); <see cref="s_completing"/> (the completer is writing the
-/// result); or <see cref="s_completed"/>.</para>
+/// <para><b>One word decides everything.</b> <see cref="_word"/> holds the version token (its low 16 bits), the state
+/// (three bits) and the "run continuations asynchronously" flag (the sign bit). Every transition is a CAS or a release
+/// store of that one int, and every reader decides from that int alone; the other fields are written only by the thread
+/// that holds one of the two transient states. An int, not the waiter's object reference: a CAS on an object field goes
+/// through a runtime helper and a GC write barrier, which measured 8.4 ns against 6.0 ns for an int CAS on this
+/// project's machine, on every registration, completion and detach.</para>
+/// <para>The states: Pending (no waiter); Registering (a registrant, or a waiter leaving, holds the waiter fields);
+/// Waiting (<see cref="_continuation"/> is the waiter: a <see cref="DirectWaiter"/>, which is its own continuation, or
+/// an <c>Action&lt;object?&gt;</c> whose state is in <see cref="_stateOrError"/>); Abandoned (the waiter left before
+/// completion, see <see cref="TryReplaceWaiter"/>); Completing (the completer holds the fields); Completed.</para>
 /// <para><b>One slot for a waiter's state and the failure.</b> <see cref="_stateOrError"/> holds a delegate waiter's
 /// state while the operation is pending, and the failure (an <see cref="ExceptionDispatchInfo"/>, or null for success)
 /// once it has completed: every source is a field smaller (8 bytes per waiting async method, per promise, per timer).
-/// The completer owns the slot between its CAS and its publication: it reads the waiter's state, then writes the
-/// outcome. So a delegate waiter always goes through s_completing (the one-CAS void fast path is for no waiter or a
-/// box waiter, which have no state), and readers look at the slot only after seeing s_completed.</para>
-/// <para><b>Completion</b> is one CAS from null or a waiter to s_completing: that CAS picks the single completer. The
-/// completer then writes the result, reads the waiter's state, and publishes with a release store of s_completed.
-/// Completion is read from this field alone, and the completer touches nothing in the core after publishing, so a
-/// consumer that sees "completed" may recycle a pooled source at once.</para>
-/// <para><b>Registration</b> of a box is one CAS from null to the box. A delegate waiter CASes null to s_registering,
-/// writes its state, then release-stores the delegate. A second waiter finds the field occupied and throws without
-/// touching the first one's state. A registrant that finds s_completed runs its continuation itself.</para>
+/// The completer owns the slot between its CAS and its publication: it reads the waiter and its state, then writes the
+/// outcome. Readers look at the slot only after seeing Completed.</para>
+/// <para><b>Completion</b> is one CAS to Completing: that CAS picks the single completer, which then reads the waiter,
+/// writes the result and publishes with a release store of Completed. A success with nothing to read or write (no
+/// waiter, or an abandoned one, and no value) goes straight to Completed in its one CAS. The completer touches nothing
+/// in the core after publishing, so a consumer that sees Completed may recycle a pooled source at once.</para>
+/// <para><b>Registration</b> is one CAS from Pending to Registering; the registrant writes the waiter (and its state),
+/// then release-stores Waiting. A second waiter finds the word past Pending and throws without touching the first one's
+/// fields. A registrant that finds Completed runs its continuation itself; one that finds a transient state waits.</para>
 /// <para><b>Leaving.</b> A direct waiter can be taken back before completion (<see cref="TryReplaceWaiter"/>: a combinator
-/// whose race is decided detaches from its other inputs). One CAS from the waiter object itself to its replacement (or
-/// through s_registering, when the replacement has a state to write): another waiter (a forgotten box observes itself)
-/// or s_abandoned. An abandoned use counts as awaited (a new await is the await-once
-/// error), may be reset, and completes with nobody to run: a fault is reported to the unobserved-exception event, as
-/// any fault nobody reads.</para>
-/// <para>The two transient marks are held for a few stores; a thread that meets one spins (with <see cref="SpinWait"/>,
-/// which yields if the holder was preempted) until it clears. This design descends from the BCL's
-/// ManualResetValueTaskSourceCore (a sentinel settles the register/complete race) and UniTask's core (one atomic
-/// decides completion).</para>
+/// whose race is decided detaches from its other inputs): a CAS from Waiting to Registering decides against the
+/// completer; under that mark the leaver checks that the waiter is its own, and stores a replacement (a forgotten box
+/// observes itself) or Abandoned. An abandoned use counts as awaited (a new await is the await-once error), may be
+/// reset, and completes with nobody to run: a fault is reported to the unobserved-exception event, as any fault nobody
+/// reads.</para>
+/// <para><b>Consumption</b> is a CAS from version v to v + 1 (still Completed, until the owner clears the core for its
+/// pool), so of two threads racing to read a pooled result exactly one succeeds. The two transient states are held for a few stores; a thread that meets one
+/// spins (with <see cref="SpinWait"/>, which yields if the holder was preempted) until it clears. This design descends
+/// from the BCL's ManualResetValueTaskSourceCore (a sentinel settles the register/complete race) and UniTask's core
+/// (one atomic decides completion); the state word is the classic packed state-and-version word that makes each step
+/// one CAS and rules out ABA (the version is part of every comparison).</para>
 /// </remarks>
 [StructLayout(LayoutKind.Auto)]
 internal struct SourceCore<TResult>
 {
-    internal static readonly object s_completed = new Sentinel("completed");
-    internal static readonly object s_completing = new Sentinel("completing");
-    internal static readonly object s_registering = new Sentinel("registering");
-    internal static readonly object s_abandoned = new Sentinel("abandoned");
+    /// <summary>Handed from <see cref="TryBeginCompletion"/> to <see cref="EndCompletion"/> for an abandoned use.</summary>
+    private static readonly object s_abandoned = new Sentinel("abandoned");
 
-    private object? _continuation;
-    private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
-    private TResult _result;
-    // Only the low 16 bits are the token; an int so that consumption can be a CAS. The sign bit is not part of the
-    // version: it is the source's "run continuations asynchronously" flag, set once before the source is published and
-    // kept by every increment (NextVersion), so it costs no field and can be read at any time.
-    private int _version;
-
+    private const int TokenMask = 0xFFFF;
+    private const int StateMask = 7 << 16;
+    private const int Pending = 0;
+    private const int Registering = 1 << 16;
+    private const int Waiting = 2 << 16;
+    private const int Abandoned = 3 << 16;
+    private const int Completing = 4 << 16;
+    private const int Completed = 5 << 16;
     private const int DispatchBit = int.MinValue;
 
+    private object? _continuation; // the waiter, while Waiting
+    private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
+    private TResult _result;
+    // The version token (low 16 bits), the state (bits 16-18) and the dispatch flag (the sign bit): see the remarks. The
+    // flag is set once before the source is published and kept by every version step (NextVersion), so it costs no field
+    // and can be read at any time.
+    private int _word;
+
     /// <summary>The token of the current use.</summary>
-    public readonly short Version => (short)_version;
+    public readonly short Version => (short)_word;
 
     /// <summary>True if completion queues the waiter to the workers instead of running it on the completing thread.</summary>
-    public readonly bool DispatchesContinuations => _version < 0;
+    public readonly bool DispatchesContinuations => _word < 0;
 
     /// <summary>
     /// Makes completion queue the waiter to the workers (the BCL's RunContinuationsAsynchronously). Call once, from the
     /// source's constructor, before the source is reachable by any other thread.
     /// </summary>
-    public void RunContinuationsAsynchronously() => _version |= DispatchBit;
+    public void RunContinuationsAsynchronously() => _word |= DispatchBit;
 
-    /// <summary>The version after <paramref name="version"/>: the counter bits wrap, the flag bit stays.</summary>
-    internal static int NextVersion(int version) => (version & DispatchBit) | (unchecked(version + 1) & ~DispatchBit);
+    /// <summary>The word of the next use after <paramref name="word"/>: the token wraps, the flag stays, the state is Pending.</summary>
+    internal static int NextVersion(int word) => (word & DispatchBit) | (unchecked(word + 1) & TokenMask);
+
+    private static int With(int word, int state) => (word & ~StateMask) | state;
 
     /// <summary>True once the result has been published.</summary>
-    public bool IsCompleted => Volatile.Read(ref _continuation) == s_completed;
+    public bool IsCompleted => (Volatile.Read(ref _word) & StateMask) == Completed;
 
-    /// <summary>True once a continuation is registered (or being registered), or the operation has completed.</summary>
-    public bool IsAwaitedOrCompleted => Volatile.Read(ref _continuation) is not null;
+    /// <summary>True once a continuation is registered (or being registered, or left), or the operation has completed.</summary>
+    public bool IsAwaitedOrCompleted => (Volatile.Read(ref _word) & StateMask) != Pending;
 
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
     /// <remarks>An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending.</remarks>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
     public void Reset()
     {
-        object? c = Volatile.Read(ref _continuation);
-        if (c is not null && c != s_completed && c != s_abandoned)
+        int w = Volatile.Read(ref _word);
+        int state = w & StateMask;
+        if (state != Pending && state != Completed && state != Abandoned)
         {
             ThrowHelper.ThrowInvalidOperation("The source cannot be reset while an await on it is still pending.");
         }
-        _version = NextVersion(_version);
         _stateOrError = null;
         _result = default!;
-        Volatile.Write(ref _continuation, null);
+        _continuation = null;
+        Volatile.Write(ref _word, NextVersion(w));
     }
 
-    /// <summary>Clears every reference the core holds, after <see cref="Consume"/> advanced the version (used before pooling).</summary>
+    /// <summary>
+    /// Clears every reference the core holds and makes it Pending again, keeping the version (used before pooling: after
+    /// <see cref="Consume"/> advanced it, or by an owner whose token never left it).
+    /// </summary>
     public void ClearForPool()
     {
         _stateOrError = null;
         _result = default!;
         _continuation = null;
+        _word = With(_word, Pending);
     }
 
     public readonly void ValidateToken(short token)
     {
-        if (token != (short)_version)
+        if (token != (short)_word)
         {
             ThrowHelper.ThrowStaleToken();
         }
@@ -158,24 +189,26 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// Reads the outcome and consumes this use in one step: the CAS on the version guarantees that of two threads
-    /// racing to read the same pooled result, exactly one succeeds and the other gets the await-once error.
+    /// Reads the outcome and consumes this use in one step: the CAS on the word guarantees that of two threads racing
+    /// to read the same pooled result, exactly one succeeds and the other gets the await-once error.
     /// The caller must then clear the core (<see cref="ClearForPool"/>) and return its object to the pool.
     /// </summary>
     public TResult Consume(short token, ISpindleSource owner, out ExceptionDispatchInfo? error)
     {
-        int v = Volatile.Read(ref _version);
-        if (token != (short)v)
+        int w = Volatile.Read(ref _word);
+        if (token != (short)w)
         {
             ThrowHelper.ThrowStaleToken();
         }
-        if (!IsCompleted)
+        if ((w & StateMask) != Completed)
         {
             BlockingWait.Wait(owner, token);
+            w = Volatile.Read(ref _word);
         }
         error = ErrorOnceCompleted;
         TResult result = _result;
-        if (Interlocked.CompareExchange(ref _version, NextVersion(v), v) != v)
+        // Still Completed afterwards (until ClearForPool): an owner may look at IsCompleted after its consumer has read.
+        if ((short)w != token || Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) != w)
         {
             ThrowHelper.ThrowStaleToken();
         }
@@ -205,8 +238,8 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// Success with no value has nothing to write, so it completes in one CAS straight to s_completed, skipping the
-    /// s_completing mark (the JIT removes this branch for every other TResult).
+    /// Success with no value has nothing to write: with no waiter to read it completes in one CAS straight to Completed,
+    /// skipping the Completing state (the JIT removes this branch for every other TResult).
     /// </summary>
     private bool TrySetVoidResult()
     {
@@ -250,46 +283,49 @@ internal struct SourceCore<TResult>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public bool TrySetVoidResultDeferred(out object? waiter, out object? state)
     {
-        object? c = Volatile.Read(ref _continuation);
+        int w = Volatile.Read(ref _word);
         SpinWait spin = default;
         while (true)
         {
-            if (c == s_completed || c == s_completing)
+            int current = w & StateMask;
+            if (current == Completed || current == Completing)
             {
                 waiter = null;
                 state = null;
                 return false;
             }
-            if (c == s_registering)
+            if (current == Registering)
             {
                 spin.SpinOnce();
-                c = Volatile.Read(ref _continuation);
+                w = Volatile.Read(ref _word);
                 continue;
             }
-            if (c is not null && c.GetType() == typeof(Action<object?>))
+            if (current != Waiting)
             {
-                // A delegate waiter's state shares its slot with the outcome: take it under s_completing and clear the
-                // slot (success) before publishing, as every other completion does.
-                object? p = Interlocked.CompareExchange(ref _continuation, s_completing, c);
-                if (p != c)
+                // Pending or abandoned: nobody to resume, and a success has nothing to write or report.
+                int prev = Interlocked.CompareExchange(ref _word, With(w, Completed), w);
+                if (prev == w)
                 {
-                    c = p;
-                    continue;
+                    waiter = null;
+                    state = null;
+                    return true;
                 }
-                waiter = c;
-                state = _stateOrError;
-                _stateOrError = null;
-                Volatile.Write(ref _continuation, s_completed);
-                return true;
+                w = prev;
+                continue;
             }
-            object? prev = Interlocked.CompareExchange(ref _continuation, s_completed, c);
-            if (prev == c)
+            int taken = Interlocked.CompareExchange(ref _word, With(w, Completing), w);
+            if (taken != w)
             {
-                waiter = c == s_abandoned ? null : c; // nobody to resume; a success has nothing to report
-                state = null;
-                return true;
+                w = taken;
+                continue;
             }
-            c = prev;
+            // Under Completing: take the waiter (and a delegate's state) and clear their fields before publishing.
+            waiter = _continuation;
+            state = waiter!.GetType() == typeof(Action<object?>) ? _stateOrError : null;
+            _continuation = null;
+            _stateOrError = null;
+            Volatile.Write(ref _word, With(w, Completed));
+            return true;
         }
     }
 
@@ -316,48 +352,53 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// The one CAS that picks the completer: null or a waiter → s_completing. After a true return the caller owns the
-    /// core until it calls <see cref="EndCompletion"/>, which it must do exactly once and promptly (a registrant or a
-    /// competing completer that meets the mark waits). A caller that completes nothing else in between uses the
-    /// TrySet* methods; a combinator decides its race with this CAS and finishes its own work under the mark.
+    /// The one CAS that picks the completer: Pending, Waiting or Abandoned → Completing. After a true return the caller
+    /// owns the core until it calls <see cref="EndCompletion"/> with the waiter it got, which it must do exactly once and
+    /// promptly (a registrant or a competing completer that meets the state waits). A caller that completes nothing else
+    /// in between uses the TrySet* methods; a combinator decides its race with this CAS and finishes its own work under
+    /// the state.
     /// </summary>
     public bool TryBeginCompletion(out object? waiter)
     {
-        object? c = Volatile.Read(ref _continuation);
+        int w = Volatile.Read(ref _word);
         SpinWait spin = default;
         while (true)
         {
-            if (c == s_completed || c == s_completing)
+            int current = w & StateMask;
+            if (current == Completed || current == Completing)
             {
                 waiter = null;
                 return false;
             }
-            if (c == s_registering)
+            if (current == Registering)
             {
                 spin.SpinOnce();
-                c = Volatile.Read(ref _continuation);
+                w = Volatile.Read(ref _word);
                 continue;
             }
-            object? prev = Interlocked.CompareExchange(ref _continuation, s_completing, c);
-            if (prev == c)
+            int prev = Interlocked.CompareExchange(ref _word, With(w, Completing), w);
+            if (prev == w)
             {
-                waiter = c;
+                waiter = current == Waiting ? _continuation : current == Abandoned ? s_abandoned : null;
                 return true;
             }
-            c = prev;
+            w = prev;
         }
     }
 
     /// <summary>
-    /// Under s_completing (after <see cref="TryBeginCompletion"/>): takes a delegate waiter's state, writes the outcome
-    /// into its slot, publishes, and runs the waiter. A result, if any, must be written before.
+    /// Under Completing (after <see cref="TryBeginCompletion"/>): takes a delegate waiter's state, writes the outcome into
+    /// its slot, publishes, and runs the waiter (or, for an abandoned use, reports a fault nobody will read). A result, if
+    /// any, must be written before.
     /// </summary>
     public void EndCompletion(object? waiter, ExceptionDispatchInfo? error)
     {
         object? state = waiter is not null && waiter.GetType() == typeof(Action<object?>) ? _stateOrError : null;
         _stateOrError = error;
+        _continuation = null;
         // The publication point: from here on the operation is complete to every reader, and the core is not touched.
-        Volatile.Write(ref _continuation, s_completed);
+        // Only the completer writes the word while it is Completing, so this read is the word it set.
+        Volatile.Write(ref _word, With(_word, Completed));
         if (waiter == s_abandoned)
         {
             // Nobody waits any more: a fault nobody will read is reported, never lost (a cancellation is an outcome).
@@ -374,29 +415,107 @@ internal struct SourceCore<TResult>
 
     /// <summary>
     /// Takes back <paramref name="registered"/>, a <see cref="DirectWaiter"/> registered on this use, before the operation
-    /// completes, and puts <paramref name="waiter"/> (with <paramref name="waiterState"/>, for a delegate) in its place:
-    /// the old waiter will never run. <paramref name="waiter"/> is another waiter, or <see cref="s_abandoned"/> for none.
-    /// Returns false, changing nothing, if the operation has completed or is completing (the old waiter runs, or ran).
+    /// completes, and puts <paramref name="waiter"/> (with <paramref name="waiterState"/>, for a delegate) in its place,
+    /// or, for a null <paramref name="waiter"/>, leaves the use abandoned: the old waiter will never run.
     /// </summary>
+    /// <returns>
+    /// <see cref="DetachOutcome.Detached"/>; <see cref="DetachOutcome.Completed"/> if the operation has completed or is
+    /// completing (a registered waiter runs, or ran), changing nothing; <see cref="DetachOutcome.NotWaiting"/> if that
+    /// waiter is not registered (not yet, or already gone), changing nothing.
+    /// </returns>
     /// <remarks>
-    /// A direct waiter is stored as itself, so the CAS compares the very object that registered: exact, since an object
-    /// registers once per use and the caller is that object's owner, still waiting on this use. Against a completer the
-    /// CAS decides: whichever moves the field first wins. A replacement with no state takes that one CAS; one with state
-    /// takes the field through s_registering, as a delegate registration does, so a completer sees the pair whole.
+    /// The CAS from Waiting to Registering decides against a completer (whichever moves the word first wins); the word
+    /// carries the version, so the use cannot have changed in between. Under the mark nothing else writes the fields, so
+    /// the identity check is exact. A registration in progress (Registering) is waited for, so that a registrant that
+    /// then looks at its owner's state (a combinator's race) and this caller cannot both miss the registration.
     /// </remarks>
-    public bool TryReplaceWaiter(DirectWaiter registered, object waiter, object? waiterState)
+    public DetachOutcome TryReplaceWaiter(DirectWaiter registered, object? waiter, object? waiterState)
     {
-        if (waiterState is null)
+        int w = Volatile.Read(ref _word);
+        SpinWait spin = default;
+        while (true)
         {
-            return Interlocked.CompareExchange(ref _continuation, waiter, registered) == registered;
+            int current = w & StateMask;
+            if (current == Registering)
+            {
+                spin.SpinOnce();
+                w = Volatile.Read(ref _word);
+                continue;
+            }
+            if (current == Completing || current == Completed)
+            {
+                return DetachOutcome.Completed;
+            }
+            if (current != Waiting || _continuation != registered)
+            {
+                return DetachOutcome.NotWaiting; // a quick look: the check that counts is made under the mark below
+            }
+            int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
+            if (prev != w)
+            {
+                w = prev; // a completer, or another thread taking the same waiter back: look again
+                continue;
+            }
+            if (_continuation != registered)
+            {
+                Volatile.Write(ref _word, w);
+                return DetachOutcome.NotWaiting;
+            }
+            if (waiter is null)
+            {
+                _continuation = null;
+                Volatile.Write(ref _word, With(w, Abandoned));
+                return DetachOutcome.Detached;
+            }
+            _stateOrError = waiterState;
+            _continuation = waiter;
+            Volatile.Write(ref _word, w);
+            return DetachOutcome.Detached;
         }
-        if (Interlocked.CompareExchange(ref _continuation, s_registering, registered) != registered)
+    }
+
+    /// <summary>
+    /// Abandons use <paramref name="token"/> while nobody waits on it (a combinator settled without registering): as
+    /// <see cref="TryReplaceWaiter"/> with no replacement. False if it is awaited, completed, or not the current use.
+    /// </summary>
+    public bool TryAbandon(short token)
+    {
+        int w = Volatile.Read(ref _word);
+        SpinWait spin = default;
+        while (true)
         {
-            return false;
+            if ((short)w != token)
+            {
+                return false;
+            }
+            int current = w & StateMask;
+            if (current == Registering || current == Completing)
+            {
+                spin.SpinOnce();
+                w = Volatile.Read(ref _word);
+                continue;
+            }
+            if (current != Pending)
+            {
+                return false;
+            }
+            int prev = Interlocked.CompareExchange(ref _word, With(w, Abandoned), w);
+            if (prev == w)
+            {
+                return true;
+            }
+            w = prev;
         }
-        _stateOrError = waiterState;
-        Volatile.Write(ref _continuation, waiter);
-        return true;
+    }
+
+    /// <summary>True once a completer has claimed the use (Completing) or published it (Completed).</summary>
+    public bool IsCompletingOrCompleted
+    {
+        get
+        {
+            int current = Volatile.Read(ref _word) & StateMask;
+            return current == Completing || current == Completed;
+        }
     }
 
     public void OnCompleted(Action<object?> continuation, object? state, short token)
@@ -405,46 +524,52 @@ internal struct SourceCore<TResult>
         {
             ThrowHelper.ThrowArgumentNull(nameof(continuation));
         }
-        ValidateToken(token);
-
-        if ((object)continuation == DirectWaiter.s_moveNext) // a reference compare: delegate == would compare targets and methods
-        {
-            // Hot path: a direct waiter (a box, a combinator slot) is its own continuation (s_moveNext is internal and only
-            // ever paired with one), registered with a single CAS.
-            object box = state!;
-            object? prev = Interlocked.CompareExchange(ref _continuation, box, null);
-            if (prev is not null)
-            {
-                RegisterLate(prev, box, null);
-            }
-            return;
-        }
-
-        object? p = Interlocked.CompareExchange(ref _continuation, s_registering, null);
-        if (p is not null)
-        {
-            RegisterLate(p, continuation, state);
-            return;
-        }
-        _stateOrError = state;
-        Volatile.Write(ref _continuation, continuation);
-    }
-
-    /// <summary>Registration found the field occupied: run the continuation if the source completed, else reject it.</summary>
-    private void RegisterLate(object? prev, object continuation, object? state)
-    {
+        int w = Volatile.Read(ref _word);
         SpinWait spin = default;
-        while (prev == s_completing)
+        while (true)
         {
-            spin.SpinOnce();
-            prev = Volatile.Read(ref _continuation);
+            if (token != (short)w)
+            {
+                ThrowHelper.ThrowStaleToken();
+            }
+            int current = w & StateMask;
+            if (current == Pending)
+            {
+                int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
+                if (prev != w)
+                {
+                    w = prev; // a completion (or another registrant) moved first: look again
+                    continue;
+                }
+                if ((object)continuation == DirectWaiter.s_moveNext) // a reference compare: delegate == would compare targets and methods
+                {
+                    // Hot path: a direct waiter (a box, a combinator slot) is its own continuation (s_moveNext is internal
+                    // and only ever paired with one), so there is no state to write.
+                    _continuation = state!;
+                }
+                else
+                {
+                    _stateOrError = state;
+                    _continuation = continuation;
+                }
+                Volatile.Write(ref _word, With(w, Waiting));
+                return;
+            }
+            if (current == Completed)
+            {
+                Continuations.Invoke((object)continuation == DirectWaiter.s_moveNext ? state! : continuation, state);
+                return;
+            }
+            if (current == Completing || current == Registering)
+            {
+                // Held for a few stores: a completion about to publish, or another registrant (or a leaving waiter) about
+                // to finish, after which this one is rejected below.
+                spin.SpinOnce();
+                w = Volatile.Read(ref _word);
+                continue;
+            }
+            ThrowHelper.ThrowAlreadyAwaited(); // Waiting or Abandoned: this use already has (or had) its waiter
         }
-        if (prev == s_completed)
-        {
-            Continuations.Invoke(continuation, state);
-            return;
-        }
-        ThrowHelper.ThrowAlreadyAwaited();
     }
 
     /// <summary>

@@ -97,12 +97,15 @@ public sealed class Promise : ISpindleSource, IDetachableSource
     /// <summary>Starts a new use: the promise becomes pending again and tasks from earlier uses become stale.</summary>
     /// <remarks>
     /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
-    /// combinator no longer waits on it.
+    /// combinator no longer waits on it. As for any reset, nothing may complete the old use at the same time: a late
+    /// TrySet* racing the reset may land on either use.
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending.</exception>
     public void Reset() => _core.Reset();
 
-    bool IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, SourceCore<VoidResult>.s_abandoned, null);
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
+
+    bool IDetachableSource.TryAbandon(short token) => _core.TryAbandon(token);
 
     internal static void ThrowAlreadyCompleted() => ThrowHelper.ThrowInvalidOperation(
         "The promise was already completed. Call Reset() to start a new use, or use the TrySet* methods, which return false instead of throwing.");

@@ -168,27 +168,47 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     /// A WhenAny that no longer needs this wait leaves it: the signal goes back to idle without consuming a set (a later
     /// <see cref="Set"/> is kept for the next wait), so the owner can wait on it again at once.
     /// </summary>
-    bool IDetachableSource.TryDetach(DirectWaiter waiter)
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
     {
-        if (!_core.TryReplaceWaiter(waiter, SourceCore<VoidResult>.s_abandoned, null))
+        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, null, null);
+        if (outcome == DetachOutcome.Detached)
+        {
+            EndAbandonedWait();
+        }
+        return outcome;
+    }
+
+    bool IDetachableSource.TryAbandon(short token)
+    {
+        if (!_core.TryAbandon(token))
         {
             return false;
         }
+        EndAbandonedWait();
+        return true;
+    }
+
+    /// <summary>
+    /// The core's current use was just abandoned (nobody will read it): drops its cancellation and returns the signal to
+    /// idle, unless a Set or a cancellation took the wait first, in which case it waits for that to finish completing the
+    /// abandoned use, so that its late step cannot complete a wait started after this returns.
+    /// </summary>
+    private void EndAbandonedWait()
+    {
+        short version = _core.Version;
+        // First, so that a registration dropped here can only be this wait's (a new wait starts only once the state is idle).
+        DropRegistration();
         if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
         {
             // No Set or cancellation can complete the abandoned use now (both go through this state first); the next wait
-            // resets it. Nothing stays registered behind it.
-            DropRegistration();
-            return true;
+            // resets it.
+            return;
         }
-        // A Set or a cancellation took the wait first and is completing the core (with nobody to run): let it finish, so
-        // that its late step cannot complete a wait started after this returns.
         SpinWait spin = default;
-        while (!_core.IsCompleted)
+        while (_core.Version == version && !_core.IsCompleted)
         {
             spin.SpinOnce();
         }
-        return true;
     }
 
     private static void ThrowSecondWaiter() => ThrowHelper.ThrowInvalidOperation(

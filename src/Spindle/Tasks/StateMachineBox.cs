@@ -71,8 +71,18 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 
     internal sealed override void ObserveForgotten() => ForgetObserver.ReadAndReport(this, _core.Version);
 
-    /// <summary>A waiter that leaves makes the task forgotten: the box reads its own outcome when the method finishes (see <see cref="ForgetObserver.Observe"/>).</summary>
-    bool IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, s_observeForgotten, this);
+    /// <summary>
+    /// A waiter that leaves makes the task forgotten: the box reads its own outcome when the method finishes (see
+    /// <see cref="ForgetObserver.Observe"/>). A completed box is left to its waiter: reading it consumes it.
+    /// </summary>
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
+    {
+        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, s_observeForgotten, this);
+        return outcome == DetachOutcome.Completed ? DetachOutcome.NotWaiting : outcome;
+    }
+
+    /// <summary>An async method is forgotten (<see cref="SpindleTask.Forget"/>), not abandoned: its box must read itself.</summary>
+    bool IDetachableSource.TryAbandon(short token) => false;
 
     public TResult GetResult(short token)
     {

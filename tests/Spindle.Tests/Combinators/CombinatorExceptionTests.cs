@@ -343,4 +343,28 @@ public class CombinatorExceptionTests
             Spindle.UnobservedException -= handler;
         }
     }
+
+    [Fact]
+    public void WhenAll_ConsumerReusesTheCombinatorInlineFromTheLastInputsCompletion_TheNewUsesFailureIsNotLost()
+    {
+        // The last input publishes the combined task, and its consumer runs inline: it reads the result (returning the
+        // pooled combinator) and starts the next WhenAll, which rents the same object. The old last input must not touch
+        // the slots after publishing, or it would wipe the new use's recorded failure.
+        var p1 = new Promise();
+        var p2 = new Promise();
+        var gate = new Promise();
+        var error = new InvalidTimeZoneException("must not be lost");
+        SpindleTask first = SpindleTask.WhenAll(p1.Task, p2.Task);
+        SpindleTask second = default;
+        first.GetAwaiter().UnsafeOnCompleted(() =>
+        {
+            first.GetAwaiter().GetResult();
+            second = SpindleTask.WhenAll(Task.FromException(error), gate.Task.AsTask()); // input 0 failed already
+        });
+        p1.SetResult();
+        p2.SetResult();
+        gate.SetResult();
+        Exception thrown = Assert.ThrowsAny<Exception>(() => second.GetAwaiter().GetResult());
+        Assert.Same(error, thrown);
+    }
 }

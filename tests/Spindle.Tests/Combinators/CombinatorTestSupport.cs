@@ -68,6 +68,23 @@ internal static class CombinatorTestSupport
         return reported;
     }
 
+    /// <summary>As <see cref="Observe"/>, for an asynchronous body, which gets the queue as it fills.</summary>
+    public static async Task<ConcurrentQueue<Exception>> ObserveAsync(Func<ConcurrentQueue<Exception>, Task> body)
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            await body(reported);
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        return reported;
+    }
+
     /// <summary>Counts how many times a continuation registered on a combined task runs.</summary>
     public sealed class ContinuationCounter
     {

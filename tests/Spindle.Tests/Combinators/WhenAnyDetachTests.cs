@@ -201,4 +201,126 @@ public class WhenAnyDetachTests
             _ => other.SetResult(),
             _ => signal.Set()), 60);
     }
+
+    [Fact]
+    public void WhenAny_AnInputAlreadyFinished_PendingPromiseLoserCanBeReset()
+    {
+        var p = new Promise();
+        SpindleTask<int> any = SpindleTask.WhenAny(SpindleTask.CompletedTask, p.Task);
+        Assert.Equal(0, any.GetAwaiter().GetResult());
+        p.Reset(); // settled without a combinator: the pending loser is abandoned, not forgotten
+    }
+
+    [Fact]
+    public void WhenAny_AnInputAlreadyFinished_SignalLoserDoesNotSwallowTheNextSet()
+    {
+        var s = new Signal();
+        SpindleTask<int> any = SpindleTask.WhenAny(SpindleTask.CompletedTask, s.WaitAsync());
+        Assert.Equal(0, any.GetAwaiter().GetResult());
+        Assert.False(s.HasWaiter, "the losing wait is still pending");
+        s.Set();
+        Assert.True(s.IsSet, "the set went to a wait that lost");
+    }
+
+    [Fact]
+    public void WhenAny_TokenAlreadyCancelled_PromiseInputsCanBeReset()
+    {
+        var p = new Promise();
+        var q = new Promise();
+        SpindleTask<int> any = SpindleTask.WhenAny([p.Task, q.Task], new CancellationToken(true));
+        Assert.ThrowsAny<OperationCanceledException>(() => any.GetAwaiter().GetResult());
+        p.Reset(); // the race was decided before the inputs were registered: each is let go of as it is registered
+        q.Reset();
+    }
+
+    [Fact]
+    public void WhenAny_AnInputWinsWhileLaterInputsAreRegistered_TheLaterPromiseCanBeReset()
+    {
+        var later = new Promise();
+        // A source that finishes just as it is awaited: what another thread completing input 0 right after its
+        // registration (while input 1 is still being registered) looks like, made deterministic.
+        var racing = new CompletesWhenAwaited();
+        SpindleTask<int> any = SpindleTask.WhenAny(new SpindleTask(racing, 0), later.Task);
+        Assert.Equal(0, any.GetAwaiter().GetResult());
+        later.Reset();
+    }
+
+    [Fact]
+    public void WhenAny_LoserCompletedDuringTheRaceWithItsContinuationQueued_IsReadBeforeTheResult_ItsFaultReported()
+    {
+        // A losing input whose source dispatches its continuations finishes while the race is decided: its slot is
+        // queued, so the winner cannot detach it. It must still be read before the combined task completes, so that the
+        // winner's continuation may reset it at once: otherwise the queued slot would read the next use's token.
+        var manual = new ManualScheduler();
+        Scheduler previous = Scheduler.Default;
+        Scheduler.Default = manual;
+        try
+        {
+            var winner = new Promise();
+            var loser = new Promise(runContinuationsAsynchronously: true);
+            var error = new InvalidTimeZoneException("the loser's fault");
+            ConcurrentQueue<Exception> reported = Observe(() =>
+            {
+                SpindleTask<int> any = SpindleTask.WhenAny(winner.Task, loser.Task);
+                loser.SetException(error);  // the slot is queued, not yet run
+                winner.SetResult();         // wins: the loser cannot be detached (its core has completed)
+                Assert.Equal(0, any.GetAwaiter().GetResult());
+                loser.Reset();              // "a losing promise can be reset at once"
+                manual.RunAll();            // the queued slot finds the loser already read
+            });
+            Assert.Equal(new Exception[] { error }, reported.ToArray());
+        }
+        finally
+        {
+            Scheduler.Default = previous;
+        }
+    }
+
+    private sealed class ManualScheduler : Scheduler
+    {
+        private readonly System.Collections.Generic.Queue<WorkItem> _items = new();
+
+        public override void Queue(WorkItem item)
+        {
+            lock (_items)
+            {
+                _items.Enqueue(item);
+            }
+        }
+
+        public override bool IsWorkerThread => false;
+
+        public override bool TryRunOne() => false;
+
+        public void RunAll()
+        {
+            while (_items.Count > 0)
+            {
+                _items.Dequeue().Execute();
+            }
+        }
+    }
+
+    private sealed class CompletesWhenAwaited : ISpindleSource
+    {
+        private volatile bool _done;
+
+        public SpindleTaskStatus GetStatus(short token) => _done ? SpindleTaskStatus.Succeeded : SpindleTaskStatus.Pending;
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource.GetStatus(short token)
+            => (System.Threading.Tasks.Sources.ValueTaskSourceStatus)GetStatus(token);
+
+        public void GetResult(short token)
+        {
+        }
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token)
+        {
+            _done = true;
+            continuation(state);
+        }
+
+        void System.Threading.Tasks.Sources.IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token,
+            System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags) => OnCompleted(continuation, state, token);
+    }
 }
