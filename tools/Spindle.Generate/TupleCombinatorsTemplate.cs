@@ -82,8 +82,9 @@ internal static class TupleCombinatorsTemplate
         w.Line($"    /// A task that completes when the first of {n} tasks does, with its index (0 for <paramref name=\"task1\"/>) and its");
         w.Line("    /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting");
         w.Line("    /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be");
-        w.Line("    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and");
-        w.Line("    /// reads the others when they finish. A loser's failure goes to <see cref=\"Spindle.UnobservedException\"/>, once.");
+        w.Line("    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method");
+        w.Line("    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to");
+        w.Line("    /// <see cref=\"Spindle.UnobservedException\"/>, once.");
         w.Line("    /// Allocates nothing in steady state.");
         w.Line("    /// </summary>");
         SignatureDocs(w, n, withOptions: false, isAny: true);

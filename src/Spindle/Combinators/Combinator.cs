@@ -39,9 +39,15 @@ internal abstract class CombinatorCore
 
     /// <summary>
     /// Set for a WhenAny that lets go of its losers once its race is decided (see <see cref="DetachInputs"/>): a Spindle
-    /// input registered after the decision is let go of by its registering thread (<see cref="AfterRegistration"/>).
+    /// input registered after the decision is let go of by its registering thread (<see cref="LetGoAfterDecision"/>).
     /// </summary>
     protected bool _letsGoOfLosers;
+
+    /// <summary>The combined task's completion core (see <see cref="Combinator{TResult}"/>).</summary>
+    protected SourceCore<VoidResult> _core;
+
+    /// <summary>WhenAny: the index of the input that won (-1 until the race is decided), written by the decider before it publishes.</summary>
+    protected int _winner;
 
     protected Slot[] Slots => _slots;
 
@@ -153,17 +159,32 @@ internal abstract class CombinatorCore
         slot.Source = source;
         slot.Token = token;
         source.OnCompleted(DirectWaiter.s_moveNext, slot, token); // the slot is its own continuation
-        if (_letsGoOfLosers)
+        // A WhenAny decided while its inputs are being registered (another input won on another thread, or the token was
+        // already cancelled) may have missed this slot: it is let go of here. While the race is open, its decider will see
+        // this registration (see DetachInputs).
+        if (_letsGoOfLosers && _core.IsCompletingOrCompleted)
         {
-            AfterRegistration(slot);
+            LetGoAfterDecision(slot);
         }
     }
 
     /// <summary>
-    /// A WhenAny's Spindle input has just been registered: if the race was decided meanwhile (another input won on another
-    /// thread, or the token was already cancelled), the decider may have missed this slot, so it is let go of here.
+    /// The race was decided while the inputs were being registered. The decider may still be letting go of the slots it
+    /// saw: wait for it to publish (the consumer cannot act before this WhenAny returns), then let go of this slot as it
+    /// would have.
     /// </summary>
-    protected abstract void AfterRegistration(Slot slot);
+    private void LetGoAfterDecision(Slot slot)
+    {
+        SpinWait spin = default;
+        while (!_core.IsCompleted)
+        {
+            spin.SpinOnce();
+        }
+        if (slot.Index != _winner && LetGo(slot))
+        {
+            Release();
+        }
+    }
 
     private static void AddTask(Slot slot, Task task)
     {
@@ -264,7 +285,7 @@ internal abstract class CombinatorCore
     /// </summary>
     /// <remarks>
     /// Registration and decision meet as a Dekker pair, each side a full fence between its write and its read: a
-    /// registrant CASes the input's core and then reads the combinator's core (<see cref="AfterRegistration"/>); the
+    /// registrant CASes the input's core and then reads the combinator's core (<see cref="LetGoAfterDecision"/>); the
     /// decider CASes the combinator's core and then reads each input's (a registration in progress is waited for). So
     /// every slot is let go of by one of them, or by both, and the detach CAS and the read claim make that once.
     /// </remarks>
@@ -581,7 +602,7 @@ internal struct WhenAllFailures
 /// <para><b>Outcome.</b> For WhenAny, the first input to finish wins the CAS that begins the completion of the core
 /// (<see cref="SourceCore{TResult}.TryBeginCompletion"/>): one atomic step decides the race and claims the core, and a
 /// later input finds the core completing or completed and loses. The cancellation callback takes part in the same race,
-/// so exactly one of them decides. (Over producers the race is a CAS on <see cref="_winner"/> instead, which the
+/// so exactly one of them decides. (Over producers the race is a CAS on <see cref="CombinatorCore._winner"/> instead, which the
 /// producers' start loop reads; see below.) For WhenAll, the reference count decides: the input whose completion brings
 /// it down to 1 (only the consumer's reference left) is the last one, and completes the combined task. If inputs failed,
 /// it rethrows the failure of the lowest index, as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever
@@ -592,7 +613,7 @@ internal struct WhenAllFailures
 /// go of every other input (<see cref="CombinatorCore.DetachInputs"/>), as <c>Task.WhenAny</c> removes its continuations
 /// from its losers, so that the combined task's continuation may reset a losing promise or wait on a losing signal again
 /// at once, and the combinator does not wait for them. An input whose source allows it (<see cref="IDetachableSource"/>:
-/// promises, signal waits, async methods) is detached with one CAS on its core, which decides against that input's own
+/// promises, signal waits, delays, async methods) is detached with one CAS on its core, which decides against that input's own
 /// completion: either the slot's callback runs (and drops its reference) or the source lets go of the slot (and the
 /// decider drops its reference); the source then takes over what the slot would have done (a fault nobody reads is
 /// reported once; an async method reads its own outcome). A promise or signal wait that completed while the race was
@@ -611,7 +632,7 @@ internal struct WhenAllFailures
 /// winner cancels it before completing the combined task (so losers stop before the consumer's continuation runs on this
 /// thread), unless no other producer is still running: then the source can be reset and pooled. The producers' start
 /// loop and the winner settle that with a Dekker pair: the loop increments <c>_unfinishedProducers</c> and then checks for
-/// a winner; the winner CASes <see cref="_winner"/> and then reads the count. Both are full fences, so a producer is
+/// a winner; the winner CASes <see cref="CombinatorCore._winner"/> and then reads the count. Both are full fences, so a producer is
 /// either not started or seen running (and cancelled).</para>
 /// <para><b>Timeout (WhenAll).</b> A WhenAll with <see cref="WhenAllOptions.Timeout"/> owns one timer
 /// (<see cref="TimeoutTimer"/>), armed in <see cref="Start"/>. The timer holds a reference of its own until its
@@ -621,8 +642,6 @@ internal struct WhenAllFailures
 /// </remarks>
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>
 {
-    private SourceCore<VoidResult> _core;
-    private int _winner;
     private bool _isAny;
     private bool _aggregate;
     private Func<Combinator<TResult>, TResult>? _compose;
@@ -650,7 +669,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 #endif
     private Combinator<TResult>? _poolNext;
 
-    /// <summary>The value of <see cref="_winner"/> once cancellation has decided a WhenAny.</summary>
+    /// <summary>The value of <see cref="CombinatorCore._winner"/> once cancellation has decided a WhenAny.</summary>
     private const int CancelledRace = int.MaxValue;
 
     ref Combinator<TResult>? IPoolNode<Combinator<TResult>>.Next => ref _poolNext;
@@ -917,25 +936,6 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         CompleteAll();
     }
 
-    protected override void AfterRegistration(Slot slot)
-    {
-        if (!_core.IsCompletingOrCompleted)
-        {
-            return; // the race is open: its decider will see this registration (see DetachInputs)
-        }
-        // Decided while the inputs were being registered. The decider may still be letting go of the slots it saw: wait
-        // for it to publish (the consumer cannot act before this WhenAny returns), then let go of this one as it would.
-        SpinWait spin = default;
-        while (!_core.IsCompleted)
-        {
-            spin.SpinOnce();
-        }
-        if (slot.Index != _winner && LetGo(slot))
-        {
-            Release();
-        }
-    }
-
     private void CompleteAny(Slot slot)
     {
         if (_startsProducers)
@@ -972,7 +972,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     }
 
     /// <summary>
-    /// WhenAny over producers: the first input wins a CAS on <see cref="_winner"/>, which the producers' start loop reads
+    /// WhenAny over producers: the first input wins a CAS on <see cref="CombinatorCore._winner"/>, which the producers' start loop reads
     /// (see the remarks), and the losers are cancelled through their token and read when they answer it.
     /// </summary>
     private void CompleteAnyOfProducers(int index, ExceptionDispatchInfo? error)

@@ -47,8 +47,9 @@ public readonly partial struct SpindleTask
     /// A task that completes when the first of 2 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
     /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
-    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
-    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method
+    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
@@ -115,8 +116,9 @@ public readonly partial struct SpindleTask
     /// A task that completes when the first of 3 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
     /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
-    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
-    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method
+    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
@@ -193,8 +195,9 @@ public readonly partial struct SpindleTask
     /// A task that completes when the first of 4 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
     /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
-    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
-    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method
+    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
@@ -281,8 +284,9 @@ public readonly partial struct SpindleTask
     /// A task that completes when the first of 5 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
     /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
-    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
-    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method
+    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
@@ -379,8 +383,9 @@ public readonly partial struct SpindleTask
     /// A task that completes when the first of 6 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
     /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
-    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
-    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method
+    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
@@ -487,8 +492,9 @@ public readonly partial struct SpindleTask
     /// A task that completes when the first of 7 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
     /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
-    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
-    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method
+    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
@@ -605,8 +611,9 @@ public readonly partial struct SpindleTask
     /// A task that completes when the first of 8 tasks does, with its index (0 for <paramref name="task1"/>) and its
     /// result in the matching element; the other elements are default. If the first task to finish failed, awaiting
     /// rethrows its exception. The other tasks are let go of: WhenAny detaches from those it can (a promise's task can be
-    /// reset at once, a signal's wait ends without consuming a later set, an async method reads its own outcome) and
-    /// reads the others when they finish. A loser's failure goes to <see cref="Spindle.UnobservedException"/>, once.
+    /// reset at once, a signal's wait ends without consuming a later set, a delay leaves its timer wheel, an async method
+    /// reads its own outcome) and reads the others when they finish. A loser's failure goes to
+    /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>

@@ -18,10 +18,11 @@ public readonly partial struct SpindleTask
     /// from its losing inputs before the combined task completes, where their kind allows it: a <see cref="Promise"/>'s
     /// task is left pending and its promise can be reset at once (even from the continuation of the await; as always, the
     /// reset must not race with a completion of the promise, so its producer must be done with the old use); a
-    /// <see cref="Signal"/>'s wait ends, and a later <see cref="Signal.Set"/> is kept for the next wait; an async method
-    /// goes on running, forgotten (see <see cref="Forget"/>). A promise or a signal wait that completed while the race
-    /// was being decided is read before the combined task completes. Other inputs (delays, combinators, other sources)
-    /// are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.</para>
+    /// <see cref="Signal"/>'s wait ends, and a later <see cref="Signal.Set"/> is kept for the next wait; a
+    /// <see cref="Spindle.Delay(int, CancellationToken)"/> leaves its timer wheel at once, not at its deadline; an async
+    /// method goes on running, forgotten (see <see cref="Forget"/>). A promise or a signal wait that completed while the
+    /// race was being decided is read before the combined task completes. Other inputs (combinators, BCL tasks, other
+    /// sources) are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.</para>
     /// <para>To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>
     /// (see <see cref="WithTimeout(TimeSpan, TimerWheel)"/>; pooled too, so it allocates nothing in steady state).</para>
     /// </remarks>

@@ -23,7 +23,7 @@ namespace SpindleLib;
 /// always reaches the cancel inbox after the node reached the insert inbox. The owner takes its cancel snapshot
 /// before its insert snapshot, so it never releases a node that is still waiting to be linked.</para>
 /// </remarks>
-internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
+internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<TimerNode>
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_onTokenCanceled = static (o, ct) => ((TimerNode)o!).OnTokenCanceled(ct);
@@ -149,6 +149,65 @@ internal sealed class TimerNode : ISpindleSource, IPoolNode<TimerNode>
         shard?.PushCancel(this);
         ReleaseFromWheel(); // the consumer's hold; the second of consumer and owner recycles the node
         return true;
+    }
+
+    /// <summary>
+    /// A WhenAny that no longer needs this delay leaves it: the timer comes out of the wheel now, not at its deadline (a
+    /// losing timeout no longer holds a slot, or the combinator, until it would have fired), and the node is read as its
+    /// consumer would read it. A node that fired or was cancelled first is left to its waiter, which reads it.
+    /// </summary>
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
+    {
+        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, null, null);
+        if (outcome != DetachOutcome.Detached)
+        {
+            return outcome == DetachOutcome.Completed ? DetachOutcome.NotWaiting : outcome;
+        }
+        ReleaseAbandoned();
+        return DetachOutcome.Detached;
+    }
+
+    bool IDetachableSource.TryAbandon(short token)
+    {
+        if (!_core.TryAbandon(token))
+        {
+            return false;
+        }
+        ReleaseAbandoned();
+        return true;
+    }
+
+    /// <summary>
+    /// Nobody waits on this delay any more (its use was abandoned): stops it, and lets go of it as its consumer, advancing
+    /// the version so that a stale copy of the task is the await-once error.
+    /// </summary>
+    private void ReleaseAbandoned()
+    {
+        short token = _core.Version;
+        WheelShard? shard = Shard;
+        // Completes the abandoned use with nobody to run, unless it fired or was cancelled first; then its completer may
+        // still be between its claim and its publication, a few stores.
+        bool stoppedHere = _core.TrySetVoidResultDeferred(out _, out _);
+        if (stoppedHere)
+        {
+            shard?.PushCancel(this); // still linked in a slot: the owner unlinks it and lets go, as for a cancellation
+        }
+        else
+        {
+            SpinWait spin = default;
+            while (!_core.IsCompleted)
+            {
+                spin.SpinOnce();
+            }
+        }
+        _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        CancellationRegistrations.Drop(ref _registration);
+        // As in GetResult: a node that fired has left the wheel, so its consumer recycles it at once; one stopped here or
+        // cancelled is still the wheel's until its owner lets go, and the second of the two recycles it.
+        if ((!stoppedHere && error is null) || Interlocked.Increment(ref _releases) == 2)
+        {
+            Recycle();
+        }
     }
 
     /// <summary>The wheel's owner lets go of a cancelled node. The second of owner and consumer recycles it.</summary>

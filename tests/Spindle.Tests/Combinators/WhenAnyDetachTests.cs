@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Concurrent;
+using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
@@ -273,6 +274,110 @@ public class WhenAnyDetachTests
         finally
         {
             Scheduler.Default = previous;
+        }
+    }
+
+    /// <summary>Timer nodes in this thread's pool stack and the shared one (a return may move a chunk between them).</summary>
+    private static int PooledTimerNodes() => ObjectPool<TimerNode>.LocalCount + ObjectPool<TimerNode>.Count;
+
+    private static void WarmTimerPool(ManualClock clock, TimerWheel wheel)
+    {
+        SpindleTask warm = wheel.Delay(1);
+        clock.Advance(TimeSpan.FromMilliseconds(1));
+        warm.GetAwaiter().GetResult();
+    }
+
+    [Fact]
+    public void WhenAny_LosingDelay_LeavesTheWheelAtOnceAndGoesBackToItsPool()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        WarmTimerPool(clock, wheel);
+        int pooled = PooledTimerNodes();
+        var work = new Promise();
+        using var cts = new CancellationTokenSource();
+        SpindleTask delay = wheel.Delay(TimeSpan.FromSeconds(30), cts.Token);
+        SpindleTask<int> any = SpindleTask.WhenAny(work.Task, delay);
+        Assert.Equal(1, wheel.PendingCount);
+
+        work.SetResult();
+        Assert.Equal(0, any.GetAwaiter().GetResult());
+        // Out of the wheel now, not in 30 s, and read: the node is back in its pool, its token stale.
+        Assert.Equal(0, wheel.PendingCount);
+        Assert.Equal(pooled, PooledTimerNodes());
+        Assert.True(WasConsumed(delay));
+        cts.Cancel(); // its registration was dropped: nothing happens
+        clock.Advance(TimeSpan.FromSeconds(60));
+        Assert.Equal(0, wheel.PendingCount);
+        Assert.Equal(pooled, PooledTimerNodes());
+    }
+
+    [Fact]
+    public void WhenAny_AnInputAlreadyFinished_PendingDelayLoserLeavesTheWheel()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        WarmTimerPool(clock, wheel);
+        int pooled = PooledTimerNodes();
+        SpindleTask delay = wheel.Delay(TimeSpan.FromSeconds(30));
+        Assert.Equal(0, SpindleTask.WhenAny(SpindleTask.CompletedTask, delay).GetAwaiter().GetResult());
+        Assert.Equal(0, wheel.PendingCount);
+        Assert.Equal(pooled, PooledTimerNodes());
+    }
+
+    [Fact]
+    public async Task WhenAny_PromiseAndDelayFinishAtOnce_OneWinnerAndTheNodeIsRecycledExactlyOnce()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var work = new Promise();
+        SpindleTask<int> any = default;
+        SpindleTask delay = default;
+        await TestUtil.WithTimeout(Race.Run(
+            TestUtil.Stress(5_000),
+            before: round =>
+            {
+                work.Reset();
+                delay = wheel.Delay(1);
+                any = SpindleTask.WhenAny(work.Task, delay);
+            },
+            after: round =>
+            {
+                int winner = any.GetAwaiter().GetResult();
+                work.Reset(); // completed, or detached: either way the promise is free
+                Assert.Equal(0, wheel.PendingCount);
+                Assert.True(WasConsumed(delay), $"round {round}: the delay (winner {winner}) was not read");
+                AssertNoTimerNodeTwiceInThePool(round);
+            },
+            _ => work.SetResult(),
+            round =>
+            {
+                clock.Advance(TimeSpan.FromMilliseconds(1));
+                AssertNoTimerNodeTwiceInThePool(round); // this thread may have recycled it
+            }), 60);
+    }
+
+    /// <summary>
+    /// A node returned to its pool twice would be handed to two delays at once: rents what this thread's pool (and the
+    /// shared one) holds, checks that no node comes out twice, and returns them.
+    /// </summary>
+    private static void AssertNoTimerNodeTwiceInThePool(int round)
+    {
+        var seen = new System.Collections.Generic.List<TimerNode>();
+        try
+        {
+            while (seen.Count < 256 && ObjectPool<TimerNode>.TryRent() is { } node)
+            {
+                Assert.True(!seen.Contains(node), $"round {round}: a timer node was in the pool twice");
+                seen.Add(node);
+            }
+        }
+        finally
+        {
+            foreach (TimerNode node in seen.Distinct())
+            {
+                ObjectPool<TimerNode>.Return(node);
+            }
         }
     }
 
