@@ -86,11 +86,13 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         {
             return SpindleTask.FromCanceled(cancellationToken);
         }
-        if (Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
+        // Look before the CAS: a CAS that fails is still a locked instruction, and most waits find the signal idle.
+        int state = Volatile.Read(ref _state);
+        if (state == Signaled && Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
         {
             return default;
         }
-        if (Volatile.Read(ref _state) == Waiting)
+        if (state == Waiting)
         {
             ThrowSecondWaiter();
         }
