@@ -56,6 +56,11 @@ internal sealed class WorkStealingDeque<T> where T : class
     /// <summary>Owner only.</summary>
     public T? TryPop()
     {
+        // Empty stays empty until the owner pushes (thieves only raise top), so an empty deque is seen without the fence.
+        if (Volatile.Read(ref _top) >= _bottom)
+        {
+            return null;
+        }
         long b = _bottom - 1;
         T?[] a = _array;
         Interlocked.Exchange(ref _bottom, b); // full fence: the store to bottom must precede the load of top
