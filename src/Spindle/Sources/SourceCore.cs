@@ -446,10 +446,13 @@ internal struct SourceCore<TResult>
             {
                 return DetachOutcome.Completed;
             }
-            if (current != Waiting || _continuation != registered)
+            if (current != Waiting)
             {
-                return DetachOutcome.NotWaiting; // a quick look: the check that counts is made under the mark below
+                return DetachOutcome.NotWaiting; // not registered yet (Pending), or already left (Abandoned)
             }
+            // The waiter is compared only under the mark: read before it, the field could already have been cleared by a
+            // completer whose state change this thread has not seen yet, and a completing use would pass for another
+            // waiter's (a late read of it would follow: found by a stress test).
             int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
             if (prev != w)
             {
