@@ -596,7 +596,7 @@ internal struct WhenAllFailures
 /// <para><b>Lifetime.</b> The reference count (<c>_references</c>, in <see cref="CombinatorCore"/>) counts the inputs
 /// still registered plus one for the consumer of the combined task. Each input's completion drops one; so does each input
 /// the decided race detaches (below); reading the combined result drops the consumer's. The object returns to its pool
-/// only at zero, so a WhenAny whose losers could not be detached (BCL tasks, ValueTasks, delays, nested combinators) is
+/// only at zero, so a WhenAny whose losers could not be detached (BCL tasks, ValueTasks, nested combinators) is
 /// recycled only after the last of them finishes. One whose cancellation callback fired is not pooled again at all (see
 /// <see cref="Recycle"/>).</para>
 /// <para><b>Outcome.</b> For WhenAny, the first input to finish wins the CAS that begins the completion of the core
@@ -604,7 +604,8 @@ internal struct WhenAllFailures
 /// later input finds the core completing or completed and loses. The cancellation callback takes part in the same race,
 /// so exactly one of them decides. (Over producers the race is a CAS on <see cref="CombinatorCore._winner"/> instead, which the
 /// producers' start loop reads; see below.) For WhenAll, the reference count decides: the input whose completion brings
-/// it down to 1 (only the consumer's reference left) is the last one, and completes the combined task. If inputs failed,
+/// it down to 1 (only the consumer's reference left) is the last one, and completes the combined task (a WhenAll with a
+/// token or a timeout, whose consumer may let go first, counts its inputs separately in <c>_inputsLeft</c>). If inputs failed,
 /// it rethrows the failure of the lowest index, as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever
 /// order the inputs finished in), or an <see cref="AggregateException"/> of all of them when asked to. Every input that
 /// finishes while registered is read exactly once, by its slot, so pooled inputs go back to their pools. A losing input's
@@ -723,8 +724,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     /// <summary>
     /// Starts a use: returns its token and lets <paramref name="cancellationToken"/> cancel the combined task (not the
-    /// inputs: a WhenAny detaches from those it can, and the rest are read when they finish). Called before the inputs are registered, so a token that is
-    /// already cancelled cancels at once. The registration is removed when the result is read or the object recycled.
+    /// inputs: a WhenAny detaches from those it can, and the rest are read when they finish). Called before the inputs
+    /// are registered, so a token that is already cancelled cancels at once. The registration is removed when the result is read or the object recycled.
     /// </summary>
     public short Start(CancellationToken cancellationToken)
     {
