@@ -32,6 +32,15 @@ internal enum InputKind : byte
 /// </summary>
 internal abstract class CombinatorCore
 {
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs on the registering thread right after a Spindle input's slot is published and
+    /// before it is registered, standing in for a preemption there, so that a test can decide the race on another thread
+    /// at that moment. A Release build has no such call.
+    /// </summary>
+    internal static Action<int>? TestHookAfterSlotPublished;
+#endif
+
     private Slot[] _slots = Array.Empty<Slot>();
     private bool _hasValues;
     protected int _references;
@@ -156,12 +165,20 @@ internal abstract class CombinatorCore
     private void AddSource(Slot slot, ISpindleSource source, short token)
     {
         slot.Kind = InputKind.Spindle;
-        slot.Source = source;
         slot.Token = token;
+        // Source publishes the slot's use: a release store after every other field of it (Begin's, Kind, Token), read
+        // with an acquire by a decider that may meet the slot while it is being registered (LetGo). Written last, so that
+        // such a decider never pairs this use's source with the previous use's token or read state.
+        Volatile.Write(ref slot.Source, source);
+#if DEBUG
+        TestHookAfterSlotPublished?.Invoke(slot.Index);
+#endif
         source.OnCompleted(DirectWaiter.s_moveNext, slot, token); // the slot is its own continuation
         // A WhenAny decided while its inputs are being registered (another input won on another thread, or the token was
         // already cancelled) may have missed this slot: it is let go of here. While the race is open, its decider will see
-        // this registration (see DetachInputs).
+        // this registration (see DetachInputs). The registration is a full fence before the read below: the CAS that
+        // registers, or, when the input had completed already, the inline callback (which settles the slot itself) or
+        // the scheduler's interlocked enqueue that dispatches it past the nesting bound.
         if (_letsGoOfLosers && _core.IsCompletingOrCompleted)
         {
             LetGoAfterDecision(slot);
@@ -311,8 +328,9 @@ internal abstract class CombinatorCore
     /// </summary>
     protected bool LetGo(Slot slot)
     {
-        // Source is cleared by the slot's own read: null means the input was read already.
-        if (slot.Kind != InputKind.Spindle || slot.Source is not IDetachableSource source)
+        // Source first, with an acquire (see AddSource), then the rest of the use. It is cleared by the slot's own read:
+        // null means the input was read already, or is not published yet (its registrant will let go of it).
+        if (Volatile.Read(ref slot.Source) is not IDetachableSource source || slot.Kind != InputKind.Spindle)
         {
             return false;
         }
@@ -803,6 +821,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             // Cancellation takes the race like an input would, through the core's CAS (see CompleteAny), and lets go of
             // the inputs as a winner does.
+            if (_core.IsCompletingOrCompleted)
+            {
+                return; // an input won first
+            }
+            // Captured before the core is claimed (see SourceCore.TrySetException).
+            var canceled = ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken));
             if (_core.TryBeginCompletion(out object? waiter))
             {
                 _winner = CancelledRace;
@@ -811,7 +835,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 {
                     Interlocked.Add(ref _references, -detached); // the consumer's reference keeps the object until it reads
                 }
-                _core.EndCompletion(waiter, ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+                _core.EndCompletion(waiter, canceled);
             }
             return;
         }
@@ -1003,29 +1027,32 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             CancelTimer();
         }
-        // The core is claimed first, and the slots are read and cleared before it is published: from the publication on,
-        // the consumer may recycle this object and start another use in it (inline, in the continuation that the
-        // publication runs), so nothing here touches a slot afterwards.
-        bool claimed = _core.TryBeginCompletion(out object? waiter);
+        // The combined failure is built before the core is claimed (others wait while it is held, and an allocation that
+        // failed under the claim would leave it held for ever); the core is claimed before the slots are cleared, and they
+        // are cleared before it is published: from the publication on, the consumer may recycle this object and start
+        // another use in it (inline, in the continuation that the publication runs), so nothing here touches a slot
+        // afterwards.
         Slot[] slots = Slots;
         var failures = new WhenAllFailures(_aggregate);
         for (int i = 0; i < _count; i++)
         {
+            failures.Add(slots[i].Error?.SourceException);
+        }
+        Exception? failure = failures.Result;
+        ExceptionDispatchInfo? outcome = failure is null ? null : ExceptionDispatchInfo.Capture(failure);
+        bool claimed = _core.TryBeginCompletion(out object? waiter);
+        for (int i = 0; i < _count; i++)
+        {
             ExceptionDispatchInfo? error = slots[i].Error;
             slots[i].Error = null;
-            if (claimed)
-            {
-                failures.Add(error?.SourceException);
-            }
-            else
+            if (!claimed)
             {
                 ReportLoser(error); // cancelled or timed out first: the failures are reported, not lost
             }
         }
         if (claimed)
         {
-            Exception? failure = failures.Result;
-            _core.EndCompletion(waiter, failure is null ? null : ExceptionDispatchInfo.Capture(failure));
+            _core.EndCompletion(waiter, outcome);
         }
     }
 

@@ -58,9 +58,10 @@ internal readonly struct VoidResult
 /// <para><b>Leaving.</b> A direct waiter can be taken back before completion (<see cref="TryReplaceWaiter"/>: a combinator
 /// whose race is decided detaches from its other inputs): a CAS from Waiting to Registering decides against the
 /// completer; under that mark the leaver checks that the waiter is its own, and stores a replacement (a forgotten box
-/// observes itself) or Abandoned. An abandoned use counts as awaited (a new await is the await-once error), may be
-/// reset, and completes with nobody to run: a fault is reported to the unobserved-exception event, as any fault nobody
-/// reads.</para>
+/// observes itself) or Abandoned. An abandoned use counts as awaited while it is pending (a new await is the
+/// await-once error), may be reset, and completes with nobody to run: a fault is reported to the unobserved-exception
+/// event, as any fault nobody reads. Once it has completed it is an ordinary completed use (a promise's result can be
+/// read, as a completed promise's can).</para>
 /// <para><b>Consumption</b> is a CAS from version v to v + 1 (still Completed, until the owner clears the core for its
 /// pool), so of two threads racing to read a pooled result exactly one succeeds. The two transient states are held for a few stores; a thread that meets one
 /// spins (with <see cref="SpinWait"/>, which yields if the holder was preempted) until it clears. This design descends
@@ -332,22 +333,33 @@ internal struct SourceCore<TResult>
     /// <summary>Fails with <paramref name="exception"/>; false if already completed.</summary>
     public bool TrySetException(Exception exception)
     {
-        if (!TryBeginCompletion(out object? waiter))
+        if (IsCompletingOrCompleted)
         {
-            return false;
+            return false; // spares the capture below
         }
-        EndCompletion(waiter, ExceptionDispatchInfo.Capture(exception));
-        return true;
+        // Captured before the core is claimed: others wait while it is held, and a capture that failed (out of memory)
+        // under the claim would leave it held for ever.
+        return TryComplete(ExceptionDispatchInfo.Capture(exception));
     }
 
     /// <summary>Completes as canceled by <paramref name="cancellationToken"/>; false if already completed.</summary>
     public bool TrySetCanceled(CancellationToken cancellationToken)
     {
+        if (IsCompletingOrCompleted)
+        {
+            return false;
+        }
+        return TryComplete(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+    }
+
+    /// <summary>Completes with a failure captured beforehand; false if already completed.</summary>
+    private bool TryComplete(ExceptionDispatchInfo error)
+    {
         if (!TryBeginCompletion(out object? waiter))
         {
             return false;
         }
-        EndCompletion(waiter, ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+        EndCompletion(waiter, error);
         return true;
     }
 

@@ -15,7 +15,8 @@ namespace SpindleLib;
 /// <para>A wait given to <see cref="SpindleTask.WhenAny(System.ReadOnlySpan{SpindleTask})"/> that loses ends when the
 /// race is decided: the signal is idle again at once, so it can be waited on again, and a later <see cref="Set"/> is
 /// kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
-/// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.)</para>
+/// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.) Until the WhenAny completes, the wait
+/// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.</para>
 /// <para>States: Idle, Signaled (set with no waiter) and Waiting. Set moves Idle→Signaled or Waiting→Idle (and then
 /// completes the wait); a wait consumes Signaled→Idle, or moves Idle→Waiting; cancellation moves Waiting→Idle. Each
 /// transition is one CAS, so a wait ends exactly once.</para>

@@ -381,6 +381,45 @@ public class WhenAnyDetachTests
         }
     }
 
+#if DEBUG
+    [Fact]
+    public void WhenAny_RaceDecidedWhileALoserIsBeingRegistered_TheDeciderReadsItWithItsOwnToken()
+    {
+        // Input 1 fails after the scan; input 0 wins on another thread at the moment input 1's slot is published but not
+        // yet registered. The decider meets that slot mid-registration: it must pair the source with this use's token
+        // (not the slot's previous one), read the loser, and report its fault, not an await-once error.
+        var winner = new Promise();
+        var loser = new Promise();
+        for (int i = 0; i < 3; i++)
+        {
+            loser.Reset(); // the loser's version moves on: a token left in the slot from an earlier use would differ
+        }
+        var error = new InvalidTimeZoneException("the loser's fault");
+        CombinatorCore.TestHookAfterSlotPublished = index =>
+        {
+            if (index != 1)
+            {
+                return;
+            }
+            CombinatorCore.TestHookAfterSlotPublished = null;
+            loser.SetException(error);
+            var decider = new Thread(() => winner.SetResult());
+            decider.Start();
+            decider.Join();
+        };
+        ConcurrentQueue<Exception> reported;
+        try
+        {
+            reported = Observe(() => Assert.Equal(0, SpindleTask.WhenAny(winner.Task, loser.Task).GetAwaiter().GetResult()));
+        }
+        finally
+        {
+            CombinatorCore.TestHookAfterSlotPublished = null;
+        }
+        Assert.Equal(new Exception[] { error }, reported.ToArray());
+    }
+#endif
+
     private sealed class ManualScheduler : Scheduler
     {
         private readonly System.Collections.Generic.Queue<WorkItem> _items = new();
