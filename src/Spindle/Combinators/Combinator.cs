@@ -321,6 +321,31 @@ internal abstract class CombinatorCore
     }
 
     /// <summary>
+    /// The decider's side of a decided race, under its claim on the core and before it publishes: lets go of every input
+    /// but <paramref name="winner"/> (-1 when the token decided) and drops the references of the detached ones, and the
+    /// winner's own.
+    /// </summary>
+    protected void LetGoOfLosers(int winner)
+    {
+        int detached = DetachInputs(winner);
+        int others = winner < 0 ? _count : _count - 1;
+        if (detached == others)
+        {
+            // Every other input is detached and will never call back, and the consumer acts only once the core has
+            // completed (after this returns): nothing else can touch the count now, and only the consumer's reference is
+            // left.
+            Debug.Assert(_references == _count + 1, "no input has dropped its reference yet");
+            _references = 1;
+            return;
+        }
+        int drop = detached + (winner < 0 ? 0 : 1);
+        if (drop > 0)
+        {
+            Interlocked.Add(ref _references, -drop); // the consumer's reference keeps the object until it reads
+        }
+    }
+
+    /// <summary>
     /// Lets go of one losing input. A Spindle input whose source allows it (<see cref="IDetachableSource"/>) is detached,
     /// and then never calls back; returns true, and the caller drops its reference. One whose source has completed (or
     /// is completing), and is safe to read twice (a promise, a signal's wait), is read now (<see cref="ReadLoserNow"/>).
@@ -830,11 +855,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             if (_core.TryBeginCompletion(out object? waiter))
             {
                 _winner = CancelledRace;
-                int detached = DetachInputs(except: -1);
-                if (detached > 0)
-                {
-                    Interlocked.Add(ref _references, -detached); // the consumer's reference keeps the object until it reads
-                }
+                LetGoOfLosers(-1);
                 _core.EndCompletion(waiter, canceled);
             }
             return;
@@ -980,18 +1001,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         _winner = slot.Index;
         // Under the mark, before the combined task completes, so that its continuation may reset or reuse the losing
         // inputs at once.
-        int detached = DetachInputs(slot.Index);
-        if (detached == _count - 1)
-        {
-            // Every other input is detached and will never call back, and the consumer acts only once the core has
-            // completed (below): nothing else can touch the count now, and only the consumer's reference is left.
-            Debug.Assert(_references == _count + 1, "no input has dropped its reference yet");
-            _references = 1;
-        }
-        else
-        {
-            Interlocked.Add(ref _references, -(1 + detached));
-        }
+        LetGoOfLosers(slot.Index);
         // The publication: from here on the consumer may recycle this object, and nothing here touches it.
         _core.EndCompletion(waiter, error);
     }
