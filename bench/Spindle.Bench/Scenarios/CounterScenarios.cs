@@ -140,19 +140,36 @@ public sealed class CountersSignalScenario : Scenario
         "SetResult runs the continuation inline. Threads: the seed's Plan B, counter objects only; signaller threads move waiting counters " +
         "to a second queue and as many counting threads take them from it, count, and put them back. Spindle: an async SpindleTask loop per " +
         "counter awaiting its own Signal. All use the same ConcurrentQueue and one signaller thread per core. bytes_per_counter: GC heap " +
-        "after a full collection with all N counters waiting, minus the heap before, over N (the queue's own slots included for every system).";
+        "after a full collection with all N counters waiting, minus the heap before, over N (the queue's own slots included for every system). " +
+        "Case signallers=1: one signaller thread (and one Plan B counting thread). With one per core, each counter's objects are touched " +
+        "by both cores in turn, and the cost of moving their cache lines between cores dominates every system; the figure then also " +
+        "depends on whether the OS runs the two signallers on two cores or time-slices them on one. With one signaller it is each " +
+        "system's own cost per signal. The issues' targets are checked on the main case only.";
+
+    /// <summary>The case with one signaller thread: see <see cref="Notes"/>. The issues' targets are not checked on it.</summary>
+    public const string OneSignallerCase = ",signallers=1";
 
     public override void Run(BenchContext context)
     {
         int n = context.Pick(1_000, 100_000, 1_200_000);
         string caseName = "n=" + n;
-        RunTask(context, caseName, n);
-        RunThreads(context, caseName, n);
-        RunSpindle(context, caseName, n, measureThroughput: true);
+        int threads = Counters.Threads;
+        RunTask(context, caseName, n, threads);
+        RunThreads(context, caseName, n, threads);
+        RunSpindle(context, caseName, n, threads, measureThroughput: true);
+        if (threads > 1)
+        {
+            // The same with one signaller (and, for Threads, one counting thread): what each system costs per signal when
+            // the counters' objects do not travel between cores (see Notes).
+            string single = caseName + OneSignallerCase;
+            RunTask(context, single, n, 1);
+            RunThreads(context, single, n, 1);
+            RunSpindle(context, single, n, 1, measureThroughput: true);
+        }
         if (context.Size == BenchSize.Full)
         {
             // Seed 003's Plan B held 50M counters; Task held 5M. Spindle suspends 10M at once.
-            RunSpindle(context, "n=10000000", 10_000_000, measureThroughput: false);
+            RunSpindle(context, "n=10000000", 10_000_000, threads, measureThroughput: false);
         }
     }
 
@@ -173,7 +190,7 @@ public sealed class CountersSignalScenario : Scenario
         }
     }
 
-    private static void RunTask(BenchContext context, string caseName, int n)
+    private static void RunTask(BenchContext context, string caseName, int n, int threads)
     {
         context.Progress($"{caseName} › Task: creating {n:N0} counters");
         var queue = new ConcurrentQueue<TaskCounter>();
@@ -188,7 +205,7 @@ public sealed class CountersSignalScenario : Scenario
         context.Add(caseName, "Task", "bytes_per_counter", (after - before) / (double)n);
 
         bool stop = false;
-        Thread[] signallers = Counters.StartThreads(Counters.Threads, "Task signaller", _ =>
+        Thread[] signallers = Counters.StartThreads(threads, "Task signaller", _ =>
         {
             var spin = new SpinWait();
             while (!Volatile.Read(ref stop))
@@ -210,7 +227,7 @@ public sealed class CountersSignalScenario : Scenario
         GC.KeepAlive(counters);
     }
 
-    private static void RunThreads(BenchContext context, string caseName, int n)
+    private static void RunThreads(BenchContext context, string caseName, int n, int threads)
     {
         context.Progress($"{caseName} › Threads: creating {n:N0} counters");
         var waiting = new ConcurrentQueue<Counters.Counter>();
@@ -226,7 +243,7 @@ public sealed class CountersSignalScenario : Scenario
         context.Add(caseName, "Threads", "bytes_per_counter", (after - before) / (double)n);
 
         bool stop = false;
-        Thread[] signallers = Counters.StartThreads(Counters.Threads, "Plan B signaller", _ =>
+        Thread[] signallers = Counters.StartThreads(threads, "Plan B signaller", _ =>
         {
             var spin = new SpinWait();
             while (!Volatile.Read(ref stop))
@@ -241,7 +258,7 @@ public sealed class CountersSignalScenario : Scenario
                 }
             }
         });
-        Thread[] workers = Counters.StartThreads(Counters.Threads, "Plan B counter", _ =>
+        Thread[] workers = Counters.StartThreads(threads, "Plan B counter", _ =>
         {
             var spin = new SpinWait();
             while (!Volatile.Read(ref stop))
@@ -279,7 +296,7 @@ public sealed class CountersSignalScenario : Scenario
         }
     }
 
-    private static void RunSpindle(BenchContext context, string caseName, int n, bool measureThroughput)
+    private static void RunSpindle(BenchContext context, string caseName, int n, int threads, bool measureThroughput)
     {
         context.Progress($"{caseName} › Spindle: creating {n:N0} counters");
         var queue = new ConcurrentQueue<SpindleCounter>();
@@ -299,7 +316,7 @@ public sealed class CountersSignalScenario : Scenario
         }
 
         bool stop = false;
-        Thread[] signallers = Counters.StartThreads(Counters.Threads, "Spindle signaller", _ =>
+        Thread[] signallers = Counters.StartThreads(threads, "Spindle signaller", _ =>
         {
             var spin = new SpinWait();
             while (!Volatile.Read(ref stop))

@@ -51,6 +51,21 @@ public sealed class TargetsTests
     }
 
     [Fact]
+    public void AnyCase_SkipsTheCasesItExcepts()
+    {
+        var results = new List<BenchResult>
+        {
+            R("s", "n=5", "Task", "ns", 100), R("s", "n=5", "Spindle", "ns", 90),
+            R("s", "n=5,extra=1", "Task", "ns", 100), R("s", "n=5,extra=1", "Spindle", "ns", 10),
+        };
+        Target t = new("i", "s", "*", "Spindle", "ns", Relation.AtMost, 0.5, "Task", ExceptCasesWith: ",extra=");
+
+        TargetCheck check = Assert.Single(Targets.Check(results, [t]));
+        Assert.Equal("n=5", check.Case);
+        Assert.False(check.Holds); // the excepted case, which would hold, does not stand in for the main one
+    }
+
+    [Fact]
     public void ATargetWhoseFiguresWereNotMeasured_IsLeftOut()
     {
         var results = new List<BenchResult> { R("s", "a", "Spindle", "ns", 5) };
