@@ -13,17 +13,35 @@ namespace SpindleLib;
 /// <remarks>
 /// <para><b>Version and references.</b> <see cref="_refState"/> packs the node's version (high 32 bits; a handle carries
 /// it) and a reference count (low 32 bits). The count is 1 while the job is pending or running, plus one for every
-/// parallel-for runner queued for it and every thread helping it. A thread may touch a node only while it holds a
+/// parallel-for runner queued for it and every thread helping it. A thread may act on a node only while it holds a
 /// reference, and takes one with a CAS that also checks the version: it can never act on a node that was recycled
-/// into another job (the ABA that a bare version check would leave open). When the count reaches 0 after success the
+/// into another job (the ABA that a bare version check would leave open). The one exception is a push onto the waiter
+/// list, which settles that ABA itself (below). When the count reaches 0 after success the
 /// node bumps its version and returns to its pool, so any older handle is stale, and a stale handle means success.
 /// A node that failed is never recycled: it keeps its exception for every Complete() and await.</para>
 /// <para><b>Waiter list.</b> <see cref="_edges"/> is a Treiber stack (R. K. Treiber, "Systems Programming: Coping with
 /// Parallelism", IBM RJ 5118, 1986) that is only pushed to and then taken whole: completion Exchanges it for
-/// <see cref="s_sealed"/>. Because nothing is ever popped singly, the stack has no ABA problem. A push that finds
+/// <see cref="s_sealed"/>. Because nothing is ever popped singly, the stack itself has no ABA problem. A push that finds
 /// s_sealed fails, and the pusher handles the completed job itself, so a waiter is notified exactly once. A job with a
 /// single dependency pushes its own edge (<see cref="_ownEdge"/>, kept with its node) instead of renting one; the
 /// finishing dependency takes each edge off before it makes the edge's job ready, and touches it no more.</para>
+/// <para><b>Pushing without a reference.</b> A pusher holds no reference on the node (which would cost two interlocked
+/// operations per dependent job), so between its read of the head and its CAS the job may finish, the node be recycled
+/// and rented for a later job, and the CAS land the edge in that later job's list (the ABA the reference used to rule
+/// out). Each edge therefore carries the version it was pushed for (<see cref="Edge.ExpectedVersion"/>) and a claim,
+/// which holds a ticket new for every push of that edge until one side settles it. After its CAS the pusher reads the
+/// version again: unchanged, the edge is in the right list (a recycled node resets its list only after its version
+/// moved on, with a release store). Changed, the dependency has succeeded (only success recycles a node), and the pusher
+/// CASes the claim from its ticket to Revoked: if it wins, it treats the dependency as finished and never reuses the
+/// edge, which may still be linked in the later job's list; if it loses, a finisher delivered the edge, after which
+/// the dependent may already have run and pushed the same edge again with a new ticket, which is why the CAS expects
+/// this push's ticket and not a shared "unclaimed" value. A finisher delivers an edge of its own version after a plain
+/// store of Delivered (no pusher can revoke it before this job's version moves on, which comes after); a misplaced
+/// edge (another version) it delivers only if its CAS from the ticket to Delivered wins, and then as a success, since
+/// the job the edge was meant for succeeded. So every edge is delivered exactly once, by its own job's finisher, by a
+/// later job's, or by its pusher, and a revoked edge is only ever skipped. This is the tagged compare-and-swap of
+/// lock-free stacks (IBM System/370's version-tagged CAS), with the tag checked after the CAS and a claim settling the
+/// rare misplaced push, instead of the tag packed into the CAS.</para>
 /// <para><b>Dependencies.</b> <see cref="_pending"/> starts at 1 (a guard held while the job is being scheduled), and
 /// rises by one for each dependency that accepted an edge. Each finished dependency decrements it; whoever takes it
 /// to 0 (the scheduler releasing its guard, or the last dependency to finish) makes the job ready, exactly once. A job
@@ -39,10 +57,11 @@ internal abstract class JobNode : WorkItem
     private int _pending;
     private bool _singleDependency; // see DependOnSingle: then only the one dependency ever touches _pending
 
-    // The edge this job hangs on its single dependency's waiter list (DependOnSingle), kept for the node's lifetime so
-    // that scheduling a dependent job rents only the node. It cannot be reused while it is in a list: this job is not
-    // ready, so cannot finish and be recycled, until the dependency's finish has taken the edge off (FinishCore).
-    private readonly Edge _ownEdge;
+    // The edge this job hangs on its single dependency's waiter list (DependOnSingle), kept with the node so that
+    // scheduling a dependent job rents only the node. It cannot be reused while it is in a list: this job is not
+    // ready, so cannot finish and be recycled, until the dependency's finish has taken the edge off (FinishCore). A
+    // revoked one (see the remarks) may stay linked in another job's list: it is replaced, never reused.
+    private Edge _ownEdge;
     private int _state; // Pending, Succeeded, Faulted
     private ExceptionHolder? _fault;
     internal JobNode? BatchNext;
@@ -73,7 +92,9 @@ internal abstract class JobNode : WorkItem
         _fault = null;
         _pending = 1;
         _singleDependency = false;
-        _edges = null;
+        // A release store: a pusher whose CAS finds this reset list must then see the version bump that came before it
+        // (see the remarks on pushing without a reference).
+        Volatile.Write(ref _edges, null);
         BatchNext = null;
         Volatile.Write(ref _refState, (Volatile.Read(ref _refState) & ~0xFFFFFFFFL) | 1L);
     }
@@ -227,31 +248,64 @@ internal abstract class JobNode : WorkItem
         return false;
     }
 
+    /// <summary>
+    /// Pushes <paramref name="edge"/> onto the waiter list of the handle's job (version <paramref name="version"/>).
+    /// False if that job has finished: the caller handles the edge's waiter itself, and may reuse the edge unless it was
+    /// revoked (<see cref="Edge.Return"/> leaves a revoked edge alone). See the remarks on pushing without a reference.
+    /// </summary>
     private bool TryAddEdge(Edge edge, int version)
     {
-        // Hold a reference while pushing so the node cannot be recycled under us.
-        if (!TryAcquire(version))
-        {
-            return false;
-        }
-        bool added = false;
+        edge.ExpectedVersion = version;
+        int ticket = edge.NewTicket();
         while (true)
         {
             Edge? head = Volatile.Read(ref _edges);
-            if (head == s_sealed)
+            if (head == s_sealed || Version != version)
             {
-                break;
+                return false; // finished (a later version means it succeeded)
             }
             edge.Next = head;
+#if DEBUG
+            TestHookBeforeEdgePush?.Invoke(this);
+#endif
             if (Interlocked.CompareExchange(ref _edges, edge, head) == head)
             {
-                added = true;
                 break;
             }
         }
-        Release();
-        return added;
+#if DEBUG
+        TestHookAfterEdgePush?.Invoke(this);
+#endif
+        if (Version == version)
+        {
+            return true; // in this job's list: its finish delivers it
+        }
+        // The job finished and the node moved on while the edge was being pushed: it may be in a later job's list. The
+        // CAS expects this push's own ticket: once delivered, the edge may already be in use again for another push.
+        if (Interlocked.CompareExchange(ref edge.Claim, Edge.Revoked, ticket) != ticket)
+        {
+            return true; // delivered already, by the job's own finish or by a later job's
+        }
+        edge.Abandon();
+        return false;
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): run on a pushing thread just before its CAS onto a job's waiter list, and just after
+    /// it, standing in for a preemption there, so that a test can finish and recycle the job at that moment.
+    /// </summary>
+    internal static Action<JobNode>? TestHookBeforeEdgePush;
+
+    /// <inheritdoc cref="TestHookBeforeEdgePush"/>
+    internal static Action<JobNode>? TestHookAfterEdgePush;
+
+    /// <summary>Tests only (a Debug build): how many dependencies the job still waits for.</summary>
+    internal int PendingDependenciesForTests => Volatile.Read(ref _pending);
+#endif
+
+    /// <summary>A revoked own edge may still be linked in another job's list: this job takes a new one.</summary>
+    private void ReplaceOwnEdge() => _ownEdge = new Edge(this);
 
     /// <summary>A dependency finished. Returns this node if that made it ready to run inline (see <see cref="CanRunInline"/>).</summary>
     private JobNode? DependencyFinished(ExceptionHolder? fault)
@@ -381,6 +435,7 @@ internal abstract class JobNode : WorkItem
         }
         ExceptionHolder? fault = Volatile.Read(ref _fault);
         Volatile.Write(ref _state, fault is null ? Succeeded : Faulted);
+        int version = Version; // unchanged until the last reference is dropped, after this
         Edge? edges = Interlocked.Exchange(ref _edges, s_sealed);
         // Two passes. Dependents first, so that every job waiting for this one is ready (queued, or kept to run inline)
         // before any awaiter's continuation runs: a continuation may Complete() a dependent, which must then find it.
@@ -388,11 +443,17 @@ internal abstract class JobNode : WorkItem
         while (edges is not null && edges != s_sealed)
         {
             Edge next = edges.Next!;
+            if (!edges.TryTake(version, out bool misplaced))
+            {
+                edges = next; // revoked by its pusher: it handled the waiter itself
+                continue;
+            }
             if (edges.Dependent is { } dependent)
             {
                 // Let go of the edge first: once the dependent is ready it may run, finish and reuse its own edge.
                 edges.Return();
-                if (dependent.DependencyFinished(fault) is { } ready)
+                // A misplaced edge was meant for an earlier job on this node, which succeeded.
+                if (dependent.DependencyFinished(misplaced ? null : fault) is { } ready)
                 {
                     if (inline is null)
                     {
@@ -439,12 +500,30 @@ internal abstract class JobNode : WorkItem
     /// </summary>
     internal sealed class Edge : IPoolNode<Edge>
     {
+        public const int Delivered = -1;
+        public const int Revoked = -2;
+
         public Edge? Next;
         public JobNode? Dependent;
         public Action<object?>? Continuation;
         public object? State;
+
+        /// <summary>The version of the job this edge was pushed for (see the remarks on pushing without a reference).</summary>
+        public int ExpectedVersion;
+
+        /// <summary>
+        /// While pushed and unsettled, the push's ticket (positive, new for every push of this edge); then
+        /// <see cref="Delivered"/> by a finisher, or <see cref="Revoked"/> by its pusher, whichever moves it first. The
+        /// ticket keeps a pusher that looks late from revoking a later push of the same edge (after a delivery the
+        /// dependent may run, finish, and push its own edge again).
+        /// </summary>
+        public int Claim;
+
+        private int _ticket;
+
         private Edge? _poolNext;
         private readonly JobNode? _owner;
+        private bool _abandoned;
 
         public Edge()
         {
@@ -461,9 +540,51 @@ internal abstract class JobNode : WorkItem
 
         public static Edge Rent() => ObjectPool<Edge>.TryRent() ?? new Edge();
 
-        /// <summary>Done with this use: a pooled edge is cleared and pooled; a job's own edge is only unlinked.</summary>
+        /// <summary>
+        /// A finisher takes the edge (true) unless its pusher revoked it. One of this job's version is the finisher's
+        /// alone (see the remarks): a plain store marks it. A misplaced one is claimed by CAS, and
+        /// <paramref name="misplaced"/> says so: its waiter's job succeeded.
+        /// </summary>
+        public bool TryTake(int version, out bool misplaced)
+        {
+            misplaced = ExpectedVersion != version;
+            if (!misplaced)
+            {
+                Claim = Delivered;
+                return true;
+            }
+            // Misplaced: its pusher may be revoking it. Its ticket cannot change meanwhile: the edge is reused only once
+            // it has been settled.
+            int ticket = Volatile.Read(ref Claim);
+            return ticket > 0 && Interlocked.CompareExchange(ref Claim, Delivered, ticket) == ticket;
+        }
+
+        /// <summary>Starts a push: a new ticket, stored as the unsettled claim (published by the push's CAS).</summary>
+        public int NewTicket()
+        {
+            int ticket = (_ticket + 1) & int.MaxValue;
+            _ticket = ticket == 0 ? 1 : ticket;
+            Claim = _ticket;
+            return _ticket;
+        }
+
+        /// <summary>
+        /// Revoked by its pusher while it may still be linked in another job's list, whose finisher will follow its
+        /// <see cref="Next"/>: never reused. A job's own edge is replaced; a pooled one is left to the GC.
+        /// </summary>
+        public void Abandon()
+        {
+            _abandoned = true;
+            _owner?.ReplaceOwnEdge();
+        }
+
+        /// <summary>Done with this use: a pooled edge is cleared and pooled; a job's own edge is only unlinked; an abandoned one is left alone.</summary>
         public void Return()
         {
+            if (_abandoned)
+            {
+                return;
+            }
             Next = null;
             if (_owner is not null)
             {
