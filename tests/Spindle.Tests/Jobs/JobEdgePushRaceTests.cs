@@ -37,28 +37,60 @@ public class JobEdgePushRaceTests
         }
     }
 
+    /// <summary>A second job type (a pool of its own), for a dependent whose node must not be taken by the jobs above.</summary>
+    private struct OtherOrderJob : IJob
+    {
+        public List<string> Log;
+        public string Name;
+
+        public readonly void Execute()
+        {
+            lock (Log)
+            {
+                Log.Add(Name);
+            }
+        }
+    }
+
     /// <summary>
     /// Runs <paramref name="push"/> (a push onto <paramref name="dependency"/>'s waiter list) with the dependency finished
     /// and its node rented by a later job, which fails with <paramref name="laterFault"/>, between the pusher's read of
-    /// the list and its CAS: the CAS then lands in the later job's (empty) list. <paramref name="afterPush"/>, if given,
-    /// runs between the CAS and the pusher's second look at the version. Returns the later job.
+    /// the list and its CAS: the CAS then lands in the later job's list. <paramref name="whileRecycled"/> runs right after
+    /// the later job is scheduled, <paramref name="afterPush"/> between the CAS and the pusher's second look at the
+    /// version; the first <paramref name="skipPushes"/> pushes are left alone. Returns the later job.
     /// </summary>
     private static JobHandle PushWhileTheDependencyIsRecycled(
-        JobHandle dependency, List<string> log, Exception laterFault, Action push, Action<JobHandle>? afterPush = null)
+        JobHandle dependency,
+        List<string> log,
+        Exception laterFault,
+        Action push,
+        Action<JobHandle>? afterPush = null,
+        Action<JobHandle>? whileRecycled = null,
+        int skipPushes = 0)
     {
         JobHandle later = default;
         bool reused = false;
+        int skipped = 0;
         JobNode.TestHookBeforeEdgePush = node =>
         {
+            if (skipped++ < skipPushes)
+            {
+                return;
+            }
             JobNode.TestHookBeforeEdgePush = null;
             dependency.Complete();
             later = new OrderJob { Log = log, Name = "C", Throw = laterFault }.Schedule();
             reused = later.Node == node;
+            whileRecycled?.Invoke(later);
         };
         if (afterPush is not null)
         {
             JobNode.TestHookAfterEdgePush = _ =>
             {
+                if (later.Node is null)
+                {
+                    return; // a push before the forced one
+                }
                 JobNode.TestHookAfterEdgePush = null;
                 afterPush(later);
             };
@@ -120,6 +152,84 @@ public class JobEdgePushRaceTests
 
             b.Complete(); // no inherited failure: the edge was A's, and A succeeded
             Assert.Equal(new[] { "A", "C", "B" }, log);
+        }
+    }
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void MisplacedIntoALaterListThatIsNotEmpty_EveryDependentGetsItsOwnOutcome(bool laterFinishesFirst)
+    {
+        // The head B's pusher read is G's own edge. While the push is under way, A finishes (G runs after it), A's node is
+        // rented by C and G's by G2, which depends on C: G's own edge is C's head again, so B's CAS succeeds into C's
+        // list, behind G2's edge. C fails: G2 inherits that failure; B does not, and runs once, after A.
+        var log = new List<string>();
+        var laterFault = new InvalidTimeZoneException("the later job's own failure");
+        using (new HoldWorkers())
+        {
+            JobHandle a = new OrderJob { Log = log, Name = "A" }.Schedule();
+            JobHandle g = new OtherOrderJob { Log = log, Name = "G" }.Schedule(a);
+            JobHandle g2 = default;
+            bool landedInTheLaterList = false;
+            JobHandle b = default;
+            JobHandle later = PushWhileTheDependencyIsRecycled(
+                a,
+                log,
+                laterFault,
+                () => b = new OrderJob { Log = log, Name = "B" }.Schedule(a),
+                afterPush: later =>
+                {
+                    landedInTheLaterList = later.Node!.Version != a.Version;
+                    if (laterFinishesFirst)
+                    {
+                        Assert.Throws<InvalidTimeZoneException>(() => later.Complete());
+                    }
+                },
+                whileRecycled: later => g2 = new OtherOrderJob { Log = log, Name = "G2" }.Schedule(later));
+            Assert.True(g2.Node == g.Node, "G2 did not reuse G's node: the later list's head is not the one B's pusher read");
+            Assert.True(landedInTheLaterList, "the CAS did not land in the later job's list");
+
+            b.Complete();
+            Assert.Equal(laterFault, Assert.Throws<InvalidTimeZoneException>(() => g2.Complete()));
+            Assert.Throws<InvalidTimeZoneException>(() => later.Complete());
+            Assert.Single(log.FindAll(name => name == "B"));
+            Assert.DoesNotContain("G2", log);
+            Assert.True(log.IndexOf("A") < log.IndexOf("B"));
+        }
+    }
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void CombineWhoseSecondDependencyIsRecycledDuringItsPush_CompletesOnceWithoutALaterFailure(bool laterFinishesFirst)
+    {
+        var log = new List<string>();
+        using (new HoldWorkers())
+        {
+            JobHandle x = new OtherOrderJob { Log = log, Name = "X" }.Schedule();
+            JobHandle a = new OrderJob { Log = log, Name = "A" }.Schedule();
+            JobHandle combined = default;
+            JobHandle later = PushWhileTheDependencyIsRecycled(
+                a,
+                log,
+                new InvalidTimeZoneException("the later job's own failure"),
+                () => combined = JobHandle.CombineDependencies(x, a),
+                afterPush: later =>
+                {
+                    if (laterFinishesFirst)
+                    {
+                        Assert.Throws<InvalidTimeZoneException>(() => later.Complete());
+                    }
+                },
+                skipPushes: 1); // the first push is onto X
+            JobHandle d = new OtherOrderJob { Log = log, Name = "D" }.Schedule(combined);
+            d.Complete(); // no failure: the combine waited for X and for A, which succeeded
+            if (!laterFinishesFirst)
+            {
+                Assert.Throws<InvalidTimeZoneException>(() => later.Complete());
+            }
+            Assert.True(log.IndexOf("X") >= 0 && log.IndexOf("X") < log.IndexOf("D"));
+            Assert.Single(log.FindAll(name => name == "D"));
         }
     }
 
