@@ -13,7 +13,8 @@ namespace SpindleLib;
 /// <remarks>
 /// <para><b>Version and references.</b> <see cref="_refState"/> packs the node's version (high 32 bits; a handle carries
 /// it) and a reference count (low 32 bits). The count is 1 while the job is pending or running, plus one for every
-/// parallel-for runner queued for it and every thread helping it. A thread may act on a node only while it holds a
+/// parallel-for runner queued for it and every thread helping it. Only a parallel-for ever has more than the job's own
+/// reference; for every other kind no other thread touches the count, and dropping it is a plain store (Release). A thread may act on a node only while it holds a
 /// reference, and takes one with a CAS that also checks the version: it can never act on a node that was recycled
 /// into another job (the ABA that a bare version check would leave open). The one exception is a push onto the waiter
 /// list, which settles that ABA itself (below). When the count reaches 0 after success the
@@ -66,15 +67,22 @@ internal abstract class JobNode : WorkItem
     private ExceptionHolder? _fault;
     internal JobNode? BatchNext;
     private readonly bool _countsAsJob;
+    private readonly bool _sharesReferences;
 
     private const int Pending = 0;
     private const int Succeeded = 1;
     private const int Faulted = 2;
 
     /// <param name="countsAsJob">False for nodes that are not a user's job (a combine): the jobs-completed metric skips them.</param>
-    protected JobNode(bool countsAsJob = true)
+    /// <param name="sharesReferences">
+    /// True for a kind whose runners and helpers take references of their own (a parallel-for). For any other kind the
+    /// job's own reference is the only one ever taken (a push onto the waiter list holds none), so dropping it needs no
+    /// interlocked operation (see <see cref="Release"/>).
+    /// </param>
+    protected JobNode(bool countsAsJob = true, bool sharesReferences = false)
     {
         _countsAsJob = countsAsJob;
+        _sharesReferences = sharesReferences;
         _ownEdge = new Edge(this);
     }
 
@@ -129,6 +137,7 @@ internal abstract class JobNode : WorkItem
     /// <summary>Takes a reference if the node still holds the handle's job. See the class remarks.</summary>
     public bool TryAcquire(int version)
     {
+        Debug.Assert(_sharesReferences, "only a kind that shares references may take one (see Release)");
         while (true)
         {
             long rs = Volatile.Read(ref _refState);
@@ -147,9 +156,28 @@ internal abstract class JobNode : WorkItem
     protected void AddReferences(int count) => Interlocked.Add(ref _refState, count);
 
     /// <summary>Drops a reference; the last one, after success, recycles the node.</summary>
+    /// <remarks>
+    /// A kind that does not share references drops the job's own, the only one there is, with a plain read and a release
+    /// store: nothing else writes the count. The release store still orders everything the finish wrote (the state, the
+    /// edges it delivered) before the version bump, which is what a pusher looking at the version again relies on.
+    /// </remarks>
     public void Release()
     {
-        long rs = Interlocked.Decrement(ref _refState);
+        long rs;
+        if (_sharesReferences)
+        {
+            rs = Interlocked.Decrement(ref _refState);
+        }
+        else
+        {
+            rs = Volatile.Read(ref _refState) - 1;
+            Debug.Assert((int)rs == 0, "a kind that does not share references holds only the job's own");
+            if (Volatile.Read(ref _state) != Succeeded)
+            {
+                Volatile.Write(ref _refState, rs); // failed: never recycled
+                return;
+            }
+        }
         if ((int)rs == 0 && Volatile.Read(ref _state) == Succeeded)
         {
             // Nobody can reach the node any more except through a handle, which the version bump makes stale.

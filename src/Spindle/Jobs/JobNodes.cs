@@ -88,6 +88,12 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
 /// </remarks>
 internal abstract class ParallelNode : JobNode
 {
+    /// <summary>Runners and helpers take references of their own (see <see cref="JobNode.TryAcquire"/>).</summary>
+    protected ParallelNode()
+        : base(sharesReferences: true)
+    {
+    }
+
     private long _cursor;
     private int _remaining;
     private int _ready;
