@@ -13,13 +13,13 @@ namespace SpindleLib;
 /// <remarks>
 /// <para><b>Version and references.</b> <see cref="_refState"/> packs the node's version (high 32 bits; a handle carries
 /// it) and a reference count (low 32 bits). The count is 1 while the job is pending or running, plus one for every
-/// parallel-for runner queued for it and every thread helping it. Only a parallel-for ever has more than the job's own
-/// reference; for every other kind no other thread touches the count, and dropping it is a plain store (Release). A thread may act on a node only while it holds a
-/// reference, and takes one with a CAS that also checks the version: it can never act on a node that was recycled
-/// into another job (the ABA that a bare version check would leave open). The one exception is a push onto the waiter
-/// list, which settles that ABA itself (below). When the count reaches 0 after success the
-/// node bumps its version and returns to its pool, so any older handle is stale, and a stale handle means success.
-/// A node that failed is never recycled: it keeps its exception for every Complete() and await.</para>
+/// parallel-for runner queued for it and every thread helping it. A runner or helper takes its reference with a CAS
+/// that also checks the version: it can never act on a node that was recycled into another job (the ABA that a bare
+/// version check would leave open). Only a parallel-for ever has more than the job's own reference; for every other
+/// kind no other thread touches the count, and dropping it is a plain store (<see cref="Release"/>). A push onto the
+/// waiter list takes no reference and settles that ABA itself (below). When the count reaches 0 after success the node
+/// bumps its version and returns to its pool, so any older handle is stale, and a stale handle means success. A node
+/// that failed is never recycled: it keeps its exception for every Complete() and await.</para>
 /// <para><b>Waiter list.</b> <see cref="_edges"/> is a Treiber stack (R. K. Treiber, "Systems Programming: Coping with
 /// Parallelism", IBM RJ 5118, 1986) that is only pushed to and then taken whole: completion Exchanges it for
 /// <see cref="s_sealed"/>. Because nothing is ever popped singly, the stack itself has no ABA problem. A push that finds
