@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -129,8 +130,17 @@ internal static class TestUtil
 /// Forces races: in each round every racer starts at the same moment (a <see cref="Barrier"/>), each on its own
 /// dedicated thread; <c>before</c> and <c>after</c> run on racer 0's thread while the others wait at the barrier.
 /// </summary>
+/// <remarks>
+/// No round starts after <see cref="Budget"/>: on an oversubscribed machine a round (two barrier phases, and often a
+/// worker to wake) can take milliseconds instead of microseconds, and a fixed count of rounds then outran the callers'
+/// timeouts (seen: 20,000 rounds taking 0.5 s alone, 40 s beside one CPU burner, over 120 s beside two test processes).
+/// Under load a race test runs fewer rounds instead of failing; a hang is still caught by the barrier's own bound.
+/// </remarks>
 internal static class Race
 {
+    /// <summary>How long rounds keep starting: well inside the callers' own timeouts (30 s and up).</summary>
+    public static TimeSpan Budget { get; } = TimeSpan.FromSeconds(TestUtil.StressTimeout(20));
+
     public static Task Run(int rounds, Action<int> before, Action<int> after, params Action<int>[] racers)
     {
         int n = racers.Length;
@@ -138,6 +148,8 @@ internal static class Race
         Exception? failure = null;
         var threads = new Task[n];
         TimeSpan stuck = TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds);
+        var elapsed = Stopwatch.StartNew();
+        bool stop = false; // written by racer 0 before a barrier, read by all after it: they all leave at the same round
 
         void Step(Action<int> action, int round)
         {
@@ -172,9 +184,20 @@ internal static class Race
                 {
                     if (me == 0)
                     {
-                        Step(before, round);
+                        if (round > 0 && elapsed.Elapsed > Budget)
+                        {
+                            Volatile.Write(ref stop, true);
+                        }
+                        else
+                        {
+                            Step(before, round);
+                        }
                     }
                     Arrive();
+                    if (Volatile.Read(ref stop))
+                    {
+                        break;
+                    }
                     Step(racers[me], round);
                     Arrive();
                     if (me == 0)
