@@ -141,7 +141,8 @@ internal static class Race
     /// <summary>How long rounds keep starting: well inside the callers' own timeouts (30 s and up).</summary>
     public static TimeSpan Budget { get; } = TimeSpan.FromSeconds(TestUtil.StressTimeout(20));
 
-    public static Task Run(int rounds, Action<int> before, Action<int> after, params Action<int>[] racers)
+    /// <summary>Runs up to <paramref name="rounds"/> rounds (fewer past <see cref="Budget"/>) and returns how many ran.</summary>
+    public static Task<int> Run(int rounds, Action<int> before, Action<int> after, params Action<int>[] racers)
     {
         int n = racers.Length;
         var barrier = new Barrier(n);
@@ -150,6 +151,7 @@ internal static class Race
         TimeSpan stuck = TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds);
         var elapsed = Stopwatch.StartNew();
         bool stop = false; // written by racer 0 before a barrier, read by all after it: they all leave at the same round
+        int ran = 0; // counted by racer 0 after each round's `after`
 
         void Step(Action<int> action, int round)
         {
@@ -203,6 +205,7 @@ internal static class Race
                     if (me == 0)
                     {
                         Step(after, round);
+                        ran = round + 1;
                     }
                 }
             }, "racer " + k);
@@ -216,6 +219,7 @@ internal static class Race
                 {
                     throw failure;
                 }
+                return ran;
             },
             CancellationToken.None,
             TaskContinuationOptions.ExecuteSynchronously,
