@@ -172,19 +172,19 @@ internal abstract class JobNode : WorkItem
         {
             rs = Volatile.Read(ref _refState) - 1;
             Debug.Assert((int)rs == 0, "a kind that does not share references holds only the job's own");
-            if (Volatile.Read(ref _state) != Succeeded)
-            {
-                Volatile.Write(ref _refState, rs); // failed: never recycled
-                return;
-            }
         }
-        if ((int)rs == 0 && Volatile.Read(ref _state) == Succeeded)
+        if ((int)rs != 0 || Volatile.Read(ref _state) != Succeeded)
         {
-            // Nobody can reach the node any more except through a handle, which the version bump makes stale.
-            Volatile.Write(ref _refState, (rs & ~0xFFFFFFFFL) + (1L << 32));
-            ClearJob();
-            ReturnToPool();
+            if (!_sharesReferences)
+            {
+                Volatile.Write(ref _refState, rs); // failed: never recycled, and no other thread writes the count
+            }
+            return;
         }
+        // Nobody can reach the node any more except through a handle, which the version bump makes stale.
+        Volatile.Write(ref _refState, (rs & ~0xFFFFFFFFL) + (1L << 32));
+        ClearJob();
+        ReturnToPool();
     }
 
     protected abstract void ClearJob();
@@ -590,7 +590,7 @@ internal abstract class JobNode : WorkItem
         /// <summary>Starts a push: a new ticket, stored as the unsettled claim (published by the push's CAS).</summary>
         public int NewTicket()
         {
-            int ticket = (_ticket + 1) & int.MaxValue;
+            int ticket = (_ticket + 1) & int.MaxValue; // positive: the settled values are negative
             _ticket = ticket == 0 ? 1 : ticket;
             Claim = _ticket;
             return _ticket;

@@ -277,7 +277,6 @@ public class WhenAnyDetachTests
         }
     }
 
-    /// <summary>Timer nodes in this thread's pool stack and the shared one (a return may move a chunk between them).</summary>
     /// <summary>
     /// The delay's node went back to the calling thread's pool, once: a return keeps the object just returned on top of
     /// the thread's own stack, so the next rent here gets it, and the one after must be another object. (Counting the

@@ -57,7 +57,8 @@ public class JobEdgePushRaceTests
     /// and its node rented by a later job, which fails with <paramref name="laterFault"/>, between the pusher's read of
     /// the list and its CAS: the CAS then lands in the later job's list. <paramref name="whileRecycled"/> runs right after
     /// the later job is scheduled, <paramref name="afterPush"/> between the CAS and the pusher's second look at the
-    /// version; the first <paramref name="skipPushes"/> pushes are left alone. Returns the later job.
+    /// version, and then, with <paramref name="laterFinishesFirst"/>, the later job is completed (it fails) before that
+    /// look; the first <paramref name="skipPushes"/> pushes are left alone. Returns the later job.
     /// </summary>
     private static JobHandle PushWhileTheDependencyIsRecycled(
         JobHandle dependency,
@@ -66,7 +67,8 @@ public class JobEdgePushRaceTests
         Action push,
         Action<JobHandle>? afterPush = null,
         Action<JobHandle>? whileRecycled = null,
-        int skipPushes = 0)
+        int skipPushes = 0,
+        bool laterFinishesFirst = false)
     {
         JobHandle later = default;
         bool reused = false;
@@ -83,7 +85,7 @@ public class JobEdgePushRaceTests
             reused = later.Node == node;
             whileRecycled?.Invoke(later);
         };
-        if (afterPush is not null)
+        if (afterPush is not null || laterFinishesFirst)
         {
             JobNode.TestHookAfterEdgePush = _ =>
             {
@@ -92,7 +94,11 @@ public class JobEdgePushRaceTests
                     return; // a push before the forced one
                 }
                 JobNode.TestHookAfterEdgePush = null;
-                afterPush(later);
+                afterPush?.Invoke(later);
+                if (laterFinishesFirst)
+                {
+                    Assert.Equal(laterFault, Assert.Throws(laterFault.GetType(), () => later.Complete()));
+                }
             };
         }
         try
@@ -148,7 +154,7 @@ public class JobEdgePushRaceTests
                 () => b = new OrderJob { Log = log, Name = "B" }.Schedule(a),
                 // The later job finishes between the push and the pusher's second look at the version: its finish finds
                 // the misplaced edge first, claims it, and makes B ready as if A had just succeeded (which it had).
-                afterPush: later => Assert.Throws<InvalidTimeZoneException>(() => later.Complete()));
+                laterFinishesFirst: true);
 
             b.Complete(); // no inherited failure: the edge was A's, and A succeeded
             Assert.Equal(new[] { "A", "C", "B" }, log);
@@ -177,15 +183,9 @@ public class JobEdgePushRaceTests
                 log,
                 laterFault,
                 () => b = new OrderJob { Log = log, Name = "B" }.Schedule(a),
-                afterPush: later =>
-                {
-                    landedInTheLaterList = later.Node!.Version != a.Version;
-                    if (laterFinishesFirst)
-                    {
-                        Assert.Throws<InvalidTimeZoneException>(() => later.Complete());
-                    }
-                },
-                whileRecycled: later => g2 = new OtherOrderJob { Log = log, Name = "G2" }.Schedule(later));
+                afterPush: later => landedInTheLaterList = later.Node!.Version != a.Version,
+                whileRecycled: later => g2 = new OtherOrderJob { Log = log, Name = "G2" }.Schedule(later),
+                laterFinishesFirst: laterFinishesFirst);
             Assert.True(g2.Node == g.Node, "G2 did not reuse G's node: the later list's head is not the one B's pusher read");
             Assert.True(landedInTheLaterList, "the CAS did not land in the later job's list");
 
@@ -214,14 +214,8 @@ public class JobEdgePushRaceTests
                 log,
                 new InvalidTimeZoneException("the later job's own failure"),
                 () => combined = JobHandle.CombineDependencies(x, a),
-                afterPush: later =>
-                {
-                    if (laterFinishesFirst)
-                    {
-                        Assert.Throws<InvalidTimeZoneException>(() => later.Complete());
-                    }
-                },
-                skipPushes: 1); // the first push is onto X
+                skipPushes: 1, // the first push is onto X
+                laterFinishesFirst: laterFinishesFirst);
             JobHandle d = new OtherOrderJob { Log = log, Name = "D" }.Schedule(combined);
             d.Complete(); // no failure: the combine waited for X and for A, which succeeded
             if (!laterFinishesFirst)
