@@ -322,7 +322,7 @@ internal sealed class WorkerPool : Scheduler
 #endif
     }
 
-    private WorkItem? FindWork(Worker self, bool stealRunNext)
+    private WorkItem? FindWork(Worker self, bool stealRunNext, bool runNextAtOnce = false)
     {
         WorkItem? item = self.RunNext;
         if (item is not null)
@@ -360,7 +360,7 @@ internal sealed class WorkerPool : Scheduler
                 for (int i = 0; i < n; i++)
                 {
                     Worker victim = workers[(start + i) % n];
-                    if (victim != self && (item = self.TryStealRunNext(victim)) is not null)
+                    if (victim != self && (item = runNextAtOnce ? Worker.TakeRunNext(victim) : self.TryStealRunNext(victim)) is not null)
                     {
                         return item;
                     }
@@ -500,9 +500,11 @@ internal sealed class WorkerPool : Scheduler
                 continue;
             }
 
-            // Park: announce, re-check, then block (see the class remarks).
+            // Park: announce, re-check, then block (see the class remarks). The re-check takes a run-next item at first
+            // sight: one queued before the announcement woke nobody (its producer saw this worker spinning, or not yet
+            // idle), and after this look nothing would take it until its owner finished its current item.
             Interlocked.Increment(ref _idle);
-            item = FindWork(self, stealRunNext: true);
+            item = FindWork(self, stealRunNext: true, runNextAtOnce: true);
             if (item is not null)
             {
                 if (!TryUnannounceIdle())
@@ -650,6 +652,13 @@ internal sealed class WorkerPool : Scheduler
             x ^= x << 5;
             _rng = x;
             return (int)(x % (uint)Pool._workers.Length);
+        }
+
+        /// <summary>Takes the victim's run-next item, whatever was there before (a worker about to park).</summary>
+        public static WorkItem? TakeRunNext(Worker victim)
+        {
+            WorkItem? item = Volatile.Read(ref victim.RunNext);
+            return item is not null && Interlocked.CompareExchange(ref victim.RunNext, null, item) == item ? item : null;
         }
 
         /// <summary>Takes the victim's run-next item only if it is the same one, with the same stamp, as on the last look.</summary>

@@ -437,6 +437,9 @@ public sealed partial class TimerWheel : IDisposable
     private void CancelEverything()
     {
         _main.CancelEverything();
+        // Its drain may have fired nodes from the insert inbox whose deadline had passed: their continuations are in
+        // the shard's batch, which no later pass will flush.
+        _main.FlushBatch();
         Interlocked.Exchange(ref _wakeAt, long.MaxValue);
     }
 }
