@@ -182,8 +182,16 @@ internal abstract class JobNode : WorkItem
             return;
         }
         // Nobody can reach the node any more except through a handle, which the version bump makes stale.
-        Volatile.Write(ref _refState, (rs & ~0xFFFFFFFFL) + (1L << 32));
+        long next = (rs & ~0xFFFFFFFFL) + (1L << 32);
+        Volatile.Write(ref _refState, next);
         ClearJob();
+        if ((int)(next >> 32) == 0)
+        {
+            // The 32-bit version wrapped: pooled again, the node would give a later job a version that an old handle
+            // still holds (2^32 uses ago), and that handle would wait on that job and rethrow its failure. Retired
+            // instead: it stays sealed and succeeded, so every handle to it, version 0 included, counts as completed.
+            return;
+        }
         ReturnToPool();
     }
 
@@ -284,7 +292,7 @@ internal abstract class JobNode : WorkItem
     private bool TryAddEdge(Edge edge, int version)
     {
         edge.ExpectedVersion = version;
-        int ticket = edge.NewTicket();
+        long ticket = edge.NewTicket();
         while (true)
         {
             Edge? head = Volatile.Read(ref _edges);
@@ -511,7 +519,17 @@ internal abstract class JobNode : WorkItem
                 Action<object?> continuation = continuations.Continuation!;
                 object? state = continuations.State;
                 continuations.Return();
-                Continuations.Invoke(continuation, state);
+                // A continuation that throws must not unwind the finish: the waiters after it (a thread blocked in
+                // Complete() among them) would never be woken, and the job's reference never dropped. It is reported,
+                // as the timer wheel reports one (WheelShard.Fire).
+                try
+                {
+                    Continuations.Invoke(continuation, state);
+                }
+                catch (Exception ex)
+                {
+                    UnobservedExceptions.Report(ex);
+                }
                 continuations = next;
             }
         }
@@ -528,8 +546,8 @@ internal abstract class JobNode : WorkItem
     /// </summary>
     internal sealed class Edge : IPoolNode<Edge>
     {
-        public const int Delivered = -1;
-        public const int Revoked = -2;
+        public const long Delivered = -1;
+        public const long Revoked = -2;
 
         public Edge? Next;
         public JobNode? Dependent;
@@ -545,9 +563,9 @@ internal abstract class JobNode : WorkItem
         /// ticket keeps a pusher that looks late from revoking a later push of the same edge (after a delivery the
         /// dependent may run, finish, and push its own edge again).
         /// </summary>
-        public int Claim;
+        public long Claim; // 64 bits: a ticket never comes round again (31 bits did after 2^31 pushes of one edge)
 
-        private int _ticket;
+        private long _ticket;
 
         private Edge? _poolNext;
         private readonly JobNode? _owner;
@@ -578,22 +596,21 @@ internal abstract class JobNode : WorkItem
             misplaced = ExpectedVersion != version;
             if (!misplaced)
             {
-                Claim = Delivered;
+                Volatile.Write(ref Claim, Delivered); // Volatile so a 64-bit store cannot tear on a 32-bit platform (docs/decisions.md section 12)
                 return true;
             }
             // Misplaced: its pusher may be revoking it. Its ticket cannot change meanwhile: the edge is reused only once
             // it has been settled.
-            int ticket = Volatile.Read(ref Claim);
+            long ticket = Volatile.Read(ref Claim);
             return ticket > 0 && Interlocked.CompareExchange(ref Claim, Delivered, ticket) == ticket;
         }
 
         /// <summary>Starts a push: a new ticket, stored as the unsettled claim (published by the push's CAS).</summary>
-        public int NewTicket()
+        public long NewTicket()
         {
-            int ticket = (_ticket + 1) & int.MaxValue; // positive: the settled values are negative
-            _ticket = ticket == 0 ? 1 : ticket;
-            Claim = _ticket;
-            return _ticket;
+            long ticket = ++_ticket; // positive (never wraps): the settled values are negative
+            Volatile.Write(ref Claim, ticket);
+            return ticket;
         }
 
         /// <summary>

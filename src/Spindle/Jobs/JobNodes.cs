@@ -189,8 +189,12 @@ internal abstract class ParallelNode : JobNode
                 }
                 catch (Exception ex)
                 {
-                    // The first failure fails the job; the batches still unclaimed are counted but not run.
-                    Interlocked.CompareExchange(ref _firstError, ex, null);
+                    // The first failure fails the job; the batches still unclaimed are counted but not run. A batch
+                    // that was already running fails too: its exception is not the job's, but it is not lost either.
+                    if (Interlocked.CompareExchange(ref _firstError, ex, null) is not null)
+                    {
+                        UnobservedExceptions.Report(ex);
+                    }
                 }
             }
             if (Interlocked.Decrement(ref _remaining) == 0)
