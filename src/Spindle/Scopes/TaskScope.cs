@@ -70,7 +70,16 @@ public sealed class TaskScope : IAsyncDisposable
             ChildFinished(ex);
             return;
         }
-        ObserveChild(task);
+        try
+        {
+            ObserveChild(task);
+        }
+        catch (Exception ex)
+        {
+            // The child returned a task that cannot be awaited here (already awaited, or stale): it counts as a child
+            // that failed with that error, or the count it was entered with would never come down.
+            ChildFinished(ex);
+        }
     }
 
     /// <summary>
@@ -129,7 +138,7 @@ public sealed class TaskScope : IAsyncDisposable
         if (!finished)
         {
             Close();
-            _cts.Cancel();
+            CancelChildren();
         }
         await _completion.Task;
         _cts.Dispose();
@@ -141,6 +150,26 @@ public sealed class TaskScope : IAsyncDisposable
         if (!delivered)
         {
             ThrowFailures();
+        }
+    }
+
+    /// <summary>
+    /// Cancels the scope's token. A callback that a child registered on it may throw: that is not a child failure, and it
+    /// must not stop disposal from waiting for the children, so it is reported, never swallowed.
+    /// </summary>
+    private void CancelChildren()
+    {
+        try
+        {
+            _cts.Cancel();
+        }
+        catch (ObjectDisposedException)
+        {
+            // The scope was already disposed; nothing is left to cancel.
+        }
+        catch (AggregateException ex)
+        {
+            UnobservedExceptions.Report(ex);
         }
     }
 
@@ -231,19 +260,7 @@ public sealed class TaskScope : IAsyncDisposable
         }
         if (cancel)
         {
-            try
-            {
-                _cts.Cancel(); // the first failure cancels the siblings; outside the lock, as cancellation runs callbacks
-            }
-            catch (ObjectDisposedException)
-            {
-                // The scope was already disposed; nothing is left to cancel.
-            }
-            catch (AggregateException ex)
-            {
-                // A sibling's cancellation callback threw: not a child failure, but never swallowed.
-                UnobservedExceptions.Report(ex);
-            }
+            CancelChildren(); // the first failure cancels the siblings; outside the lock, as cancellation runs callbacks
         }
         if (complete)
         {

@@ -83,9 +83,27 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
         }
         if (waiters is not null)
         {
-            foreach (var (c, s) in waiters)
+            RunAll(waiters, 0);
+        }
+    }
+
+    /// <summary>
+    /// Runs every waiter from <paramref name="start"/> on, each exactly once: a waiter that throws (a continuation may)
+    /// must not keep the ones after it from running (a thread blocked in GetResult among them would never wake). The
+    /// first exception is rethrown to the completer once the rest have run, as a single waiter's would be.
+    /// </summary>
+    private static void RunAll(List<(Action<object?> Continuation, object? State)> waiters, int start)
+    {
+        for (int i = start; i < waiters.Count; i++)
+        {
+            try
             {
-                Continuations.Invoke(c, s);
+                Continuations.Invoke(waiters[i].Continuation, waiters[i].State);
+            }
+            catch
+            {
+                RunAll(waiters, i + 1);
+                throw;
             }
         }
     }

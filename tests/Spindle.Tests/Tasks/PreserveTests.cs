@@ -150,4 +150,20 @@ public class PreserveTests
 
         Assert.Equal("registrant", seen);
     }
+    [Fact]
+    public void Preserve_AWaiterThatThrows_DoesNotKeepTheOtherWaitersFromRunning_AndTheCompleterGetsItsException()
+    {
+        var p = new Promise();
+        SpindleTask preserved = p.Task.Preserve();
+        int ran = 0;
+        preserved.GetAwaiter().OnCompleted(() => throw new InvalidOperationException("first waiter"));
+        preserved.GetAwaiter().OnCompleted(() => Interlocked.Increment(ref ran));
+        preserved.GetAwaiter().OnCompleted(() => Interlocked.Increment(ref ran));
+
+        InvalidOperationException thrown = Assert.Throws<InvalidOperationException>(() => p.SetResult());
+
+        Assert.Equal("first waiter", thrown.Message); // as a single waiter's exception reaches its completer
+        Assert.Equal(2, Volatile.Read(ref ran));
+        preserved.GetAwaiter().GetResult(); // completed, and readable again
+    }
 }

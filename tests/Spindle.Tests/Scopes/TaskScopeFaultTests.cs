@@ -1,0 +1,68 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Scopes;
+
+/// <summary>
+/// A scope never lets a child outlive it, whatever the children do wrong: a callback on the scope's token that throws
+/// during disposal, and a child whose task cannot be awaited. Both failed before their fix (found by a review). Run
+/// alone: they watch the process-wide UnobservedException event.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class TaskScopeFaultTests
+{
+    [Fact]
+    public async Task DisposeAsync_ACallbackOnTheScopeTokenThrows_DisposalStillWaitsForTheChild_AndTheCallbackFaultIsReported()
+    {
+        Exception? reported = null;
+        Action<Exception> handler = e => Volatile.Write(ref reported, e);
+        Spindle.UnobservedException += handler;
+        try
+        {
+            var gate = new Signal();
+            int finished = 0;
+            var scope = new TaskScope();
+            scope.Run(ct => Child(ct, gate, () => Volatile.Write(ref finished, 1)));
+            // Disposal must wait for the child, which ignores the token: it is let go a little later.
+            _ = Task.Delay(200).ContinueWith(_ => gate.Set(), TaskScheduler.Default);
+
+            await TestUtil.WithTimeout(scope.DisposeAsync().AsTask(), 10);
+
+            Assert.Equal(1, Volatile.Read(ref finished));
+            Assert.Equal(0, scope.RunningChildren);
+            var aggregate = Assert.IsType<AggregateException>(Volatile.Read(ref reported));
+            Assert.IsType<InvalidOperationException>(Assert.Single(aggregate.InnerExceptions));
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+
+        static async SpindleTask Child(CancellationToken ct, Signal gate, Action done)
+        {
+            ct.Register(static () => throw new InvalidOperationException("a cancellation callback failed"));
+            await gate.WaitAsync(); // does not answer the token: disposal must wait for it
+            done();
+        }
+    }
+
+    [Fact]
+    public async Task Run_ChildReturnsATaskThatIsAlreadyAwaited_CountsAsAFailedChild_AndTheScopeCompletes()
+    {
+        var p = new Promise();
+        SpindleTask t = p.Task;
+        t.Forget(); // t has its one awaiter now
+        var scope = new TaskScope();
+        scope.Run(_ => t); // the await-once error is the child's failure, not Run's
+        p.SetResult();
+
+        Exception? error = await Record.ExceptionAsync(() => TestUtil.WithTimeout(scope.WaitAsync(), 10));
+
+        Assert.Equal(0, scope.RunningChildren);
+        var failure = Assert.IsType<InvalidOperationException>(error);
+        Assert.Contains("Preserve", failure.Message, StringComparison.Ordinal);
+        Assert.True(scope.Token.IsCancellationRequested); // the failure cancelled the (absent) siblings, as any child failure does
+        await scope.DisposeAsync();
+    }
+}
