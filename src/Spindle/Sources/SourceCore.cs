@@ -21,6 +21,19 @@ internal enum DetachOutcome
     Completed,
 }
 
+/// <summary>What a new wait on a signal finds (<see cref="SourceCore{TResult}.LookForWait"/>).</summary>
+internal enum SignalLook
+{
+    /// <summary>Idle: the wait can be armed.</summary>
+    Idle,
+
+    /// <summary>The signal was set: the wait took it and completes at once.</summary>
+    Taken,
+
+    /// <summary>Another wait is still pending.</summary>
+    WaitPending,
+}
+
 /// <summary>Placeholder result for sources that produce no value.</summary>
 internal readonly struct VoidResult
 {
@@ -42,7 +55,9 @@ internal readonly struct VoidResult
 /// <para>The states: Pending (no waiter); Registering (a registrant, or a waiter leaving, holds the waiter fields);
 /// Waiting (<see cref="_continuation"/> is the waiter: a <see cref="DirectWaiter"/>, which is its own continuation, or
 /// an <c>Action&lt;object?&gt;</c> whose state is in <see cref="_stateOrError"/>); Abandoned (the waiter left before
-/// completion, see <see cref="TryReplaceWaiter"/>); Completing (the completer holds the fields); Completed.</para>
+/// completion, see <see cref="TryReplaceWaiter"/>); Completing (the completer holds the fields); Completed. A
+/// <see cref="Signal"/> adds Signaled, its idle-and-set state, which every reader takes as completed (the two are tested
+/// together as "at least Completed"); see the Signal section below.</para>
 /// <para><b>One slot for a waiter's state and the failure.</b> <see cref="_stateOrError"/> holds a delegate waiter's
 /// state while the operation is pending, and the failure (an <see cref="ExceptionDispatchInfo"/>, or null for success)
 /// once it has completed: every source is a field smaller (8 bytes per waiting async method, per promise, per timer).
@@ -83,6 +98,9 @@ internal struct SourceCore<TResult>
     private const int Abandoned = 3 << 16;
     private const int Completing = 4 << 16;
     private const int Completed = 5 << 16;
+    // A Signal's idle state while it is set (see the Signal section below); a completed state to every reader, like
+    // Completed, so the two are tested together as "at least Completed". No other source uses it.
+    private const int Signaled = 6 << 16;
     private const int DispatchBit = int.MinValue;
 
     private object? _continuation; // the waiter, while Waiting
@@ -108,10 +126,13 @@ internal struct SourceCore<TResult>
     /// <summary>The word of the next use after <paramref name="word"/>: the token wraps, the flag stays, the state is Pending.</summary>
     internal static int NextVersion(int word) => (word & DispatchBit) | (unchecked(word + 1) & TokenMask);
 
+    /// <summary>The token of the use after the one in <paramref name="word"/>.</summary>
+    internal static short NextToken(int word) => (short)NextVersion(word);
+
     private static int With(int word, int state) => (word & ~StateMask) | state;
 
     /// <summary>True once the result has been published.</summary>
-    public bool IsCompleted => (Volatile.Read(ref _word) & StateMask) == Completed;
+    public bool IsCompleted => (Volatile.Read(ref _word) & StateMask) >= Completed;
 
     /// <summary>True once a continuation is registered (or being registered, or left), or the operation has completed.</summary>
     public bool IsAwaitedOrCompleted => (Volatile.Read(ref _word) & StateMask) != Pending;
@@ -289,7 +310,7 @@ internal struct SourceCore<TResult>
         while (true)
         {
             int current = w & StateMask;
-            if (current == Completed || current == Completing)
+            if (current >= Completing)
             {
                 waiter = null;
                 state = null;
@@ -320,14 +341,23 @@ internal struct SourceCore<TResult>
                 w = taken;
                 continue;
             }
-            // Under Completing: take the waiter (and a delegate's state) and clear their fields before publishing.
-            waiter = _continuation;
-            state = waiter!.GetType() == typeof(Action<object?>) ? _stateOrError : null;
-            _continuation = null;
-            _stateOrError = null;
-            Volatile.Write(ref _word, With(w, Completed));
+            TakeWaiterAndPublishSuccess(w, out waiter, out state);
             return true;
         }
+    }
+
+    /// <summary>
+    /// Under Completing, claimed from Waiting in word <paramref name="w"/>: takes the waiter (and a delegate's state),
+    /// clears both fields, and publishes a success with no value. The caller runs the waiter exactly once.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void TakeWaiterAndPublishSuccess(int w, out object? waiter, out object? state)
+    {
+        waiter = _continuation;
+        state = waiter!.GetType() == typeof(Action<object?>) ? _stateOrError : null;
+        _continuation = null;
+        _stateOrError = null;
+        Volatile.Write(ref _word, With(w, Completed));
     }
 
     /// <summary>Fails with <paramref name="exception"/>; false if already completed.</summary>
@@ -377,7 +407,7 @@ internal struct SourceCore<TResult>
         while (true)
         {
             int current = w & StateMask;
-            if (current == Completed || current == Completing)
+            if (current >= Completing)
             {
                 waiter = null;
                 return false;
@@ -454,7 +484,7 @@ internal struct SourceCore<TResult>
                 w = Volatile.Read(ref _word);
                 continue;
             }
-            if (current == Completing || current == Completed)
+            if (current >= Completing)
             {
                 return DetachOutcome.Completed;
             }
@@ -524,12 +554,184 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>True once a completer has claimed the use (Completing) or published it (Completed).</summary>
-    public bool IsCompletingOrCompleted
+    public bool IsCompletingOrCompleted => (Volatile.Read(ref _word) & StateMask) >= Completing;
+
+    // ---- Signal: an auto-reset event on one core (see Signal's remarks). Idle is Completed (the last wait is over) or
+    // Signaled (set, and no wait has taken it); a wait is a use armed from idle, Pending, then Registering and Waiting as
+    // for any source; a set completes it. A wait-and-set cycle is three CASes: arm, register, set.
+
+    /// <summary>Signal only: starts idle, set or not. Call from the constructor, before the signal is shared.</summary>
+    public void InitializeSignal(bool set) => _word = (_word & DispatchBit) | (set ? Signaled : Completed);
+
+    /// <summary>Signal only: set, and no wait has taken it yet.</summary>
+    public bool IsSignaled => (Volatile.Read(ref _word) & StateMask) == Signaled;
+
+    /// <summary>Signal only: a wait is armed, whether or not its waiter has registered yet.</summary>
+    public bool IsWaitPending
     {
         get
         {
             int current = Volatile.Read(ref _word) & StateMask;
-            return current == Completing || current == Completed;
+            return current == Pending || current == Registering || current == Waiting;
+        }
+    }
+
+    /// <summary>
+    /// Signal only: what a new wait finds. A set signal is taken (the wait completes at once, and the version moves on,
+    /// so an earlier wait's token is stale from here on, as after arming); idle returns the word for
+    /// <see cref="TryArm"/>; a pending wait is the caller's error. The previous wait's set or cancellation being
+    /// published, or a combinator letting go of it (<see cref="ReleaseAbandoned"/>), is a few stores away: waited for.
+    /// </summary>
+    public SignalLook LookForWait(out int idle)
+    {
+        int w = Volatile.Read(ref _word);
+        SpinWait spin = default;
+        while (true)
+        {
+            int current = w & StateMask;
+            if (current == Completed)
+            {
+                idle = w;
+                return SignalLook.Idle;
+            }
+            if (current == Signaled)
+            {
+                // The use this moves to is never handed out (the next wait arms the one after it), so its fields need no clearing.
+                int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w);
+                if (prev == w)
+                {
+                    idle = 0;
+                    return SignalLook.Taken;
+                }
+                w = prev;
+                continue;
+            }
+            if (current == Pending || current == Registering || current == Waiting)
+            {
+                idle = 0;
+                return SignalLook.WaitPending;
+            }
+            spin.SpinOnce(); // Completing or Abandoned
+            w = Volatile.Read(ref _word);
+        }
+    }
+
+    /// <summary>
+    /// Signal only: arms the next wait over <paramref name="idle"/>, the word <see cref="LookForWait"/> returned: one CAS
+    /// claims the new use (as Registering, so others wait a few stores), the previous wait's outcome is dropped, and a
+    /// release store publishes the use as Pending. False if the word moved meanwhile (a set landed, or another wait
+    /// started): look again. Nothing is written before the CAS, so a thread that loses it has changed nothing.
+    /// </summary>
+    public bool TryArm(int idle, out short token)
+    {
+        int next = With(NextVersion(idle), Registering);
+        token = (short)next;
+        if (Interlocked.CompareExchange(ref _word, next, idle) != idle)
+        {
+            return false;
+        }
+        // The waiter field is already null (a completion and a leaving waiter both clear it); the failure slot may hold
+        // the previous wait's cancellation, which a set completing the new use with nothing written would otherwise keep.
+        _stateOrError = null;
+        Volatile.Write(ref _word, With(next, Pending));
+        return true;
+    }
+
+    /// <summary>
+    /// Signal only: sets the signal. An armed wait completes (its waiter, if registered, runs here or is dispatched); an
+    /// idle signal is left set for the next wait; a set signal stays set. A wait a combinator let go of (Abandoned)
+    /// counts as idle: the set is kept for the next wait.
+    /// </summary>
+    public void SetSignal()
+    {
+        int w = Volatile.Read(ref _word);
+        SpinWait spin = default;
+        while (true)
+        {
+            int current = w & StateMask;
+            if (current == Signaled)
+            {
+                return;
+            }
+            if (current == Registering || current == Completing)
+            {
+                spin.SpinOnce();
+                w = Volatile.Read(ref _word);
+                continue;
+            }
+            if (current == Waiting)
+            {
+                int taken = Interlocked.CompareExchange(ref _word, With(w, Completing), w);
+                if (taken != w)
+                {
+                    w = taken;
+                    continue;
+                }
+                TakeWaiterAndPublishSuccess(w, out object? waiter, out object? state);
+                RunWaiter(waiter!, state);
+                return;
+            }
+            // Pending: an armed wait with no waiter yet completes (TryArm cleared its outcome). Completed or Abandoned:
+            // idle, so the signal is kept.
+            int prev = Interlocked.CompareExchange(ref _word, With(w, current == Pending ? Completed : Signaled), w);
+            if (prev == w)
+            {
+                return;
+            }
+            w = prev;
+        }
+    }
+
+    /// <summary>Signal only: clears a set signal that no wait has taken. False if it was not set.</summary>
+    public bool TryClearSignal()
+    {
+        int w = Volatile.Read(ref _word);
+        return (w & StateMask) == Signaled && Interlocked.CompareExchange(ref _word, With(w, Completed), w) == w;
+    }
+
+    /// <summary>
+    /// Signal only: after a combinator let go of wait <c>Abandoned</c> (<see cref="TryReplaceWaiter"/> or
+    /// <see cref="TryAbandon"/>) and its owner dropped what the wait held, the signal is idle again; a set that landed
+    /// meanwhile (Abandoned to Signaled, the only other way out) is kept.
+    /// </summary>
+    public void ReleaseAbandoned()
+    {
+        int w = Volatile.Read(ref _word);
+        if ((w & StateMask) == Abandoned)
+        {
+            Interlocked.CompareExchange(ref _word, With(w, Completed), w);
+        }
+    }
+
+    /// <summary>
+    /// As <see cref="TryBeginCompletion"/>, but only for use <paramref name="token"/> while it is pending
+    /// (armed or waited on): a signal's cancellation, which must never complete a later wait, nor one that was let go of.
+    /// </summary>
+    public bool TryBeginCompletionOfUse(short token, out object? waiter)
+    {
+        int w = Volatile.Read(ref _word);
+        SpinWait spin = default;
+        while (true)
+        {
+            int current = w & StateMask;
+            if ((short)w != token || (current != Pending && current != Waiting && current != Registering))
+            {
+                waiter = null;
+                return false;
+            }
+            if (current == Registering)
+            {
+                spin.SpinOnce();
+                w = Volatile.Read(ref _word);
+                continue;
+            }
+            int prev = Interlocked.CompareExchange(ref _word, With(w, Completing), w);
+            if (prev == w)
+            {
+                waiter = current == Waiting ? _continuation : null;
+                return true;
+            }
+            w = prev;
         }
     }
 
@@ -570,7 +772,7 @@ internal struct SourceCore<TResult>
                 Volatile.Write(ref _word, With(w, Waiting));
                 return;
             }
-            if (current == Completed)
+            if (current >= Completed)
             {
                 Continuations.Invoke((object)continuation == DirectWaiter.s_moveNext ? state! : continuation, state);
                 return;

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
 
@@ -17,16 +18,16 @@ namespace SpindleLib;
 /// kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
 /// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.) Until the WhenAny completes, the wait
 /// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.</para>
-/// <para>States: Idle, Signaled (set with no waiter) and Waiting. Set moves Idle→Signaled or Waiting→Idle (and then
-/// completes the wait); a wait consumes Signaled→Idle, or moves Idle→Waiting; cancellation moves Waiting→Idle. Each
-/// transition is one CAS, so a wait ends exactly once.</para>
+/// <para>The whole state is the completion core's one word (see <c>SourceCore</c>): idle (the last wait is over), set
+/// (nobody has taken the set yet), or a wait in progress, which is a use of the core armed from idle. A wait that finds
+/// the signal set takes it with one CAS; otherwise one CAS arms it and one more registers its waiter; a set is one CAS
+/// that completes the armed wait or, with nobody waiting, leaves the signal set; a cancellation is one CAS that completes
+/// the armed wait of its own version, and never a later one. So a wait-and-set cycle is three atomic operations, and a
+/// set and a cancellation racing for a wait have exactly one winner (the loser finds the wait completed; a losing set
+/// then leaves the signal set, so no set is lost).</para>
 /// </remarks>
 public sealed class Signal : ISpindleSource, IDetachableSource
 {
-    private const int Idle = 0;
-    private const int Signaled = 1;
-    private const int Waiting = 2;
-
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Signal)o!).Cancel(ct);
 #else
@@ -37,18 +38,21 @@ public sealed class Signal : ISpindleSource, IDetachableSource
 
     private SourceCore<VoidResult> _core;
     private CancelState? _cancel; // created by the first cancelable wait, then reused: a signal awaited without tokens stays small
-    private int _state;
 
-    /// <summary>The current wait's cancellation: its registration, and its token (which a late callback is checked against).</summary>
+    /// <summary>
+    /// The current wait's cancellation: its registration, its token (which a late callback is checked against), and the
+    /// version of the wait it may cancel.
+    /// </summary>
     private sealed class CancelState
     {
         public CancellationTokenRegistration Registration;
         public CancellationToken Token;
+        public short Version;
     }
 
     /// <summary>Creates a signal whose waiter runs on the thread that sets it (as far as a bounded nesting depth).</summary>
     /// <param name="initiallySet">True to start in the set state, so the first wait completes at once.</param>
-    public Signal(bool initiallySet = false) => _state = initiallySet ? Signaled : Idle;
+    public Signal(bool initiallySet = false) => _core.InitializeSignal(initiallySet);
 
     /// <summary>Creates a signal.</summary>
     /// <param name="initiallySet">True to start in the set state, so the first wait completes at once.</param>
@@ -70,10 +74,10 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     public bool RunsContinuationsAsynchronously => _core.DispatchesContinuations;
 
     /// <summary>True when the signal is set and no wait has consumed it yet.</summary>
-    public bool IsSet => Volatile.Read(ref _state) == Signaled;
+    public bool IsSet => _core.IsSignaled;
 
     /// <summary>True when a wait is pending.</summary>
-    public bool HasWaiter => Volatile.Read(ref _state) == Waiting;
+    public bool HasWaiter => _core.IsWaitPending;
 
     /// <summary>
     /// Waits for the signal. Completes at once (consuming the signal) if it is set. A canceled wait completes as
@@ -87,83 +91,69 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         {
             return SpindleTask.FromCanceled(cancellationToken);
         }
-        // Look before the CAS: a CAS that fails is still a locked instruction, and most waits find the signal idle.
-        int state = Volatile.Read(ref _state);
-        if (state == Signaled && Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
+        short token;
+        while (true)
         {
-            return default;
-        }
-        if (state == Waiting)
-        {
-            ThrowSecondWaiter();
-        }
-        _core.Reset();
-        // A previous wait that completed but was never read may still hold a registration: drop it, so its token
-        // cannot cancel this wait.
-        DropRegistration();
-        if (cancellationToken.CanBeCanceled)
-        {
-            (_cancel ??= new CancelState()).Token = cancellationToken;
-        }
-        short token = _core.Version;
-        if (Interlocked.CompareExchange(ref _state, Waiting, Idle) != Idle)
-        {
-            // A Set landed since the first check; consume it.
-            if (Interlocked.CompareExchange(ref _state, Idle, Signaled) == Signaled)
+            SignalLook look = _core.LookForWait(out int idle);
+            if (look == SignalLook.Taken)
             {
                 return default;
             }
-            ThrowSecondWaiter();
+            if (look == SignalLook.WaitPending)
+            {
+                ThrowSecondWaiter();
+            }
+            if (_core.TryArm(idle, out token))
+            {
+                break;
+            }
+            // A set landed since the look (or another wait started): look again.
         }
+        // The wait is armed and its own: nothing else touches the cancellation state now. A previous wait that completed
+        // but was never read may still hold a registration: drop it (waiting for its callback, if one is running, which
+        // finds its version gone and does nothing), then register this wait's.
+        DropRegistration();
         if (cancellationToken.CanBeCanceled)
         {
-            _cancel!.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
+            CancelState cancel = _cancel ??= new CancelState();
+            cancel.Token = cancellationToken;
+            cancel.Version = token;
+            cancel.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
         }
         return new SpindleTask(this, token);
     }
 
     /// <summary>Releases the pending wait, or sets the signal if nobody waits. Setting a set signal does nothing.</summary>
-    public void Set()
-    {
-        while (true)
-        {
-            int state = Volatile.Read(ref _state);
-            if (state == Signaled)
-            {
-                return;
-            }
-            if (state == Idle)
-            {
-                if (Interlocked.CompareExchange(ref _state, Signaled, Idle) == Idle)
-                {
-                    return;
-                }
-                continue;
-            }
-            if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
-            {
-                _core.TrySetResult(default);
-                return;
-            }
-        }
-    }
+    public void Set() => _core.SetSignal();
 
     /// <summary>Clears the signal if it is set and nobody has consumed it.</summary>
-    public void Reset() => Interlocked.CompareExchange(ref _state, Idle, Signaled);
+    public void Reset() => _core.TryClearSignal();
 
     private void Cancel(CancellationToken cancellationToken)
     {
+        if (_cancel is not { } cancel)
+        {
+            return;
+        }
 #if NET
         // A callback still running for an earlier wait (Unregister does not wait for one in flight) must not cancel
         // this one: only the current wait's token may.
-        if (_cancel is not { } cancel || cancellationToken != cancel.Token)
+        if (cancellationToken != cancel.Token)
         {
             return;
         }
 #endif
-        if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
+        // Only the wait this registration was made for, and only while it is pending: checked again by the core's CAS.
+        short version = cancel.Version;
+        if (!_core.IsWaitPending || _core.Version != version)
         {
-            _core.TrySetCanceled(cancellationToken);
+            return; // spares the capture below
+        }
+        // Captured before the core is claimed (see SourceCore.TrySetException).
+        var canceled = ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken));
+        if (_core.TryBeginCompletionOfUse(version, out object? waiter))
+        {
+            _core.EndCompletion(waiter, canceled);
         }
     }
 
@@ -192,26 +182,14 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     }
 
     /// <summary>
-    /// The core's current use was just abandoned (nobody will read it): drops its cancellation and returns the signal to
-    /// idle, unless a Set or a cancellation took the wait first, in which case it waits for that to finish completing the
-    /// abandoned use, so that its late step cannot complete a wait started after this returns.
+    /// A combinator let go of the current wait (the core's use is Abandoned: no set or cancellation completes it, and no
+    /// new wait starts until it is released): drops its cancellation, then makes the signal idle again. A set that landed
+    /// meanwhile is kept for the next wait.
     /// </summary>
     private void EndAbandonedWait()
     {
-        short version = _core.Version;
-        // First, so that a registration dropped here can only be this wait's (a new wait starts only once the state is idle).
         DropRegistration();
-        if (Interlocked.CompareExchange(ref _state, Idle, Waiting) == Waiting)
-        {
-            // No Set or cancellation can complete the abandoned use now (both go through this state first); the next wait
-            // resets it.
-            return;
-        }
-        SpinWait spin = default;
-        while (_core.Version == version && !_core.IsCompleted)
-        {
-            spin.SpinOnce();
-        }
+        _core.ReleaseAbandoned();
     }
 
     private static void ThrowSecondWaiter() => ThrowHelper.ThrowInvalidOperation(

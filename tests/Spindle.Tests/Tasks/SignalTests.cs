@@ -256,4 +256,161 @@ public class SignalTests
         Assert.False(toConsumer.HasWaiter);
         Assert.False(toProducer.HasWaiter);
     }
+    [Fact]
+    public async Task SetAndCancel_RacingOnAnArmedWaitWithNoWaiterYet_ExactlyOneOutcomeAndNoSetIsLost()
+    {
+        // The wait is armed (WaitAsync returned) but nothing has registered on it: the set and the cancellation race for
+        // the armed use itself, and the continuation registered afterwards must see the one outcome.
+        int rounds = TestUtil.Stress(3_000);
+        int succeeded = 0;
+        int canceled = 0;
+
+        await TestUtil.WithTimeout(Task.Run(() =>
+        {
+            using var barrier = new Barrier(2);
+            var signal = new Signal();
+            Task setter = TestUtil.RunOnThread(() =>
+            {
+                for (int i = 0; i < rounds; i++)
+                {
+                    barrier.SignalAndWait();
+                    signal.Set();
+                    barrier.SignalAndWait();
+                }
+            }, "signal setter");
+
+            for (int i = 0; i < rounds; i++)
+            {
+                using var cts = new CancellationTokenSource();
+                SpindleTask wait = signal.WaitAsync(cts.Token);
+                Assert.True(signal.HasWaiter);
+                barrier.SignalAndWait();
+                cts.Cancel();
+                barrier.SignalAndWait();
+
+                int runs = 0;
+                wait.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref runs));
+                Assert.Equal(1, Volatile.Read(ref runs)); // completed before the registration: it runs at once
+                SpindleTaskStatus status = wait.Status;
+                if (status == SpindleTaskStatus.Succeeded)
+                {
+                    succeeded++;
+                    wait.GetAwaiter().GetResult();
+                    Assert.False(signal.IsSet);
+                }
+                else
+                {
+                    Assert.Equal(SpindleTaskStatus.Canceled, status);
+                    canceled++;
+                    Assert.ThrowsAny<OperationCanceledException>(() => wait.GetAwaiter().GetResult());
+                    Assert.True(signal.IsSet);
+                    signal.Reset();
+                }
+                Assert.False(signal.HasWaiter);
+            }
+            setter.GetAwaiter().GetResult();
+        }), TestUtil.StressTimeout(60));
+
+        Assert.Equal(rounds, succeeded + canceled);
+    }
+
+    [Fact]
+    public async Task WaitAsync_RacingASetOnAnIdleSignal_TheSetIsTakenOnceWhicheverComesFirst()
+    {
+        // WaitAsync looks at the idle signal and then arms it with a CAS; a set landing in between makes the CAS fail, and
+        // the wait must then take the set instead (complete at once), never arm over it and lose it.
+        int rounds = TestUtil.Stress(5_000);
+
+        await TestUtil.WithTimeout(Task.Run(() =>
+        {
+            using var barrier = new Barrier(2);
+            var signal = new Signal();
+            Task setter = TestUtil.RunOnThread(() =>
+            {
+                for (int i = 0; i < rounds; i++)
+                {
+                    barrier.SignalAndWait();
+                    signal.Set();
+                    barrier.SignalAndWait();
+                }
+            }, "signal setter");
+
+            for (int i = 0; i < rounds; i++)
+            {
+                barrier.SignalAndWait();
+                SpindleTask wait = signal.WaitAsync();
+                barrier.SignalAndWait();
+                wait.GetAwaiter().GetResult(); // the one set released this wait, before or after it was armed (a lost set hangs here)
+                Assert.False(signal.IsSet);
+                Assert.False(signal.HasWaiter);
+            }
+            setter.GetAwaiter().GetResult();
+        }), TestUtil.StressTimeout(60));
+    }
+    [Fact]
+    public async Task WaitAsync_TwoAtOnce_OneThrows_AndTheOtherKeepsItsCancellation()
+    {
+        // A second wait is the caller's error, but it must not harm the first: the loser of the two is rejected before
+        // it has touched anything (the first wait's token, version and registration among them).
+        int rounds = TestUtil.Stress(2_000);
+        await TestUtil.WithTimeout(Task.Run(() =>
+        {
+            using var barrier = new Barrier(2);
+            var signal = new Signal();
+            SpindleTask second = default;
+            Exception? secondError = null;
+            Task other = TestUtil.RunOnThread(() =>
+            {
+                for (int i = 0; i < rounds; i++)
+                {
+                    barrier.SignalAndWait();
+                    try
+                    {
+                        second = signal.WaitAsync();
+                        secondError = null;
+                    }
+                    catch (InvalidOperationException ex)
+                    {
+                        secondError = ex;
+                    }
+                    barrier.SignalAndWait();
+                    barrier.SignalAndWait(); // the round is checked
+                }
+            }, "second waiter");
+
+            for (int i = 0; i < rounds; i++)
+            {
+                using var cts = new CancellationTokenSource();
+                SpindleTask first = default;
+                Exception? firstError = null;
+                barrier.SignalAndWait();
+                try
+                {
+                    first = signal.WaitAsync(cts.Token);
+                }
+                catch (InvalidOperationException ex)
+                {
+                    firstError = ex;
+                }
+                barrier.SignalAndWait();
+
+                Assert.True((firstError is null) != (secondError is null), "exactly one of two waits at once is rejected");
+                if (firstError is null)
+                {
+                    cts.Cancel(); // the first wait's own registration must still be there
+                    Assert.Equal(SpindleTaskStatus.Canceled, first.Status);
+                    Assert.ThrowsAny<OperationCanceledException>(() => first.GetAwaiter().GetResult());
+                }
+                else
+                {
+                    signal.Set();
+                    second.GetAwaiter().GetResult();
+                }
+                Assert.False(signal.HasWaiter);
+                Assert.False(signal.IsSet);
+                barrier.SignalAndWait();
+            }
+            other.GetAwaiter().GetResult();
+        }), TestUtil.StressTimeout(60));
+    }
 }
