@@ -113,28 +113,43 @@ internal static class TupleCombinatorsTemplate
         }
         w.Line(isAny
             ? "    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are let go of as losers are).</param>"
-            : "    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are still read when they finish).</param>");
+            : "    /// <param name=\"cancellationToken\">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>");
         w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error).</exception>");
     }
 
     /// <summary>
     /// Every task is checked first (a consumed one throws the await-once error before any other is consumed); then the
-    /// pooled combinator is rented, each task registered, and the combined task returned.
+    /// pooled combinator is rented, each task registered, and the combined task returned. A registration that throws (a
+    /// pending task already awaited elsewhere, or passed twice) undoes what was taken before the exception goes on.
     /// </summary>
     private static void Body(Writer w, int n, string rent)
     {
         w.Line("    {");
-        w.Line("        // A task already consumed throws the await-once error here, before any task is registered.");
+        w.Line("        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.");
         for (int i = 1; i <= n; i++)
         {
             w.Line($"        _ = task{i}.IsCompleted;");
         }
         w.Line("        " + rent);
         w.Line("        short token = c.Start(cancellationToken);");
+        w.Line("        int added = 0;");
+        w.Line("        try");
+        w.Line("        {");
         for (int i = 1; i <= n; i++)
         {
-            w.Line($"        c.Add({i - 1}, task{i});");
+            w.Line($"            c.Add({i - 1}, task{i});");
+            if (i < n)
+            {
+                w.Line("            added++;");
+            }
         }
+        w.Line("        }");
+        w.Line("        catch (Exception ex)");
+        w.Line("        {");
+        w.Line("            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.");
+        w.Line("            c.AbandonAfterFailedRegistration(added, ex);");
+        w.Line("            throw;");
+        w.Line("        }");
         w.Line("        return c.ToTask(token);");
         w.Line("    }");
     }

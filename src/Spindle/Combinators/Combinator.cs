@@ -47,8 +47,9 @@ internal abstract class CombinatorCore
     protected int _count;
 
     /// <summary>
-    /// Set for a WhenAny that lets go of its losers once its race is decided (see <see cref="DetachInputs"/>): a Spindle
-    /// input registered after the decision is let go of by its registering thread (<see cref="LetGoAfterDecision"/>).
+    /// Set for a WhenAny that lets go of its losers once its race is decided, and for a WhenAll whose token or timeout may
+    /// decide it before its inputs finish (see <see cref="DetachInputs"/>): a Spindle input registered after the decision
+    /// is let go of by its registering thread (<see cref="LetGoAfterDecision"/>).
     /// </summary>
     protected bool _letsGoOfLosers;
 
@@ -199,9 +200,15 @@ internal abstract class CombinatorCore
         }
         if (slot.Index != _winner && LetGo(slot))
         {
-            Release();
+            OnInputLetGo();
         }
     }
+
+    /// <summary>
+    /// A registering thread let go of its input after the decision (<see cref="LetGoAfterDecision"/>): that input will
+    /// never call back, so its reference is dropped here (and, for a WhenAll that counts its inputs, its count).
+    /// </summary>
+    protected virtual void OnInputLetGo() => Release();
 
     private static void AddTask(Slot slot, Task task)
     {
@@ -667,6 +674,12 @@ internal struct WhenAllFailures
 /// returns; registration and decision meet as a Dekker pair, so no slot is missed. When every other input was detached,
 /// nothing but the consumer can touch the count any more, and the consumer acts only after the publication, so the
 /// decider sets it with a plain store.</para>
+/// <para><b>Letting go of the inputs (WhenAll).</b> A WhenAll whose token or timeout wins does the same for all its
+/// inputs (<c>DecideAllEarly</c>): it claims the core, lets go of every input it can, and drops the count and the
+/// reference of each one it detached before it publishes. Its slots' callbacks claim their read as a WhenAny loser's do,
+/// since the decider may read an input that finished meanwhile. Whoever brings <c>_inputsLeft</c> to zero after such a
+/// decision (the decider, a registrant letting go, or the last callback) reports the failures the inputs left in their
+/// slots.</para>
 /// <para><b>Result.</b> The completion core carries no value: typed inputs' results stay in their slots' cells, and the
 /// combined result (an index, an array, a tuple, a copy into the caller's buffer) is composed by <c>_compose</c> when the
 /// consumer reads it, while the consumer's reference still keeps the cells alive. So a cancelled or failed combination
@@ -702,6 +715,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private bool _timed;
     private bool _countsInputs;
     private int _inputsLeft;
+    private Exception? _abandonedWith; // see AbandonAfterFailedRegistration
 
     private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
 #if NET
@@ -779,6 +793,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             // its reference early: so the last input is found by a count of its own, not by the reference count.
             _countsInputs = true;
             _inputsLeft = _count;
+            // And if the token or the timeout wins, the wait lets go of the inputs, as a WhenAny lets go of its losers.
+            _letsGoOfLosers = true;
         }
         if (_timers is { } timers)
         {
@@ -815,7 +831,51 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (_timer.OnFired(out Exception? stopped) && !_core.IsCompleted)
         {
             // stopped: the wheel was disposed, and the wait completes as canceled, as the wheel's pending delays do.
-            _core.TrySetException(stopped ?? TimerWheel.NewTimeoutException(_timeout));
+            DecideAllEarly(ExceptionDispatchInfo.Capture(stopped ?? TimerWheel.NewTimeoutException(_timeout)));
+        }
+        Release();
+    }
+
+    /// <summary>
+    /// A WhenAll's token or timeout takes the race from its inputs with the core's CAS, and, before the combined task
+    /// completes, lets go of every input it can, as a WhenAny's decider lets go of its losers (<see cref="CombinatorCore.DetachInputs"/>):
+    /// so its continuation finds no promise or signal wait still attached or unread (it may reset or wait on them again at
+    /// once), and a late read can never meet their next use. An input detached here never calls back: its count and its
+    /// reference are dropped now. One that had finished meanwhile is read now (and its fault reported); the rest (BCL
+    /// tasks, ValueTasks) are still read when they finish. The failure is captured before the claim.
+    /// </summary>
+    private void DecideAllEarly(ExceptionDispatchInfo outcome)
+    {
+        if (!_core.TryBeginCompletion(out object? waiter))
+        {
+            return; // the last input, or the other of token and timeout, decided first
+        }
+        if (_timed)
+        {
+            CancelTimer();
+        }
+        int detached = DetachInputs(-1);
+        if (detached > 0)
+        {
+            // The consumer's reference keeps the object until it reads, which it can only do after the publication below.
+            Interlocked.Add(ref _references, -detached);
+            if (Interlocked.Add(ref _inputsLeft, -detached) == 0)
+            {
+                ReportStoredFailures(); // every input is accounted for now: no callback will report them
+            }
+        }
+        _core.EndCompletion(waiter, outcome);
+    }
+
+    /// <summary>
+    /// For a WhenAll that counts its inputs: an input let go of by its registering thread after the token or timeout
+    /// decided (<see cref="CombinatorCore.LetGoAfterDecision"/>) is accounted for as a finished one.
+    /// </summary>
+    protected override void OnInputLetGo()
+    {
+        if (_countsInputs && Interlocked.Decrement(ref _inputsLeft) == 0)
+        {
+            ReportStoredFailures();
         }
         Release();
     }
@@ -870,12 +930,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (_startsProducers)
         {
             CancelProducers();
+            _core.TrySetCanceled(cancellationToken);
+            return;
         }
-        if (_timed)
+        if (!_core.IsCompletingOrCompleted)
         {
-            CancelTimer();
+            DecideAllEarly(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
         }
-        _core.TrySetCanceled(cancellationToken);
     }
 
     private void DropRegistration()
@@ -906,6 +967,65 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         Interlocked.Decrement(ref _unfinishedProducers);
         return false;
+    }
+
+    /// <summary>
+    /// Registering input <paramref name="index"/> threw <paramref name="error"/> (the caller's error: a task already
+    /// awaited elsewhere, or passed twice in one call), and the caller gets that exception instead of the combined task.
+    /// So that nothing is left half-done: that input counts as failed with the error, the inputs after it were never
+    /// taken (their counts and references go), and the combined task is read when it completes, as its consumer would
+    /// (so the combinator goes back to its pool, and a failure of an earlier input is reported, not lost). A WhenAny's race
+    /// is then decided, at once, so it lets go of the inputs registered before as it lets go of losers; a WhenAll reads
+    /// them when they finish, or lets go of them if its token or timeout decides first.
+    /// </summary>
+    public void AbandonAfterFailedRegistration(int index, Exception error)
+    {
+        // The failed registration may have published the slot's source already: it is someone else's, never to be read here.
+        Volatile.Write(ref Slots[index].Source, null);
+        int neverTaken = _count - index - 1;
+        if (neverTaken > 0)
+        {
+            // Before input `index` is settled, so that it still holds a count and the last-input tests stay true.
+            Interlocked.Add(ref _references, -neverTaken);
+            if (_countsInputs)
+            {
+                Interlocked.Add(ref _inputsLeft, -neverTaken);
+            }
+        }
+        _abandonedWith = error;
+        AddFailed(index, error);
+        _core.OnCompleted(s_readAbandoned, this, _core.Version);
+    }
+
+    private static readonly Action<object?> s_readAbandoned = static o => ((Combinator<TResult>)o!).ReadAbandoned();
+
+    /// <summary>The consumer of a combination whose caller got an exception instead (<see cref="AbandonAfterFailedRegistration"/>).</summary>
+    private void ReadAbandoned()
+    {
+        Exception? thrown = _abandonedWith; // read first: the read below may recycle this object
+        _abandonedWith = null;
+        try
+        {
+            GetResult(_core.Version);
+        }
+        catch (AggregateException all) when (_aggregate)
+        {
+            foreach (Exception inner in all.InnerExceptions)
+            {
+                if (inner != thrown)
+                {
+                    ReportLoser(inner);
+                }
+            }
+        }
+        catch (Exception ex) when (ex != thrown)
+        {
+            ReportLoser(ex); // an earlier input's failure: nobody else will ever see it
+        }
+        catch (Exception)
+        {
+            // The error the caller already got.
+        }
     }
 
     /// <summary>Drops the references of inputs that were never started (the race was decided first).</summary>
@@ -959,10 +1079,15 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             CompleteAny(slot); // reads the input and drops its reference
             return;
         }
-        // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
-        slot.Error = slot.ReadInput(); // published to the last input by the interlocked decrement below
         if (_countsInputs)
         {
+            // The token or the timeout may decide first and read this input itself (ReadLoserNow): the read is claimed,
+            // and whoever loses the claim leaves it to the other (which reports a failure it reads).
+            if (slot.Kind != InputKind.Spindle || Interlocked.CompareExchange(ref slot.ReadState, Slot.Reading, Slot.Unread) == Slot.Unread)
+            {
+                slot.Error = slot.ReadInput(); // published to the last input by the interlocked decrement below
+                Volatile.Write(ref slot.ReadState, Slot.Read);
+            }
             // The combined task may already have completed (timed out, cancelled) and its consumer dropped its reference:
             // the last input is the one that brings the input count to zero, and it still holds its own reference.
             if (Interlocked.Decrement(ref _inputsLeft) == 0)
@@ -972,6 +1097,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             Release();
             return;
         }
+        // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
+        slot.Error = slot.ReadInput(); // published to the last input by the interlocked decrement below
         int remaining = Interlocked.Decrement(ref _references);
         if (remaining > 1)
         {
@@ -1050,19 +1177,30 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         Exception? failure = failures.Result;
         ExceptionDispatchInfo? outcome = failure is null ? null : ExceptionDispatchInfo.Capture(failure);
-        bool claimed = _core.TryBeginCompletion(out object? waiter);
+        if (!_core.TryBeginCompletion(out object? waiter))
+        {
+            ReportStoredFailures(); // cancelled or timed out first: the failures are reported, not lost
+            return;
+        }
+        for (int i = 0; i < _count; i++)
+        {
+            slots[i].Error = null;
+        }
+        _core.EndCompletion(waiter, outcome);
+    }
+
+    /// <summary>
+    /// A WhenAll decided by its token or timeout, once every input is accounted for: the failures its inputs left in their
+    /// slots are reported (not rethrown: the combined task was cancelled or timed out), and cleared.
+    /// </summary>
+    private void ReportStoredFailures()
+    {
+        Slot[] slots = Slots;
         for (int i = 0; i < _count; i++)
         {
             ExceptionDispatchInfo? error = slots[i].Error;
             slots[i].Error = null;
-            if (!claimed)
-            {
-                ReportLoser(error); // cancelled or timed out first: the failures are reported, not lost
-            }
-        }
-        if (claimed)
-        {
-            _core.EndCompletion(waiter, outcome);
+            ReportLoser(error);
         }
     }
 

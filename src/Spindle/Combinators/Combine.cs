@@ -231,13 +231,27 @@ internal static class Combine
         }
     }
 
-    private static short AddAll<TInput, TValue, TKind, TResult>(Combinator<TResult> c, ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
+    /// <summary>
+    /// Starts the combinator's use and registers every input; a registration that throws (an input already awaited
+    /// elsewhere, or passed twice) undoes what was taken (<see cref="Combinator{TResult}.AbandonAfterFailedRegistration"/>)
+    /// before the exception goes on. Returns the use's token.
+    /// </summary>
+    internal static short AddAll<TInput, TValue, TKind, TResult>(Combinator<TResult> c, ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, TValue>
     {
         short token = c.Start(cancellationToken);
-        for (int i = 0; i < tasks.Length; i++)
+        int i = 0;
+        try
         {
-            default(TKind).Add(c, i, tasks[i]);
+            for (; i < tasks.Length; i++)
+            {
+                default(TKind).Add(c, i, tasks[i]);
+            }
+        }
+        catch (Exception ex)
+        {
+            c.AbandonAfterFailedRegistration(i, ex); // an input already awaited: undo what was taken, then rethrow
+            throw;
         }
         return token;
     }

@@ -18,7 +18,7 @@ public readonly partial struct SpindleTask
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2)> WhenAll<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, default(WhenAllOptions), cancellationToken);
@@ -29,17 +29,28 @@ public readonly partial struct SpindleTask
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2)> WhenAll<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         var c = Combinator<(T1, T2)>.RentAll(2, options, static x => (x.Value<T1>(0), x.Value<T2>(1)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -61,13 +72,24 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2)> WhenAny<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         var c = Combinator<(int, T1, T2)>.RentAny(2, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -83,7 +105,7 @@ public readonly partial struct SpindleTask
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="task3">Task 3 (index 2).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3)> WhenAll<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, default(WhenAllOptions), cancellationToken);
@@ -96,19 +118,31 @@ public readonly partial struct SpindleTask
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3)> WhenAll<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
         var c = Combinator<(T1, T2, T3)>.RentAll(3, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -132,15 +166,27 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3)> WhenAny<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
         var c = Combinator<(int, T1, T2, T3)>.RentAny(3, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -158,7 +204,7 @@ public readonly partial struct SpindleTask
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="task4">Task 4 (index 3).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4)> WhenAll<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, default(WhenAllOptions), cancellationToken);
@@ -173,21 +219,34 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4)> WhenAll<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
         var c = Combinator<(T1, T2, T3, T4)>.RentAll(4, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -213,17 +272,30 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4)> WhenAny<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
         var c = Combinator<(int, T1, T2, T3, T4)>.RentAny(4, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -243,7 +315,7 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="task5">Task 5 (index 4).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5)> WhenAll<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, default(WhenAllOptions), cancellationToken);
@@ -260,11 +332,11 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5)> WhenAll<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -272,11 +344,25 @@ public readonly partial struct SpindleTask
         _ = task5.IsCompleted;
         var c = Combinator<(T1, T2, T3, T4, T5)>.RentAll(5, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -304,7 +390,7 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5)> WhenAny<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -312,11 +398,25 @@ public readonly partial struct SpindleTask
         _ = task5.IsCompleted;
         var c = Combinator<(int, T1, T2, T3, T4, T5)>.RentAny(5, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -338,7 +438,7 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="task6">Task 6 (index 5).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6)> WhenAll<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, default(WhenAllOptions), cancellationToken);
@@ -357,11 +457,11 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6)> WhenAll<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -370,12 +470,27 @@ public readonly partial struct SpindleTask
         _ = task6.IsCompleted;
         var c = Combinator<(T1, T2, T3, T4, T5, T6)>.RentAll(6, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
-        c.Add(5, task6);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+            added++;
+            c.Add(5, task6);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -405,7 +520,7 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6)> WhenAny<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -414,12 +529,27 @@ public readonly partial struct SpindleTask
         _ = task6.IsCompleted;
         var c = Combinator<(int, T1, T2, T3, T4, T5, T6)>.RentAny(6, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4), x.WinnerValue<T6>(5)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
-        c.Add(5, task6);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+            added++;
+            c.Add(5, task6);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -443,7 +573,7 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="task7">Task 7 (index 6).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7)> WhenAll<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, task7, default(WhenAllOptions), cancellationToken);
@@ -464,11 +594,11 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7)> WhenAll<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -478,13 +608,29 @@ public readonly partial struct SpindleTask
         _ = task7.IsCompleted;
         var c = Combinator<(T1, T2, T3, T4, T5, T6, T7)>.RentAll(7, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
-        c.Add(5, task6);
-        c.Add(6, task7);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+            added++;
+            c.Add(5, task6);
+            added++;
+            c.Add(6, task7);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -516,7 +662,7 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7)> WhenAny<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -526,13 +672,29 @@ public readonly partial struct SpindleTask
         _ = task7.IsCompleted;
         var c = Combinator<(int, T1, T2, T3, T4, T5, T6, T7)>.RentAny(7, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4), x.WinnerValue<T6>(5), x.WinnerValue<T7>(6)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
-        c.Add(5, task6);
-        c.Add(6, task7);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+            added++;
+            c.Add(5, task6);
+            added++;
+            c.Add(6, task7);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -558,7 +720,7 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="task8">Task 8 (index 7).</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7, T8)> WhenAll<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, task7, task8, default(WhenAllOptions), cancellationToken);
@@ -581,11 +743,11 @@ public readonly partial struct SpindleTask
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="task8">Task 8 (index 7).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the tasks, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7, T8)> WhenAll<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -596,14 +758,31 @@ public readonly partial struct SpindleTask
         _ = task8.IsCompleted;
         var c = Combinator<(T1, T2, T3, T4, T5, T6, T7, T8)>.RentAll(8, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6), x.Value<T8>(7)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
-        c.Add(5, task6);
-        c.Add(6, task7);
-        c.Add(7, task8);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+            added++;
+            c.Add(5, task6);
+            added++;
+            c.Add(6, task7);
+            added++;
+            c.Add(7, task8);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 
@@ -637,7 +816,7 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7, T8 Result8)> WhenAny<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, CancellationToken cancellationToken = default)
     {
-        // A task already consumed throws the await-once error here, before any task is registered.
+        // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
@@ -648,14 +827,31 @@ public readonly partial struct SpindleTask
         _ = task8.IsCompleted;
         var c = Combinator<(int, T1, T2, T3, T4, T5, T6, T7, T8)>.RentAny(8, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4), x.WinnerValue<T6>(5), x.WinnerValue<T7>(6), x.WinnerValue<T8>(7)));
         short token = c.Start(cancellationToken);
-        c.Add(0, task1);
-        c.Add(1, task2);
-        c.Add(2, task3);
-        c.Add(3, task4);
-        c.Add(4, task5);
-        c.Add(5, task6);
-        c.Add(6, task7);
-        c.Add(7, task8);
+        int added = 0;
+        try
+        {
+            c.Add(0, task1);
+            added++;
+            c.Add(1, task2);
+            added++;
+            c.Add(2, task3);
+            added++;
+            c.Add(3, task4);
+            added++;
+            c.Add(4, task5);
+            added++;
+            c.Add(5, task6);
+            added++;
+            c.Add(6, task7);
+            added++;
+            c.Add(7, task8);
+        }
+        catch (Exception ex)
+        {
+            // A pending task that is already awaited elsewhere (or passed twice): undo what was taken, then rethrow.
+            c.AbandonAfterFailedRegistration(added, ex);
+            throw;
+        }
         return c.ToTask(token);
     }
 }

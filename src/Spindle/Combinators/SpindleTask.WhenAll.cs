@@ -24,10 +24,17 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// As <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/>, and <paramref name="cancellationToken"/> cancels the wait: the
-    /// combined task completes as canceled when it fires first. The inputs are not cancelled by it; they are still read
-    /// when they finish, and a failure among them then goes to <see cref="Spindle.UnobservedException"/>. A token that is
-    /// already cancelled cancels at once.
+    /// combined task completes as canceled when it fires first. A token that is already cancelled cancels at once.
     /// </summary>
+    /// <remarks>
+    /// The inputs are not cancelled by it: the wait lets go of them before the combined task completes, as
+    /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/> lets go of its losers. A <see cref="Promise"/>'s task is left
+    /// pending and the promise can be reset at once; a <see cref="Signal"/>'s wait ends, and a later set is kept for the
+    /// next wait; a delay leaves its timer wheel; an async method goes on running, forgotten. An input that has finished
+    /// is read, and other kinds (BCL tasks, combinators, other sources) are read when they finish. A failure that nobody
+    /// will read goes to <see cref="Spindle.UnobservedException"/>, once. The same holds when a timeout
+    /// (<see cref="WhenAllOptions.Timeout"/>) fires first.
+    /// </remarks>
     public static SpindleTask WhenAll(ReadOnlySpan<SpindleTask> tasks, CancellationToken cancellationToken)
         => Combine.All<SpindleTask, SpindleInput>(tasks, default(WhenAllOptions), cancellationToken);
 
@@ -35,7 +42,7 @@ public readonly partial struct SpindleTask
     /// As <see cref="WhenAll(ReadOnlySpan{SpindleTask}, CancellationToken)"/>, with <paramref name="options"/>: for example
     /// <see cref="WhenAllOptions.AggregateExceptions"/>, to get every input's exception instead of the first, or
     /// <see cref="WhenAllOptions.Timeout"/>, to fail with a <see cref="TimeoutException"/> if the inputs take too long
-    /// (the inputs are then still observed, as after a cancellation).
+    /// (the inputs are then let go of, as after a cancellation).
     /// </summary>
     /// <exception cref="ObjectDisposedException"><see cref="WhenAllOptions.Timers"/> has been disposed and a timer is needed.</exception>
     public static SpindleTask WhenAll(ReadOnlySpan<SpindleTask> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
@@ -120,7 +127,7 @@ public readonly partial struct SpindleTask
     /// <param name="tasks">The tasks to wait for.</param>
     /// <param name="destination">Where the results go: at least as long as <paramref name="tasks"/>.</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the inputs, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the inputs as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="ArgumentException"><paramref name="destination"/> is shorter than <paramref name="tasks"/>.</exception>
     public static SpindleTask WhenAll<T>(ReadOnlySpan<SpindleTask<T>> tasks, Memory<T> destination, WhenAllOptions options = default, CancellationToken cancellationToken = default)
         => Combine.AllInto<SpindleTask<T>, T, SpindleInput<T>>(tasks, destination, options, cancellationToken);
@@ -186,7 +193,7 @@ public readonly partial struct SpindleTask
     /// <param name="tasks">The ValueTasks to wait for.</param>
     /// <param name="destination">Where the results go: at least as long as <paramref name="tasks"/>.</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
-    /// <param name="cancellationToken">Cancels the wait (not the inputs, which are still read when they finish).</param>
+    /// <param name="cancellationToken">Cancels the wait, which then lets go of the inputs as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="ArgumentException"><paramref name="destination"/> is shorter than <paramref name="tasks"/>.</exception>
     public static SpindleTask WhenAll<T>(ReadOnlySpan<ValueTask<T>> tasks, Memory<T> destination, WhenAllOptions options = default, CancellationToken cancellationToken = default)
         => Combine.AllInto<ValueTask<T>, T, ValueTaskInput<T>>(tasks, destination, options, cancellationToken);

@@ -29,8 +29,9 @@ public readonly struct WhenAllOptions
     /// <see cref="TimeoutException"/>. Default: null, no timeout (as is <see cref="System.Threading.Timeout.InfiniteTimeSpan"/>).
     /// </summary>
     /// <remarks>
-    /// <para>As with the overloads' <see cref="CancellationToken"/>, the timeout ends the wait, not the inputs: they are
-    /// still read when they finish, and a failure among them then goes to <see cref="Spindle.UnobservedException"/>. When
+    /// <para>As with the overloads' <see cref="CancellationToken"/>, the timeout ends the wait, not the inputs: the wait
+    /// lets go of them as a WhenAny lets go of its losers (a promise can be reset at once, a signal's wait ends), and a
+    /// failure among them that nobody will read goes to <see cref="Spindle.UnobservedException"/>, once. When
     /// the inputs finish first, the timer is cancelled at once and nothing is left in the wheel. The deadline is rounded
     /// up to the wheel's 1 ms tick, so it never fires early. <see cref="TimeSpan.Zero"/> times out at once unless every
     /// input has already finished. Inputs that have all finished at the call need no timer and never time out.</para>

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.InteropServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -10,15 +11,20 @@ public readonly partial struct SpindleTask
     /// <see cref="TimeoutException"/>, as the BCL's <c>Task.WaitAsync(TimeSpan)</c>. Allocates nothing in steady state.
     /// </summary>
     /// <remarks>
-    /// <para><b>Consumes this task.</b> Await the returned task instead. If the timeout wins, this task is still read when
-    /// it finishes (a pooled one goes back to its pool), and a fault of it then goes to
-    /// <see cref="Spindle.UnobservedException"/> (a cancellation does not). The operation behind it is not cancelled: to
-    /// stop it, give it a token of its own.</para>
+    /// <para><b>Consumes this task.</b> Await the returned task instead. If the timeout wins, the wait lets go of this task
+    /// before the returned one completes, as <see cref="WhenAny(System.ReadOnlySpan{SpindleTask})"/> lets go of a loser:
+    /// a <see cref="Promise"/>'s task is left pending and the promise can be reset at once; a <see cref="Signal"/>'s wait
+    /// ends (so the signal can be waited on again at once, and a later set is kept for that wait); a delay leaves its
+    /// wheel; an async method goes on running, forgotten. Other sources are read when they finish. A fault that nobody
+    /// will read then goes to <see cref="Spindle.UnobservedException"/>, once (a cancellation does not). The operation
+    /// behind this task is not cancelled: to stop it, give it a token of its own.</para>
     /// <para><b>Timing.</b> The deadline is rounded up to the wheel's 1 ms tick, so the timeout never fires early. If this
     /// task finishes first, the timer is cancelled at once and nothing is left in the wheel. If the wheel is disposed
     /// while the timeout is pending, the returned task completes as canceled, as the wheel's delays do.</para>
     /// <para><b>No timer when none is needed.</b> <see cref="Timeout.InfiniteTimeSpan"/>, or a task that has already
-    /// completed, returns this task as it is. <see cref="TimeSpan.Zero"/> on a pending task fails at once.</para>
+    /// completed, returns this task as it is. <see cref="TimeSpan.Zero"/> on a pending task fails at once (and lets go of
+    /// it).</para>
+    /// <para>It is a WhenAll of one task with <see cref="WhenAllOptions.Timeout"/>, on the same pooled combinator.</para>
     /// <para><b>Threads.</b> The returned task completes on the thread that decides it: the one that completes this task,
     /// or the wheel's (a worker for <see cref="TimerWheel.Default"/>; the thread that advances a <see cref="ManualClock"/>).
     /// The timeout's two sides may race from any threads: exactly one outcome wins.</para>
@@ -39,13 +45,9 @@ public readonly partial struct SpindleTask
         {
             return this;
         }
-        if (timeout == TimeSpan.Zero)
-        {
-            Forget();
-            return FromException(TimerWheel.NewTimeoutException(timeout));
-        }
-        TimeoutSource<VoidResult> timed = TimeoutSource<VoidResult>.Start(source, _token, timeout, wheel, out short token);
-        return new SpindleTask(timed, token);
+        var c = Combinator<VoidResult>.RentAll(1, new WhenAllOptions { Timeout = timeout, Timers = wheel }, compose: null);
+        SpindleTask input = this;
+        return c.ToVoidTask(Combine.AddAll<SpindleTask, VoidResult, SpindleInput, VoidResult>(c, MemoryMarshal.CreateReadOnlySpan(ref input, 1), default));
     }
 }
 
@@ -72,12 +74,22 @@ public readonly partial struct SpindleTask<T>
         {
             return this;
         }
-        if (timeout == TimeSpan.Zero)
-        {
-            Forget();
-            return SpindleTask.FromException<T>(TimerWheel.NewTimeoutException(timeout));
-        }
-        TimeoutSource<T> timed = TimeoutSource<T>.Start(source, _token, timeout, wheel, out short token);
-        return new SpindleTask<T>(timed, token);
+        var c = Combinator<T>.RentAll(1, new WhenAllOptions { Timeout = timeout, Timers = wheel }, Timed.Single<T>.Compose);
+        SpindleTask<T> input = this;
+        return c.ToTask(Combine.AddAll<SpindleTask<T>, T, SpindleInput<T>, T>(c, MemoryMarshal.CreateReadOnlySpan(ref input, 1), default));
+    }
+}
+
+/// <summary>
+/// WithTimeout is a WhenAll of one input with a timeout: the same pooled combinator, so a timeout that wins lets go of
+/// its input as a WhenAll's does (a promise can be reset at once, a signal's wait ends, a delay leaves its wheel, an
+/// async method is forgotten), and an input that wins cancels the timer at once.
+/// </summary>
+internal static class Timed
+{
+    /// <summary>The combined result of a timed input: its own result.</summary>
+    public static class Single<T>
+    {
+        public static readonly Func<Combinator<T>, T> Compose = static c => c.Value<T>(0);
     }
 }

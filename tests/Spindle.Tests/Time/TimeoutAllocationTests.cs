@@ -106,7 +106,7 @@ public class TimeoutAllocationTests
     private static int PooledNodes() => ObjectPool<TimerNode>.LocalCount + ObjectPool<TimerNode>.Count;
 
     [Fact]
-    public void WithTimeout_InputWins_ReturnsTheTimerNodeAndTheSourceToTheirPools()
+    public void WithTimeout_InputWins_ReturnsTheTimerNodeAndTheCombinatorToTheirPools()
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
@@ -116,7 +116,7 @@ public class TimeoutAllocationTests
         input.SetResult(0);
         warm.GetAwaiter().GetResult();
         int nodes = PooledNodes();
-        int sources = ObjectPool<TimeoutSource<int>>.LocalCount + ObjectPool<TimeoutSource<int>>.Count;
+        int sources = ObjectPool<Combinator<int>>.LocalCount + ObjectPool<Combinator<int>>.Count;
 
         input.Reset();
         SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel);
@@ -124,7 +124,7 @@ public class TimeoutAllocationTests
         input.SetResult(1);
         Assert.Equal(nodes, PooledNodes()); // back as soon as the input won: nothing waits for the deadline
         Assert.Equal(1, timed.GetAwaiter().GetResult());
-        Assert.Equal(sources, ObjectPool<TimeoutSource<int>>.LocalCount + ObjectPool<TimeoutSource<int>>.Count);
+        Assert.Equal(sources, ObjectPool<Combinator<int>>.LocalCount + ObjectPool<Combinator<int>>.Count);
         Assert.Equal(0, wheel.PendingCount);
     }
 }

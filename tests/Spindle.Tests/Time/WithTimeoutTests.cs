@@ -350,6 +350,50 @@ public class WithTimeoutSequentialTests
     }
 
     [Fact]
+    public async Task WithTimeout_OnASignalWait_TheTimedOutWaitEnds_SoTheSignalCanBeWaitedOnAgainInALoop()
+    {
+        // The everyday pattern: wait for a signal with a timeout, again and again. A wait that timed out used to stay
+        // pending (the next WaitAsync threw "a wait is already pending"); it is let go of, as a WhenAny's loser is.
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var signal = new Signal();
+        ConcurrentQueue<Exception> reported = await ObserveAsync(async _ =>
+        {
+            for (int round = 0; round < 20; round++)
+            {
+                SpindleTask timed = signal.WaitAsync().WithTimeout(TimeSpan.FromMilliseconds(5), wheel);
+                clock.Advance(TimeSpan.FromMilliseconds(5));
+                await Assert.ThrowsAsync<TimeoutException>(() => TestUtil.AwaitAsync(timed));
+                Assert.False(signal.HasWaiter);
+            }
+            signal.Set(); // kept for the next wait: nobody waits now
+            SpindleTask next = signal.WaitAsync().WithTimeout(TimeSpan.FromMilliseconds(5), wheel);
+            await TestUtil.AwaitAsync(next);
+            Assert.Equal(0, wheel.PendingCount);
+        });
+        Assert.Empty(reported);
+    }
+
+    [Fact]
+    public void WithTimeout_OnAPromise_ThePromiseCanBeResetAsSoonAsItTimedOut()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var input = new Promise<int>();
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(3), wheel);
+            clock.Advance(TimeSpan.FromMilliseconds(3));
+            Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
+            input.Reset(); // let go of: before, "an await on it is still pending" until its producer completed it
+            SpindleTask<int> again = input.Task.WithTimeout(TimeSpan.FromMilliseconds(3), wheel);
+            input.SetResult(7);
+            Assert.Equal(7, again.GetAwaiter().GetResult());
+        });
+        Assert.Empty(reported);
+    }
+
+    [Fact]
     public void WithTimeout_LateInputCancellationOrSuccess_IsNotReported()
     {
         var clock = new ManualClock();
