@@ -102,6 +102,10 @@ internal struct SourceCore<TResult>
     // Completed, so the two are tested together as "at least Completed". No other source uses it.
     private const int Signaled = 6 << 16;
     private const int DispatchBit = int.MinValue;
+    // Signal only: set from the CAS that arms a cancelable wait until its WaitAsync has stored the wait's cancellation
+    // (Signal.WaitAsync, EndArming). Outside the state bits, so every state test ignores it; a new wait that finds it is a
+    // second wait racing that WaitAsync, and is rejected before it touches the cancellation state.
+    private const int ArmingBit = 1 << 19;
 
     private object? _continuation; // the waiter, while Waiting
     private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
@@ -589,6 +593,11 @@ internal struct SourceCore<TResult>
         while (true)
         {
             int current = w & StateMask;
+            if ((w & ArmingBit) != 0)
+            {
+                idle = 0;
+                return SignalLook.WaitPending; // another WaitAsync is still storing its wait's cancellation
+            }
             if (current == Completed)
             {
                 idle = w;
@@ -622,9 +631,9 @@ internal struct SourceCore<TResult>
     /// release store publishes the use as Pending. False if the word moved meanwhile (a set landed, or another wait
     /// started): look again. Nothing is written before the CAS, so a thread that loses it has changed nothing.
     /// </summary>
-    public bool TryArm(int idle, out short token)
+    public bool TryArm(int idle, bool arming, out short token)
     {
-        int next = With(NextVersion(idle), Registering);
+        int next = With(NextVersion(idle), Registering) | (arming ? ArmingBit : 0);
         token = (short)next;
         if (Interlocked.CompareExchange(ref _word, next, idle) != idle)
         {
@@ -635,6 +644,32 @@ internal struct SourceCore<TResult>
         _stateOrError = null;
         Volatile.Write(ref _word, With(next, Pending));
         return true;
+    }
+
+    /// <summary>
+    /// Signal only: the WaitAsync that armed with <c>arming</c> has stored its wait's cancellation: new waits are judged
+    /// by the state alone again. A CAS, never under a transient state (its holder writes the word it claimed).
+    /// </summary>
+    public void EndArming()
+    {
+        int w = Volatile.Read(ref _word);
+        SpinWait spin = default;
+        while ((w & ArmingBit) != 0)
+        {
+            int current = w & StateMask;
+            if (current == Registering || current == Completing)
+            {
+                spin.SpinOnce();
+                w = Volatile.Read(ref _word);
+                continue;
+            }
+            int prev = Interlocked.CompareExchange(ref _word, w & ~ArmingBit, w);
+            if (prev == w)
+            {
+                return;
+            }
+            w = prev;
+        }
     }
 
     /// <summary>
@@ -672,8 +707,10 @@ internal struct SourceCore<TResult>
                 return;
             }
             // Pending: an armed wait with no waiter yet completes (TryArm cleared its outcome). Completed or Abandoned:
-            // idle, so the signal is kept.
-            int prev = Interlocked.CompareExchange(ref _word, With(w, current == Pending ? Completed : Signaled), w);
+            // idle, so the signal is kept. An abandoned wait never completes: the version moves on, so its token is stale
+            // (a second await of it is the await-once error, and it never reads as signalled).
+            int next = current == Pending ? With(w, Completed) : current == Abandoned ? With(NextVersion(w), Signaled) : With(w, Signaled);
+            int prev = Interlocked.CompareExchange(ref _word, next, w);
             if (prev == w)
             {
                 return;
@@ -699,7 +736,9 @@ internal struct SourceCore<TResult>
         int w = Volatile.Read(ref _word);
         if ((w & StateMask) == Abandoned)
         {
-            Interlocked.CompareExchange(ref _word, With(w, Completed), w);
+            // The version moves on: the abandoned wait never completed, so its token goes stale rather than reading as a
+            // success nobody signalled (a second await of it stays the await-once error, as for any abandoned use).
+            Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w);
         }
     }
 

@@ -91,6 +91,11 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         {
             return SpindleTask.FromCanceled(cancellationToken);
         }
+        // Read once: a wait racing this one (the caller's error) may create it, and must never have its registration
+        // dropped by this wait. A wait that may touch the cancellation state arms with the core's arming mark, so a
+        // second WaitAsync racing this one is rejected until the state is stored, even if a Set ends this wait first.
+        CancelState? cancel = _cancel;
+        bool arming = cancel is not null || cancellationToken.CanBeCanceled;
         short token;
         while (true)
         {
@@ -103,7 +108,7 @@ public sealed class Signal : ISpindleSource, IDetachableSource
             {
                 ThrowSecondWaiter();
             }
-            if (_core.TryArm(idle, out token))
+            if (_core.TryArm(idle, arming, out token))
             {
                 break;
             }
@@ -112,13 +117,27 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         // The wait is armed and its own: nothing else touches the cancellation state now. A previous wait that completed
         // but was never read may still hold a registration: drop it (waiting for its callback, if one is running, which
         // finds its version gone and does nothing), then register this wait's.
-        DropRegistration();
-        if (cancellationToken.CanBeCanceled)
+        if (arming)
         {
-            CancelState cancel = _cancel ??= new CancelState();
-            cancel.Token = cancellationToken;
-            cancel.Version = token;
-            cancel.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
+            try
+            {
+                if (cancel is not null)
+                {
+                    CancellationRegistrations.Drop(ref cancel.Registration);
+                    cancel.Token = default;
+                }
+                if (cancellationToken.CanBeCanceled)
+                {
+                    cancel ??= _cancel = new CancelState();
+                    cancel.Token = cancellationToken;
+                    cancel.Version = token;
+                    cancel.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
+                }
+            }
+            finally
+            {
+                _core.EndArming();
+            }
         }
         return new SpindleTask(this, token);
     }
@@ -210,8 +229,13 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         }
         finally
         {
-            // The wait is over: drop the cancellation registration so nothing stays registered behind it.
-            DropRegistration();
+            // The wait is over: drop the cancellation registration so nothing stays registered behind it. Only if it is
+            // over: a misused read of a pending wait (a second await, which throws) must not drop the registration of the
+            // wait its real awaiter is still waiting on, nor a read whose token a later wait made stale drop that wait's.
+            if (_core.IsCompleted && _core.Version == token)
+            {
+                DropRegistration();
+            }
         }
     }
 
