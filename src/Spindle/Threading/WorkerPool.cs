@@ -21,7 +21,12 @@ namespace SpindleLib;
 /// issues a full fence, then reads <see cref="_spinning"/> and <see cref="_idle"/>. A parking worker increments
 /// <see cref="_idle"/> (a full fence), then re-checks every queue before it blocks. Of the two, at least one sees
 /// the other's write: either the producer sees the idle worker and wakes it, or the worker sees the item.
-/// Wake-ups are counted by a semaphore, so a release that comes before the wait is not lost.</para>
+/// Wake-ups are counted by a semaphore, so a release that comes before the wait is not lost. One path leaves the pair
+/// out on purpose: an item a worker puts in its own empty run-next slot is published with a plain store (a fence there
+/// would cost every hand-off), so the producer and a parking worker can miss each other. Such an item is never
+/// stranded: its owner runs it when its current item returns, a parking worker's re-check takes a run-next item at first
+/// sight, and a worker that parks while another runs an item sleeps at most <see cref="RunNextLookMilliseconds"/>
+/// before it looks again, so even an owner that blocks on the item without helping gets it run.</para>
 /// <para>Invariant: <see cref="_idle"/> counts the announced workers no producer has claimed yet; each announcement is
 /// matched by exactly one of the worker's own decrement (<see cref="TryUnannounceIdle"/>) or a permit it consumes, and
 /// each claim releases one permit. Permits are not aimed: any parked worker may take one (and SemaphoreSlim lets a
@@ -219,8 +224,10 @@ internal sealed class WorkerPool : Scheduler
             if (Volatile.Read(ref w.RunNext) is null)
             {
                 // Only the owner fills the slot (thieves only empty it), so an empty slot takes a plain release store.
-                // No fence before the counters below: a wake-up missed here cannot strand the item, because its owner
-                // runs it as soon as the current item returns; it can only delay it while that item runs.
+                // No fence before the counters below (a fence here costs every hand-off): a parking worker's
+                // announcement and this store may miss each other. The item is not stranded: its owner runs it as soon
+                // as the current item returns, and a parked worker looks again within RunNextLookMilliseconds while any
+                // worker runs, so an owner that blocks on it without helping is unblocked too.
                 Volatile.Write(ref w.RunNext, item);
                 NotifyIfNoneSpinning();
                 return;
@@ -539,11 +546,20 @@ internal sealed class WorkerPool : Scheduler
                 }
                 continue;
             }
-            if (untilTimer == Timeout.InfiniteTimeSpan)
+            int waitMs = untilTimer == Timeout.InfiniteTimeSpan ? Timeout.Infinite : RoundUpToMilliseconds(untilTimer);
+            if ((uint)waitMs > RunNextLookMilliseconds && OthersRunning())
+            {
+                // Another worker is running an item, and a hand-off it leaves in its run-next slot may have missed this
+                // worker: the slot is filled with a plain store, no fence, so a producer and this worker's announcement can
+                // miss each other (see Queue). Look again now and then, so such an item waits at most this long, and
+                // never for ever behind an owner that blocks on it without helping.
+                waitMs = RunNextLookMilliseconds;
+            }
+            if (waitMs == Timeout.Infinite)
             {
                 _wake.Wait();
             }
-            else if (!_wake.Wait(RoundUpToMilliseconds(untilTimer)))
+            else if (!_wake.Wait(waitMs))
             {
                 // Timed out for a timer. Leave the idle count; if a producer already claimed this worker and is
                 // releasing the semaphore for it, consume that release so the count stays true.
@@ -555,6 +571,32 @@ internal sealed class WorkerPool : Scheduler
             parked?.Unpark();
             woken = true;
         }
+    }
+
+    /// <summary>
+    /// How long a parked worker sleeps at most while another worker is running an item: the bound on how long a hand-off
+    /// whose wake-up was missed can sit in a busy worker's run-next slot (see the park in <see cref="WorkerLoop"/>).
+    /// </summary>
+    internal const int RunNextLookMilliseconds = 10;
+
+    /// <summary>True when some other worker is running an item (neither parked nor spinning), as far as the counts tell.</summary>
+    private bool OthersRunning() => _workers.Length - Volatile.Read(ref _idle) - Volatile.Read(ref _spinning) > 0;
+
+    /// <summary>
+    /// Tests only: queues from a worker into its empty run-next slot and wakes nobody, as a producer whose store and a
+    /// parking worker's announcement missed each other would (see <see cref="Queue"/>). False if not on one of this pool's
+    /// workers, or if the slot is taken.
+    /// </summary>
+    internal bool QueueMissingTheWakeForTests(WorkItem item)
+    {
+        Worker? w = t_worker;
+        if (w is null || w.Pool != this || Volatile.Read(ref w.RunNext) is not null)
+        {
+            return false;
+        }
+        w.RunNextStamp++;
+        Volatile.Write(ref w.RunNext, item);
+        return true;
     }
 
     /// <summary>A wait has whole milliseconds: round up, or the worker would wake early and spin.</summary>

@@ -87,4 +87,40 @@ public class RunNextHandOffTests
         Assert.True(stalls == 0, $"a hand-off sat 100 ms in a busy worker's run-next slot while the other worker slept ({rounds} rounds). {firstStall}");
         Assert.True(rounds > 100, $"only {rounds} rounds ran: the race was hardly tried");
     }
+    [Fact]
+    public void RunNext_WhoseWakeUpWasMissed_IsTakenByAParkedWorkerWhileItsOwnerBlocksOnIt()
+    {
+        // The empty run-next slot is filled with a plain store, so a producer and a parking worker's announcement can miss
+        // each other (no fence on that path). A worker that parks while another runs an item looks again every
+        // RunNextLookMilliseconds, so such a hand-off is taken even while its owner blocks on it without helping.
+        var pool = new WorkerPool(2, "missed-wake test worker");
+        try
+        {
+            for (int round = 0; round < 5; round++)
+            {
+                TestUtil.SpinUntil(() => pool.IdleWorkers == 2, 10);
+                using var done = new ManualResetEventSlim();
+                bool queued = false;
+                bool ranWhileOwnerBlocked = false;
+                pool.Queue(new ActionItem(() =>
+                {
+                    // Wake the other worker with an ordinary hand-off, so that it parks again while this one runs.
+                    pool.Queue(new ActionItem(static () => { }));
+                    TestUtil.SpinUntil(() => pool.IdleWorkers == 1, 10);
+                    using var ran = new ManualResetEventSlim();
+                    queued = pool.QueueMissingTheWakeForTests(new ActionItem(() => ran.Set()));
+                    // The owner blocks without helping (a deadlock, if nobody else ever took the item).
+                    ranWhileOwnerBlocked = ran.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+                    done.Set();
+                }));
+                Assert.True(done.Wait(TimeSpan.FromSeconds(2 * TestUtil.DefaultTimeoutSeconds)), "a round never finished");
+                Assert.True(queued, "the hand-off was not queued to the owner's empty run-next slot");
+                Assert.True(ranWhileOwnerBlocked, "the hand-off was never taken while its owner blocked on it");
+            }
+        }
+        finally
+        {
+            pool.Dispose();
+        }
+    }
 }
