@@ -249,7 +249,7 @@ public sealed partial class FrameLoop
                     throw new ArgumentException("This loop already has a phase named '" + name + "'.", nameof(name));
                 }
             }
-            var phase = new FramePhase(this, name) { LastRunFrame = Volatile.Read(ref _frameCount) };
+            var phase = new FramePhase(this, name);
             var phases = new List<FramePhase>(old);
             phases.Insert(index < 0 ? phases.Count : index, phase);
             FramePhase[] array = phases.ToArray();
@@ -464,9 +464,11 @@ public sealed partial class FrameLoop
     {
         if (Thread.CurrentThread == Volatile.Read(ref _loopThread))
         {
-            if (kind == FrameAwaitKind.NextFrame && phase.LastRunFrame != _frameCount)
+            if (kind == FrameAwaitKind.NextFrame)
             {
-                phase.AddDeferred(item); // the phase is still to run in this frame: skip that run
+                // The phase's first run in the next frame: not a run still to come in this one (the phase may be still
+                // to run, or a host may run it more than once a frame).
+                phase.AddNotBefore(item, _frameCount + 1);
             }
             else
             {

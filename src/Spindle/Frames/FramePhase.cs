@@ -18,15 +18,16 @@ public sealed class FramePhase
 {
     private const int InitialCapacity = 16;
 
-    // The phase's continuation queues (loop thread only). Double-buffered: RunPhase takes _back as the batch it runs,
-    // and what the batch queues to this phase goes to a fresh _back, so it runs at the phase's next run. _deferred holds
-    // NextFrame continuations queued in a frame before this phase ran in it: at the swap they become the start of the
-    // next _back, so they skip this frame's run and keep their place ahead of everything queued later. _spare is the
-    // array the previous run emptied. All three are reused: a frame allocates nothing once they are big enough.
+    // The phase's continuation queue (loop thread only). Double-buffered: Run takes _back as the batch it runs, and what
+    // the batch queues to this phase goes to a fresh _back, so it runs at the phase's next run. Each entry carries the
+    // first frame it may run in: 0 for the next run (Yield, a hand-off, a due delay), N + 1 for a NextFrame awaited in
+    // frame N. A run of frame F leaves the entries marked for a later frame in the queue, in order and ahead of everything
+    // queued after them (a NextFrame awaited before its phase ran in this frame, or a phase a host runs more than once a
+    // frame); _holdUntil, the latest such mark, lets a run skip that pass when nothing waits for a later frame. _spare is
+    // the array the previous run emptied. Both are reused: a frame allocates nothing once they are big enough.
     private Slot[] _back = new Slot[InitialCapacity];
     private int _backCount;
-    private Slot[] _deferred = new Slot[InitialCapacity];
-    private int _deferredCount;
+    private long _holdUntil;
     private Slot[] _spare = new Slot[InitialCapacity];
 
     /// <summary>
@@ -36,6 +37,7 @@ public sealed class FramePhase
     private struct Slot
     {
         public WorkItem? Item;
+        public long NotBefore;
     }
 
     internal FramePhase(FrameLoop loop, string name)
@@ -53,18 +55,29 @@ public sealed class FramePhase
     /// <summary>The phase's position in its loop's frame, from 0 (phases added before it move it along).</summary>
     public int Index { get; internal set; }
 
-    /// <summary>The frame in which this phase last started a run (0 before its first run). Loop thread only.</summary>
-    internal long LastRunFrame;
-
     /// <summary>Continuations waiting for this phase's next run, and for a later frame's (for tests and diagnostics).</summary>
-    internal int QueuedCount => _backCount + _deferredCount;
+    internal int QueuedCount => _backCount;
 
     /// <summary>Returns the phase's name.</summary>
     public override string ToString() => Name;
 
-    /// <summary>Queues <paramref name="item"/> for the phase's next run. Loop thread only.</summary>
+    /// <summary>Queues <paramref name="item"/> for the phase's next run.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    internal void AddBack(WorkItem item)
+    internal void AddBack(WorkItem item) => Add(item, 0);
+
+    /// <summary>Queues <paramref name="item"/> for the phase's first run in frame <paramref name="frame"/> or later.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    internal void AddNotBefore(WorkItem item, long frame)
+    {
+        Add(item, frame);
+        if (frame > _holdUntil)
+        {
+            _holdUntil = frame;
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void Add(WorkItem item, long notBefore)
     {
         Slot[] items = _back;
         int n = _backCount;
@@ -73,20 +86,8 @@ public sealed class FramePhase
             items = Grow(ref _back);
         }
         items[n].Item = item;
+        items[n].NotBefore = notBefore;
         _backCount = n + 1;
-    }
-
-    /// <summary>Queues <paramref name="item"/> for the phase's run in the next frame, skipping its run in this one. Loop thread only.</summary>
-    internal void AddDeferred(WorkItem item)
-    {
-        Slot[] items = _deferred;
-        int n = _deferredCount;
-        if ((uint)n >= (uint)items.Length)
-        {
-            items = Grow(ref _deferred);
-        }
-        items[n].Item = item;
-        _deferredCount = n + 1;
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
@@ -103,13 +104,14 @@ public sealed class FramePhase
     /// </summary>
     internal void Run(long frame)
     {
-        LastRunFrame = frame;
         Slot[] batch = _back;
         int count = _backCount;
-        _back = _deferred;
-        _backCount = _deferredCount;
-        _deferred = _spare;
-        _deferredCount = 0;
+        _back = _spare;
+        _backCount = 0;
+        if (_holdUntil > frame)
+        {
+            count = HoldBack(batch, count, frame);
+        }
 
         // In the default context (a host thread with no AsyncLocal values, as usual), each item may skip checking the
         // context before itself, and this loop puts the default back after each one that changed it. Otherwise every
@@ -142,6 +144,34 @@ public sealed class FramePhase
     private int _runningCount;
     private int _runningNext;
 #endif
+
+    /// <summary>
+    /// The batch holds entries marked for a frame after <paramref name="frame"/>: they go back into the queue, in order
+    /// (nothing else is in it yet, so they stay ahead of what this run queues), and the rest close up to run now. Returns
+    /// how many run now.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private int HoldBack(Slot[] batch, int count, long frame)
+    {
+        _holdUntil = 0;
+        int kept = 0;
+        for (int i = 0; i < count; i++)
+        {
+            WorkItem item = batch[i].Item!;
+            long notBefore = batch[i].NotBefore;
+            batch[i].Item = null;
+            if (notBefore > frame)
+            {
+                AddNotBefore(item, notBefore);
+            }
+            else
+            {
+                batch[kept].Item = item;
+                kept++;
+            }
+        }
+        return kept;
+    }
 
     /// <summary>
     /// Runs <c>batch[i..count)</c> and returns where it stopped: at <paramref name="count"/>, or, on netstandard2.1, just

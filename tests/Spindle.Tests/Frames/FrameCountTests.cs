@@ -158,6 +158,69 @@ public sealed class FrameCountTests
         Assert.Equal("2/Update", two);
     }
 
+    /// <summary>
+    /// A host that steps physics several times a frame runs <see cref="FrameLoop.FixedUpdate"/> several times (RunPhase).
+    /// NextFrame still means the phase's first run in the next frame: not a second run of this one. (Found by a review:
+    /// it resumed at the second run of the same frame, from both places below.)
+    /// </summary>
+    [Theory]
+    [InlineData(true, false)]  // awaited inside FixedUpdate's first run of the frame
+    [InlineData(false, false)] // awaited in EarlyUpdate, before FixedUpdate's first run
+    [InlineData(true, true)]   // the same with a cancelable token (a pooled waiter, not the box, is queued)
+    [InlineData(false, true)]
+    public void NextFrame_InAPhaseRunTwicePerFrame_ResumesInItsFirstRunOfTheNextFrame(bool fromSamePhase, bool withToken)
+    {
+        var loop = new FrameLoop();
+        using var cts = new CancellationTokenSource();
+        CancellationToken token = withToken ? cts.Token : default;
+        long startedIn = -1;
+        long resumedIn = -1;
+        int resumedAtRun = -1;
+        int run = -1;
+        var yieldedAtRun = new System.Collections.Generic.List<(long Frame, int Run)>();
+        async SpindleTask NextFrameBody()
+        {
+            await loop.Yield(fromSamePhase ? loop.FixedUpdate : loop.EarlyUpdate, token);
+            startedIn = loop.FrameCount;
+            await loop.NextFrame(loop.FixedUpdate, token);
+            resumedIn = loop.FrameCount;
+            resumedAtRun = run;
+        }
+        async SpindleTask YieldBody()
+        {
+            // A Yield still resumes at the phase's next run, the second one in the same frame included.
+            for (int i = 0; i < 3; i++)
+            {
+                await loop.Yield(loop.FixedUpdate, token);
+                yieldedAtRun.Add((loop.FrameCount, run));
+            }
+        }
+        NextFrameBody().Forget();
+        YieldBody().Forget();
+        for (int f = 0; f < 3; f++)
+        {
+            loop.BeginFrame(TimeSpan.FromMilliseconds(16));
+            foreach (FramePhase phase in loop.Phases)
+            {
+                if (phase == loop.FixedUpdate)
+                {
+                    for (run = 0; run < 2; run++)
+                    {
+                        loop.RunPhase(phase);
+                    }
+                    run = -1;
+                }
+                else
+                {
+                    loop.RunPhase(phase);
+                }
+            }
+        }
+        Assert.Equal(startedIn + 1, resumedIn);
+        Assert.Equal(0, resumedAtRun);
+        Assert.Equal(new (long, int)[] { (1, 0), (1, 1), (2, 0) }, yieldedAtRun.ToArray());
+    }
+
     [Fact]
     public void NextFrameInALoop_ResumesOncePerFrame()
     {
