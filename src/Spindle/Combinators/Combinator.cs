@@ -398,7 +398,13 @@ internal abstract class CombinatorCore
             }
             return;
         }
-        ISpindleSource source = slot.Source!;
+        if (Volatile.Read(ref slot.Source) is not { } source)
+        {
+            // The slot's registration failed (the caller's error) and its source was withdrawn after this thread met it:
+            // there is nothing of this slot's to read.
+            Volatile.Write(ref slot.ReadState, Slot.Read);
+            return;
+        }
         while (!HasSettled(source, slot.Token))
         {
             spin.SpinOnce(); // its completer is between its claim and its publication: a few stores
@@ -715,7 +721,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private bool _timed;
     private bool _countsInputs;
     private int _inputsLeft;
-    private Exception? _abandonedWith; // see AbandonAfterFailedRegistration
+    private Exception? _abandonedWith; // see AbandonAfterFailedRegistration; kept until Recycle: never reported, the caller got it
+    private bool _decidedEarly; // a WhenAll's token or timeout completed the core (its outcome is no input's failure)
 
     private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
 #if NET
@@ -817,6 +824,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     {
         if (_timeout == TimeSpan.Zero)
         {
+            _decidedEarly = true;
             _core.TrySetException(TimerWheel.NewTimeoutException(_timeout));
             return;
         }
@@ -850,6 +858,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             return; // the last input, or the other of token and timeout, decided first
         }
+        _decidedEarly = true; // before the publication, which ReadAbandoned follows
         if (_timed)
         {
             CancelTimer();
@@ -980,8 +989,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// </summary>
     public void AbandonAfterFailedRegistration(int index, Exception error)
     {
-        // The failed registration may have published the slot's source already: it is someone else's, never to be read here.
-        Volatile.Write(ref Slots[index].Source, null);
+        // The failed registration may have published the slot's source already: it is someone else's, never to be read
+        // here (a decider that met it meanwhile finds it gone: see ReadLoserNow); and a typed ValueTask it kept goes too.
+        Slot failed = Slots[index];
+        Volatile.Write(ref failed.Source, null);
+        failed.Typed?.Clear();
         int neverTaken = _count - index - 1;
         if (neverTaken > 0)
         {
@@ -1003,12 +1015,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private void ReadAbandoned()
     {
         Exception? thrown = _abandonedWith; // read first: the read below may recycle this object
-        _abandonedWith = null;
+        bool decidedEarly = _decidedEarly; // likewise
+        bool aggregate = _aggregate;
         try
         {
             GetResult(_core.Version);
         }
-        catch (AggregateException all) when (_aggregate)
+        catch (AggregateException all) when (aggregate && !decidedEarly)
         {
             foreach (Exception inner in all.InnerExceptions)
             {
@@ -1018,7 +1031,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 }
             }
         }
-        catch (Exception ex) when (ex != thrown)
+        catch (Exception ex) when (ex != thrown && !decidedEarly)
         {
             ReportLoser(ex); // an earlier input's failure: nobody else will ever see it
         }
@@ -1120,6 +1133,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // separate winner field would take a second. A later input finds the core completing or completed, and loses.
         if (!_core.TryBeginCompletion(out object? waiter))
         {
+            if (slot.Kind == InputKind.Read && _abandonedWith is { } thrown && slot.Error?.SourceException == thrown)
+            {
+                slot.Error = null; // the failed registration's error: the caller got it, so it is not reported too
+            }
             ReadLoser(slot);
             return;
         }
@@ -1200,7 +1217,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             ExceptionDispatchInfo? error = slots[i].Error;
             slots[i].Error = null;
-            ReportLoser(error);
+            if (error is not null && error.SourceException != _abandonedWith)
+            {
+                ReportLoser(error); // not the failed registration's error: the caller got that one
+            }
         }
     }
 
@@ -1216,6 +1236,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         _cancelToken = default;
         _compose = null;
+        _abandonedWith = null;
+        _decidedEarly = false;
         _timed = false;
         _countsInputs = false;
         _letsGoOfLosers = false;
