@@ -180,7 +180,8 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
 /// <summary>Observes a forgotten task: reads its result when it completes, reporting a fault. Pooled.</summary>
 internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
 {
-    private static readonly Action<object?> s_onCompleted = static o => ((ForgetObserver)o!).OnCompleted();
+    /// <summary>The observer's continuation: run inline even by a source that dispatches its continuations (see SourceCore.RunWaiter).</summary>
+    internal static readonly Action<object?> s_onCompleted = static o => ((ForgetObserver)o!).OnCompleted();
 
 
     private ISpindleSource? _source;

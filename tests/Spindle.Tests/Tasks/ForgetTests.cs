@@ -217,4 +217,46 @@ public class ForgetTests
         // With no handler the fault is not swallowed: it goes to standard error.
         Assert.Contains("nobody listens", sink.ToString(), StringComparison.Ordinal);
     }
+    [Fact]
+    public void Forget_OnASourceThatDispatches_TheOwnersNextUseRightAfterward_ReportsOnlyRealFaults()
+    {
+        // The forgotten use is read as it completes, not later on a worker: by then its owner may have started the next
+        // use (the signal waited on again, the promise reset), and the late read reported the stale token as a fault.
+        // (Found by a review: 200 of 200 rounds reported.)
+        var error = new InvalidTimeZoneException("a real fault");
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            var signal = new Signal(initiallySet: false, runContinuationsAsynchronously: true);
+            var promise = new Promise(runContinuationsAsynchronously: true);
+            for (int i = 0; i < 200; i++)
+            {
+                signal.WaitAsync().Forget();
+                signal.Set();
+                SpindleTask next = signal.WaitAsync(); // the forgotten wait is over: the signal is idle
+                signal.Set();
+                next.GetAwaiter().GetResult();
+
+                promise.Task.Forget();
+                if (i % 2 == 0)
+                {
+                    promise.SetException(error);
+                }
+                else
+                {
+                    promise.SetResult();
+                }
+                promise.Reset();
+            }
+            Thread.Sleep(100); // anything queued to a worker has run by now
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        Assert.Equal(100, reported.Count);
+        Assert.All(reported, e => Assert.Same(error, e));
+    }
 }
