@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -97,6 +98,12 @@ public sealed partial class FrameLoop
     // The loop thread as an object, not an id: Thread.CurrentThread is a managed thread-static read (about 1.5 ns here),
     // Environment.CurrentManagedThreadId a runtime call (about 2.8 ns), and every await on the loop checks it.
     private Thread? _loopThread;
+    // The thread inside Enter..Exit (set and cleared by that thread only): while it is set, no other thread can take the
+    // loop, so its awaits add to the phases without a lock. The loop thread between steps adds under _takeoverLock,
+    // under which every change of _loopThread is made: a thread that takes the loop over cannot reach the phases while
+    // the previous loop thread is in the middle of an add.
+    private Thread? _owner;
+    private readonly object _takeoverLock = new();
     private int _busy;
     private int _runThreadId;
 
@@ -388,10 +395,28 @@ public sealed partial class FrameLoop
                 ? "RunFrame, BeginFrame or RunPhase was called from inside a frame (a continuation running on this loop). A frame cannot run another; await loop.NextFrame() instead."
                 : "Another thread is running a frame of this FrameLoop. A loop runs on one thread at a time.");
         }
-        Volatile.Write(ref _loopThread, Thread.CurrentThread);
+        Thread current = Thread.CurrentThread;
+        Volatile.Write(ref _owner, current);
+        if (Volatile.Read(ref _loopThread) != current)
+        {
+            SetLoopThread(current);
+        }
     }
 
-    private void Exit() => Volatile.Write(ref _busy, 0);
+    private void Exit()
+    {
+        Volatile.Write(ref _owner, null);
+        Volatile.Write(ref _busy, 0);
+    }
+
+    /// <summary>Changes the loop thread, waiting for an add the previous loop thread has in progress between its steps.</summary>
+    private void SetLoopThread(Thread? thread)
+    {
+        lock (_takeoverLock)
+        {
+            Volatile.Write(ref _loopThread, thread);
+        }
+    }
 
     private void BeginFrameCore(long deltaTicks)
     {
@@ -460,23 +485,51 @@ public sealed partial class FrameLoop
     /// Queues a continuation (a state-machine box, a delegate's work item, or a waiter holding its queue hold) for
     /// <paramref name="phase"/>: directly when on the loop thread, else through the hand-off inbox.
     /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal void Schedule(WorkItem item, FramePhase phase, FrameAwaitKind kind)
     {
-        if (Thread.CurrentThread == Volatile.Read(ref _loopThread))
+        if (Thread.CurrentThread == Volatile.Read(ref _owner))
         {
-            if (kind == FrameAwaitKind.NextFrame)
-            {
-                // The phase's first run in the next frame: not a run still to come in this one (the phase may be still
-                // to run, or a host may run it more than once a frame).
-                phase.AddNotBefore(item, _frameCount + 1);
-            }
-            else
-            {
-                phase.AddBack(item);
-            }
+            // Inside this thread's own frame or phase: no other thread can take the loop until it exits.
+            AddToPhase(item, phase, kind);
             return;
         }
+        ScheduleOutsideAStep(item, phase, kind);
+    }
+
+    /// <summary>Schedule from a thread that is not inside a step of the loop: the loop thread between steps, or another.</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private void ScheduleOutsideAStep(WorkItem item, FramePhase phase, FrameAwaitKind kind)
+    {
+        Thread current = Thread.CurrentThread;
+        if (current == Volatile.Read(ref _loopThread))
+        {
+            // The loop thread between its steps: another thread may be taking the loop over right now.
+            lock (_takeoverLock)
+            {
+                if (current == _loopThread)
+                {
+                    AddToPhase(item, phase, kind);
+                    return;
+                }
+            }
+        }
         _inbox.Post(item, phase);
+    }
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void AddToPhase(WorkItem item, FramePhase phase, FrameAwaitKind kind)
+    {
+        if (kind == FrameAwaitKind.NextFrame)
+        {
+            // The phase's first run in the next frame: not a run still to come in this one (the phase may be still
+            // to run, or a host may run it more than once a frame).
+            phase.AddNotBefore(item, _frameCount + 1);
+        }
+        else
+        {
+            phase.AddBack(item);
+        }
     }
 
     /// <summary>The wheel for timed waits of the given kind, created on first use (any thread).</summary>
@@ -538,7 +591,7 @@ public sealed partial class FrameLoop
         try
         {
             Volatile.Write(ref _runThreadId, Environment.CurrentManagedThreadId);
-            Volatile.Write(ref _loopThread, Thread.CurrentThread);
+            SetLoopThread(Thread.CurrentThread);
             TimeProvider clock = TimeProvider.System;
             var step = TimeSpan.FromTicks(Math.Max(1, (long)Math.Round(TimeSpan.TicksPerSecond / framesPerSecond)));
             double timestampsPerFrame = clock.TimestampFrequency / framesPerSecond;
@@ -575,7 +628,10 @@ public sealed partial class FrameLoop
         {
             // The thread is about to end: it is no longer the loop thread, so awaits made anywhere go through the hand-off
             // until a thread runs the loop again.
-            Interlocked.CompareExchange(ref _loopThread, null, Thread.CurrentThread);
+            lock (_takeoverLock)
+            {
+                Interlocked.CompareExchange(ref _loopThread, null, Thread.CurrentThread);
+            }
             Volatile.Write(ref _runThreadId, 0);
         }
     }

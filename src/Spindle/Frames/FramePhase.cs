@@ -1,5 +1,6 @@
 using System;
 using System.Runtime.CompilerServices;
+using System.Threading;
 
 namespace SpindleLib;
 
@@ -117,7 +118,20 @@ public sealed class FramePhase
         // context before itself, and this loop puts the default back after each one that changed it. Otherwise every
         // item switches to its own captured context and back.
 #if NET
-        RunItems(batch, 0, count, ContextFlow.IsDefaultNow());
+        if (ContextFlow.IsDefaultNow() || ContextFlow.s_default is null)
+        {
+            RunItems(batch, 0, count, ContextFlow.s_default is not null);
+        }
+        else
+        {
+            // A host with AsyncLocal values, or one that suppresses flow (Capture() is null: nothing to restore): run the
+            // batch inside ExecutionContext.Run of the default context, whose exit puts the host's context back whatever
+            // the items did. Items that carry no context of their own run in the default context, as on a worker.
+            _running = batch;
+            _runningCount = count;
+            ExecutionContext.Run(ContextFlow.s_default, s_runAllOnDefault, this);
+            _running = null;
+        }
 #else
         // netstandard2.1 cannot put a context back afterwards: the items run inside ExecutionContext.Run, left (which
         // puts the host's context back) and entered again after any item that changed it (ContextFlow.RunRestoring).
@@ -133,7 +147,16 @@ public sealed class FramePhase
         _spare = batch;
     }
 
-#if !NET
+#if NET
+    private static readonly System.Threading.ContextCallback s_runAllOnDefault = static o =>
+    {
+        var phase = (FramePhase)o!;
+        phase.RunItems(phase._running!, 0, phase._runningCount, onDefault: true);
+    };
+
+    private Slot[]? _running;
+    private int _runningCount;
+#else
     private static readonly System.Threading.ContextCallback s_runSome = static o =>
     {
         var phase = (FramePhase)o!;

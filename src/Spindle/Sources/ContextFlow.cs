@@ -214,7 +214,13 @@ internal static class ContextFlow
     {
         // A fresh capture each time: Mono's Run accepts a captured context only once.
         ExecutionContext? now = CaptureIsStable ? ExecutionContext.Capture() : null;
-        if (now is null)
+        if (now is null && s_default is not null && ExecutionContext.IsFlowSuppressed())
+        {
+            // The thread suppresses flow: there is no context of its own to enter, and what the body changed would stay.
+            // Run it in the default context (a copy: Mono's Run takes a context once), whose exit puts the thread's back.
+            Run(s_default.CreateCopy(), body, state);
+        }
+        else if (now is null)
         {
             body(state);
         }
@@ -230,6 +236,21 @@ internal static class ContextFlow
     /// </summary>
     public static bool HasChanged(ExecutionContext? entered) => CaptureIsStable && ExecutionContext.Capture() != entered;
 #endif
+
+    /// <summary>
+    /// The context to run work in that captured none (flow was suppressed when it was queued or suspended), when it is
+    /// not run by a loop that is on the default context and restores it: the default, as a worker would run it, so that
+    /// what it sets stays inside the Run that runs it and never reaches the thread that runs it. Null where there is no
+    /// default (no threads): the work then runs as it is. (A copy on netstandard2.1: Mono's Run takes a context once.)
+    /// </summary>
+    public static ExecutionContext? ForContextFree()
+    {
+#if NET
+        return s_default;
+#else
+        return s_default?.CreateCopy();
+#endif
+    }
 
     /// <summary>After an inline run: put the default context back if the code that ran changed it.</summary>
     public static void RestoreDefaultIfChanged()

@@ -237,34 +237,21 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
 }
 
 /// <summary>Bridges a Spindle source to a <see cref="Task"/> (allocates: a Task is an object).</summary>
+/// <remarks>
+/// An async Task method awaits the source, so that its outcome crosses exactly as an await of it would in BCL code: a
+/// cancellation stays the very <see cref="OperationCanceledException"/> thrown, with its token (the BCL's builder keeps
+/// it), and a fault its exception, whether the source had completed already or not.
+/// </remarks>
 internal static class TaskBridge
 {
     public static Task ToTask(ISpindleSource source, short token)
     {
-        switch (source.GetStatus(token))
+        if (source.GetStatus(token) == SpindleTaskStatus.Succeeded)
         {
-            case SpindleTaskStatus.Succeeded:
-                source.GetResult(token);
-                return Task.CompletedTask;
-            case SpindleTaskStatus.Pending:
-                var bridge = new Bridge<VoidResult>(source, token);
-                source.OnCompleted(Bridge<VoidResult>.s_onCompleted, bridge, token);
-                return bridge.Task;
-            default:
-                try
-                {
-                    source.GetResult(token);
-                    return Task.CompletedTask;
-                }
-                catch (OperationCanceledException oce)
-                {
-                    return Task.FromCanceled(oce.CancellationToken.IsCancellationRequested ? oce.CancellationToken : new CancellationToken(true));
-                }
-                catch (Exception ex)
-                {
-                    return Task.FromException(ex);
-                }
+            source.GetResult(token);
+            return Task.CompletedTask;
         }
+        return Await(new SpindleTask(source, token));
     }
 
     public static Task<T> ToTask<T>(ISpindleSource<T> source, short token)
@@ -273,47 +260,12 @@ internal static class TaskBridge
         {
             return Task.FromResult(source.GetResult(token));
         }
-        var bridge = new Bridge<T>(source, token);
-        source.OnCompleted(Bridge<T>.s_onCompleted, bridge, token);
-        return bridge.Task;
+        return Await(new SpindleTask<T>(source, token));
     }
 
-    private sealed class Bridge<T> : TaskCompletionSource<T>
-    {
-        public static readonly Action<object?> s_onCompleted = static o => ((Bridge<T>)o!).Complete();
+    private static async Task Await(SpindleTask task) => await task;
 
-        private readonly ISpindleSource _source;
-        private readonly short _token;
-
-        public Bridge(ISpindleSource source, short token)
-        {
-            _source = source;
-            _token = token;
-        }
-
-        private void Complete()
-        {
-            try
-            {
-                T result = _source is ISpindleSource<T> typed ? typed.GetResult(_token) : ReadVoid();
-                TrySetResult(result);
-            }
-            catch (OperationCanceledException oce)
-            {
-                TrySetCanceled(oce.CancellationToken);
-            }
-            catch (Exception ex)
-            {
-                TrySetException(ex);
-            }
-        }
-
-        private T ReadVoid()
-        {
-            _source.GetResult(_token);
-            return default!;
-        }
-    }
+    private static async Task<T> Await<T>(SpindleTask<T> task) => await task;
 }
 
 /// <summary>

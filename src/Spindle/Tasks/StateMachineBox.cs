@@ -150,7 +150,7 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
 
     public override void MoveNext()
     {
-        ExecutionContext? context = _context;
+        ExecutionContext? context = _context ?? ContextFlow.ForContextFree();
         if (context is null)
         {
             StateMachine.MoveNext();

@@ -32,7 +32,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 
     public override void Execute()
     {
-        ExecutionContext? context = _context;
+        ExecutionContext? context = _context ?? ContextFlow.ForContextFree();
         _context = null;
         if (context is null)
         {

@@ -320,6 +320,12 @@ internal sealed class WorkerPool : Scheduler
     {
 #if NET
         ExecutionContext? before = ExecutionContext.Capture();
+        if (before is null && ContextFlow.s_default is { } defaultContext)
+        {
+            // The helper suppresses flow: nothing to restore to, so run inside Run of the default, whose exit puts it back.
+            ExecutionContext.Run(defaultContext, s_pollTimers, timers);
+            return t_polled;
+        }
         bool ran = timers.Poll(out _);
         ContextFlow.RestoreIfChanged(before);
         return ran;
@@ -403,6 +409,13 @@ internal sealed class WorkerPool : Scheduler
     {
 #if NET
         ExecutionContext? before = ExecutionContext.Capture();
+        if (before is null && ContextFlow.s_default is { } defaultContext)
+        {
+            // The helper suppresses flow (Capture() is null): nothing to restore to, so run the item inside Run of the
+            // default context, whose exit puts the helper's own context back whatever the item did.
+            ExecutionContext.Run(defaultContext, s_runItemSafely, item);
+            return;
+        }
         RunItemSafely(item);
         ContextFlow.RestoreIfChanged(before);
 #else
@@ -410,11 +423,11 @@ internal sealed class WorkerPool : Scheduler
 #endif
     }
 
-#if !NET
     private static readonly ContextCallback s_runItemSafely = static o => RunItemSafely((WorkItem)o!);
     private static readonly ContextCallback s_pollTimers = static o => t_polled = ((WorkerTimers)o!).Poll(out _);
     [ThreadStatic]
     private static bool t_polled; // what s_pollTimers's Poll returned
+#if !NET
     private static readonly ContextCallback s_workerLoop = static o => { Worker w = (Worker)o!; w.Pool.WorkerLoop(w); };
 #endif
 
