@@ -1,4 +1,5 @@
 #if NET
+using System;
 using System.Collections.Generic;
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
@@ -85,12 +86,30 @@ internal static class SpindleMetrics
     {
         if (started != 0)
         {
-            FrameDuration.Record((Stopwatch.GetTimestamp() - started) / (double)Stopwatch.Frequency);
+            try
+            {
+                FrameDuration.Record((Stopwatch.GetTimestamp() - started) / (double)Stopwatch.Frequency);
+            }
+            catch (Exception)
+            {
+                // A listener that throws must not break the frame loop (RunFrame records this before it marks the loop idle).
+            }
         }
     }
 
     /// <summary>Counts a fault reported to <see cref="Spindle.UnobservedException"/>.</summary>
-    public static void ExceptionReported() => UnobservedExceptions.Add(1);
+    public static void ExceptionReported()
+    {
+        try
+        {
+            UnobservedExceptions.Add(1);
+        }
+        catch (Exception)
+        {
+            // A listener that throws must not lose the report (the handlers run after this), nor throw into the reporting
+            // thread: a worker's loop or the finalizer thread, where an escaping exception ends the process.
+        }
+    }
 }
 #else
 namespace SpindleLib;

@@ -200,6 +200,32 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
+    /// The status, read by a thread that holds no token and may race the owner's reuse of the source (the task tracker's
+    /// snapshot): never throws, and is at worst stale. The failure slot holds a waiter's state outside the completed
+    /// states, so it is read with a type test, and the word is read again: a change means the use was consumed (and maybe
+    /// reused) between the two reads, and the slot may belong to the next use.
+    /// </summary>
+    public SpindleTaskStatus StatusRacy
+    {
+        get
+        {
+            int w = Volatile.Read(ref _word);
+            if ((w & StateMask) < Completed)
+            {
+                return SpindleTaskStatus.Pending;
+            }
+            object? slot = Volatile.Read(ref _stateOrError);
+            if (Volatile.Read(ref _word) != w)
+            {
+                return SpindleTaskStatus.Pending; // consumed meanwhile: whatever is read now is not this use's
+            }
+            return slot is not ExceptionDispatchInfo e ? SpindleTaskStatus.Succeeded
+                : e.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
+                : SpindleTaskStatus.Faulted;
+        }
+    }
+
+    /// <summary>
     /// Reads the outcome without consuming it. Throws the stored exception on fault or cancellation. If the operation
     /// is still pending, blocks until it completes (a synchronous <c>GetAwaiter().GetResult()</c>), helping run work.
     /// </summary>

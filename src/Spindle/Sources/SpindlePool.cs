@@ -6,9 +6,16 @@ namespace SpindleLib;
 
 /// <summary>
 /// Settings and maintenance for Spindle's object pools. Spindle keeps one pool per pooled type (state-machine
-/// boxes, work items, combinators): a one-object cache per thread in front of a bounded shared stack.
+/// boxes, work items, combinators): a small stack per thread in front of a bounded shared stack.
 /// </summary>
-/// <remarks>All members are thread-safe.</remarks>
+/// <remarks>
+/// <para>All members are thread-safe.</para>
+/// <para>Each thread keeps up to 32 objects of each type, and trades with the shared stack 16 at a time; a thread whose
+/// own stack runs dry takes the whole shared stack at once (a thread that schedules many jobs then rents locally). So a
+/// thread may hold more than 32 objects of a type for a while, and a cap below 16 keeps nothing in the shared stack.
+/// <see cref="RetainedCount"/> counts the shared stacks only, and <see cref="Trim"/> empties them and the calling
+/// thread's own stacks: other threads' stacks are theirs.</para>
+/// </remarks>
 public static class SpindlePool
 {
     private static int s_maxRetainedPerType = 4096;

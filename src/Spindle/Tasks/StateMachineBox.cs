@@ -60,7 +60,7 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 
     public short Version => _core.Version;
 
-    internal sealed override SpindleTaskStatus StatusForDiagnostics => _core.StatusUnchecked;
+    internal sealed override SpindleTaskStatus StatusForDiagnostics => _core.StatusRacy;
 
     public void SetResult(TResult result) => _core.TrySetResult(result);
 

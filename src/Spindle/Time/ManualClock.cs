@@ -63,7 +63,7 @@ public sealed class ManualClock : TimeProvider
         long target;
         lock (_lock)
         {
-            target = _elapsedTicks + delta.Ticks;
+            target = SaturatingAdd(_elapsedTicks, delta.Ticks); // Advance(TimeSpan.MaxValue) must not wrap to the past
         }
         while (true)
         {
@@ -115,11 +115,14 @@ public sealed class ManualClock : TimeProvider
         _scheduled.Remove(timer);
         if (timer.Period > 0)
         {
-            timer.DueAt += timer.Period;
+            timer.DueAt = SaturatingAdd(timer.DueAt, timer.Period);
             timer.Sequence = ++_sequence;
             _scheduled.Add(timer);
         }
     }
+
+    /// <summary>Two non-negative tick counts added, capped at <see cref="long.MaxValue"/> instead of wrapping negative.</summary>
+    private static long SaturatingAdd(long a, long b) => b > long.MaxValue - a ? long.MaxValue : a + b;
 
     private static void ValidateTimeout(TimeSpan value, string name)
     {
@@ -163,14 +166,14 @@ public sealed class ManualClock : TimeProvider
                 {
                     return true;
                 }
-                DueAt = _clock._elapsedTicks + dueTime.Ticks;
+                DueAt = SaturatingAdd(_clock._elapsedTicks, dueTime.Ticks);
                 Sequence = ++_clock._sequence;
                 fireNow = dueTime == TimeSpan.Zero;
                 if (fireNow)
                 {
                     if (Period > 0)
                     {
-                        DueAt += Period;
+                        DueAt = SaturatingAdd(DueAt, Period);
                         _clock._scheduled.Add(this);
                     }
                 }
