@@ -140,6 +140,9 @@ public sealed partial class FrameLoop
     /// <summary>The number of frames begun: 0 before the first, N during frame N and until frame N + 1 begins.</summary>
     public long FrameCount => Volatile.Read(ref _frameCount);
 
+    /// <summary>The frame count, read on the loop thread (the phases' queues mark what each frame queued).</summary>
+    internal long CurrentFrame => _frameCount;
+
     /// <summary>Loop time: the sum of every frame's <see cref="DeltaTime"/>, as of the current frame's start.</summary>
     public TimeSpan Time => TimeSpan.FromTicks(Volatile.Read(ref _timeTicks));
 
@@ -524,7 +527,7 @@ public sealed partial class FrameLoop
         {
             // The phase's first run in the next frame: not a run still to come in this one (the phase may be still
             // to run, or a host may run it more than once a frame).
-            phase.AddNotBefore(item, _frameCount + 1);
+            phase.AddNextFrame(item);
         }
         else
         {

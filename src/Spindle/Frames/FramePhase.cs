@@ -20,16 +20,28 @@ public sealed class FramePhase
     private const int InitialCapacity = 16;
 
     // The phase's continuation queue (loop thread only). Double-buffered: Run takes _back as the batch it runs, and what
-    // the batch queues to this phase goes to a fresh _back, so it runs at the phase's next run. Each entry carries the
-    // first frame it may run in: 0 for the next run (Yield, a hand-off, a due delay), N + 1 for a NextFrame awaited in
-    // frame N. A run of frame F leaves the entries marked for a later frame in the queue, in order and ahead of everything
-    // queued after them (a NextFrame awaited before its phase ran in this frame, or a phase a host runs more than once a
-    // frame); _holdUntil, the latest such mark, lets a run skip that pass when nothing waits for a later frame. _spare is
-    // the array the previous run emptied. Both are reused: a frame allocates nothing once they are big enough.
+    // the batch queues to this phase goes to a fresh _back, so it runs at the phase's next run. _spare is the array the
+    // previous run emptied. Both are reused: a frame allocates nothing once they are big enough.
+    //
+    // A NextFrame entry queued in frame N must not run before frame N + 1, nor at a run of this phase still to come in
+    // frame N (the phase may be still to run, or a host may run it more than once a frame). Entries are appended in
+    // time order, so those queued in the current frame are a tail of _back: the segment from _segmentStart, queued in
+    // frame _segmentFrame. _segmentKind says what it holds: entries for the next run only (Free), NextFrame entries only
+    // (Held), or both (Mixed, with the run lengths in order in _runs: positive free, negative held). A run of frame F
+    // whose segment is F's puts the segment's NextFrame entries back at the head of the queue, in order; any other run
+    // runs everything. Nothing is stored per entry, so a slot stays one reference.
+    private const byte Free = 1;
+    private const byte Held = 2;
+    private const byte Mixed = 3;
+
     private Slot[] _back = new Slot[InitialCapacity];
     private int _backCount;
-    private long _holdUntil;
     private Slot[] _spare = new Slot[InitialCapacity];
+    private long _segmentFrame = -1;
+    private int _segmentStart;
+    private byte _segmentKind;
+    private int[] _runs = Array.Empty<int>();
+    private int _runCount;
 
     /// <summary>
     /// A queue slot. Storing an object into an array of a struct needs no covariance check, where storing a
@@ -38,7 +50,6 @@ public sealed class FramePhase
     private struct Slot
     {
         public WorkItem? Item;
-        public long NotBefore;
     }
 
     internal FramePhase(FrameLoop loop, string name)
@@ -64,21 +75,14 @@ public sealed class FramePhase
 
     /// <summary>Queues <paramref name="item"/> for the phase's next run.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    internal void AddBack(WorkItem item) => Add(item, 0);
+    internal void AddBack(WorkItem item) => Add(item, Free);
 
-    /// <summary>Queues <paramref name="item"/> for the phase's first run in frame <paramref name="frame"/> or later.</summary>
+    /// <summary>Queues <paramref name="item"/> for the phase's first run in the next frame.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    internal void AddNotBefore(WorkItem item, long frame)
-    {
-        Add(item, frame);
-        if (frame > _holdUntil)
-        {
-            _holdUntil = frame;
-        }
-    }
+    internal void AddNextFrame(WorkItem item) => Add(item, Held);
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    private void Add(WorkItem item, long notBefore)
+    private void Add(WorkItem item, byte kind)
     {
         Slot[] items = _back;
         int n = _backCount;
@@ -87,8 +91,50 @@ public sealed class FramePhase
             items = Grow(ref _back);
         }
         items[n].Item = item;
-        items[n].NotBefore = notBefore;
         _backCount = n + 1;
+        long frame = Loop.CurrentFrame;
+        if (frame != _segmentFrame)
+        {
+            _segmentFrame = frame;
+            _segmentStart = n;
+            _segmentKind = kind;
+        }
+        else if (kind != _segmentKind)
+        {
+            NoteMixed(n, kind);
+        }
+    }
+
+    /// <summary>The current frame's segment holds entries of both kinds: keep the run lengths (rare: uniform segments keep none).</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private void NoteMixed(int n, byte kind)
+    {
+        if (_segmentKind != Mixed)
+        {
+            // Uniform until now: one run of everything before this entry.
+            _runCount = 0;
+            PushRun(_segmentKind == Free ? n - _segmentStart : _segmentStart - n);
+            _segmentKind = Mixed;
+        }
+        int step = kind == Free ? 1 : -1;
+        int last = _runs[_runCount - 1];
+        if ((last > 0) == (step > 0))
+        {
+            _runs[_runCount - 1] = last + step;
+        }
+        else
+        {
+            PushRun(step);
+        }
+    }
+
+    private void PushRun(int length)
+    {
+        if (_runCount == _runs.Length)
+        {
+            Array.Resize(ref _runs, Math.Max(4, _runs.Length * 2));
+        }
+        _runs[_runCount++] = length;
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
@@ -109,9 +155,15 @@ public sealed class FramePhase
         int count = _backCount;
         _back = _spare;
         _backCount = 0;
-        if (_holdUntil > frame)
+        byte segment = _segmentFrame == frame ? _segmentKind : (byte)0;
+        int segmentStart = _segmentStart;
+        int runCount = _runCount;
+        _segmentFrame = -1;
+        _segmentKind = 0;
+        _runCount = 0;
+        if (segment >= Held)
         {
-            count = HoldBack(batch, count, frame);
+            count = HoldBack(batch, count, segmentStart, segment, runCount);
         }
 
         // In the default context (a host thread with no AsyncLocal values, as usual), each item may skip checking the
@@ -169,30 +221,47 @@ public sealed class FramePhase
 #endif
 
     /// <summary>
-    /// The batch holds entries marked for a frame after <paramref name="frame"/>: they go back into the queue, in order
-    /// (nothing else is in it yet, so they stay ahead of what this run queues), and the rest close up to run now. Returns
-    /// how many run now.
+    /// The batch's tail from <paramref name="segmentStart"/> was queued in this frame and holds NextFrame entries: they
+    /// go back into the queue, in order (nothing else is in it yet, so they stay ahead of what this run queues), and the
+    /// rest close up to run now. Returns how many run now.
     /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
-    private int HoldBack(Slot[] batch, int count, long frame)
+    private int HoldBack(Slot[] batch, int count, int segmentStart, byte segment, int runCount)
     {
-        _holdUntil = 0;
-        int kept = 0;
-        for (int i = 0; i < count; i++)
+        int kept = segmentStart;
+        if (segment == Held)
         {
-            WorkItem item = batch[i].Item!;
-            long notBefore = batch[i].NotBefore;
-            batch[i].Item = null;
-            if (notBefore > frame)
+            for (int i = segmentStart; i < count; i++)
             {
-                AddNotBefore(item, notBefore);
+                WorkItem item = batch[i].Item!;
+                batch[i].Item = null;
+                AddNextFrame(item);
             }
-            else
+            return kept;
+        }
+        // Mixed. The held entries go back as a uniform segment, so the run lengths read here are not written meanwhile.
+        int[] runs = _runs;
+        int next = segmentStart;
+        for (int r = 0; r < runCount; r++)
+        {
+            int length = runs[r];
+            bool held = length < 0;
+            for (int k = held ? -length : length; k > 0; k--)
             {
-                batch[kept].Item = item;
-                kept++;
+                WorkItem item = batch[next].Item!;
+                batch[next].Item = null;
+                next++;
+                if (held)
+                {
+                    AddNextFrame(item);
+                }
+                else
+                {
+                    batch[kept++].Item = item;
+                }
             }
         }
+        System.Diagnostics.Debug.Assert(next == count, "the runs cover the segment");
         return kept;
     }
 

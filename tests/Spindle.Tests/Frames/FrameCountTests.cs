@@ -222,6 +222,78 @@ public sealed class FrameCountTests
     }
 
     [Fact]
+    public void MixedYieldAndNextFrame_InAPhaseRunTwicePerFrame_EachResumesAtItsRunAndInOrder()
+    {
+        // Tasks alternate Yield and NextFrame into one phase that the host runs twice a frame: a Yield resumes at the
+        // phase's next run (the second of the frame), a NextFrame at the first run of the next frame, and within a run
+        // continuations resume in the order they were queued.
+        var loop = new FrameLoop();
+        int run = -1;
+        int queued = 0;
+        var log = new System.Collections.Generic.List<(int Task, long Frame, int Run, int QueuedAs)>();
+        async SpindleTask Body(int id)
+        {
+            await loop.Yield(loop.FixedUpdate); // everyone starts at the first run of frame 1
+            for (int i = 0; i < 3; i++)
+            {
+                int ticket = queued++;
+                if ((id + i) % 2 == 0)
+                {
+                    await loop.Yield(loop.FixedUpdate);
+                }
+                else
+                {
+                    await loop.NextFrame(loop.FixedUpdate);
+                }
+                log.Add((id, loop.FrameCount, run, ticket));
+            }
+        }
+        for (int id = 0; id < 6; id++)
+        {
+            Body(id).Forget();
+        }
+        for (int f = 0; f < 5; f++)
+        {
+            loop.BeginFrame(TimeSpan.FromMilliseconds(16));
+            foreach (FramePhase phase in loop.Phases)
+            {
+                if (phase == loop.FixedUpdate)
+                {
+                    for (run = 0; run < 2; run++)
+                    {
+                        loop.RunPhase(phase);
+                    }
+                    run = -1;
+                }
+                else
+                {
+                    loop.RunPhase(phase);
+                }
+            }
+        }
+        // Each task's three resumes, worked out by hand: a Yield in run 0 goes to run 1 of the same frame; a Yield in run
+        // 1, and any NextFrame, go to run 0 of the next frame.
+        for (int id = 0; id < 6; id++)
+        {
+            (long Frame, int Run) at = (1, 0);
+            var expected = new System.Collections.Generic.List<(long, int)>();
+            for (int i = 0; i < 3; i++)
+            {
+                at = (id + i) % 2 == 0 && at.Run == 0 ? (at.Frame, 1) : (at.Frame + 1, 0);
+                expected.Add(at);
+            }
+            Assert.Equal(expected, log.FindAll(e => e.Task == id).ConvertAll(e => (e.Frame, e.Run)));
+        }
+        // Within each run, continuations resume in the order they were queued (NextFrames held back at a run keep their
+        // place ahead of what that run queues).
+        foreach (var group in System.Linq.Enumerable.GroupBy(log, e => (e.Frame, e.Run)))
+        {
+            var order = System.Linq.Enumerable.ToList(System.Linq.Enumerable.Select(group, e => e.QueuedAs));
+            Assert.Equal(System.Linq.Enumerable.OrderBy(order, x => x), order);
+        }
+    }
+
+    [Fact]
     public void NextFrameInALoop_ResumesOncePerFrame()
     {
         FrameLoop loop = FrameUtil.NewBoundLoop();
