@@ -390,7 +390,7 @@ internal abstract class CombinatorCore
     private static void ReadLoserNow(Slot slot)
     {
         SpinWait spin = default;
-        if (Interlocked.CompareExchange(ref slot.ReadState, Slot.Reading, Slot.Unread) != Slot.Unread)
+        if (!slot.TryClaimRead())
         {
             while (Volatile.Read(ref slot.ReadState) != Slot.Read)
             {
@@ -402,7 +402,7 @@ internal abstract class CombinatorCore
         {
             // The slot's registration failed (the caller's error) and its source was withdrawn after this thread met it:
             // there is nothing of this slot's to read.
-            Volatile.Write(ref slot.ReadState, Slot.Read);
+            slot.EndRead();
             return;
         }
         while (!HasSettled(source, slot.Token))
@@ -410,7 +410,7 @@ internal abstract class CombinatorCore
             spin.SpinOnce(); // its completer is between its claim and its publication: a few stores
         }
         ReportLoser(slot.ReadInput());
-        Volatile.Write(ref slot.ReadState, Slot.Read);
+        slot.EndRead();
     }
 
     private static bool HasSettled(ISpindleSource source, short token)
@@ -431,10 +431,10 @@ internal abstract class CombinatorCore
     /// </summary>
     protected void ReadLoser(Slot slot)
     {
-        if (slot.Kind != InputKind.Spindle || Interlocked.CompareExchange(ref slot.ReadState, Slot.Reading, Slot.Unread) == Slot.Unread)
+        if (slot.TryClaimRead())
         {
             ReportLoser(slot.ReadInput());
-            Volatile.Write(ref slot.ReadState, Slot.Read);
+            slot.EndRead();
         }
         Release();
     }
@@ -488,6 +488,15 @@ internal abstract class CombinatorCore
         public const int Unread = 0;
         public const int Reading = 1;
         public const int Read = 2;
+
+        /// <summary>
+        /// Claims the input's one read (true), against a decider that may read it early; false if the other side has
+        /// claimed it. Only a Spindle input can be read early, so any other kind is always the caller's to read.
+        /// </summary>
+        public bool TryClaimRead() => Kind != InputKind.Spindle || Interlocked.CompareExchange(ref ReadState, Reading, Unread) == Unread;
+
+        /// <summary>The claimed read is done: a side that lost the claim and waits for it may go on.</summary>
+        public void EndRead() => Volatile.Write(ref ReadState, Read);
 
         private InputCell? _cellCache;
 
@@ -788,8 +797,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     /// <summary>
     /// Starts a use: returns its token and lets <paramref name="cancellationToken"/> cancel the combined task (not the
-    /// inputs: a WhenAny detaches from those it can, and the rest are read when they finish). Called before the inputs
-    /// are registered, so a token that is already cancelled cancels at once. The registration is removed when the result is read or the object recycled.
+    /// inputs: the combinator lets go of those it can, and reads the rest when they finish). Called before the inputs
+    /// are registered, so a token that is already cancelled cancels at once, and the inputs registered afterwards are let
+    /// go of by their registrant. The registration is removed when the result is read or the object recycled.
     /// </summary>
     public short Start(CancellationToken cancellationToken)
     {
@@ -818,7 +828,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// <summary>
     /// Arms a WhenAll's timeout, before any input is registered (so nothing else touches the counts yet). The timer holds
     /// a reference of its own, so the inputs' countdown moves to <see cref="_inputsLeft"/>. A zero timeout needs no
-    /// timer: the combined task fails at once, and the inputs are still read as they finish.
+    /// timer: the combined task fails at once, and the inputs are let go of as they are registered (see
+    /// <see cref="CombinatorCore.LetGoAfterDecision"/>).
     /// </summary>
     private void StartTimeout(TimerWheel timers)
     {
@@ -868,10 +879,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             // The consumer's reference keeps the object until it reads, which it can only do after the publication below.
             Interlocked.Add(ref _references, -detached);
-            if (Interlocked.Add(ref _inputsLeft, -detached) == 0)
-            {
-                ReportStoredFailures(); // every input is accounted for now: no callback will report them
-            }
+            InputsLetGo(detached);
         }
         _core.EndCompletion(waiter, outcome);
     }
@@ -882,11 +890,24 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// </summary>
     protected override void OnInputLetGo()
     {
-        if (_countsInputs && Interlocked.Decrement(ref _inputsLeft) == 0)
+        if (_countsInputs)
+        {
+            InputsLetGo(1);
+        }
+        Release();
+    }
+
+    /// <summary>
+    /// Counts <paramref name="count"/> inputs that were let go of after a token or timeout decided (they never call back)
+    /// as finished; whoever accounts for the last input reports the failures the inputs left in their slots, as no
+    /// callback will.
+    /// </summary>
+    private void InputsLetGo(int count)
+    {
+        if (Interlocked.Add(ref _inputsLeft, -count) == 0)
         {
             ReportStoredFailures();
         }
-        Release();
     }
 
     /// <summary>
@@ -1096,10 +1117,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             // The token or the timeout may decide first and read this input itself (ReadLoserNow): the read is claimed,
             // and whoever loses the claim leaves it to the other (which reports a failure it reads).
-            if (slot.Kind != InputKind.Spindle || Interlocked.CompareExchange(ref slot.ReadState, Slot.Reading, Slot.Unread) == Slot.Unread)
+            if (slot.TryClaimRead())
             {
                 slot.Error = slot.ReadInput(); // published to the last input by the interlocked decrement below
-                Volatile.Write(ref slot.ReadState, Slot.Read);
+                slot.EndRead();
             }
             // The combined task may already have completed (timed out, cancelled) and its consumer dropped its reference:
             // the last input is the one that brings the input count to zero, and it still holds its own reference.

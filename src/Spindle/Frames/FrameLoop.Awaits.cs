@@ -22,8 +22,9 @@ public sealed partial class FrameLoop
     public FrameAwaitable Yield(CancellationToken cancellationToken = default) => Await(Update, FrameAwaitKind.Yield, cancellationToken);
 
     /// <summary>
-    /// Resumes at the next run of <paramref name="phase"/>: later in this frame if the phase has not started in it yet,
-    /// else in the next frame. From another thread: in the phase of the next frame to begin.
+    /// Resumes at the next run of <paramref name="phase"/>: later in this frame if the phase has not started in it yet
+    /// (or if a host runs it again in this frame, see <see cref="RunPhase"/>), else in the next frame. From another
+    /// thread: in the phase of the next frame to begin.
     /// </summary>
     /// <param name="phase">The phase to resume in.</param>
     /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>
@@ -41,8 +42,8 @@ public sealed partial class FrameLoop
 
     /// <summary>
     /// Resumes in <paramref name="phase"/> of the next frame: awaited during frame N, or between frames N and N + 1, it
-    /// resumes in frame N + 1, even if the phase has not yet run in frame N. From another thread: in the phase of the
-    /// next frame to begin.
+    /// resumes at the phase's first run in frame N + 1, even if the phase has not yet run in frame N, and even if a host
+    /// runs the phase more than once a frame. From another thread: in the phase of the next frame to begin.
     /// </summary>
     /// <param name="phase">The phase to resume in.</param>
     /// <param name="cancellationToken">Cancels the wait: it completes at once with <see cref="OperationCanceledException"/>.</param>

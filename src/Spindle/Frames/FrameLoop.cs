@@ -19,15 +19,16 @@ namespace SpindleLib;
 /// queue, for their phases, the delays and frame delays that fall due, in the order they were started. Each phase then
 /// runs the continuations queued for it, first queued first run.</para>
 /// <para><b>Double buffering.</b> A phase runs the batch queued for it before it started. A continuation that the batch
-/// queues to the same phase (or to an earlier one) runs at that phase's next run, in the next frame; one queued to a
-/// later phase runs in this frame. A frame therefore always ends, and <see cref="Yield(CancellationToken)"/> in a loop
-/// resumes once per frame.</para>
+/// queues to the same phase (or to an earlier one) runs at that phase's next run, in the next frame (or later in this
+/// frame, if a host runs the phase again: see <see cref="RunPhase"/>); one queued to a later phase runs in this frame. A
+/// frame therefore always ends, and <see cref="Yield(CancellationToken)"/> in a loop resumes once per frame.</para>
 /// <para><b>Which frame each await resumes in</b>, awaited on the loop thread during frame N (a phase is "still to run"
 /// if it has not started in frame N):</para>
 /// <list type="bullet">
-/// <item><see cref="Yield(FramePhase, CancellationToken)"/>: the phase's next run: frame N if the phase is still to run,
-/// else frame N + 1.</item>
-/// <item><see cref="NextFrame(FramePhase, CancellationToken)"/>: the phase in frame N + 1, always.</item>
+/// <item><see cref="Yield(FramePhase, CancellationToken)"/>: the phase's next run: frame N if the phase is still to run
+/// (or if a host runs it again in frame N), else frame N + 1.</item>
+/// <item><see cref="NextFrame(FramePhase, CancellationToken)"/>: the phase's first run in frame N + 1, always (never a run
+/// still to come in frame N, even when a host runs the phase several times a frame).</item>
 /// <item><see cref="DelayFrame(int, FramePhase, CancellationToken)"/>: the phase in frame N + n (n = 0 is a Yield).</item>
 /// <item><see cref="Delay(TimeSpan, FrameTimeKind, FramePhase, CancellationToken)"/>: the phase in the first frame that
 /// begins with loop time at or past the deadline (the start time plus the delay, rounded up to the millisecond).</item>
@@ -336,8 +337,9 @@ public sealed partial class FrameLoop
 
     /// <summary>
     /// Runs one phase of the current frame on the calling thread: the continuations queued for it, first queued first
-    /// run. Those it queues to itself wait for its next run. For hosts that call it more than once in a frame, each run
-    /// takes what was queued for it since the previous one.
+    /// run. Those it queues to itself wait for its next run. A host may call it more than once in a frame (several physics
+    /// steps of FixedUpdate): each run takes what was queued for it since the previous one, except NextFrame
+    /// continuations awaited in this frame, which wait for the phase's first run in the next frame.
     /// </summary>
     /// <exception cref="ArgumentNullException"><paramref name="phase"/> is null.</exception>
     /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>

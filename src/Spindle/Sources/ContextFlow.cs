@@ -186,6 +186,26 @@ internal static class ContextFlow
 #endif
     }
 
+#if NET
+    /// <summary>
+    /// For a thread that runs work inside some other code's context and then restores it (a helping waiter): captures that
+    /// context into <paramref name="before"/>; if the thread suppresses flow (nothing to capture, so nothing to restore),
+    /// runs <paramref name="callback"/> inside Run of the default context instead, whose exit puts the thread's own context
+    /// back whatever the work did, and returns true. False: the caller runs the work itself, then
+    /// <see cref="RestoreIfChanged"/>.
+    /// </summary>
+    public static bool TryRunWhereFlowIsSuppressed(ContextCallback callback, object state, out ExecutionContext? before)
+    {
+        before = ExecutionContext.Capture();
+        if (before is null && s_default is { } defaultContext)
+        {
+            ExecutionContext.Run(defaultContext, callback, state);
+            return true;
+        }
+        return false;
+    }
+#endif
+
     /// <summary>
     /// After running code inside some other code's context (a worker helping while it waits, an item run inline by the
     /// code awaiting it): put that context back if the code that ran changed it.

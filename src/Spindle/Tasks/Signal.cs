@@ -14,8 +14,9 @@ namespace SpindleLib;
 /// cancellation; exactly one of a set and a cancellation ends a wait. Only one wait may be pending at a time: a
 /// second concurrent <see cref="WaitAsync"/> throws <see cref="InvalidOperationException"/>.</para>
 /// <para>A wait given to <see cref="SpindleTask.WhenAny(System.ReadOnlySpan{SpindleTask})"/> that loses ends when the
-/// race is decided: the signal is idle again at once, so it can be waited on again, and a later <see cref="Set"/> is
-/// kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
+/// race is decided (so does one given to a WhenAll whose token or timeout wins, or to
+/// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel)"/> that times out): the signal is idle again at once, so it
+/// can be waited on again, and a later <see cref="Set"/> is kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
 /// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.) Until the WhenAny completes, the wait
 /// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.</para>
 /// <para>The whole state is the completion core's one word (see <c>SourceCore</c>): idle (the last wait is over), set
@@ -121,11 +122,7 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         {
             try
             {
-                if (cancel is not null)
-                {
-                    CancellationRegistrations.Drop(ref cancel.Registration);
-                    cancel.Token = default;
-                }
+                DropRegistration(cancel);
                 if (cancellationToken.CanBeCanceled)
                 {
                     cancel ??= _cancel = new CancelState();
@@ -239,9 +236,11 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         }
     }
 
-    private void DropRegistration()
+    private void DropRegistration() => DropRegistration(_cancel);
+
+    private static void DropRegistration(CancelState? cancel)
     {
-        if (_cancel is { } cancel)
+        if (cancel is not null)
         {
             CancellationRegistrations.Drop(ref cancel.Registration);
             cancel.Token = default;

@@ -83,29 +83,30 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
         }
         if (waiters is not null)
         {
-            RunAll(waiters, 0);
+            RunAll(waiters);
         }
     }
 
     /// <summary>
-    /// Runs every waiter from <paramref name="start"/> on, each exactly once: a waiter that throws (a continuation may)
-    /// must not keep the ones after it from running (a thread blocked in GetResult among them would never wake). The
-    /// first exception is rethrown to the completer once the rest have run, as a single waiter's would be.
+    /// Runs every waiter, each exactly once: a waiter that throws (a continuation may) must not keep the ones after it
+    /// from running (a thread blocked in GetResult among them would never wake). The first exception is rethrown to the
+    /// completer once the rest have run, as a single waiter's would be.
     /// </summary>
-    private static void RunAll(List<(Action<object?> Continuation, object? State)> waiters, int start)
+    private static void RunAll(List<(Action<object?> Continuation, object? State)> waiters)
     {
-        for (int i = start; i < waiters.Count; i++)
+        ExceptionDispatchInfo? first = null;
+        for (int i = 0; i < waiters.Count; i++)
         {
             try
             {
                 Continuations.Invoke(waiters[i].Continuation, waiters[i].State);
             }
-            catch
+            catch (Exception ex)
             {
-                RunAll(waiters, i + 1);
-                throw;
+                first ??= ExceptionDispatchInfo.Capture(ex);
             }
         }
+        first?.Throw();
     }
 
     private T ReadVoid(ISpindleSource source)

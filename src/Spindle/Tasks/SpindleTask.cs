@@ -76,8 +76,9 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// Lets the task run to completion with nobody awaiting it. A fault is reported to
-    /// <see cref="Spindle.UnobservedException"/>; cancellation is not a fault and is not reported. The task must not be
-    /// awaited afterwards.
+    /// <see cref="Spindle.UnobservedException"/>, on the thread that completes the task (even for a source that runs its
+    /// continuations asynchronously: the outcome is read as the task completes, before its source can be reused);
+    /// cancellation is not a fault and is not reported. The task must not be awaited afterwards.
     /// </summary>
     public void Forget()
     {

@@ -319,11 +319,8 @@ internal sealed class WorkerPool : Scheduler
     private static bool PollKeepingContext(WorkerTimers timers)
     {
 #if NET
-        ExecutionContext? before = ExecutionContext.Capture();
-        if (before is null && ContextFlow.s_default is { } defaultContext)
+        if (ContextFlow.TryRunWhereFlowIsSuppressed(s_pollTimers, timers, out ExecutionContext? before))
         {
-            // The helper suppresses flow: nothing to restore to, so run inside Run of the default, whose exit puts it back.
-            ExecutionContext.Run(defaultContext, s_pollTimers, timers);
             return t_polled;
         }
         bool ran = timers.Poll(out _);
@@ -408,12 +405,8 @@ internal sealed class WorkerPool : Scheduler
     private static void RunItemKeepingContext(WorkItem item)
     {
 #if NET
-        ExecutionContext? before = ExecutionContext.Capture();
-        if (before is null && ContextFlow.s_default is { } defaultContext)
+        if (ContextFlow.TryRunWhereFlowIsSuppressed(s_runItemSafely, item, out ExecutionContext? before))
         {
-            // The helper suppresses flow (Capture() is null): nothing to restore to, so run the item inside Run of the
-            // default context, whose exit puts the helper's own context back whatever the item did.
-            ExecutionContext.Run(defaultContext, s_runItemSafely, item);
             return;
         }
         RunItemSafely(item);

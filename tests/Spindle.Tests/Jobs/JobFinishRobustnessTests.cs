@@ -78,7 +78,7 @@ public class JobFinishRobustnessTests
             h.GetAwaiter().UnsafeOnCompleted(() => throw new InvalidProgramException("a continuation that throws"));
             var waiter = new Thread(() => h.Complete()) { IsBackground = true, Name = "job waiter" };
             waiter.Start();
-            Thread.Sleep(300); // long enough for Complete() to stop spinning and register its own waiter on the job
+            Thread.Sleep(300); // usually long enough for Complete() to stop spinning and register its own waiter on the job (if not, the test still checks that it returns)
             gate.Release.Set();
             TestUtil.SpinUntil(() => h.IsCompleted, 10);
             Assert.True(waiter.Join(TimeSpan.FromSeconds(10)), "Complete() on another thread never returned, though the job had finished");
@@ -148,7 +148,7 @@ public class JobFinishRobustnessTests
         {
             int[] inFlight = InFlight;
             Interlocked.Increment(ref inFlight[0]);
-            SpinWait.SpinUntil(() => Volatile.Read(ref inFlight[0]) >= 2, 200); // let a second batch start meanwhile
+            SpinWait.SpinUntil(() => Volatile.Read(ref inFlight[0]) >= 2, 1000); // let a second batch start meanwhile
             Interlocked.Increment(ref Thrown[0]);
             throw new ArithmeticException("index " + index);
         }

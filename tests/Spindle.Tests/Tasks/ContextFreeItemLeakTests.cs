@@ -60,7 +60,7 @@ public sealed class ContextFreeItemLeakTests
             recorder.GetAwaiter().GetResult();
         }));
 
-        Assert.NotEqual("leak", seen[0]);
+        Assert.Null(seen[0]); // the default context: neither the other item's value nor the host's
         Assert.Equal("host", hostAfter);
     }
 
@@ -86,7 +86,7 @@ public sealed class ContextFreeItemLeakTests
             recorder.GetAwaiter().GetResult();
         }));
 
-        Assert.NotEqual("leak", seen[0]);
+        Assert.Null(seen[0]); // the default context: neither the other item's value nor the host's
         Assert.Null(hostAfter);
     }
 

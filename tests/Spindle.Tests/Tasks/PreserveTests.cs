@@ -166,4 +166,20 @@ public class PreserveTests
         Assert.Equal(2, Volatile.Read(ref ran));
         preserved.GetAwaiter().GetResult(); // completed, and readable again
     }
+
+    [Fact]
+    public void Preserve_TwoWaitersThrow_TheFirstExceptionReachesTheCompleter_AfterTheRestHaveRun()
+    {
+        var p = new Promise();
+        SpindleTask preserved = p.Task.Preserve();
+        int ran = 0;
+        preserved.GetAwaiter().OnCompleted(() => throw new InvalidOperationException("first waiter"));
+        preserved.GetAwaiter().OnCompleted(() => throw new InvalidOperationException("second waiter"));
+        preserved.GetAwaiter().OnCompleted(() => Interlocked.Increment(ref ran));
+
+        InvalidOperationException thrown = Assert.Throws<InvalidOperationException>(() => p.SetResult());
+
+        Assert.Equal("first waiter", thrown.Message);
+        Assert.Equal(1, Volatile.Read(ref ran));
+    }
 }

@@ -85,7 +85,7 @@ public class TimerWheelDisposeTests
             {
                 all = tasks.ToArray();
             }
-            await Task.WhenAny(Task.WhenAll(all).ContinueWith(static _ => { }, TaskScheduler.Default), Task.Delay(5000));
+            await Task.WhenAny(Task.WhenAll(all).ContinueWith(static _ => { }, TaskScheduler.Default), Task.Delay(30000));
             foreach (Task delay in all)
             {
                 if (!delay.IsCompleted)
