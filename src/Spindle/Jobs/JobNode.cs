@@ -520,16 +520,8 @@ internal abstract class JobNode : WorkItem
                 object? state = continuations.State;
                 continuations.Return();
                 // A continuation that throws must not unwind the finish: the waiters after it (a thread blocked in
-                // Complete() among them) would never be woken, and the job's reference never dropped. It is reported,
-                // as the timer wheel reports one (WheelShard.Fire).
-                try
-                {
-                    Continuations.Invoke(continuation, state);
-                }
-                catch (Exception ex)
-                {
-                    UnobservedExceptions.Report(ex);
-                }
+                // Complete() among them) would never be woken, and the job's reference never dropped. It is reported.
+                Continuations.InvokeReporting(continuation, state);
                 continuations = next;
             }
         }

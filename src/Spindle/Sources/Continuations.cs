@@ -50,6 +50,24 @@ internal static class Continuations
         }
     }
 
+    /// <summary>
+    /// Runs a waiter as <see cref="Invoke"/> does, and reports an exception it throws (a delegate continuation may) to
+    /// <see cref="Spindle.UnobservedException"/> instead of letting it unwind the caller: for a caller that runs waiters
+    /// one after another (a timer batch, a wheel's pass, a job's finish), where one that throws must not keep the rest
+    /// from running, nor end a worker's thread.
+    /// </summary>
+    public static void InvokeReporting(object continuation, object? state)
+    {
+        try
+        {
+            Invoke(continuation, state);
+        }
+        catch (Exception ex)
+        {
+            UnobservedExceptions.Report(ex);
+        }
+    }
+
     /// <summary>Queues the continuation to the default scheduler. A direct waiter is queued as itself, allocation-free.</summary>
     public static void Dispatch(object continuation, object? state)
     {

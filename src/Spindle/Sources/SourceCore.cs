@@ -433,14 +433,30 @@ internal struct SourceCore<TResult>
     /// in between uses the TrySet* methods; a combinator decides its race with this CAS and finishes its own work under
     /// the state.
     /// </summary>
-    public bool TryBeginCompletion(out object? waiter)
+    public bool TryBeginCompletion(out object? waiter) => TryBeginCompletionCore(AnyUse, out waiter);
+
+    /// <summary>
+    /// As <see cref="TryBeginCompletion"/>, but only for use <paramref name="token"/> while it is pending
+    /// (armed or waited on): a signal's cancellation, which must never complete a later wait, nor one that was let go of.
+    /// </summary>
+    public bool TryBeginCompletionOfUse(short token, out object? waiter) => TryBeginCompletionCore(token, out waiter);
+
+    /// <summary>Any use: <see cref="TryBeginCompletionCore"/> checks no token (outside a token's range).</summary>
+    private const int AnyUse = int.MinValue;
+
+    /// <summary>
+    /// The two above: <paramref name="onlyUse"/> is <see cref="AnyUse"/>, or the one use (a token) that may be completed,
+    /// and then only while it is pending, not abandoned. Inlined into each, so each tests only what it needs.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private bool TryBeginCompletionCore(int onlyUse, out object? waiter)
     {
         int w = Volatile.Read(ref _word);
         SpinWait spin = default;
         while (true)
         {
             int current = w & StateMask;
-            if (current >= Completing)
+            if (current >= Completing || (onlyUse != AnyUse && ((short)w != onlyUse || current == Abandoned)))
             {
                 waiter = null;
                 return false;
@@ -771,37 +787,6 @@ internal struct SourceCore<TResult>
         }
     }
 
-    /// <summary>
-    /// As <see cref="TryBeginCompletion"/>, but only for use <paramref name="token"/> while it is pending
-    /// (armed or waited on): a signal's cancellation, which must never complete a later wait, nor one that was let go of.
-    /// </summary>
-    public bool TryBeginCompletionOfUse(short token, out object? waiter)
-    {
-        int w = Volatile.Read(ref _word);
-        SpinWait spin = default;
-        while (true)
-        {
-            int current = w & StateMask;
-            if ((short)w != token || (current != Pending && current != Waiting && current != Registering))
-            {
-                waiter = null;
-                return false;
-            }
-            if (current == Registering)
-            {
-                spin.SpinOnce();
-                w = Volatile.Read(ref _word);
-                continue;
-            }
-            int prev = Interlocked.CompareExchange(ref _word, With(w, Completing), w);
-            if (prev == w)
-            {
-                waiter = current == Waiting ? _continuation : null;
-                return true;
-            }
-            w = prev;
-        }
-    }
 
     public void OnCompleted(Action<object?> continuation, object? state, short token)
     {

@@ -45,9 +45,8 @@ public readonly partial struct SpindleTask
         {
             return this;
         }
-        var c = Combinator<VoidResult>.RentAll(1, new WhenAllOptions { Timeout = timeout, Timers = wheel }, compose: null);
         SpindleTask input = this;
-        return c.ToVoidTask(Combine.AddAll<SpindleTask, VoidResult, SpindleInput, VoidResult>(c, MemoryMarshal.CreateReadOnlySpan(ref input, 1), default));
+        return Combine.All<SpindleTask, SpindleInput>(MemoryMarshal.CreateReadOnlySpan(ref input, 1), new WhenAllOptions { Timeout = timeout, Timers = wheel }, default);
     }
 }
 
@@ -74,22 +73,8 @@ public readonly partial struct SpindleTask<T>
         {
             return this;
         }
-        var c = Combinator<T>.RentAll(1, new WhenAllOptions { Timeout = timeout, Timers = wheel }, Timed.Single<T>.Compose);
+        var c = Combinator<T>.RentAll(1, new WhenAllOptions { Timeout = timeout, Timers = wheel }, static x => x.Value<T>(0));
         SpindleTask<T> input = this;
         return c.ToTask(Combine.AddAll<SpindleTask<T>, T, SpindleInput<T>, T>(c, MemoryMarshal.CreateReadOnlySpan(ref input, 1), default));
-    }
-}
-
-/// <summary>
-/// WithTimeout is a WhenAll of one input with a timeout: the same pooled combinator, so a timeout that wins lets go of
-/// its input as a WhenAll's does (a promise can be reset at once, a signal's wait ends, a delay leaves its wheel, an
-/// async method is forgotten), and an input that wins cancels the timer at once.
-/// </summary>
-internal static class Timed
-{
-    /// <summary>The combined result of a timed input: its own result.</summary>
-    public static class Single<T>
-    {
-        public static readonly Func<Combinator<T>, T> Compose = static c => c.Value<T>(0);
     }
 }

@@ -151,15 +151,7 @@ internal sealed class TimerBatch : WorkItem, IPoolNode<TimerBatch>
             object? state = _states[i];
             _waiters[i] = null;
             _states[i] = null;
-            try
-            {
-                Continuations.Invoke(waiter, state);
-            }
-            catch (Exception ex)
-            {
-                // A delegate continuation threw; the others in the batch must still run.
-                UnobservedExceptions.Report(ex);
-            }
+            Continuations.InvokeReporting(waiter, state); // one that throws is reported; the others in the batch still run
         }
         _count = 0;
         ObjectPool<TimerBatch>.Return(this);

@@ -380,14 +380,7 @@ internal sealed class WheelShard : WorkerTimers
             // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
             // of the slot would be lost, a worker's thread would die, a wheel's drive would stay held). It is reported,
             // as a dispatched batch reports it (TimerBatch.Execute).
-            try
-            {
-                Continuations.Invoke(waiter, state);
-            }
-            catch (Exception ex)
-            {
-                UnobservedExceptions.Report(ex);
-            }
+            Continuations.InvokeReporting(waiter, state);
             return;
         }
         TimerBatch batch = _batch ??= TimerBatch.Rent();
