@@ -181,32 +181,60 @@ internal sealed class WheelShard : WorkerTimers
 
     /// <summary>
     /// Takes the cancel snapshot first, then the insert snapshot (see <see cref="TimerNode"/> remarks); expires what is
-    /// due by <paramref name="now"/>; links (or fires) the new timers relative to the advanced wheel, so each is within
-    /// the wheel's span of it; and only then releases the cancelled ones, which may be among the new. Owner only.
+    /// due by <paramref name="now"/>, old and new timers together in deadline order; and only then releases the
+    /// cancelled ones, which may be among the new. Owner only.
     /// </summary>
+    /// <remarks>
+    /// The new timers join the wheel before the pass reaches their deadlines: the pass first expires what falls due
+    /// before the earliest of them, then links them relative to that point (each is within the wheel's span of it: a
+    /// timer waits in the inbox only until the pass its insert asked for), then expires the rest. A pass that covers a
+    /// long gap (a clock that jumps, as <c>FakeTimeProvider.Advance</c> does, or a late pass) so fires every due timer
+    /// in deadline order; it used to fire the new ones after all the linked ones, newest first (found with Microsoft's
+    /// fake clock). The inbox is walked newest first and each timer linked at the head of its slot, so new timers with
+    /// one deadline sit in their slot in the order they were started. A new timer already overdue when the pass takes
+    /// it (its insert raced the previous pass) is due before every linked one: those fire first, oldest first.
+    /// </remarks>
     public void DrainInboxes(long now)
     {
         TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
         TimerNode? added = Interlocked.Exchange(ref _inbox, null);
-        Advance(now);
-        while (added is not null)
+        if (added is not null)
         {
-            TimerNode node = added;
-            added = node.Next;
-            node.Next = null;
-            if (node.IsCompleted)
+            long earliest = long.MaxValue;
+            for (TimerNode? node = added; node is not null; node = node.Next)
             {
-                continue; // cancelled before it was linked; its cancel-inbox entry releases it
+                earliest = Math.Min(earliest, node.Deadline);
             }
-            if (node.Deadline <= _elapsed)
+            Advance(Math.Min(now, earliest - 1));
+            TimerNode? overdue = null; // oldest first: the walk below goes newest first and pushes
+            while (added is not null)
             {
+                TimerNode node = added;
+                added = node.Next;
+                node.Next = null;
+                if (node.IsCompleted)
+                {
+                    continue; // cancelled before it was linked; its cancel-inbox entry releases it
+                }
+                if (node.Deadline <= _elapsed)
+                {
+                    node.Next = overdue;
+                    overdue = node;
+                }
+                else
+                {
+                    Link(node);
+                }
+            }
+            while (overdue is not null)
+            {
+                TimerNode node = overdue;
+                overdue = node.Next;
+                node.Next = null;
                 Fire(node);
             }
-            else
-            {
-                Link(node);
-            }
         }
+        Advance(now);
         ReleaseCancelled(cancelled);
     }
 
