@@ -17,8 +17,9 @@ namespace SpindleLib;
 /// </code>
 /// </example>
 /// <remarks>
-/// <para><b>Ticks</b> fall at exact multiples of <see cref="Period"/> from the moment the timer was created (rounded up
-/// to the wheel's 1 ms tick, never early), however long the consumer takes between waits, so there is no drift. A tick
+/// <para><b>Ticks</b> fall at exact multiples of <see cref="Period"/> from the timer's start, however long the consumer
+/// takes between waits, so there is no drift: tick k is due at the start (the moment the timer was created, rounded up
+/// to the wheel's 1 ms tick) plus k × <see cref="Period"/> rounded up to the millisecond, so never early. A tick
 /// that happens while nobody waits is remembered: the next wait returns <see langword="true"/> at once. Several missed
 /// ticks count as one, and the wait after that waits for the next tick still to come.</para>
 /// <para><b>Cost.</b> A wait that has to wait arms one pooled timer node in the wheel for the next tick's deadline;
