@@ -93,7 +93,13 @@ public sealed partial class TimerWheel : IDisposable
             _timestampsPerTimeSpanTick = frequency / TimeSpan.TicksPerSecond;
         }
         _timeSpanTicksPerTimestamp = (double)TimeSpan.TicksPerSecond / frequency;
-        _origin = timeProvider.GetTimestamp();
+        // A frame loop's clocks (LoopClock) start at zero, and so do their wheels' millisecond grids: a frame delay is due
+        // at the loop time of its call plus the delay, rounded up to a whole millisecond of loop time, as FrameLoop.Delay
+        // documents. Anchored where the wheel was created (on the loop's first timed wait, at any fraction of a
+        // millisecond), the grid was offset, and with frames of fractional delta times a delay resumed in a frame that
+        // began up to a millisecond short of its documented deadline (found by FrameLoopModelTests). Any other clock
+        // counts from the wheel's creation, as TimerWheel documents.
+        _origin = timeProvider is LoopClock ? 0 : timeProvider.GetTimestamp();
         bool system = ReferenceEquals(timeProvider, TimeProvider.System);
         _driver = system ? new ThreadTimerDriver(this) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);

@@ -127,6 +127,26 @@ public sealed class FrameDelayTests
         unscaled.GetAwaiter().GetResult();
     }
 
+    /// <summary>
+    /// The deadline is rounded up to a whole millisecond of loop time, whatever fraction of a millisecond loop time had
+    /// reached when the loop's first timed wait created its wheel: a wheel anchored there resumed this delay in the frame
+    /// that began at 15.9 ms, short of its 16 ms deadline (found by FrameLoopModelTests).
+    /// </summary>
+    [Theory]
+    [InlineData(FrameTimeKind.Scaled)]
+    [InlineData(FrameTimeKind.Unscaled)]
+    public void Delay_FirstTimedWaitAtAFractionalLoopTime_RoundsUpToWholeMillisecondsOfLoopTime(FrameTimeKind kind)
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop(); // 10 ms
+        loop.RunFrame(TimeSpan.FromMilliseconds(0.9)); // 10.9 ms: no timed wait yet, so no wheel yet
+        SpindleTask delay = loop.Delay(TimeSpan.FromMilliseconds(5), kind); // due at 15.9 ms, rounded up: 16 ms
+        loop.RunFrame(TimeSpan.FromMilliseconds(5)); // 15.9 ms
+        Assert.False(delay.IsCompleted, "resumed in a frame that began at 15.9 ms, before its 16 ms deadline");
+        loop.RunFrame(TimeSpan.FromMilliseconds(0.1)); // 16 ms
+        Assert.True(delay.IsCompleted, "not resumed in the frame that began at its 16 ms deadline");
+        delay.GetAwaiter().GetResult();
+    }
+
     [Fact]
     public void Delay_Zero_IsAYield()
     {

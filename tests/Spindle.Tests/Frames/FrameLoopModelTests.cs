@@ -1,0 +1,182 @@
+using System;
+using System.Collections.Generic;
+using CsCheck;
+
+namespace SpindleLib.Tests.Frames;
+
+/// <summary>
+/// Random scripts of frame awaits (CsCheck, which shrinks a failure to a smallest case): several tasks, each awaiting
+/// Yield, NextFrame, DelayFrame or a Delay in scaled or unscaled loop time into any of the four default phases, one
+/// after another, started between frames; the host runs frames of random delta times (zero and fractional
+/// milliseconds included) at random time scales (zero included). Every resume is checked against a model of the
+/// documented contract: Yield(q) resumes later in the same frame if q has not started in it yet, else in q of the next
+/// frame; NextFrame(q) in q of the next frame; DelayFrame(k, q) in q of frame FrameCount + k, counted from the frame the
+/// call is made in (0 and 1 being Yield and NextFrame); Delay(d, q) in q of the first frame that begins with loop time
+/// at or past the time at the call plus d, rounded up to the millisecond (zero being Yield). Within a phase run, tasks
+/// resume first queued first run: a Yield or NextFrame is queued when it is awaited, a longer DelayFrame or a Delay when
+/// its frame begins (after everything queued before that, in the order the delays were started).
+/// </summary>
+public class FrameLoopModelTests
+{
+    private enum Kind
+    {
+        Yield,
+        NextFrame,
+        DelayFrame,
+        Delay,
+        DelayUnscaled,
+    }
+
+    /// <summary>One await: for DelayFrame, Value is the frame count; for the Delays, TimeSpan ticks.</summary>
+    private readonly record struct Step(Kind Kind, int Phase, long Value)
+    {
+        public override string ToString() => Kind switch
+        {
+            Kind.DelayFrame => $"DelayFrame({Value}, #{Phase})",
+            Kind.Delay or Kind.DelayUnscaled => $"{Kind}({TimeSpan.FromTicks(Value).TotalMilliseconds} ms, #{Phase})",
+            _ => $"{Kind}(#{Phase})",
+        };
+    }
+
+    /// <summary>The host's frames: each one's delta time and the time scale set before it; after them, 10 ms at scale 1.</summary>
+    private readonly record struct Host(long[] DeltaTicks, double[] Scales)
+    {
+        public override string ToString()
+            => $"deltas [{string.Join(" ", Array.ConvertAll(DeltaTicks, static t => TimeSpan.FromTicks(t).TotalMilliseconds))}] ms, scales [{string.Join(" ", Scales)}]";
+    }
+
+    private const long TicksPerMs = TimeSpan.TicksPerMillisecond;
+
+    private static readonly Gen<long> DelayTicks = Gen.Frequency(
+        (1, Gen.Const(0L)),
+        (3, Gen.Long[1, 60 * TicksPerMs]),
+        (2, Gen.Long[1, 300].Select(static ms => ms * TicksPerMs)));
+
+    private static readonly Gen<Step> Steps = Gen.Frequency(
+        (3, Gen.Int[0, 3].Select(static p => new Step(Kind.Yield, p, 0))),
+        (3, Gen.Int[0, 3].Select(static p => new Step(Kind.NextFrame, p, 1))),
+        (3, Gen.Select(Gen.Int[0, 3], Gen.Int[0, 70], static (p, k) => new Step(Kind.DelayFrame, p, k))),
+        (2, Gen.Select(Gen.Int[0, 3], DelayTicks, static (p, t) => new Step(Kind.Delay, p, t))),
+        (2, Gen.Select(Gen.Int[0, 3], DelayTicks, static (p, t) => new Step(Kind.DelayUnscaled, p, t))));
+
+    private static readonly Gen<Host> Hosts = Gen.Select(
+        Gen.Frequency(
+            (1, Gen.Const(0L)),
+            (3, Gen.Long[0, 40 * TicksPerMs]),
+            (3, Gen.Int[1, 33].Select(static ms => ms * TicksPerMs))).Array[0, 60],
+        Gen.Frequency((5, Gen.Const(1.0)), (1, Gen.Const(0.0)), (1, Gen.Const(0.5)), (1, Gen.Const(2.0)), (1, Gen.Const(0.3))).Array[0, 60],
+        static (deltas, scales) => new Host(deltas, scales));
+
+    private static readonly Gen<(Host Host, Step[][] Scripts)> Cases = Gen.Select(Hosts, Steps.Array[1, 8].Array[1, 6]);
+
+    [Fact]
+    public void RandomScripts_ResumeWhereTheModelSays()
+        => Cases.Sample((Host host, Step[][] scripts) => { Run(host, scripts); }, iter: TestUtil.Stress(300), threads: 1,
+            print: static c => c.Item1 + ": " + string.Join(" | ", Array.ConvertAll(c.Item2, static script => string.Join(", ", script))));
+
+    private static void Run(Host host, Step[][] scripts)
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop(); // frame 1 has run: the scripts start between frames 1 and 2
+        var timeAt = new Dictionary<long, (TimeSpan Scaled, TimeSpan Unscaled)> { [1] = (loop.Time, loop.UnscaledTime) };
+        var failures = new List<string>();
+        var resumes = new List<(long Frame, int Phase, long Major, long Minor, int Actor)>(); // each resume and its queue position
+        var awaitsBefore = new Dictionary<long, long>(); // frame -> awaits made before it began
+        long awaits = 0;
+        int running = scripts.Length;
+
+        async SpindleTask Actor(int actor, Step[] script)
+        {
+            foreach (Step step in script)
+            {
+                long frame = loop.FrameCount;
+                int phase = loop.CurrentPhase?.Index ?? -1; // -1: between frames
+                bool timed = (step.Kind is Kind.Delay or Kind.DelayUnscaled) && step.Value > 0;
+                TimeSpan start = step.Kind == Kind.DelayUnscaled ? loop.UnscaledTime : loop.Time;
+                long deadline = (start.Ticks + step.Value + TicksPerMs - 1) / TicksPerMs * TicksPerMs;
+                (long Frame, int Phase) expected = Predict(step, frame, phase);
+                long order = awaits++;
+                FramePhase target = loop.Phases[step.Phase];
+                switch (step.Kind)
+                {
+                    case Kind.Yield:
+                        await loop.Yield(target);
+                        break;
+                    case Kind.NextFrame:
+                        await loop.NextFrame(target);
+                        break;
+                    case Kind.DelayFrame:
+                        await loop.DelayFrame((int)step.Value, target);
+                        break;
+                    default:
+                        await loop.Delay(TimeSpan.FromTicks(step.Value), step.Kind == Kind.Delay ? FrameTimeKind.Scaled : FrameTimeKind.Unscaled, target);
+                        break;
+                }
+                (long Frame, int Phase) actual = (loop.FrameCount, loop.CurrentPhase?.Index ?? -1);
+                if (timed)
+                {
+                    // The first frame to begin at or past the deadline: this one's time has reached it, the one before's not
+                    // (or the one before is the frame of the call).
+                    long now = (step.Kind == Kind.DelayUnscaled ? loop.UnscaledTime : loop.Time).Ticks;
+                    long before = actual.Frame - 1 <= frame ? long.MinValue
+                        : (step.Kind == Kind.DelayUnscaled ? timeAt[actual.Frame - 1].Unscaled : timeAt[actual.Frame - 1].Scaled).Ticks;
+                    expected = now >= deadline && before < deadline && actual.Frame > frame ? (actual.Frame, step.Phase) : (-1, step.Phase);
+                }
+                // Queue position: a direct entry at its await; a frame delay when its frame begins, by start order.
+                bool timer = timed || step.Kind == Kind.DelayFrame && step.Value >= 2;
+                resumes.Add(timer
+                    ? (actual.Frame, actual.Phase, 2 * awaitsBefore[actual.Frame] + 1, order, actor)
+                    : (actual.Frame, actual.Phase, 2 * order + 2, 0, actor));
+                if (actual != expected)
+                {
+                    failures.Add(timed
+                        ? $"task {actor}: {step} awaited in frame {frame} phase {phase} (deadline {TimeSpan.FromTicks(deadline).TotalMilliseconds} ms) resumed in frame {actual.Frame} phase {actual.Phase}, at {loop.Time.TotalMilliseconds} ms scaled, {loop.UnscaledTime.TotalMilliseconds} ms unscaled"
+                        : $"task {actor}: {step} awaited in frame {frame} phase {phase} resumed in frame {actual.Frame} phase {actual.Phase}, expected frame {expected.Frame} phase {expected.Phase}");
+                }
+            }
+            running--;
+        }
+
+        for (int a = 0; a < scripts.Length; a++)
+        {
+            Actor(a, scripts[a]).Forget();
+        }
+        for (int f = 0; running > 0 && f < 2_000; f++)
+        {
+            awaitsBefore[loop.FrameCount + 1] = awaits;
+            loop.TimeScale = f < host.Scales.Length ? host.Scales[f] : 1.0;
+            loop.RunFrame(TimeSpan.FromTicks(f < host.DeltaTicks.Length ? host.DeltaTicks[f] : 10 * TicksPerMs));
+            timeAt[loop.FrameCount] = (loop.Time, loop.UnscaledTime);
+        }
+        Assert.True(failures.Count == 0, string.Join("\n", failures));
+        Assert.Equal(0, running);
+
+        // Within one run of one phase, first queued first run.
+        for (int i = 1; i < resumes.Count; i++)
+        {
+            var prev = resumes[i - 1];
+            var cur = resumes[i];
+            if (prev.Frame == cur.Frame && prev.Phase == cur.Phase && (prev.Major, prev.Minor).CompareTo((cur.Major, cur.Minor)) > 0)
+            {
+                Assert.Fail($"in frame {cur.Frame} phase {cur.Phase}: task {cur.Actor} (queued at {cur.Major}/{cur.Minor}) resumed after task {prev.Actor} (queued at {prev.Major}/{prev.Minor})");
+            }
+        }
+    }
+
+    /// <summary>Where an await made in <paramref name="phase"/> of frame <paramref name="frame"/> (-1: between frames) resumes.</summary>
+    private static (long Frame, int Phase) Predict(Step step, long frame, int phase)
+    {
+        int frames = step.Kind switch
+        {
+            Kind.NextFrame => 1,
+            Kind.DelayFrame => (int)step.Value,
+            _ => 0, // Yield, and a zero Delay (a timed one is checked when it resumes)
+        };
+        if (frames == 0)
+        {
+            // The next run of the phase: later in this frame if it has not started yet; between frames, every phase of
+            // the last frame has run.
+            return phase >= 0 && step.Phase > phase ? (frame, step.Phase) : (frame + 1, step.Phase);
+        }
+        return (frame + frames, step.Phase);
+    }
+}
