@@ -8,9 +8,10 @@ namespace SpindleLib.Tests.Frames;
 /// Random scripts of frame awaits (CsCheck, which shrinks a failure to a smallest case): several tasks, each awaiting
 /// Yield, NextFrame, DelayFrame or a Delay in scaled or unscaled loop time into any of the four default phases, one
 /// after another, started between frames; the host runs frames of random delta times (zero and fractional
-/// milliseconds included) at random time scales (zero included). Every resume is checked against a model of the
-/// documented contract: Yield(q) resumes later in the same frame if q has not started in it yet, else in q of the next
-/// frame; NextFrame(q) in q of the next frame; DelayFrame(k, q) in q of frame FrameCount + k, counted from the frame the
+/// milliseconds included) at random time scales (zero included), with BeginFrame and RunPhase, some phases more than
+/// once a frame (several physics steps). Every resume is checked against a model of the documented contract: Yield(q)
+/// resumes at q's next run (later in the same frame if q is still to run or runs again, else its first run in the next
+/// frame); NextFrame(q) at q's first run in the next frame; DelayFrame(k, q) in q of frame FrameCount + k, counted from the frame the
 /// call is made in (0 and 1 being Yield and NextFrame); Delay(d, q) in q of the first frame that begins with loop time
 /// at or past the time at the call plus d, rounded up to the millisecond (zero being Yield). Within a phase run, tasks
 /// resume first queued first run: a Yield or NextFrame is queued when it is awaited, a longer DelayFrame or a Delay when
@@ -39,11 +40,13 @@ public class FrameLoopModelTests
     }
 
     /// <summary>The host's frames: each one's delta time and the time scale set before it; after them, 10 ms at scale 1.</summary>
-    private readonly record struct Host(long[] DeltaTicks, double[] Scales)
+    private readonly record struct Host(long[] DeltaTicks, double[] Scales, int[][] Runs)
     {
         public override string ToString()
-            => $"deltas [{string.Join(" ", Array.ConvertAll(DeltaTicks, static t => TimeSpan.FromTicks(t).TotalMilliseconds))}] ms, scales [{string.Join(" ", Scales)}]";
+            => $"deltas [{string.Join(" ", Array.ConvertAll(DeltaTicks, static t => TimeSpan.FromTicks(t).TotalMilliseconds))}] ms, scales [{string.Join(" ", Scales)}], runs [{string.Join(" ", Array.ConvertAll(Runs, static r => string.Join("", r)))}]";
     }
+
+    private static readonly int[] OneRunEach = [1, 1, 1, 1];
 
     private const long TicksPerMs = TimeSpan.TicksPerMillisecond;
 
@@ -65,7 +68,8 @@ public class FrameLoopModelTests
             (3, Gen.Long[0, 40 * TicksPerMs]),
             (3, Gen.Int[1, 33].Select(static ms => ms * TicksPerMs))).Array[0, 60],
         Gen.Frequency((5, Gen.Const(1.0)), (1, Gen.Const(0.0)), (1, Gen.Const(0.5)), (1, Gen.Const(2.0)), (1, Gen.Const(0.3))).Array[0, 60],
-        static (deltas, scales) => new Host(deltas, scales));
+        Gen.Frequency((6, Gen.Const(1)), (2, Gen.Const(2)), (1, Gen.Const(3))).Array[4].Array[0, 60],
+        static (deltas, scales, runs) => new Host(deltas, scales, runs));
 
     private static readonly Gen<(Host Host, Step[][] Scripts)> Cases = Gen.Select(Hosts, Steps.Array[1, 8].Array[1, 6]);
 
@@ -83,6 +87,8 @@ public class FrameLoopModelTests
         var awaitsBefore = new Dictionary<long, long>(); // frame -> awaits made before it began
         long awaits = 0;
         int running = scripts.Length;
+        int run = -1; // the host's current run of the current phase (0 for its first), -1 between frames
+        int[] runs = OneRunEach; // this frame's runs of each phase
 
         async SpindleTask Actor(int actor, Step[] script)
         {
@@ -90,10 +96,12 @@ public class FrameLoopModelTests
             {
                 long frame = loop.FrameCount;
                 int phase = loop.CurrentPhase?.Index ?? -1; // -1: between frames
+                int runNow = run;
+                int[] runsNow = runs;
                 bool timed = (step.Kind is Kind.Delay or Kind.DelayUnscaled) && step.Value > 0;
                 TimeSpan start = step.Kind == Kind.DelayUnscaled ? loop.UnscaledTime : loop.Time;
                 long deadline = (start.Ticks + step.Value + TicksPerMs - 1) / TicksPerMs * TicksPerMs;
-                (long Frame, int Phase) expected = Predict(step, frame, phase);
+                (long Frame, int Phase, int Run) expected = Predict(step, frame, phase, runNow, runsNow);
                 long order = awaits++;
                 FramePhase target = loop.Phases[step.Phase];
                 switch (step.Kind)
@@ -111,7 +119,7 @@ public class FrameLoopModelTests
                         await loop.Delay(TimeSpan.FromTicks(step.Value), step.Kind == Kind.Delay ? FrameTimeKind.Scaled : FrameTimeKind.Unscaled, target);
                         break;
                 }
-                (long Frame, int Phase) actual = (loop.FrameCount, loop.CurrentPhase?.Index ?? -1);
+                (long Frame, int Phase, int Run) actual = (loop.FrameCount, loop.CurrentPhase?.Index ?? -1, run);
                 if (timed)
                 {
                     // The first frame to begin at or past the deadline: this one's time has reached it, the one before's not
@@ -119,18 +127,18 @@ public class FrameLoopModelTests
                     long now = (step.Kind == Kind.DelayUnscaled ? loop.UnscaledTime : loop.Time).Ticks;
                     long before = actual.Frame - 1 <= frame ? long.MinValue
                         : (step.Kind == Kind.DelayUnscaled ? timeAt[actual.Frame - 1].Unscaled : timeAt[actual.Frame - 1].Scaled).Ticks;
-                    expected = now >= deadline && before < deadline && actual.Frame > frame ? (actual.Frame, step.Phase) : (-1, step.Phase);
+                    expected = now >= deadline && before < deadline && actual.Frame > frame ? (actual.Frame, step.Phase, 0) : (-1, step.Phase, 0);
                 }
                 // Queue position: a direct entry at its await; a frame delay when its frame begins, by start order.
                 bool timer = timed || step.Kind == Kind.DelayFrame && step.Value >= 2;
                 resumes.Add(timer
-                    ? (actual.Frame, actual.Phase, 2 * awaitsBefore[actual.Frame] + 1, order, actor)
-                    : (actual.Frame, actual.Phase, 2 * order + 2, 0, actor));
+                    ? (actual.Frame, actual.Phase * 10 + actual.Run, 2 * awaitsBefore[actual.Frame] + 1, order, actor)
+                    : (actual.Frame, actual.Phase * 10 + actual.Run, 2 * order + 2, 0, actor));
                 if (actual != expected)
                 {
                     failures.Add(timed
-                        ? $"task {actor}: {step} awaited in frame {frame} phase {phase} (deadline {TimeSpan.FromTicks(deadline).TotalMilliseconds} ms) resumed in frame {actual.Frame} phase {actual.Phase}, at {loop.Time.TotalMilliseconds} ms scaled, {loop.UnscaledTime.TotalMilliseconds} ms unscaled"
-                        : $"task {actor}: {step} awaited in frame {frame} phase {phase} resumed in frame {actual.Frame} phase {actual.Phase}, expected frame {expected.Frame} phase {expected.Phase}");
+                        ? $"task {actor}: {step} awaited in frame {frame} phase {phase} run {runNow} (deadline {TimeSpan.FromTicks(deadline).TotalMilliseconds} ms) resumed in frame {actual.Frame} phase {actual.Phase} run {actual.Run}, at {loop.Time.TotalMilliseconds} ms scaled, {loop.UnscaledTime.TotalMilliseconds} ms unscaled"
+                        : $"task {actor}: {step} awaited in frame {frame} phase {phase} run {runNow} resumed in frame {actual.Frame} phase {actual.Phase} run {actual.Run}, expected frame {expected.Frame} phase {expected.Phase} run {expected.Run}");
                 }
             }
             running--;
@@ -144,8 +152,17 @@ public class FrameLoopModelTests
         {
             awaitsBefore[loop.FrameCount + 1] = awaits;
             loop.TimeScale = f < host.Scales.Length ? host.Scales[f] : 1.0;
-            loop.RunFrame(TimeSpan.FromTicks(f < host.DeltaTicks.Length ? host.DeltaTicks[f] : 10 * TicksPerMs));
+            runs = f < host.Runs.Length ? host.Runs[f] : OneRunEach;
+            loop.BeginFrame(TimeSpan.FromTicks(f < host.DeltaTicks.Length ? host.DeltaTicks[f] : 10 * TicksPerMs));
             timeAt[loop.FrameCount] = (loop.Time, loop.UnscaledTime);
+            for (int p = 0; p < 4; p++)
+            {
+                for (run = 0; run < runs[p]; run++)
+                {
+                    loop.RunPhase(loop.Phases[p]);
+                }
+            }
+            run = -1;
         }
         Assert.True(failures.Count == 0, string.Join("\n", failures));
         Assert.Equal(0, running);
@@ -157,13 +174,16 @@ public class FrameLoopModelTests
             var cur = resumes[i];
             if (prev.Frame == cur.Frame && prev.Phase == cur.Phase && (prev.Major, prev.Minor).CompareTo((cur.Major, cur.Minor)) > 0)
             {
-                Assert.Fail($"in frame {cur.Frame} phase {cur.Phase}: task {cur.Actor} (queued at {cur.Major}/{cur.Minor}) resumed after task {prev.Actor} (queued at {prev.Major}/{prev.Minor})");
+                Assert.Fail($"in frame {cur.Frame} phase {cur.Phase / 10} run {cur.Phase % 10}: task {cur.Actor} (queued at {cur.Major}/{cur.Minor}) resumed after task {prev.Actor} (queued at {prev.Major}/{prev.Minor})");
             }
         }
     }
 
-    /// <summary>Where an await made in <paramref name="phase"/> of frame <paramref name="frame"/> (-1: between frames) resumes.</summary>
-    private static (long Frame, int Phase) Predict(Step step, long frame, int phase)
+    /// <summary>
+    /// Where an await made in run <paramref name="run"/> of <paramref name="phase"/> of frame <paramref name="frame"/>
+    /// (phase -1: between frames) resumes, for a frame whose phases run <paramref name="runs"/> times each.
+    /// </summary>
+    private static (long Frame, int Phase, int Run) Predict(Step step, long frame, int phase, int run, int[] runs)
     {
         int frames = step.Kind switch
         {
@@ -173,10 +193,18 @@ public class FrameLoopModelTests
         };
         if (frames == 0)
         {
-            // The next run of the phase: later in this frame if it has not started yet; between frames, every phase of
-            // the last frame has run.
-            return phase >= 0 && step.Phase > phase ? (frame, step.Phase) : (frame + 1, step.Phase);
+            // The phase's next run: later in this frame if it is still to run, or runs again; between frames, every
+            // phase of the last frame has run.
+            if (phase >= 0 && step.Phase > phase)
+            {
+                return (frame, step.Phase, 0);
+            }
+            if (phase >= 0 && step.Phase == phase && run + 1 < runs[phase])
+            {
+                return (frame, phase, run + 1);
+            }
+            return (frame + 1, step.Phase, 0);
         }
-        return (frame + frames, step.Phase);
+        return (frame + frames, step.Phase, 0);
     }
 }
