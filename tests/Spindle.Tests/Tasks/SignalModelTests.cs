@@ -1,6 +1,7 @@
 using System;
 using System.Threading;
 using CsCheck;
+using Microsoft.Extensions.Time.Testing;
 
 namespace SpindleLib.Tests.Tasks;
 
@@ -9,8 +10,10 @@ namespace SpindleLib.Tests.Tasks;
 /// every step against a model of its documented contract: Set releases the pending wait or, with nobody waiting, leaves
 /// the signal set (a set signal stays set); a wait takes a set signal at once, otherwise waits; a second wait while one
 /// is pending throws; Reset clears a set signal; a cancelled wait ends as canceled and consumes nothing; a wait given
-/// to a WhenAny that another input wins ends with the race, leaving the signal idle and a later Set for the next wait.
-/// <see cref="Signal.IsSet"/> and <see cref="Signal.HasWaiter"/> are checked too.
+/// to a WhenAny that another input wins ends with the race, leaving the signal idle and a later Set for the next wait;
+/// a wait with a timeout (WithTimeout, on a wheel driven by Microsoft's FakeTimeProvider) fails with TimeoutException
+/// once the clock passes its deadline and lets go of the wait the same way. <see cref="Signal.IsSet"/> and
+/// <see cref="Signal.HasWaiter"/> are checked too.
 /// </summary>
 public class SignalModelTests
 {
@@ -23,6 +26,8 @@ public class SignalModelTests
         CancelWait,
         WaitInWhenAny,
         OtherInputWins,
+        WaitWithTimeout,
+        Advance,
     }
 
     private static readonly Gen<(bool InitiallySet, Op[] Program)> Cases = Gen.Select(
@@ -34,7 +39,14 @@ public class SignalModelTests
             (2, Gen.Const(Op.WaitCancelable)),
             (2, Gen.Const(Op.CancelWait)),
             (2, Gen.Const(Op.WaitInWhenAny)),
-            (2, Gen.Const(Op.OtherInputWins))).Array[1, 40]);
+            (2, Gen.Const(Op.OtherInputWins)),
+            (2, Gen.Const(Op.WaitWithTimeout)),
+            (3, Gen.Const(Op.Advance))).Array[1, 40]);
+
+    /// <summary>A timed wait's timeout; each Advance moves the fake clock by 4 ms, so one times out on its third.</summary>
+    private static readonly TimeSpan Timeout = TimeSpan.FromMilliseconds(10);
+
+    private static readonly TimeSpan AdvanceBy = TimeSpan.FromMilliseconds(4);
 
     [Fact]
     public void RandomPrograms_MatchTheModel()
@@ -46,6 +58,7 @@ public class SignalModelTests
     {
         public CancellationTokenSource? Cts;
         public Promise? Other; // set for a wait given to a WhenAny with this other input
+        public TimeSpan? Deadline; // set for a wait with a timeout: the fake clock's elapsed time it times out at
         public SpindleTaskStatus Outcome = SpindleTaskStatus.Pending;
         public int Winner = -1; // the WhenAny's result
 
@@ -83,12 +96,19 @@ public class SignalModelTests
             {
                 Outcome = SpindleTaskStatus.Canceled;
             }
+            catch (TimeoutException)
+            {
+                Outcome = SpindleTaskStatus.Faulted;
+            }
         }
     }
 
     private static void Run(bool initiallySet, Op[] program)
     {
         var signal = new Signal(initiallySet);
+        var time = new FakeTimeProvider();
+        using var wheel = new TimerWheel(time);
+        TimeSpan elapsed = TimeSpan.Zero;
         bool set = initiallySet; // the model
         Wait? pending = null;
         for (int step = 0; step < program.Length; step++)
@@ -120,6 +140,7 @@ public class SignalModelTests
                 case Op.Wait:
                 case Op.WaitCancelable:
                 case Op.WaitInWhenAny:
+                case Op.WaitWithTimeout:
                     if (pending is not null)
                     {
                         Assert.Throws<InvalidOperationException>(() => signal.WaitAsync());
@@ -135,6 +156,11 @@ public class SignalModelTests
                     {
                         wait.Other = new Promise();
                         wait.WatchRace(SpindleTask.WhenAny(task, wait.Other.Task));
+                    }
+                    else if (program[step] == Op.WaitWithTimeout)
+                    {
+                        wait.Deadline = elapsed + Timeout;
+                        wait.Watch(task.WithTimeout(Timeout, wheel));
                     }
                     else
                     {
@@ -159,6 +185,15 @@ public class SignalModelTests
                         cts.Cancel();
                         Assert.True(pending.Outcome == SpindleTaskStatus.Canceled, $"{at}: the cancelled wait is {pending.Outcome}");
                         pending = null;
+                    }
+                    break;
+                case Op.Advance:
+                    time.Advance(AdvanceBy);
+                    elapsed += AdvanceBy;
+                    if (pending?.Deadline is { } deadline && elapsed >= deadline)
+                    {
+                        Assert.True(pending.Outcome == SpindleTaskStatus.Faulted, $"{at}: the wait did not time out at {deadline.TotalMilliseconds} ms");
+                        pending = null; // the timeout let go of the signal's wait: idle again
                     }
                     break;
                 case Op.OtherInputWins:
