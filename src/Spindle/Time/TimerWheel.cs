@@ -15,7 +15,9 @@ namespace SpindleLib;
 /// touches the slots. It drains both inboxes, then expires every slot that is due. Nothing ticks while the wheel is
 /// idle: the driver sleeps until the earliest occupied slot, and a timer earlier than that wakes it.</para>
 /// <para>Deadlines are rounded up to the next millisecond, so nothing fires early, and a due timer fires within one
-/// millisecond of its deadline (plus the time its driver takes to wake up).</para>
+/// millisecond of its deadline (plus the time its driver takes to wake up). Timers fire in deadline order, even when
+/// one pass covers many milliseconds (a clock that jumps, a late pass); timers due at the same millisecond fire in the
+/// order they were started (on one shard: delays started on different workers go to different workers' wheels).</para>
 /// <para>The wheel on <see cref="TimeProvider.System"/> (including <see cref="Default"/>) is driven by a dedicated
 /// background thread and runs the continuations of expired timers on Spindle's workers, in batches. A wheel on any
 /// other <see cref="TimeProvider"/> (such as <see cref="ManualClock"/>) is driven by that provider's timer, and runs the

@@ -25,7 +25,10 @@ internal sealed class WheelShard : WorkerTimers
 {
     private readonly TimerWheel _wheel;
     private readonly bool _dispatch;
+    // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
+    // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
     private readonly TimerNode?[] _slots = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
+    private readonly TimerNode?[] _tails = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
     private readonly ulong[] _occupied = new ulong[TimerWheel.Levels];
     private long _elapsed;
     private TimerBatch? _batch;
@@ -190,9 +193,9 @@ internal sealed class WheelShard : WorkerTimers
     /// timer waits in the inbox only until the pass its insert asked for), then expires the rest. A pass that covers a
     /// long gap (a clock that jumps, as <c>FakeTimeProvider.Advance</c> does, or a late pass) so fires every due timer
     /// in deadline order; it used to fire the new ones after all the linked ones, newest first (found with Microsoft's
-    /// fake clock). The inbox is walked newest first and each timer linked at the head of its slot, so new timers with
-    /// one deadline sit in their slot in the order they were started. A new timer already overdue when the pass takes
-    /// it (its insert raced the previous pass) is due before every linked one: those fire first, oldest first.
+    /// fake clock). The inbox is a stack: it is turned round first, so the new timers are linked, and fire, in the order
+    /// they were started, after the ones linked before them. A new timer already overdue when the pass takes it (its
+    /// insert raced the previous pass) is due before every linked one, so those fire first, oldest first.
     /// </remarks>
     public void DrainInboxes(long now)
     {
@@ -200,30 +203,39 @@ internal sealed class WheelShard : WorkerTimers
         TimerNode? added = Interlocked.Exchange(ref _inbox, null);
         if (added is not null)
         {
+            TimerNode? started = null; // oldest first
             long earliest = long.MaxValue;
-            for (TimerNode? node = added; node is not null; node = node.Next)
-            {
-                earliest = Math.Min(earliest, node.Deadline);
-            }
-            Advance(Math.Min(now, earliest - 1));
-            TimerNode? overdue = null; // oldest first: the walk below goes newest first and pushes
             while (added is not null)
             {
                 TimerNode node = added;
                 added = node.Next;
+                node.Next = started;
+                started = node;
+                earliest = Math.Min(earliest, node.Deadline);
+            }
+            Advance(Math.Min(now, earliest - 1));
+            TimerNode? overdue = null, overdueTail = null;
+            while (started is not null)
+            {
+                TimerNode node = started;
+                started = node.Next;
                 node.Next = null;
                 if (node.IsCompleted)
                 {
                     continue; // cancelled before it was linked; its cancel-inbox entry releases it
                 }
-                if (node.Deadline <= _elapsed)
+                if (node.Deadline > _elapsed)
                 {
-                    node.Next = overdue;
-                    overdue = node;
+                    Link(node);
+                }
+                else if (overdueTail is null)
+                {
+                    overdue = overdueTail = node;
                 }
                 else
                 {
-                    Link(node);
+                    overdueTail.Next = node;
+                    overdueTail = node;
                 }
             }
             while (overdue is not null)
@@ -354,14 +366,18 @@ internal sealed class WheelShard : WorkerTimers
         int level = LevelFor(_elapsed, node.Deadline);
         int slot = (int)((node.Deadline >> (level * TimerWheel.SlotBits)) & TimerWheel.SlotMask);
         int index = level * TimerWheel.SlotsPerLevel + slot;
-        TimerNode? head = _slots[index];
-        node.Next = head;
-        node.Prev = null;
-        if (head is not null)
+        TimerNode? tail = _tails[index];
+        node.Next = null;
+        node.Prev = tail;
+        if (tail is not null)
         {
-            head.Prev = node;
+            tail.Next = node;
         }
-        _slots[index] = node;
+        else
+        {
+            _slots[index] = node;
+        }
+        _tails[index] = node;
         node.Slot = index;
         _occupied[level] |= 1UL << slot;
         _linkedOwner++;
@@ -387,6 +403,10 @@ internal sealed class WheelShard : WorkerTimers
         if (next is not null)
         {
             next.Prev = prev;
+        }
+        else
+        {
+            _tails[index] = prev;
         }
         node.Next = null;
         node.Prev = null;

@@ -168,7 +168,8 @@ public class TimerWheelModelTests
 
     /// <summary>
     /// Every delay is where the model puts it, and the delays that fired did so in the order of their due
-    /// milliseconds (a pass that covers a long gap fires in deadline order too).
+    /// milliseconds (a pass that covers a long gap fires in deadline order too), those due at the same millisecond in
+    /// the order they were started.
     /// </summary>
     private static void Check(List<Entry> entries, List<Entry> ended, long nowMs, int step)
     {
@@ -182,17 +183,20 @@ public class TimerWheelModelTests
             }
         }
         long lastDue = long.MinValue;
+        int lastIndex = -1;
         foreach (Entry e in ended)
         {
             if (e.Outcome != SpindleTaskStatus.Succeeded)
             {
                 continue;
             }
-            if (e.DueMs < lastDue)
+            int index = entries.IndexOf(e);
+            if (e.DueMs < lastDue || e.DueMs == lastDue && index < lastIndex)
             {
-                Assert.Fail($"After step {step}: a delay due at {e.DueMs} ms fired after one due at {lastDue} ms.");
+                Assert.Fail($"After step {step}: delay #{index} due at {e.DueMs} ms fired after delay #{lastIndex} due at {lastDue} ms.");
             }
             lastDue = e.DueMs;
+            lastIndex = index;
         }
     }
 }

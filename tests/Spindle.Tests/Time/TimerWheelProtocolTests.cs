@@ -74,11 +74,11 @@ public class TimerWheelProtocolTests
         }
 
         // The first delay kicks a pass and is linked alone; the rest wait in the inbox until the primer (earlier than
-        // the planned wake-up) kicks another pass, which links them at the head of the slot in turn: the slot due at
-        // 5 ms is then actor -> victim -> disposer, so the actor cancels a node of the slot being fired.
-        SpindleTask disposer = wheel.Delay(5);
+        // the planned wake-up) kicks another pass, which appends them to their slots in the order they were started: the
+        // slot due at 5 ms is then actor -> victim -> disposer, so the actor cancels a node of the slot being fired.
         SpindleTask actor = wheel.Delay(5);
         SpindleTask victim = wheel.Delay(5, sameSlot.Token);
+        SpindleTask disposer = wheel.Delay(5);
         SpindleTask later = wheel.Delay(50, laterSlot.Token);
         SpindleTask farther = wheel.Delay(5000);
         SpindleTask primer = wheel.Delay(1);

@@ -56,10 +56,10 @@ public class WheelShardReentrancyTests
         int bCanceled = 0;
         int reentered = 0;
 
-        // A slot list is LIFO: adding C, B, A makes it A -> B -> C.
-        Handle c = AddOwned(shard, wheel, 10);
-        Handle b = AddOwned(shard, wheel, 10, cancelB.Token);
+        // A slot list keeps the order its timers were added in: adding A, B, C makes it A -> B -> C.
         Handle a = AddOwned(shard, wheel, 10);
+        Handle b = AddOwned(shard, wheel, 10, cancelB.Token);
+        Handle c = AddOwned(shard, wheel, 10);
         c.Node.OnCompleted(ignored =>
         {
             c.Node.GetResult(c.Token);
