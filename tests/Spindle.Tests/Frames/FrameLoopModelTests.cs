@@ -26,6 +26,7 @@ public class FrameLoopModelTests
         DelayFrame,
         Delay,
         DelayUnscaled,
+        WaitUntilFrame,
     }
 
     /// <summary>One await: for DelayFrame, Value is the frame count; for the Delays, TimeSpan ticks.</summary>
@@ -34,16 +35,20 @@ public class FrameLoopModelTests
         public override string ToString() => Kind switch
         {
             Kind.DelayFrame => $"DelayFrame({Value}, #{Phase})",
+            Kind.WaitUntilFrame => $"WaitUntil(FrameCount >= now + {Value}, #{Phase})",
             Kind.Delay or Kind.DelayUnscaled => $"{Kind}({TimeSpan.FromTicks(Value).TotalMilliseconds} ms, #{Phase})",
             _ => $"{Kind}(#{Phase})",
         };
     }
 
-    /// <summary>The host's frames: each one's delta time and the time scale set before it; after them, 10 ms at scale 1.</summary>
-    private readonly record struct Host(long[] DeltaTicks, double[] Scales, int[][] Runs)
+    /// <summary>
+    /// The host's frames: each one's delta time, the time scale set before it, its runs of each phase, and the task
+    /// whose await it cancels before it begins (-1: none); after them, 10 ms at scale 1, one run each, no cancellation.
+    /// </summary>
+    private readonly record struct Host(long[] DeltaTicks, double[] Scales, int[][] Runs, int[] Cancels)
     {
         public override string ToString()
-            => $"deltas [{string.Join(" ", Array.ConvertAll(DeltaTicks, static t => TimeSpan.FromTicks(t).TotalMilliseconds))}] ms, scales [{string.Join(" ", Scales)}], runs [{string.Join(" ", Array.ConvertAll(Runs, static r => string.Join("", r)))}]";
+            => $"deltas [{string.Join(" ", Array.ConvertAll(DeltaTicks, static t => TimeSpan.FromTicks(t).TotalMilliseconds))}] ms, scales [{string.Join(" ", Scales)}], runs [{string.Join(" ", Array.ConvertAll(Runs, static r => string.Join("", r)))}], cancels [{string.Join(" ", Cancels)}]";
     }
 
     private static readonly int[] OneRunEach = [1, 1, 1, 1];
@@ -60,7 +65,8 @@ public class FrameLoopModelTests
         (3, Gen.Int[0, 3].Select(static p => new Step(Kind.NextFrame, p, 1))),
         (3, Gen.Select(Gen.Int[0, 3], Gen.Int[0, 70], static (p, k) => new Step(Kind.DelayFrame, p, k))),
         (2, Gen.Select(Gen.Int[0, 3], DelayTicks, static (p, t) => new Step(Kind.Delay, p, t))),
-        (2, Gen.Select(Gen.Int[0, 3], DelayTicks, static (p, t) => new Step(Kind.DelayUnscaled, p, t))));
+        (2, Gen.Select(Gen.Int[0, 3], DelayTicks, static (p, t) => new Step(Kind.DelayUnscaled, p, t))),
+        (2, Gen.Select(Gen.Int[0, 3], Gen.Int[0, 5], static (p, k) => new Step(Kind.WaitUntilFrame, p, k))));
 
     private static readonly Gen<Host> Hosts = Gen.Select(
         Gen.Frequency(
@@ -69,7 +75,8 @@ public class FrameLoopModelTests
             (3, Gen.Int[1, 33].Select(static ms => ms * TicksPerMs))).Array[0, 60],
         Gen.Frequency((5, Gen.Const(1.0)), (1, Gen.Const(0.0)), (1, Gen.Const(0.5)), (1, Gen.Const(2.0)), (1, Gen.Const(0.3))).Array[0, 60],
         Gen.Frequency((6, Gen.Const(1)), (2, Gen.Const(2)), (1, Gen.Const(3))).Array[4].Array[0, 60],
-        static (deltas, scales, runs) => new Host(deltas, scales, runs));
+        Gen.Frequency((4, Gen.Const(-1)), (1, Gen.Int[0, 5])).Array[0, 60],
+        static (deltas, scales, runs, cancels) => new Host(deltas, scales, runs, cancels));
 
     private static readonly Gen<(Host Host, Step[][] Scripts)> Cases = Gen.Select(Hosts, Steps.Array[1, 8].Array[1, 6]);
 
@@ -89,11 +96,15 @@ public class FrameLoopModelTests
         int running = scripts.Length;
         int run = -1; // the host's current run of the current phase (0 for its first), -1 between frames
         int[] runs = OneRunEach; // this frame's runs of each phase
+        var tokens = new System.Threading.CancellationTokenSource?[scripts.Length];
+        var pending = new bool[scripts.Length]; // the task is suspended in an await
+        var cancelExpected = new bool[scripts.Length]; // the host cancelled that await
 
         async SpindleTask Actor(int actor, Step[] script)
         {
             foreach (Step step in script)
             {
+                System.Threading.CancellationToken token = (tokens[actor] ??= new System.Threading.CancellationTokenSource()).Token;
                 long frame = loop.FrameCount;
                 int phase = loop.CurrentPhase?.Index ?? -1; // -1: between frames
                 int runNow = run;
@@ -104,22 +115,51 @@ public class FrameLoopModelTests
                 (long Frame, int Phase, int Run) expected = Predict(step, frame, phase, runNow, runsNow);
                 long order = awaits++;
                 FramePhase target = loop.Phases[step.Phase];
-                switch (step.Kind)
+                long untilFrame = frame + step.Value;
+                bool canceled = false;
+                pending[actor] = true;
+                try
                 {
-                    case Kind.Yield:
-                        await loop.Yield(target);
-                        break;
-                    case Kind.NextFrame:
-                        await loop.NextFrame(target);
-                        break;
-                    case Kind.DelayFrame:
-                        await loop.DelayFrame((int)step.Value, target);
-                        break;
-                    default:
-                        await loop.Delay(TimeSpan.FromTicks(step.Value), step.Kind == Kind.Delay ? FrameTimeKind.Scaled : FrameTimeKind.Unscaled, target);
-                        break;
+                    switch (step.Kind)
+                    {
+                        case Kind.Yield:
+                            await loop.Yield(target, token);
+                            break;
+                        case Kind.NextFrame:
+                            await loop.NextFrame(target, token);
+                            break;
+                        case Kind.DelayFrame:
+                            await loop.DelayFrame((int)step.Value, target, token);
+                            break;
+                        case Kind.WaitUntilFrame:
+                            await loop.WaitUntil(() => loop.FrameCount >= untilFrame, target, token);
+                            break;
+                        default:
+                            await loop.Delay(TimeSpan.FromTicks(step.Value), step.Kind == Kind.Delay ? FrameTimeKind.Scaled : FrameTimeKind.Unscaled, target, token);
+                            break;
+                    }
                 }
+                catch (OperationCanceledException)
+                {
+                    canceled = true;
+                }
+                pending[actor] = false;
                 (long Frame, int Phase, int Run) actual = (loop.FrameCount, loop.CurrentPhase?.Index ?? -1, run);
+                if (canceled || cancelExpected[actor])
+                {
+                    // Cancelled by the host between frames: the await ends at once, there, and nothing else resumes it.
+                    if (!canceled || !cancelExpected[actor] || actual.Phase != -1 || actual.Run != -1)
+                    {
+                        failures.Add($"task {actor}: {step} awaited in frame {frame} phase {phase} run {runNow} ended {(canceled ? "canceled" : "normally")} in frame {actual.Frame} phase {actual.Phase}, the host {(cancelExpected[actor] ? "cancelled it" : "did not cancel it")}");
+                    }
+                    cancelExpected[actor] = false;
+                    continue;
+                }
+                if (step.Kind == Kind.WaitUntilFrame && step.Value > 0)
+                {
+                    // Checked at each run of the phase from its next run on: true at its first run in the frame aimed at.
+                    expected = (untilFrame, step.Phase, 0);
+                }
                 if (timed)
                 {
                     // The first frame to begin at or past the deadline: this one's time has reached it, the one before's not
@@ -131,9 +171,12 @@ public class FrameLoopModelTests
                 }
                 // Queue position: a direct entry at its await; a frame delay when its frame begins, by start order.
                 bool timer = timed || step.Kind == Kind.DelayFrame && step.Value >= 2;
-                resumes.Add(timer
+                if (step.Kind != Kind.WaitUntilFrame) // a predicate is checked as its phase runs: no place in the queue to check
+                {
+                    resumes.Add(timer
                     ? (actual.Frame, actual.Phase * 10 + actual.Run, 2 * awaitsBefore[actual.Frame] + 1, order, actor)
                     : (actual.Frame, actual.Phase * 10 + actual.Run, 2 * order + 2, 0, actor));
+                }
                 if (actual != expected)
                 {
                     failures.Add(timed
@@ -150,9 +193,20 @@ public class FrameLoopModelTests
         }
         for (int f = 0; running > 0 && f < 2_000; f++)
         {
-            awaitsBefore[loop.FrameCount + 1] = awaits;
             loop.TimeScale = f < host.Scales.Length ? host.Scales[f] : 1.0;
             runs = f < host.Runs.Length ? host.Runs[f] : OneRunEach;
+            if (f < host.Cancels.Length && host.Cancels[f] >= 0 && host.Cancels[f] < scripts.Length && tokens[host.Cancels[f]] is { } cts)
+            {
+                int victim = host.Cancels[f];
+                cancelExpected[victim] = pending[victim];
+                tokens[victim] = null; // its next await takes a new token
+                cts.Cancel(); // on this thread, between frames: a pending await ends here and now
+                if (cancelExpected[victim])
+                {
+                    Assert.False(pending[victim], $"task {victim}: its cancelled await did not end at once");
+                }
+            }
+            awaitsBefore[loop.FrameCount + 1] = awaits; // after the cancellation: a cancelled task may await again
             loop.BeginFrame(TimeSpan.FromTicks(f < host.DeltaTicks.Length ? host.DeltaTicks[f] : 10 * TicksPerMs));
             timeAt[loop.FrameCount] = (loop.Time, loop.UnscaledTime);
             for (int p = 0; p < 4; p++)
@@ -185,6 +239,11 @@ public class FrameLoopModelTests
     /// </summary>
     private static (long Frame, int Phase, int Run) Predict(Step step, long frame, int phase, int run, int[] runs)
     {
+        if (step.Kind == Kind.WaitUntilFrame)
+        {
+            // Already true at the call: it continues at once, where it is (a longer one is worked out in the task).
+            return (frame, phase, run);
+        }
         int frames = step.Kind switch
         {
             Kind.NextFrame => 1,
