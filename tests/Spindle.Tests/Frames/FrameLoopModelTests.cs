@@ -27,6 +27,7 @@ public class FrameLoopModelTests
         Delay,
         DelayUnscaled,
         WaitUntilFrame,
+        SwitchTo,
     }
 
     /// <summary>One await: for DelayFrame, Value is the frame count; for the Delays, TimeSpan ticks.</summary>
@@ -66,7 +67,8 @@ public class FrameLoopModelTests
         (3, Gen.Select(Gen.Int[0, 3], Gen.Int[0, 70], static (p, k) => new Step(Kind.DelayFrame, p, k))),
         (2, Gen.Select(Gen.Int[0, 3], DelayTicks, static (p, t) => new Step(Kind.Delay, p, t))),
         (2, Gen.Select(Gen.Int[0, 3], DelayTicks, static (p, t) => new Step(Kind.DelayUnscaled, p, t))),
-        (2, Gen.Select(Gen.Int[0, 3], Gen.Int[0, 5], static (p, k) => new Step(Kind.WaitUntilFrame, p, k))));
+        (2, Gen.Select(Gen.Int[0, 3], Gen.Int[0, 5], static (p, k) => new Step(Kind.WaitUntilFrame, p, k))),
+        (1, Gen.Int[0, 3].Select(static p => new Step(Kind.SwitchTo, p, 0))));
 
     private static readonly Gen<Host> Hosts = Gen.Select(
         Gen.Frequency(
@@ -78,14 +80,17 @@ public class FrameLoopModelTests
         Gen.Frequency((4, Gen.Const(-1)), (1, Gen.Int[0, 5])).Array[0, 60],
         static (deltas, scales, runs, cancels) => new Host(deltas, scales, runs, cancels));
 
-    private static readonly Gen<(Host Host, Step[][] Scripts)> Cases = Gen.Select(Hosts, Steps.Array[1, 8].Array[1, 6]);
+    /// <summary>The last <c>OffThread</c> scripts start on another thread, between frames, before host frame <c>At</c>.</summary>
+    private static readonly Gen<(Host Host, Step[][] Scripts, int OffThread, int At)> Cases
+        = Gen.Select(Hosts, Steps.Array[1, 8].Array[1, 6], Gen.Int[0, 2], Gen.Int[0, 8]);
 
     [Fact]
     public void RandomScripts_ResumeWhereTheModelSays()
-        => Cases.Sample((Host host, Step[][] scripts) => { Run(host, scripts); }, iter: TestUtil.Stress(300), threads: 1,
-            print: static c => c.Item1 + ": " + string.Join(" | ", Array.ConvertAll(c.Item2, static script => string.Join(", ", script))));
+        => Cases.Sample((Host host, Step[][] scripts, int offThread, int at) => { Run(host, scripts, Math.Min(offThread, scripts.Length), at); },
+            iter: TestUtil.Stress(300), threads: 1,
+            print: static c => $"{c.Item1}, the last {c.Item3} starting off the loop thread before frame {c.Item4}: " + string.Join(" | ", Array.ConvertAll(c.Item2, static script => string.Join(", ", script))));
 
-    private static void Run(Host host, Step[][] scripts)
+    private static void Run(Host host, Step[][] scripts, int offThread, int offThreadAt)
     {
         FrameLoop loop = FrameUtil.NewBoundLoop(); // frame 1 has run: the scripts start between frames 1 and 2
         var timeAt = new Dictionary<long, (TimeSpan Scaled, TimeSpan Unscaled)> { [1] = (loop.Time, loop.UnscaledTime) };
@@ -106,7 +111,7 @@ public class FrameLoopModelTests
             {
                 System.Threading.CancellationToken token = (tokens[actor] ??= new System.Threading.CancellationTokenSource()).Token;
                 long frame = loop.FrameCount;
-                int phase = loop.CurrentPhase?.Index ?? -1; // -1: between frames
+                int phase = loop.IsLoopThread ? loop.CurrentPhase?.Index ?? -1 : -2; // -1: between frames; -2: another thread
                 int runNow = run;
                 int[] runsNow = runs;
                 bool timed = (step.Kind is Kind.Delay or Kind.DelayUnscaled) && step.Value > 0;
@@ -134,6 +139,9 @@ public class FrameLoopModelTests
                         case Kind.WaitUntilFrame:
                             await loop.WaitUntil(() => loop.FrameCount >= untilFrame, target, token);
                             break;
+                        case Kind.SwitchTo:
+                            await loop.SwitchTo(target, token);
+                            break;
                         default:
                             await loop.Delay(TimeSpan.FromTicks(step.Value), step.Kind == Kind.Delay ? FrameTimeKind.Scaled : FrameTimeKind.Unscaled, target, token);
                             break;
@@ -155,10 +163,11 @@ public class FrameLoopModelTests
                     cancelExpected[actor] = false;
                     continue;
                 }
-                if (step.Kind == Kind.WaitUntilFrame && step.Value > 0)
+                if (step.Kind == Kind.WaitUntilFrame && (step.Value > 0 || phase == -2))
                 {
-                    // Checked at each run of the phase from its next run on: true at its first run in the frame aimed at.
-                    expected = (untilFrame, step.Phase, 0);
+                    // Checked at each run of the phase from its next run on (from another thread, never at once): true at
+                    // its first run in the frame aimed at, or in the next frame to begin.
+                    expected = (Math.Max(untilFrame, frame + (phase == -2 ? 1 : 0)), step.Phase, 0);
                 }
                 if (timed)
                 {
@@ -171,11 +180,15 @@ public class FrameLoopModelTests
                 }
                 // Queue position: a direct entry at its await; a frame delay when its frame begins, by start order.
                 bool timer = timed || step.Kind == Kind.DelayFrame && step.Value >= 2;
-                if (step.Kind != Kind.WaitUntilFrame) // a predicate is checked as its phase runs: no place in the queue to check
+                // A predicate is checked as its phase runs, and a SwitchTo on the loop thread does not wait: no queue place.
+                if (step.Kind != Kind.WaitUntilFrame && !(step.Kind == Kind.SwitchTo && phase != -2))
                 {
                     resumes.Add(timer
-                    ? (actual.Frame, actual.Phase * 10 + actual.Run, 2 * awaitsBefore[actual.Frame] + 1, order, actor)
-                    : (actual.Frame, actual.Phase * 10 + actual.Run, 2 * order + 2, 0, actor));
+                        ? (actual.Frame, actual.Phase * 10 + actual.Run, 2 * awaitsBefore[actual.Frame] + 1, order, actor)
+                        : phase == -2
+                            // Handed off from another thread: joins its phase as the frame begins, before the delays due.
+                            ? (actual.Frame, actual.Phase * 10 + actual.Run, 2 * awaitsBefore[actual.Frame] + 1, order - (1L << 40), actor)
+                            : (actual.Frame, actual.Phase * 10 + actual.Run, 2 * order + 2, 0, actor));
                 }
                 if (actual != expected)
                 {
@@ -187,7 +200,7 @@ public class FrameLoopModelTests
             running--;
         }
 
-        for (int a = 0; a < scripts.Length; a++)
+        for (int a = 0; a < scripts.Length - offThread; a++)
         {
             Actor(a, scripts[a]).Forget();
         }
@@ -205,6 +218,19 @@ public class FrameLoopModelTests
                 {
                     Assert.False(pending[victim], $"task {victim}: its cancelled await did not end at once");
                 }
+            }
+            if (f == offThreadAt && offThread > 0)
+            {
+                // Started on another thread, between frames: their first awaits are hand-offs to the next frame.
+                var starter = new System.Threading.Thread(() =>
+                {
+                    for (int a = scripts.Length - offThread; a < scripts.Length; a++)
+                    {
+                        Actor(a, scripts[a]).Forget();
+                    }
+                });
+                starter.Start();
+                starter.Join();
             }
             awaitsBefore[loop.FrameCount + 1] = awaits; // after the cancellation: a cancelled task may await again
             loop.BeginFrame(TimeSpan.FromTicks(f < host.DeltaTicks.Length ? host.DeltaTicks[f] : 10 * TicksPerMs));
@@ -239,9 +265,15 @@ public class FrameLoopModelTests
     /// </summary>
     private static (long Frame, int Phase, int Run) Predict(Step step, long frame, int phase, int run, int[] runs)
     {
-        if (step.Kind == Kind.WaitUntilFrame)
+        if (phase == -2)
         {
-            // Already true at the call: it continues at once, where it is (a longer one is worked out in the task).
+            // From another thread: everything is handed off to the phase of the next frame to begin; a frame delay counts
+            // from the last frame begun (a WaitUntil is worked out in the task).
+            return step.Kind == Kind.DelayFrame && step.Value >= 2 ? (frame + step.Value, step.Phase, 0) : (frame + 1, step.Phase, 0);
+        }
+        if (step.Kind is Kind.WaitUntilFrame or Kind.SwitchTo)
+        {
+            // Already true at the call, or already on the loop thread: it continues at once, where it is.
             return (frame, phase, run);
         }
         int frames = step.Kind switch
