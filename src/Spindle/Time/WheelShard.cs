@@ -184,70 +184,125 @@ internal sealed class WheelShard : WorkerTimers
 
     /// <summary>
     /// Takes the cancel snapshot first, then the insert snapshot (see <see cref="TimerNode"/> remarks); expires what is
-    /// due by <paramref name="now"/>, old and new timers together in deadline order; and only then releases the
-    /// cancelled ones, which may be among the new. Owner only.
+    /// due by <paramref name="now"/>, old and new timers together in deadline order; links the new timers not yet due;
+    /// and only then releases the cancelled ones, which may be among the new. Owner only.
     /// </summary>
     /// <remarks>
-    /// The new timers join the wheel before the pass reaches their deadlines: the pass first expires what falls due
-    /// before the earliest of them, then links them relative to that point (each is within the wheel's span of it: a
-    /// timer waits in the inbox only until the pass its insert asked for), then expires the rest. A pass that covers a
-    /// long gap (a clock that jumps, as <c>FakeTimeProvider.Advance</c> does, or a late pass) so fires every due timer
-    /// in deadline order; it used to fire the new ones after all the linked ones, newest first (found with Microsoft's
-    /// fake clock). The inbox is a stack: it is turned round first, so the new timers are linked, and fire, in the order
-    /// they were started, after the ones linked before them. A new timer already overdue when the pass takes it (its
-    /// insert raced the previous pass) is due before every linked one, so those fire first, oldest first.
+    /// <para>The inbox is a stack: it is turned round first, into the order the timers were started. The new timers
+    /// not due by <paramref name="now"/> are linked after the pass, relative to <paramref name="now"/>, so each is
+    /// within the wheel's span of it (a deadline is at most <see cref="TimerWheel.MaxDelay"/> after its start).</para>
+    /// <para>The new timers already due join the pass in deadline order (and those due at the same millisecond in the
+    /// order they were started): the pass expires everything due before each one, then links it one millisecond ahead,
+    /// so it fires after the linked timers due at the same millisecond, which were started before it. A pass that
+    /// covers a long gap (a clock that jumps, as <c>FakeTimeProvider.Advance</c> does, or a late pass) so fires every
+    /// due timer in deadline order; it used to fire the new ones after all the linked ones, newest first (found with
+    /// Microsoft's fake clock). A new timer due before the point the pass has reached (its insert raced the previous
+    /// pass) fires at once. Linking the due ones one millisecond ahead keeps every link within the span however far
+    /// the clock jumped: a first version linked them all relative to the earliest one, and a jump of more than the
+    /// span (2^36 ms) with a far timer in the same snapshot then cascaded that timer into its own slot for ever (found
+    /// by a review).</para>
+    /// <para>Sorting the due ones needs two arrays, kept for the next pass: they grow only when a pass finds more new
+    /// timers already due than ever before, which only a late pass or a jumping clock produces.</para>
     /// </remarks>
     public void DrainInboxes(long now)
     {
         TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
         TimerNode? added = Interlocked.Exchange(ref _inbox, null);
+        TimerNode? later = null;
         if (added is not null)
         {
             TimerNode? started = null; // oldest first
-            long earliest = long.MaxValue;
             while (added is not null)
             {
                 TimerNode node = added;
                 added = node.Next;
                 node.Next = started;
                 started = node;
-                earliest = Math.Min(earliest, node.Deadline);
             }
-            Advance(Math.Min(now, earliest - 1));
-            TimerNode? overdue = null, overdueTail = null;
+            int due = 0;
+            TimerNode? laterTail = null;
             while (started is not null)
             {
                 TimerNode node = started;
                 started = node.Next;
                 node.Next = null;
-                if (node.IsCompleted)
+                if (node.Deadline > now)
                 {
-                    continue; // cancelled before it was linked; its cancel-inbox entry releases it
-                }
-                if (node.Deadline > _elapsed)
-                {
-                    Link(node);
-                }
-                else if (overdueTail is null)
-                {
-                    overdue = overdueTail = node;
+                    if (laterTail is null)
+                    {
+                        later = node;
+                    }
+                    else
+                    {
+                        laterTail.Next = node;
+                    }
+                    laterTail = node;
                 }
                 else
                 {
-                    overdueTail.Next = node;
-                    overdueTail = node;
+                    if (due == _dueNodes.Length)
+                    {
+                        Array.Resize(ref _dueNodes, Math.Max(16, due * 2));
+                        Array.Resize(ref _dueKeys, _dueNodes.Length);
+                    }
+                    _dueNodes[due] = node;
+                    _dueKeys[due] = (node.Deadline, due);
+                    due++;
                 }
             }
-            while (overdue is not null)
+            if (due > 0)
             {
-                TimerNode node = overdue;
-                overdue = node.Next;
-                node.Next = null;
-                Fire(node);
+                JoinDue(due);
             }
         }
         Advance(now);
+        while (later is not null)
+        {
+            TimerNode node = later;
+            later = node.Next;
+            node.Next = null;
+            if (!node.IsCompleted) // else cancelled before it was linked; its cancel-inbox entry releases it
+            {
+                Link(node);
+            }
+        }
         ReleaseCancelled(cancelled);
+    }
+
+    private TimerNode?[] _dueNodes = Array.Empty<TimerNode?>();
+    private (long Deadline, int Started)[] _dueKeys = Array.Empty<(long, int)>();
+
+    /// <summary>
+    /// The new timers already due by this pass's time, in <see cref="_dueNodes"/> in the order they were started: each
+    /// in deadline order joins the wheel one millisecond ahead of the pass, or fires at once if the pass is past it.
+    /// </summary>
+    private void JoinDue(int count)
+    {
+        if (count > 1)
+        {
+            Array.Sort(_dueKeys, _dueNodes, 0, count); // by deadline, then by start: the keys are distinct
+        }
+        for (int i = 0; i < count; i++)
+        {
+            TimerNode node = _dueNodes[i]!;
+            _dueNodes[i] = null;
+            if (node.IsCompleted)
+            {
+                continue; // cancelled before it was linked; its cancel-inbox entry releases it
+            }
+            if (node.Deadline > _elapsed)
+            {
+                Advance(node.Deadline - 1); // everything due before it fires first
+            }
+            if (node.Deadline > _elapsed)
+            {
+                Link(node);
+            }
+            else
+            {
+                Fire(node);
+            }
+        }
     }
 
     /// <summary>Unlinks every node of a cancel-inbox snapshot that is still linked, and lets go of it. Owner only.</summary>

@@ -1,0 +1,64 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using Microsoft.Extensions.Time.Testing;
+
+namespace SpindleLib.Tests.Time;
+
+/// <summary>
+/// A pass that covers a jump longer than the wheel's span (2^36 ms, about 795 days) with, in one insert snapshot, a
+/// timer from before the jump and one started after it with the longest delay. A first version of the reordered pass
+/// linked both relative to the early one's deadline, so the far one landed in the wrong rotation of the top level and
+/// its cascade put it back into the slot being drained, for ever (found by a review; both tests hung).
+/// </summary>
+public class TimerWheelJumpTests
+{
+    private static void AssertReturns(Action pass)
+        => Assert.True(Task.Run(pass).Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the pass never returned");
+
+    [Fact]
+    public void Shard_AnOldAndAFarTimerInOneSnapshot_AfterAJumpLongerThanTheSpan_BothLandRight()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var shard = new WheelShard(wheel, dispatch: false);
+        long now = 800L * 24 * 3600 * 1000; // 800 days, in wheel ticks (ms)
+        TimerNode early = TimerNode.Rent(wheel);
+        early.Deadline = 20; // started near 0 ms, still in the inbox
+        shard.Push(early);
+        TimerNode far = TimerNode.Rent(wheel);
+        far.Deadline = now + uint.MaxValue - 1; // started at 800 days with the longest delay
+        shard.Push(far);
+
+        AssertReturns(() => shard.DrainInboxes(now));
+        Assert.True(early.IsCompleted, "the early timer did not fire");
+        Assert.False(far.IsCompleted, "the far timer, 49 days away, fired");
+        shard.PublishCount(); // as a drive does after its pass
+        Assert.Equal(1, shard.PendingCount);
+        AssertReturns(() => shard.DrainInboxes(now + uint.MaxValue - 2));
+        Assert.False(far.IsCompleted, "the far timer fired a millisecond early");
+        AssertReturns(() => shard.DrainInboxes(now + uint.MaxValue - 1));
+        Assert.True(far.IsCompleted, "the far timer did not fire at its deadline");
+    }
+
+    [Fact]
+    public void FakeTimeProvider_AJumpOf800Days_WithADelayStartedByAnEarlierTimer_FiresEachAtItsDeadline()
+    {
+        var time = new FakeTimeProvider();
+        using var wheel = new TimerWheel(time);
+        SpindleTask first = wheel.Delay(10); // an idle wheel: a pass at once, the wheel's timer set for 10 ms
+        SpindleTask second = wheel.Delay(20); // not earlier than 10 ms: waits in the inbox, no pass
+        SpindleTask far = default;
+        using ITimer user = time.CreateTimer(_ => far = wheel.Delay(TimerWheel.MaxDelay), null,
+            TimeSpan.FromMilliseconds(5), Timeout.InfiniteTimeSpan); // runs before the wheel's pass, at 800 days
+
+        AssertReturns(() => time.Advance(TimeSpan.FromDays(800)));
+        Assert.True(first.IsCompleted && second.IsCompleted, "the delays due before the jump did not fire");
+        Assert.False(far.IsCompleted, "the longest delay fired at once");
+        first.GetAwaiter().GetResult();
+        second.GetAwaiter().GetResult();
+        AssertReturns(() => time.Advance(TimerWheel.MaxDelay));
+        Assert.True(far.IsCompleted, "the longest delay did not fire after its delay");
+        far.GetAwaiter().GetResult();
+    }
+}
