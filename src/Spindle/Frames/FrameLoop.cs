@@ -548,7 +548,7 @@ public sealed partial class FrameLoop
         lock (_wheelLock)
         {
             // One wheel per clock: a clock has exactly one timer, its wheel's driver.
-            wheel = field ??= new TimerWheel(clock);
+            wheel = field ??= new TimerWheel(clock); // the LoopClock overload: the wheel counts from loop time zero
         }
         return wheel;
     }

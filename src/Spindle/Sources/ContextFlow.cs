@@ -234,11 +234,11 @@ internal static class ContextFlow
     {
         // A fresh capture each time: Mono's Run accepts a captured context only once.
         ExecutionContext? now = CaptureIsStable ? ExecutionContext.Capture() : null;
-        if (now is null && s_default is not null && ExecutionContext.IsFlowSuppressed())
+        if (now is null && ExecutionContext.IsFlowSuppressed() && ForContextFree() is { } context)
         {
             // The thread suppresses flow: there is no context of its own to enter, and what the body changed would stay.
-            // Run it in the default context (a copy: Mono's Run takes a context once), whose exit puts the thread's back.
-            Run(s_default.CreateCopy(), body, state);
+            // Run it in the default context, as context-free work runs, whose exit puts the thread's back.
+            Run(context, body, state);
         }
         else if (now is null)
         {

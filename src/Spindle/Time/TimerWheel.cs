@@ -71,6 +71,19 @@ public sealed partial class TimerWheel : IDisposable
     {
     }
 
+    /// <summary>
+    /// A frame loop's wheel: its clock (a <see cref="LoopClock"/>) starts at zero, and the wheel counts its milliseconds
+    /// from there, not from its own creation, so that a frame delay is due at the loop time of its call plus the delay
+    /// rounded up to a whole millisecond of loop time, as <see cref="FrameLoop.Delay(TimeSpan, FrameTimeKind, FramePhase, CancellationToken)"/>
+    /// documents. A loop creates its wheels on its first timed wait, at whatever fraction of a millisecond loop time has
+    /// reached: anchored there, the grid was offset, and with frames of fractional delta times a delay resumed in a frame
+    /// that began up to a millisecond short of its deadline (found by FrameLoopModelTests).
+    /// </summary>
+    internal TimerWheel(LoopClock clock)
+        : this(clock, workerShards: false, origin: 0)
+    {
+    }
+
     /// <param name="timeProvider">The clock.</param>
     /// <param name="workerShards">
     /// True only for <see cref="Default"/>: a worker has one shard (<see cref="WorkerTimers"/>), which counts ticks from
@@ -78,7 +91,8 @@ public sealed partial class TimerWheel : IDisposable
     /// on the system clock that used it fired its delays early (by the difference of the two origins) and its Dispose
     /// left them pending.
     /// </param>
-    private TimerWheel(TimeProvider timeProvider, bool workerShards)
+    /// <param name="origin">The timestamp the wheel counts from; null for the clock's reading now.</param>
+    private TimerWheel(TimeProvider timeProvider, bool workerShards, long? origin = null)
     {
         if (timeProvider is null)
         {
@@ -95,13 +109,7 @@ public sealed partial class TimerWheel : IDisposable
             _timestampsPerTimeSpanTick = frequency / TimeSpan.TicksPerSecond;
         }
         _timeSpanTicksPerTimestamp = (double)TimeSpan.TicksPerSecond / frequency;
-        // A frame loop's clocks (LoopClock) start at zero, and so do their wheels' millisecond grids: a frame delay is due
-        // at the loop time of its call plus the delay, rounded up to a whole millisecond of loop time, as FrameLoop.Delay
-        // documents. Anchored where the wheel was created (on the loop's first timed wait, at any fraction of a
-        // millisecond), the grid was offset, and with frames of fractional delta times a delay resumed in a frame that
-        // began up to a millisecond short of its documented deadline (found by FrameLoopModelTests). Any other clock
-        // counts from the wheel's creation, as TimerWheel documents.
-        _origin = timeProvider is LoopClock ? 0 : timeProvider.GetTimestamp();
+        _origin = origin ?? timeProvider.GetTimestamp();
         bool system = ReferenceEquals(timeProvider, TimeProvider.System);
         _driver = system ? new ThreadTimerDriver(this) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);

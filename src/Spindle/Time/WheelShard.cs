@@ -188,8 +188,8 @@ internal sealed class WheelShard : WorkerTimers
     /// and only then releases the cancelled ones, which may be among the new. Owner only.
     /// </summary>
     /// <remarks>
-    /// <para>The inbox is a stack: it is turned round first, into the order the timers were started. The new timers
-    /// not due by <paramref name="now"/> are linked after the pass, relative to <paramref name="now"/>, so each is
+    /// <para>The inbox is a stack, newest first: the new timers not due by <paramref name="now"/> are gathered in the
+    /// order they were started, and linked after the pass, relative to <paramref name="now"/>, so each is
     /// within the wheel's span of it (a deadline is at most <see cref="TimerWheel.MaxDelay"/> after its start).</para>
     /// <para>The new timers already due join the pass in deadline order (and those due at the same millisecond in the
     /// order they were started): the pass expires everything due before each one, then links it one millisecond ahead,
@@ -208,52 +208,31 @@ internal sealed class WheelShard : WorkerTimers
     {
         TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
         TimerNode? added = Interlocked.Exchange(ref _inbox, null);
-        TimerNode? later = null;
-        if (added is not null)
+        TimerNode? later = null; // oldest first: the walk below goes newest first, and pushes
+        int due = 0;
+        for (int newer = 0; added is not null; newer++)
         {
-            TimerNode? started = null; // oldest first
-            while (added is not null)
+            TimerNode node = added;
+            added = node.Next;
+            if (node.Deadline > now)
             {
-                TimerNode node = added;
-                added = node.Next;
-                node.Next = started;
-                started = node;
+                node.Next = later;
+                later = node;
+                continue;
             }
-            int due = 0;
-            TimerNode? laterTail = null;
-            while (started is not null)
+            node.Next = null;
+            if (due == _dueNodes.Length)
             {
-                TimerNode node = started;
-                started = node.Next;
-                node.Next = null;
-                if (node.Deadline > now)
-                {
-                    if (laterTail is null)
-                    {
-                        later = node;
-                    }
-                    else
-                    {
-                        laterTail.Next = node;
-                    }
-                    laterTail = node;
-                }
-                else
-                {
-                    if (due == _dueNodes.Length)
-                    {
-                        Array.Resize(ref _dueNodes, Math.Max(16, due * 2));
-                        Array.Resize(ref _dueKeys, _dueNodes.Length);
-                    }
-                    _dueNodes[due] = node;
-                    _dueKeys[due] = (node.Deadline, due);
-                    due++;
-                }
+                Array.Resize(ref _dueNodes, Math.Max(16, due * 2));
+                Array.Resize(ref _dueKeys, _dueNodes.Length);
             }
-            if (due > 0)
-            {
-                JoinDue(due);
-            }
+            _dueNodes[due] = node;
+            _dueKeys[due] = (node.Deadline, -newer); // the earlier started, the lower
+            due++;
+        }
+        if (due > 0)
+        {
+            JoinDue(due);
         }
         Advance(now);
         while (later is not null)
@@ -270,11 +249,11 @@ internal sealed class WheelShard : WorkerTimers
     }
 
     private TimerNode?[] _dueNodes = Array.Empty<TimerNode?>();
-    private (long Deadline, int Started)[] _dueKeys = Array.Empty<(long, int)>();
+    private (long Deadline, int Started)[] _dueKeys = Array.Empty<(long, int)>(); // Started: the earlier, the lower
 
     /// <summary>
-    /// The new timers already due by this pass's time, in <see cref="_dueNodes"/> in the order they were started: each
-    /// in deadline order joins the wheel one millisecond ahead of the pass, or fires at once if the pass is past it.
+    /// The new timers already due by this pass's time, in <see cref="_dueNodes"/>: each, in deadline order and then in the
+    /// order they were started, joins the wheel one millisecond ahead of the pass, or fires at once if the pass is past it.
     /// </summary>
     private void JoinDue(int count)
     {
@@ -290,10 +269,7 @@ internal sealed class WheelShard : WorkerTimers
             {
                 continue; // cancelled before it was linked; its cancel-inbox entry releases it
             }
-            if (node.Deadline > _elapsed)
-            {
-                Advance(node.Deadline - 1); // everything due before it fires first
-            }
+            Advance(node.Deadline - 1); // everything due before it fires first (nothing, if the pass is past it)
             if (node.Deadline > _elapsed)
             {
                 Link(node);
