@@ -191,8 +191,8 @@ internal static class ContextFlow
     /// For a thread that runs work inside some other code's context and then restores it (a helping waiter): captures that
     /// context into <paramref name="before"/>; if the thread suppresses flow (nothing to capture, so nothing to restore),
     /// runs <paramref name="callback"/> inside Run of the default context instead, whose exit puts the thread's own context
-    /// back whatever the work did, and returns true. False: the caller runs the work itself, then
-    /// <see cref="RestoreIfChanged"/>.
+    /// back whatever the work did (the SynchronizationContext too), and returns true. False: the caller runs the work
+    /// itself, then <see cref="RestoreIfChanged"/>.
     /// </summary>
     public static bool TryRunWhereFlowIsSuppressed(ContextCallback callback, object state, out ExecutionContext? before)
     {
@@ -270,6 +270,20 @@ internal static class ContextFlow
 #else
         return s_default?.CreateCopy();
 #endif
+    }
+
+    /// <summary>
+    /// Puts back the SynchronizationContext the thread had before some code ran (null on a worker), if that code installed
+    /// another and left it: as the BCL's ExecutionContext.Run does for a task it runs inline, and its thread pool after
+    /// each item. Code that runs next on the thread (the next item, or the code that awaited it) must not find it, or its
+    /// BCL awaits would post their continuations there.
+    /// </summary>
+    public static void RestoreSynchronizationContext(SynchronizationContext? before)
+    {
+        if (SynchronizationContext.Current != before)
+        {
+            SynchronizationContext.SetSynchronizationContext(before);
+        }
     }
 
     /// <summary>After an inline run: put the default context back if the code that ran changed it.</summary>

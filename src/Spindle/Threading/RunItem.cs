@@ -68,7 +68,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     /// <summary>
     /// Runs the item here, on the code that awaits it, if it is still waiting in the calling worker's run-next slot
     /// (<see cref="WorkerPool.TryTakeBackRunNext"/>) and was queued from the context the caller is in now. The caller's
-    /// context is as it was afterwards, whatever the delegate changed. False, with nothing done, otherwise; always false
+    /// context is as it was afterwards, whatever the delegate changed (and its SynchronizationContext: see RunDelegate). False, with nothing done, otherwise; always false
     /// on netstandard2.1, which cannot restore a context.
     /// </summary>
     public bool TryRunInline()
@@ -88,10 +88,17 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 #endif
     }
 
+    /// <summary>
+    /// Runs the delegate and completes the item. A SynchronizationContext the delegate installed and left behind is taken
+    /// down before the completion runs the awaiting code inline, as the BCL, which queues a continuation rather than run
+    /// it under a context a task left behind, never shows it to the awaiting code either: otherwise that code's next BCL
+    /// await would post there.
+    /// </summary>
     private void RunDelegate()
     {
         Delegate work = _delegate!;
         _delegate = null;
+        SynchronizationContext? sync = SynchronizationContext.Current;
         TResult result;
         try
         {
@@ -107,9 +114,11 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         }
         catch (Exception ex)
         {
+            ContextFlow.RestoreSynchronizationContext(sync);
             _core.TrySetException(ex);
             return;
         }
+        ContextFlow.RestoreSynchronizationContext(sync);
         _core.TrySetResult(result);
     }
 

@@ -27,13 +27,16 @@ public static partial class Spindle
     /// will start (set by <see cref="ConfigureWorkers"/>, else the SPINDLE_WORKERS environment variable, else
     /// <see cref="Environment.ProcessorCount"/>). Reading it does not start them.
     /// </summary>
+    /// <exception cref="InvalidOperationException">Nothing called <see cref="ConfigureWorkers"/>, and SPINDLE_WORKERS is set
+    /// to something other than a whole number from 1 to 1024 (the first use of the workers throws the same).</exception>
     public static int WorkerCount => WorkerPool.SharedSlot.WorkerCount;
 
     /// <summary>
     /// Sets how many worker threads Spindle starts, for example fewer than the processors, to leave a game's main and
     /// render threads a core each. Call it once at start-up, before anything uses the workers (the first
     /// <see cref="Run(Action)"/>, delay, job or worker await starts them); it takes precedence over the SPINDLE_WORKERS
-    /// environment variable. Calling it again with the number already in force does nothing.
+    /// environment variable (an invalid value of which, 0 or "four" or 5000, is otherwise an error at the workers' first
+    /// use, not a silent fallback). Calling it again with the number already in force does nothing.
     /// </summary>
     /// <param name="workerCount">The number of workers, from 1 to 1024.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="workerCount"/> is below 1 or above 1024.</exception>

@@ -49,11 +49,27 @@ internal sealed class WorkerPool : Scheduler
     private const int SpinRounds = 64;
     private const int PureSpinRounds = 16;
 
-    /// <summary>One worker per processor, unless the SPINDLE_WORKERS environment variable names a count.</summary>
+    /// <summary>
+    /// One worker per processor, unless the SPINDLE_WORKERS environment variable names a count. A value that is set but
+    /// is not a whole number from 1 to <see cref="MaxWorkers"/> is refused, as ConfigureWorkers refuses it, instead of
+    /// quietly falling back (0, "four") or passing the cap (100000 threads).
+    /// </summary>
+    /// <exception cref="InvalidOperationException">SPINDLE_WORKERS is set to such a value.</exception>
     internal static int DefaultWorkerCount()
     {
         string? configured = Environment.GetEnvironmentVariable("SPINDLE_WORKERS");
-        return int.TryParse(configured, out int n) && n > 0 ? n : Environment.ProcessorCount;
+        if (string.IsNullOrWhiteSpace(configured))
+        {
+            return Environment.ProcessorCount;
+        }
+        if (!int.TryParse(configured, System.Globalization.NumberStyles.Integer, System.Globalization.CultureInfo.InvariantCulture, out int n)
+            || n < 1 || n > MaxWorkers)
+        {
+            ThrowHelper.ThrowInvalidOperation(
+                $"The SPINDLE_WORKERS environment variable is \"{configured}\": it must be a whole number of workers between 1 and {MaxWorkers}, " +
+                $"or be unset for one worker per processor ({Environment.ProcessorCount} here). Spindle.ConfigureWorkers(n) at start-up takes precedence over it.");
+        }
+        return n;
     }
 
     [ThreadStatic]
@@ -210,6 +226,7 @@ internal sealed class WorkerPool : Scheduler
         if (--w.InlineBudget < 0)
         {
             w.InlineBudget = InlineRunBudget;
+            w.LookFairlyNext = true; // the loop's next look starts at the other queues, not at this slot
             return false;
         }
         return Interlocked.CompareExchange(ref w.RunNext, null, item) == item;
@@ -312,6 +329,7 @@ internal sealed class WorkerPool : Scheduler
     {
         bool ran = timers.Poll(out untilNext);
         ContextFlow.RestoreDefaultIfChanged();
+        ContextFlow.RestoreSynchronizationContext(null);
         return ran;
     }
 
@@ -319,17 +337,38 @@ internal sealed class WorkerPool : Scheduler
     private static bool PollKeepingContext(WorkerTimers timers)
     {
 #if NET
+        SynchronizationContext? sync = SynchronizationContext.Current;
         if (ContextFlow.TryRunWhereFlowIsSuppressed(s_pollTimers, timers, out ExecutionContext? before))
         {
             return t_polled;
         }
         bool ran = timers.Poll(out _);
         ContextFlow.RestoreIfChanged(before);
+        ContextFlow.RestoreSynchronizationContext(sync);
         return ran;
 #else
         ContextFlow.RunRestoring(s_pollTimers, timers);
         return t_polled;
 #endif
+    }
+
+    /// <summary>
+    /// How often a busy worker's loop looks at the queues a run-next chain would hold back (the injection queue, the
+    /// jobs' queue and the oldest item of its own deque) before its run-next slot: a chain that always refills the slot
+    /// (a yield loop, a long run of awaited runs) would otherwise starve them for ever on a pool whose workers all run
+    /// such chains. Go's scheduler looks at its global queue every 61 ticks for the same reason.
+    /// </summary>
+    private const int FairLookInterval = 61;
+
+    private WorkItem? FindWorkFairly(Worker self)
+    {
+        self.LookFairlyNext = false;
+        self.UntilFairLook = FairLookInterval;
+        if (_injection.TryDequeue(out WorkItem? item) || _helpable.TryDequeue(out item))
+        {
+            return item;
+        }
+        return self.Deque.TrySteal(); // the oldest: the item a run-next chain displaced first
     }
 
     private WorkItem? FindWork(Worker self, bool stealRunNext, bool runNextAtOnce = false)
@@ -396,6 +435,10 @@ internal sealed class WorkerPool : Scheduler
         // Whatever AsyncLocal values the item set (or work that ran without a captured context, in this thread's) must
         // not reach the next item.
         ContextFlow.RestoreDefaultIfChanged();
+        // A worker runs with no SynchronizationContext: one an item (or a continuation it ran) installed and left behind
+        // must not reach the next item. (Items run inside ExecutionContext.Run have theirs put back by Run; those run on
+        // the default-context fast path do not.)
+        ContextFlow.RestoreSynchronizationContext(null);
     }
 
     /// <summary>
@@ -405,12 +448,14 @@ internal sealed class WorkerPool : Scheduler
     private static void RunItemKeepingContext(WorkItem item)
     {
 #if NET
+        SynchronizationContext? sync = SynchronizationContext.Current;
         if (ContextFlow.TryRunWhereFlowIsSuppressed(s_runItemSafely, item, out ExecutionContext? before))
         {
             return;
         }
         RunItemSafely(item);
         ContextFlow.RestoreIfChanged(before);
+        ContextFlow.RestoreSynchronizationContext(sync);
 #else
         ContextFlow.RunRestoring(s_runItemSafely, item);
 #endif
@@ -455,7 +500,8 @@ internal sealed class WorkerPool : Scheduler
             WorkItem? item;
             if (!woken)
             {
-                item = FindWork(self, stealRunNext: false);
+                item = --self.UntilFairLook <= 0 || self.LookFairlyNext ? FindWorkFairly(self) : null;
+                item ??= FindWork(self, stealRunNext: false);
                 if (item is not null)
                 {
                     Execute(item);
@@ -664,6 +710,8 @@ internal sealed class WorkerPool : Scheduler
         public WorkerTimers? Timers;
         public int SinceTimerPoll;
         public int InlineBudget = InlineRunBudget;
+        public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
+        public int UntilFairLook = FairLookInterval;
         private readonly int _index;
         private uint _rng;
         private WorkItem? _seenRunNext;

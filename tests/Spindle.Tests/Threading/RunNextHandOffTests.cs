@@ -14,15 +14,6 @@ namespace SpindleLib.Tests.Threading;
 [Collection(SequentialCollection.Name)]
 public class RunNextHandOffTests
 {
-    private sealed class ActionItem : WorkItem
-    {
-        private readonly Action _action;
-
-        public ActionItem(Action action) => _action = action;
-
-        public override void Execute() => _action();
-    }
-
     [Fact]
     public void RunNext_QueuedWhileTheOtherWorkerIsAboutToPark_IsTakenWhileItsOwnerStaysBusy()
     {

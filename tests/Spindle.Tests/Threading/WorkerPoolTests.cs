@@ -7,15 +7,6 @@ namespace SpindleLib.Tests.Threading;
 /// <summary>A private WorkerPool, driven directly with work items (the shared pool is left alone).</summary>
 public class WorkerPoolTests
 {
-    private sealed class ActionItem : WorkItem
-    {
-        private readonly Action _action;
-
-        public ActionItem(Action action) => _action = action;
-
-        public override void Execute() => _action();
-    }
-
     [Fact]
     public void Constructor_NoWorkers_ThrowsArgumentOutOfRange()
     {
