@@ -23,7 +23,11 @@ internal static class Continuations
         // One thread-static lookup (a runtime call on some platforms) for the read, the increment and the restore.
         ref int slot = ref t_depth;
         int depth = slot;
-        if (depth >= MaxInlineDepth)
+        // Two waiters are never queued (see SourceCore.RunWaiter): a blocked thread's wake-up and a forgotten task's
+        // observer. Neither runs a further continuation, so running them past the bound cannot dive the stack; queued,
+        // the first could wait for ever for a free worker and the second would read the source's next use. The compares
+        // cost nothing below the bound.
+        if (depth >= MaxInlineDepth && continuation != (object)BlockingWait.s_set && continuation != (object)ForgetObserver.s_onCompleted)
         {
             Dispatch(continuation, state);
             return;

@@ -92,6 +92,12 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource
     /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
     /// combinator no longer waits on it. As for any reset, nothing may complete the old use at the same time: a late
     /// TrySet* racing the reset may land on either use.
+    /// <para>Reset a completed use only once the code awaiting it has read it. Usually that code runs inside the Set*
+    /// call, so it has. It has not yet when the promise runs its continuations asynchronously, nor when Set* is called
+    /// from more than 32 continuations deep (Spindle then queues the next continuation to bound the stack): that code,
+    /// or a WhenAll still waiting for its other inputs, reads the use later, and after a reset it meets the next use and
+    /// gets the await-once <see cref="InvalidOperationException"/> instead of the outcome. Reset it when the awaiting
+    /// code says it has finished, or use a new promise.</para>
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending.</exception>
     public void Reset() => _core.Reset();
