@@ -343,7 +343,11 @@ internal abstract class JobNode : WorkItem
     /// <summary>A revoked own edge may still be linked in another job's list: this job takes a new one.</summary>
     private void ReplaceOwnEdge() => _ownEdge = new Edge(this);
 
-    /// <summary>A dependency finished. Returns this node if that made it ready to run inline (see <see cref="CanRunInline"/>).</summary>
+    /// <summary>
+    /// A dependency finished. Returns this node if that made it ready: the caller runs it if it can run inline (see
+    /// <see cref="CanRunInline"/>), and otherwise calls <see cref="MakeReady"/> once every other dependent it is
+    /// delivering is ready.
+    /// </summary>
     private JobNode? DependencyFinished(ExceptionHolder? fault)
     {
         if (fault is not null)
@@ -360,17 +364,21 @@ internal abstract class JobNode : WorkItem
         {
             return null;
         }
-        if (CanRunInline)
-        {
-            // Run (or, with an inherited fault, finish without running) by the caller's loop: no recursion.
-            return this;
-        }
+        // Ready. A job that can run inline is run (or, with an inherited fault, finished without running) by the
+        // caller's loop: no recursion. Any other kind the caller makes ready with MakeReady once it has made all its
+        // other dependents ready (see FinishCore).
+        return this;
+    }
+
+    /// <summary>A ready job that cannot run inline: finishes it (a combine, an empty parallel-for, a failed job) or starts its batches.</summary>
+    private void MakeReady()
+    {
         if (ThreadCounters.Current.FinishDepth >= MaxNestedFinish)
         {
             // Finishing this kind of job here would nest one more Finish on the stack (a combine, an empty parallel-for,
             // a failed job): past a small depth, queue it instead, and let the thread that runs it finish it.
             WorkerPool.Shared.QueueHelpable(this);
-            return null;
+            return;
         }
         if (Volatile.Read(ref _fault) is not null)
         {
@@ -380,7 +388,6 @@ internal abstract class JobNode : WorkItem
         {
             OnReady();
         }
-        return null;
     }
 
     private const int MaxNestedFinish = 16;
@@ -436,7 +443,7 @@ internal abstract class JobNode : WorkItem
     internal virtual void OnReady() => WorkerPool.Shared.QueueHelpable(this);
 
     /// <summary>The batch was flushed and this job was ready at scheduling time.</summary>
-    public void MakeVisible() => OnReady();
+    public virtual void MakeVisible() => OnReady();
 
     /// <summary>
     /// Completes the job (with <paramref name="exception"/>, or with an inherited dependency fault, or successfully),
@@ -476,6 +483,10 @@ internal abstract class JobNode : WorkItem
         // Two passes. Dependents first, so that every job waiting for this one is ready (queued, or kept to run inline)
         // before any awaiter's continuation runs: a continuation may Complete() a dependent, which must then find it.
         Edge? continuations = null;
+        // A ready dependent that finishes without running (a combine, an empty parallel-for, a failed job) runs its
+        // awaiters' continuations when it finishes, and one may wait for another dependent of this job: it is finished
+        // after the loop, once every other dependent is ready. Any further such dependent is queued.
+        JobNode? finishAfter = null;
         while (edges is not null && edges != s_sealed)
         {
             Edge next = edges.Next!;
@@ -491,7 +502,18 @@ internal abstract class JobNode : WorkItem
                 // A misplaced edge was meant for an earlier job on this node, which succeeded.
                 if (dependent.DependencyFinished(misplaced ? null : fault) is { } ready)
                 {
-                    if (inline is null)
+                    if (!ready.CanRunInline)
+                    {
+                        if (finishAfter is null)
+                        {
+                            finishAfter = ready;
+                        }
+                        else
+                        {
+                            WorkerPool.Shared.QueueHelpable(ready);
+                        }
+                    }
+                    else if (inline is null)
                     {
                         inline = ready;
                     }
@@ -507,6 +529,13 @@ internal abstract class JobNode : WorkItem
                 continuations = edges;
             }
             edges = next;
+        }
+        if (finishAfter is not null)
+        {
+            // Its continuations may block on the dependent this thread meant to run next: make it visible first.
+            inline?.OnReady();
+            inline = null;
+            finishAfter.MakeReady();
         }
         if (continuations is not null)
         {

@@ -127,6 +127,21 @@ internal abstract class ParallelNode : JobNode
         OnReady();
     }
 
+    /// <summary>
+    /// The batch was flushed. An empty job has nothing to run and would finish at once, on the flushing thread, running
+    /// its awaiters' continuations in the middle of the flush: one that waits for a job later in the same batch would
+    /// wait for ever, since that job becomes visible only after the continuation returns. It is queued instead.
+    /// </summary>
+    public override void MakeVisible()
+    {
+        if (Volatile.Read(ref _remaining) == 0)
+        {
+            WorkerPool.Shared.QueueHelpable(this); // Execute finishes it
+            return;
+        }
+        OnReady();
+    }
+
     internal override void OnReady()
     {
         int batches = Volatile.Read(ref _remaining);
