@@ -57,7 +57,10 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// <remarks>
     /// Because the waiting thread may run any queued job, do not call Complete() on a thread that some queued job waits
     /// for (for example, a job that blocks until this thread sets an event later): the thread could pick that job up
-    /// and wait on itself. Jobs should not block on other threads; express such orderings as job dependencies.
+    /// and wait on itself. Jobs should not block on other threads; express such orderings as job dependencies. For the
+    /// same reason, do not call Complete() from inside a job's Execute (Unity forbids it too): the job blocked there
+    /// may pick up a job that waits, directly or not, for the job it is running. Schedule the work as a dependent
+    /// instead.
     /// </remarks>
     public void Complete()
     {

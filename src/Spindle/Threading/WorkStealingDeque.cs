@@ -79,6 +79,9 @@ internal sealed class WorkStealingDeque<T> where T : class
             {
                 item = null;
             }
+            // Either way top is now b + 1: slot b is out of every thief's reach, so the deque lets go of the item (a
+            // pooled or failed job kept reachable here would not be recycled or reported until the slot was reused).
+            a[index] = null;
             Volatile.Write(ref _bottom, b + 1);
             return item;
         }

@@ -36,6 +36,42 @@ public class WorkStealingDequeTests
     }
 
     [Fact]
+    public void TryPop_EveryItemIncludingTheLast_TheDequeKeepsNoReferenceToIt()
+    {
+        // A popped item must not stay reachable from the deque's array: a failed job kept alive there is not reported
+        // as unobserved, and a pooled one not collected, until its slot is reused. The last item goes by the path that
+        // races the thieves.
+        var deque = new WorkStealingDeque<Item>();
+        WeakReference[] popped = PushAndPopAll(deque, 3);
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+        foreach (WeakReference weak in popped)
+        {
+            Assert.False(weak.IsAlive, "the deque still holds an item it handed out");
+        }
+        GC.KeepAlive(deque);
+    }
+
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static WeakReference[] PushAndPopAll(WorkStealingDeque<Item> deque, int count)
+    {
+        var weak = new WeakReference[count];
+        for (int i = 0; i < count; i++)
+        {
+            var item = new Item(i);
+            weak[i] = new WeakReference(item);
+            deque.Push(item);
+        }
+        for (int i = 0; i < count; i++)
+        {
+            Assert.NotNull(deque.TryPop());
+        }
+        Assert.Null(deque.TryPop());
+        return weak;
+    }
+
+    [Fact]
     public void TryPop_AfterPushesPastTheInitialCapacity_ReturnsItemsLastInFirstOut()
     {
         var deque = new WorkStealingDeque<Item>();
