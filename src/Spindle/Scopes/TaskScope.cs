@@ -28,24 +28,28 @@ public sealed class TaskScope : IAsyncDisposable
     private static readonly Action<object?> s_childDone = static o => ((ChildObserver)o!).Done();
 
     private readonly CancellationTokenSource _cts;
+    private readonly CancellationToken _token; // kept: CancellationTokenSource.Token throws once the source is disposed
     private readonly object _lock = new();
     private readonly Promise _completion = new(); // all children done (for disposal)
     private readonly ScopeOutcome _outcome;        // the same moment, with the failures (for WaitAsync)
     private List<ExceptionDispatchInfo>? _errors;
     private int _running;
     private bool _closed;
-    private bool _disposed;
+    private int _disposed;
+    private bool _scopeDone;                         // every child has finished (CompleteScope ran)
+    private TaskCompletionSource? _laterDisposals;   // what a DisposeAsync after the first waits on, if children still run
     private bool _failuresDelivered;
 
     /// <summary>Creates a scope whose children are also cancelled when <paramref name="cancellationToken"/> is.</summary>
     public TaskScope(CancellationToken cancellationToken = default)
     {
         _cts = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        _token = _cts.Token;
         _outcome = new ScopeOutcome(this);
     }
 
     /// <summary>Cancelled when a child fails, when the scope is disposed early, or when the token given at creation is.</summary>
-    public CancellationToken Token => _cts.Token;
+    public CancellationToken Token => _token;
 
     /// <summary>The number of children still running.</summary>
     public int RunningChildren => Volatile.Read(ref _running);
@@ -121,15 +125,25 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>
     /// Cancels the children still running (if any), waits for every child, and rethrows their failures, unless an awaited
-    /// <see cref="WaitAsync"/> already rethrew them.
+    /// <see cref="WaitAsync"/> already rethrew them. A second call (an <c>await using</c> around an explicit disposal, or
+    /// disposal from two places) also waits for every child, and rethrows nothing: the first call has the failures.
     /// </summary>
     public async ValueTask DisposeAsync()
     {
-        if (_disposed)
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
         {
+            // Disposal already started: wait, as it does, for every child (its failures are the first call's to rethrow).
+            Task? pending;
+            lock (_lock)
+            {
+                pending = _scopeDone ? null : (_laterDisposals ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)).Task;
+            }
+            if (pending is not null)
+            {
+                await pending.ConfigureAwait(false);
+            }
             return;
         }
-        _disposed = true;
         bool finished;
         lock (_lock)
         {
@@ -200,6 +214,13 @@ public sealed class TaskScope : IAsyncDisposable
     /// <summary>Completes both waits: disposal's, and WaitAsync's.</summary>
     private void CompleteScope()
     {
+        TaskCompletionSource? later;
+        lock (_lock)
+        {
+            _scopeDone = true;
+            later = _laterDisposals;
+        }
+        later?.TrySetResult();
         _completion.TrySetResult();
         _outcome.Complete();
     }
