@@ -37,7 +37,7 @@ public sealed class TaskScope : IAsyncDisposable
     private bool _closed;
     private int _disposed;
     private bool _scopeDone;                         // every child has finished (CompleteScope ran)
-    private TaskCompletionSource? _laterDisposals;   // what a DisposeAsync after the first waits on, if children still run
+    private TaskCompletionSource<bool>? _laterDisposals;   // what a DisposeAsync after the first waits on, if children still run
     private bool _failuresDelivered;
 
     /// <summary>Creates a scope whose children are also cancelled when <paramref name="cancellationToken"/> is.</summary>
@@ -136,7 +136,7 @@ public sealed class TaskScope : IAsyncDisposable
             Task? pending;
             lock (_lock)
             {
-                pending = _scopeDone ? null : (_laterDisposals ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)).Task;
+                pending = _scopeDone ? null : (_laterDisposals ??= new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously)).Task;
             }
             if (pending is not null)
             {
@@ -214,13 +214,13 @@ public sealed class TaskScope : IAsyncDisposable
     /// <summary>Completes both waits: disposal's, and WaitAsync's.</summary>
     private void CompleteScope()
     {
-        TaskCompletionSource? later;
+        TaskCompletionSource<bool>? later;
         lock (_lock)
         {
             _scopeDone = true;
             later = _laterDisposals;
         }
-        later?.TrySetResult();
+        later?.TrySetResult(true);
         _completion.TrySetResult();
         _outcome.Complete();
     }

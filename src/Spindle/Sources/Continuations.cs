@@ -17,17 +17,27 @@ internal static class Continuations
     [ThreadStatic]
     private static int t_depth;
 
+    /// <summary>
+    /// True for the waiters that always run on the completing thread, neither queued past the nesting bound nor by a
+    /// source that dispatches its continuations (SourceCore.RunWaiter): a blocked thread's wake-up (queued, it would wait
+    /// for a free worker, for ever if the workers wait for that thread; the BCL wakes Task.Wait inline too), and the
+    /// observer of a forgotten task, a source's or an async method's own (it runs no user code but the fault handlers,
+    /// and queued it would read the use only after its owner may have started the next one, or report the fault late and
+    /// elsewhere). None of them runs a further continuation.
+    /// </summary>
+    public static bool NeverQueued(object waiter)
+        => waiter == (object)BlockingWait.s_set || waiter == (object)ForgetObserver.s_onCompleted
+            || waiter == (object)StateMachineBoxBase.s_observeForgotten;
+
     /// <summary>Runs a waiter: a <see cref="DirectWaiter"/> (moved on directly) or an <c>Action&lt;object?&gt;</c> with its state.</summary>
     public static void Invoke(object continuation, object? state)
     {
         // One thread-static lookup (a runtime call on some platforms) for the read, the increment and the restore.
         ref int slot = ref t_depth;
         int depth = slot;
-        // Two waiters are never queued (see SourceCore.RunWaiter): a blocked thread's wake-up and a forgotten task's
-        // observer. Neither runs a further continuation, so running them past the bound cannot dive the stack; queued,
-        // the first could wait for ever for a free worker and the second would read the source's next use. The compares
-        // cost nothing below the bound.
-        if (depth >= MaxInlineDepth && continuation != (object)BlockingWait.s_set && continuation != (object)ForgetObserver.s_onCompleted)
+        // Past the bound, queue: except the waiters that are never queued (NeverQueued), which run no further
+        // continuation, so running them here cannot dive the stack. The compares cost nothing below the bound.
+        if (depth >= MaxInlineDepth && !NeverQueued(continuation))
         {
             Dispatch(continuation, state);
             return;

@@ -311,16 +311,12 @@ internal struct SourceCore<TResult>
     /// (<see cref="RunContinuationsAsynchronously"/>). Safe after publication: the flag never changes.
     /// </summary>
     /// <remarks>
-    /// A thread blocked in GetResult (<see cref="BlockingWait"/>) is woken here even then: its waiter only sets an event,
-    /// runs no user code, and queued it would need a free worker to wake a thread that is not one (such a thread never
-    /// runs queued work), for ever if the workers wait for that thread. The BCL's Task.Wait is woken inline the same way.
-    /// So is the observer of a forgotten task (<see cref="ForgetObserver"/>): it runs no user code but the fault handlers
-    /// (which any completer may run), and, queued, it would read the use only after its owner may have started the next
-    /// one (a set signal waited on again, a promise reset), and report the stale token instead of the outcome.
+    /// A thread blocked in GetResult (<see cref="BlockingWait"/>) and the observer of a forgotten task are run here even
+    /// then: see <see cref="Continuations.NeverQueued"/>.
     /// </remarks>
     private readonly void RunWaiter(object waiter, object? state)
     {
-        if (DispatchesContinuations && waiter != (object)BlockingWait.s_set && waiter != (object)ForgetObserver.s_onCompleted)
+        if (DispatchesContinuations && !Continuations.NeverQueued(waiter))
         {
             Continuations.Dispatch(waiter, state);
         }

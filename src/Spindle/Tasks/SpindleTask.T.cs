@@ -106,6 +106,13 @@ public readonly partial struct SpindleTask<T>
             || (s is RunItem<T> item && item.TryRunInline());
 
         /// <summary>Ends the await: returns the result or throws, and consumes the task. Blocks if the task is still pending.</summary>
+        /// <remarks>
+        /// Blocking on a Spindle worker makes that worker help: it runs queued work on its own stack while it waits, so
+        /// an item it queued to itself cannot deadlock it. The limit of helping: an item it picks up that blocks in turn
+        /// on something only the blocked code's own remainder brings about can never finish, since that wait sits above
+        /// the first one on the same stack (the worker is lost). Do not block inside work that a blocked worker may run;
+        /// await instead. A thread that is not a worker never runs queued work while it blocks.
+        /// </remarks>
         public T GetResult()
         {
             if (_task._source is not { } s)

@@ -157,8 +157,12 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         }
         else if (ContextFlow.CanRunInline(context))
         {
+            // As ExecutionContext.Run would: neither the AsyncLocals nor a SynchronizationContext the method installed
+            // before it suspended or returned may stay on the thread that resumed it.
+            SynchronizationContext? sync = SynchronizationContext.Current;
             StateMachine.MoveNext();
             ContextFlow.RestoreDefaultIfChanged();
+            ContextFlow.RestoreSynchronizationContext(sync);
         }
         else
         {
