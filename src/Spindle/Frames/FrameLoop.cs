@@ -288,7 +288,8 @@ public sealed partial class FrameLoop
     /// <paramref name="deltaTime"/>, then every phase in order.
     /// </summary>
     /// <param name="deltaTime">How far loop time moves this frame (unscaled).</param>
-    /// <exception cref="ArgumentOutOfRangeException"><paramref name="deltaTime"/> is negative.</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="deltaTime"/> is negative, or would take loop time
+    /// (scaled by <see cref="TimeScale"/>, or unscaled) past about 29,000 years; nothing changes then.</exception>
     /// <exception cref="InvalidOperationException">Called from inside a frame (a continuation running on the loop), while another thread runs the loop, or while <see cref="Run"/> runs it.</exception>
     public void RunFrame(TimeSpan deltaTime)
     {
@@ -319,7 +320,8 @@ public sealed partial class FrameLoop
     /// once for each phase, in order, before beginning the next frame.
     /// </summary>
     /// <param name="deltaTime">How far loop time moves this frame (unscaled).</param>
-    /// <exception cref="ArgumentOutOfRangeException"><paramref name="deltaTime"/> is negative.</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="deltaTime"/> is negative, or would take loop time
+    /// (scaled by <see cref="TimeScale"/>, or unscaled) past about 29,000 years; nothing changes then.</exception>
     /// <exception cref="InvalidOperationException">Called from inside a frame, while another thread runs the loop, or while <see cref="Run"/> runs it.</exception>
     public void BeginFrame(TimeSpan deltaTime)
     {
@@ -423,15 +425,31 @@ public sealed partial class FrameLoop
         }
     }
 
+    /// <summary>
+    /// The furthest loop time (scaled or unscaled) a frame may reach, about 29,000 years: short of TimeSpan.MaxValue by
+    /// <see cref="TimerWheel.MaxDelay"/> and a millisecond, so that every delay's deadline still fits in a long.
+    /// </summary>
+    private static readonly long s_maxLoopTicks = TimeSpan.MaxValue.Ticks - TimerWheel.MaxDelay.Ticks - TimeSpan.TicksPerMillisecond;
+
     private void BeginFrameCore(long deltaTicks)
     {
+        // Checked before anything changes: a frame that would take loop time past its range is refused (it wrapped to a
+        // large negative time, stranding or firing early the delays in the loop's wheels).
+        double scale = Volatile.Read(ref _timeScale);
+        double product = deltaTicks * scale;
+        long scaledTicks = scale == 1.0 ? deltaTicks : product < s_maxLoopTicks ? (long)Math.Round(product) : long.MaxValue;
+        if (deltaTicks > s_maxLoopTicks - _unscaledTimeTicks || scaledTicks > s_maxLoopTicks - _timeTicks)
+        {
+            throw new ArgumentOutOfRangeException("deltaTime", TimeSpan.FromTicks(deltaTicks),
+                "This frame would take loop time (" + TimeSpan.FromTicks(_unscaledTimeTicks) + " unscaled, " + TimeSpan.FromTicks(_timeTicks) +
+                " scaled, time scale " + scale + ") past " + TimeSpan.FromTicks(s_maxLoopTicks) + ", the furthest it can go. Use a smaller delta or time scale.");
+        }
+
         // Hand-offs first, as if they had been made on the loop thread just before this frame.
         _inbox.Drain();
 
         long frame = _frameCount + 1;
         Volatile.Write(ref _frameCount, frame);
-        double scale = Volatile.Read(ref _timeScale);
-        long scaledTicks = scale == 1.0 ? deltaTicks : (long)Math.Round(deltaTicks * scale);
         Volatile.Write(ref _unscaledDeltaTicks, deltaTicks);
         Volatile.Write(ref _deltaTicks, scaledTicks);
         long unscaled = _unscaledTimeTicks + deltaTicks;
@@ -567,13 +585,19 @@ public sealed partial class FrameLoop
     /// A task that completes when the loop has stopped (successfully: stopping is the normal end), or faults if the loop
     /// itself failed. Continuations still waiting stay queued; <see cref="RunFrame()"/> or a new Run carries on with them.
     /// </returns>
-    /// <exception cref="ArgumentOutOfRangeException"><paramref name="framesPerSecond"/> is not a positive finite number.</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="framesPerSecond"/> is not a positive finite number, or is
+    /// so small that one timestep would not fit in loop time.</exception>
     /// <exception cref="InvalidOperationException">The loop is already being run by Run.</exception>
     public Task Run(double framesPerSecond, CancellationToken cancellationToken)
     {
         if (!(framesPerSecond > 0) || double.IsInfinity(framesPerSecond))
         {
             throw new ArgumentOutOfRangeException(nameof(framesPerSecond), framesPerSecond, "Frames per second must be a positive finite number.");
+        }
+        if (TimeSpan.TicksPerSecond / framesPerSecond > s_maxLoopTicks)
+        {
+            throw new ArgumentOutOfRangeException(nameof(framesPerSecond), framesPerSecond,
+                "Frames per second is so low that one frame's timestep would not fit in loop time (about 29,000 years).");
         }
         if (Interlocked.CompareExchange(ref _runThreadId, -1, 0) != 0)
         {
@@ -616,7 +640,7 @@ public sealed partial class FrameLoop
                 if (wait > 0)
                 {
                     // Waits are whole milliseconds, rounded up; the schedule is absolute, so the rate stays exact on average.
-                    int ms = (int)Math.Ceiling(wait * 1000.0 / clock.TimestampFrequency);
+                    int ms = (int)Math.Min(int.MaxValue, Math.Ceiling(wait * 1000.0 / clock.TimestampFrequency)); // no wrap on net8.0
                     wake.Wait(ms);
                 }
             }
