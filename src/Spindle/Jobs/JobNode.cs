@@ -530,18 +530,13 @@ internal abstract class JobNode : WorkItem
             }
             edges = next;
         }
-        if (finishAfter is not null)
+        if (finishAfter is not null || continuations is not null)
         {
-            // Its continuations may block on the dependent this thread meant to run next: make it visible first.
+            // A continuation (this job's, or the finished dependent's) may block on the dependent this thread meant to
+            // run next: make it visible first.
             inline?.OnReady();
             inline = null;
-            finishAfter.MakeReady();
-        }
-        if (continuations is not null)
-        {
-            // A continuation may block on the dependent this thread meant to run next: make it visible first.
-            inline?.OnReady();
-            inline = null;
+            finishAfter?.MakeReady();
             while (continuations is not null)
             {
                 Edge next = continuations.Next!;

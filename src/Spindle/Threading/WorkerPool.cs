@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Concurrent;
 using System.Diagnostics;
+using System.Diagnostics.CodeAnalysis;
 using System.Threading;
 
 namespace SpindleLib;
@@ -328,28 +329,47 @@ internal sealed class WorkerPool : Scheduler
     private static bool PollTimers(WorkerTimers timers, out TimeSpan untilNext)
     {
         bool ran = timers.Poll(out untilNext);
-        ContextFlow.RestoreDefaultIfChanged();
-        ContextFlow.RestoreSynchronizationContext(null);
+        RestoreWorkerThreadState();
         return ran;
     }
 
     /// <summary>Runs a worker's due timers while it helps inside some other code's context, and restores that context.</summary>
     private static bool PollKeepingContext(WorkerTimers timers)
     {
+        RunKeepingContext(s_pollTimers, timers);
+        return t_polled;
+    }
+
+    /// <summary>
+    /// Runs <paramref name="callback"/> on a thread that is helping while it waits, inside some other code's context, and
+    /// puts that context and the thread's SynchronizationContext back afterwards, whatever the callback changed.
+    /// </summary>
+    private static void RunKeepingContext(ContextCallback callback, object state)
+    {
 #if NET
         SynchronizationContext? sync = SynchronizationContext.Current;
-        if (ContextFlow.TryRunWhereFlowIsSuppressed(s_pollTimers, timers, out ExecutionContext? before))
+        if (ContextFlow.TryRunWhereFlowIsSuppressed(callback, state, out ExecutionContext? before))
         {
-            return t_polled;
+            return;
         }
-        bool ran = timers.Poll(out _);
+        callback(state);
         ContextFlow.RestoreIfChanged(before);
         ContextFlow.RestoreSynchronizationContext(sync);
-        return ran;
 #else
-        ContextFlow.RunRestoring(s_pollTimers, timers);
-        return t_polled;
+        ContextFlow.RunRestoring(callback, state);
 #endif
+    }
+
+    /// <summary>
+    /// After an item or a timer pass on a worker's own loop: the default ExecutionContext back, whatever AsyncLocal values
+    /// the work set, and no SynchronizationContext, whatever the work installed and left behind (items run inside
+    /// ExecutionContext.Run have theirs put back by Run; those run on the default-context fast path do not). The .NET
+    /// ThreadPool resets both after each of its items too.
+    /// </summary>
+    private static void RestoreWorkerThreadState()
+    {
+        ContextFlow.RestoreDefaultIfChanged();
+        ContextFlow.RestoreSynchronizationContext(null);
     }
 
     /// <summary>
@@ -364,12 +384,11 @@ internal sealed class WorkerPool : Scheduler
     {
         self.LookFairlyNext = false;
         self.UntilFairLook = FairLookInterval;
-        if (_injection.TryDequeue(out WorkItem? item) || _helpable.TryDequeue(out item))
-        {
-            return item;
-        }
-        return self.Deque.TrySteal(); // the oldest: the item a run-next chain displaced first
+        return TryTakeShared(out WorkItem? item) ? item : self.Deque.TrySteal(); // the oldest: the item a run-next chain displaced first
     }
+
+    /// <summary>Takes an item from the queues every thread feeds: the injection queue, then the jobs' queue.</summary>
+    private bool TryTakeShared([NotNullWhen(true)] out WorkItem? item) => _injection.TryDequeue(out item) || _helpable.TryDequeue(out item);
 
     private WorkItem? FindWork(Worker self, bool stealRunNext, bool runNextAtOnce = false)
     {
@@ -387,7 +406,7 @@ internal sealed class WorkerPool : Scheduler
         {
             return item;
         }
-        if (_injection.TryDequeue(out item) || _helpable.TryDequeue(out item))
+        if (TryTakeShared(out item))
         {
             return item;
         }
@@ -432,34 +451,16 @@ internal sealed class WorkerPool : Scheduler
             // Work items report their own faults; anything reaching here is a Spindle bug, never swallowed.
             UnobservedExceptions.Report(ex);
         }
-        // Whatever AsyncLocal values the item set (or work that ran without a captured context, in this thread's) must
-        // not reach the next item.
-        ContextFlow.RestoreDefaultIfChanged();
-        // A worker runs with no SynchronizationContext: one an item (or a continuation it ran) installed and left behind
-        // must not reach the next item. (Items run inside ExecutionContext.Run have theirs put back by Run; those run on
-        // the default-context fast path do not.)
-        ContextFlow.RestoreSynchronizationContext(null);
+        // Whatever AsyncLocal values or SynchronizationContext the item left (or work that ran without a captured
+        // context, in this thread's) must not reach the next item.
+        RestoreWorkerThreadState();
     }
 
     /// <summary>
     /// Runs an item on a thread that is helping while it waits, inside some other code's context: afterwards it restores
     /// that context, not the default, so whatever AsyncLocal values the item set do not reach the waiting code.
     /// </summary>
-    private static void RunItemKeepingContext(WorkItem item)
-    {
-#if NET
-        SynchronizationContext? sync = SynchronizationContext.Current;
-        if (ContextFlow.TryRunWhereFlowIsSuppressed(s_runItemSafely, item, out ExecutionContext? before))
-        {
-            return;
-        }
-        RunItemSafely(item);
-        ContextFlow.RestoreIfChanged(before);
-        ContextFlow.RestoreSynchronizationContext(sync);
-#else
-        ContextFlow.RunRestoring(s_runItemSafely, item);
-#endif
-    }
+    private static void RunItemKeepingContext(WorkItem item) => RunKeepingContext(s_runItemSafely, item);
 
     private static readonly ContextCallback s_runItemSafely = static o => RunItemSafely((WorkItem)o!);
     private static readonly ContextCallback s_pollTimers = static o => t_polled = ((WorkerTimers)o!).Poll(out _);
