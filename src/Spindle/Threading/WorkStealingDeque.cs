@@ -16,12 +16,19 @@ namespace SpindleLib;
 /// grows, and only by CAS; the items in [top, bottom) are the deque's contents. When one item is left the owner and
 /// thieves race for it with the same CAS on top, so it is taken exactly once. The array only grows; a thief holding
 /// the old array reads the same item the new array holds at that index, because growth copies and never clears.</para>
+/// <para>Letting go of stolen items: a thief cannot clear the slot it stole from (by then the owner may have wrapped
+/// around and filled it again), so the owner does it, for every slot below the top it has seen (<see cref="_clearedTo"/>)
+/// when it pushes and when it finds the deque empty. Safe because a thief's CAS takes index t only while top is still t:
+/// a thief that read a slot below the owner's top fails its CAS, whatever it read. Only slots from bottom - length on
+/// are cleared, so none aliases a live item in [top, bottom). Without this, every stolen item stayed reachable until
+/// its slot was reused: a failed job nobody observed was never reported (its finalizer reports it).</para>
 /// </remarks>
 internal sealed class WorkStealingDeque<T> where T : class
 {
     private long _top;
     private long _bottom;
     private T?[] _array = new T?[64];
+    private long _clearedTo; // owner only: every slot below this index has been let go of (see the remarks)
 
     /// <summary>An estimate of the number of items (exact when called by the owner with no concurrent thief).</summary>
     public int Count => (int)Math.Max(0, Volatile.Read(ref _bottom) - Volatile.Read(ref _top));
@@ -34,6 +41,10 @@ internal sealed class WorkStealingDeque<T> where T : class
         long b = _bottom;
         long t = Volatile.Read(ref _top);
         T?[] a = _array;
+        if (_clearedTo < t)
+        {
+            ClearTaken(a, t, b);
+        }
         if (b - t >= a.Length)
         {
             a = Grow(a, t, b);
@@ -53,12 +64,31 @@ internal sealed class WorkStealingDeque<T> where T : class
         return a;
     }
 
+    /// <summary>
+    /// Owner only: clears the slots of the items taken below <paramref name="top"/> (stolen, or popped as the last item),
+    /// from bottom - length on, so none aliases a live item (see the remarks).
+    /// </summary>
+    private void ClearTaken(T?[] a, long top, long bottom)
+    {
+        long from = Math.Max(_clearedTo, bottom - a.Length);
+        for (long i = from; i < top; i++)
+        {
+            a[i & (a.Length - 1)] = null;
+        }
+        _clearedTo = top;
+    }
+
     /// <summary>Owner only.</summary>
     public T? TryPop()
     {
         // Empty stays empty until the owner pushes (thieves only raise top), so an empty deque is seen without the fence.
-        if (Volatile.Read(ref _top) >= _bottom)
+        long top = Volatile.Read(ref _top);
+        if (top >= _bottom)
         {
+            if (_clearedTo < top)
+            {
+                ClearTaken(_array, top, _bottom);
+            }
             return null;
         }
         long b = _bottom - 1;

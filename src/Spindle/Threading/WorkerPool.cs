@@ -551,6 +551,7 @@ internal sealed class WorkerPool : Scheduler
                 }
             }
             Interlocked.Decrement(ref _spinning);
+            self.ForgetSeenRunNext();
             if (item is not null)
             {
                 // This worker stops spinning to run what it found. If more work is visible and no one else spins,
@@ -777,6 +778,16 @@ internal sealed class WorkerPool : Scheduler
             _seenRunNext = null;
             _seenVictim = null;
             return Interlocked.CompareExchange(ref victim.RunNext, null, item) == item ? item : null;
+        }
+
+        /// <summary>
+        /// Drops what <see cref="TryStealRunNext"/> remembers, at the end of a spin: the item seen last has usually been
+        /// run by its owner since, and a worker that parks (or runs other work for long) must not keep it reachable.
+        /// </summary>
+        public void ForgetSeenRunNext()
+        {
+            _seenRunNext = null;
+            _seenVictim = null;
         }
 
         public override string ToString() => "worker " + _index;

@@ -53,6 +53,60 @@ public class WorkStealingDequeTests
         GC.KeepAlive(deque);
     }
 
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void TrySteal_StolenItems_TheDequeLetsGoOfThemAtItsOwnersNextLook(bool ownerPushesAgain)
+    {
+        // A thief cannot clear the slot it stole from (the owner may have wrapped around and refilled it), so the owner
+        // clears stolen slots when it next pushes or finds the deque empty. Without that a stolen failed job stayed
+        // reachable, and unreported, until its slot was reused (found by a flaky job-fault test). 300 items: the array
+        // grows, and the stolen range wraps it.
+        var deque = new WorkStealingDeque<Item>();
+        WeakReference[] stolen = PushAndStealAll(deque, 300);
+        var kept = new Item(-1);
+        if (ownerPushesAgain)
+        {
+            deque.Push(kept);
+        }
+        else
+        {
+            Assert.Null(deque.TryPop());
+        }
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+        int alive = 0;
+        foreach (WeakReference weak in stolen)
+        {
+            alive += weak.IsAlive ? 1 : 0;
+        }
+        Assert.True(alive == 0, $"the deque still holds {alive} of the {stolen.Length} items thieves took");
+        Assert.Same(ownerPushesAgain ? kept : null, deque.TryPop()); // a live item is never cleared
+        GC.KeepAlive(deque);
+    }
+
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static WeakReference[] PushAndStealAll(WorkStealingDeque<Item> deque, int count)
+    {
+        var weak = new WeakReference[count];
+        for (int i = 0; i < count; i++)
+        {
+            var item = new Item(i);
+            weak[i] = new WeakReference(item);
+            deque.Push(item);
+            if (i % 3 == 2)
+            {
+                Assert.NotNull(deque.TrySteal()); // some taken while the owner still pushes: stolen ranges between pushes
+            }
+        }
+        while (deque.TrySteal() is not null)
+        {
+        }
+        Assert.True(deque.IsEmpty);
+        return weak;
+    }
+
     [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
     private static WeakReference[] PushAndPopAll(WorkStealingDeque<Item> deque, int count)
     {

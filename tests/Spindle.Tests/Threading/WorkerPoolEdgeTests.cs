@@ -1,5 +1,7 @@
 using System;
 using System.Diagnostics;
+using System.Linq;
+using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -643,6 +645,64 @@ public class WorkerPoolEdgeSequentialTests
         {
             Volatile.Write(ref stop, 1);
             await TestUtil.WithTimeout(Task.WhenAll(loops), 15);
+        }
+    }
+
+    private static int s_reachabilityRan;
+
+    /// <summary>Queues <paramref name="count"/> items from a worker, as hand-offs and displaced items, and returns weak references to them.</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static WeakReference[] QueueItemsFromAWorker(WorkerPool pool, int count)
+    {
+        var refs = new WeakReference[count];
+        using var done = new ManualResetEventSlim();
+        pool.Queue(new ActionItem(() =>
+        {
+            var random = new Random(17);
+            for (int i = 0; i < count; i++)
+            {
+                var item = new ActionItem(static () => Interlocked.Increment(ref s_reachabilityRan));
+                refs[i] = new WeakReference(item);
+                pool.Queue(item); // into this worker's run-next slot; a second one displaces the first into its deque
+                // Leave it there a while: the other worker sees it (and may steal it, from the slot or the deque) or not.
+                Thread.SpinWait(random.Next(0, 400));
+                // Sometimes the owner runs its own hand-off first, and always in the last stretch: the other worker, which
+                // steals a hand-off only on its second look, has then seen items that it never took.
+                if ((i & 3) == 0 || i >= count - count / 4)
+                {
+                    pool.TryRunOne();
+                }
+            }
+            done.Set();
+        }));
+        Assert.True(done.Wait(TimeSpan.FromSeconds(20)), "the queuing item did not finish");
+        return refs;
+    }
+
+    [Fact]
+    public void ItemsThatRan_AreNotKeptReachableByThePool_AfterItsWorkersGoIdle()
+    {
+        // A queue slot or a thief's memory of a slot that still points at an item that ran keeps it from the GC: a failed
+        // job that nobody observed would then never be reported (its finalizer reports it), and a large closure would
+        // stay alive. Found by a flaky job test whose failure stayed unreported through 50 collections.
+        const int Count = 3000;
+        var pool = new WorkerPool(2, "edge reachability worker");
+        try
+        {
+            Interlocked.Exchange(ref s_reachabilityRan, 0);
+            WeakReference[] refs = QueueItemsFromAWorker(pool, Count);
+            TestUtil.SpinUntil(() => Volatile.Read(ref s_reachabilityRan) == Count, 20);
+            // Let both workers run out of work, spin and park.
+            Thread.Sleep(300);
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            GC.Collect();
+            int alive = refs.Count(r => r.IsAlive);
+            Assert.True(alive == 0, $"{alive} of {Count} items that ran are still reachable from the idle pool ({pool.Describe()})");
+        }
+        finally
+        {
+            pool.Dispose();
         }
     }
 }
