@@ -19,20 +19,19 @@ namespace SpindleLib;
 /// item there on its previous look, at least one back-off earlier; a hand-off that its owner runs within microseconds
 /// is therefore never stolen, and one whose owner is busy is stolen after a few microseconds.</para>
 /// <para><b>Parking</b> follows the "announce, then re-check" protocol (a Dekker pair). A producer publishes an item,
-/// issues a full fence, then reads <see cref="_spinning"/> and <see cref="_idle"/>. A parking worker increments
-/// <see cref="_idle"/> (a full fence), then re-checks every queue before it blocks. Of the two, at least one sees
-/// the other's write: either the producer sees the idle worker and wakes it, or the worker sees the item.
-/// Wake-ups are counted by a semaphore, so a release that comes before the wait is not lost. One path leaves the pair
+/// issues a full fence, then reads <see cref="_spinning"/> and the idle count. A parking worker announces itself idle
+/// (<see cref="IdleSet.Announce"/>, a full fence), then re-checks every queue before it blocks. Of the two, at least
+/// one sees the other's write: either the producer sees the idle worker and wakes it, or the worker sees the item.
+/// Wake-ups are aimed: a producer claims one announced worker and releases that worker's own semaphore, so a release
+/// that comes before the wait is not lost, and no other worker can take it (see <see cref="IdleSet"/>, whose
+/// remarks tell the hang a shared semaphore caused). One path leaves the pair
 /// out on purpose: an item a worker puts in its own empty run-next slot is published with a plain store (a fence there
 /// would cost every hand-off), so the producer and a parking worker can miss each other. Such an item is never
 /// stranded: its owner runs it when its current item returns, a parking worker's re-check takes a run-next item at first
 /// sight, and a worker that parks while another runs an item sleeps at most <see cref="RunNextLookMilliseconds"/>
 /// before it looks again, so even an owner that blocks on the item without helping gets it run.</para>
-/// <para>Invariant: <see cref="_idle"/> counts the announced workers no producer has claimed yet; each announcement is
-/// matched by exactly one of the worker's own decrement (<see cref="TryUnannounceIdle"/>) or a permit it consumes, and
-/// each claim releases one permit. Permits are not aimed: any parked worker may take one (and SemaphoreSlim lets a
-/// newly arriving waiter take it first), so nothing that only one particular worker can do may rely on a wake-up: a
-/// worker's own timers are parked with it instead (<see cref="WorkerTimers.TryPark"/>).</para>
+/// <para>Nothing that only one particular worker can do may rely on a wake-up, since a producer wakes whichever
+/// announced worker it finds: a worker's own timers are parked with it instead (<see cref="WorkerTimers.TryPark"/>).</para>
 /// </remarks>
 internal sealed class WorkerPool : Scheduler
 {
@@ -82,9 +81,8 @@ internal sealed class WorkerPool : Scheduler
     // Work queued from outside the pool that any thread may run: jobs. A thread that is not a worker and waits on a job
     // (JobHandle.Complete) takes work from here, as Unity's main thread does, but never from _injection.
     private readonly ConcurrentQueue<WorkItem> _helpable = new();
-    private readonly SemaphoreSlim _wake = new(0);
+    private readonly IdleSet _idle;
     private int _spinning;
-    private int _idle;
     private volatile bool _disposed;
 
     public WorkerPool(int workerCount, string threadName)
@@ -95,6 +93,7 @@ internal sealed class WorkerPool : Scheduler
         }
         SpindleMetrics.EnsureCreated();
         _workers = new Worker[workerCount];
+        _idle = new IdleSet(workerCount);
         for (int i = 0; i < workerCount; i++)
         {
             _workers[i] = new Worker(this, i);
@@ -112,7 +111,7 @@ internal sealed class WorkerPool : Scheduler
 
     public int WorkerCount => _workers.Length;
 
-    public int IdleWorkers => Volatile.Read(ref _idle);
+    public int IdleWorkers => _idle.Count;
 
     /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
     internal static WorkerPool? SharedIfCreated => s_shared.IfCreated;
@@ -139,7 +138,7 @@ internal sealed class WorkerPool : Scheduler
     {
         var sb = new System.Text.StringBuilder();
         sb.Append("injection=").Append(_injection.Count).Append(" helpable=").Append(_helpable.Count)
-          .Append(" idle=").Append(Volatile.Read(ref _idle)).Append(" spinning=").Append(Volatile.Read(ref _spinning));
+          .Append(" idle=").Append(_idle.Count).Append(" spinning=").Append(Volatile.Read(ref _spinning));
         for (int i = 0; i < _workers.Length; i++)
         {
             sb.Append(" w").Append(i).Append("[runnext=").Append(Volatile.Read(ref _workers[i].RunNext) is null ? 0 : 1)
@@ -266,26 +265,9 @@ internal sealed class WorkerPool : Scheduler
 
     private void NotifyIfNoneSpinning()
     {
-        if (Volatile.Read(ref _spinning) == 0 && Volatile.Read(ref _idle) > 0)
+        if (Volatile.Read(ref _spinning) == 0)
         {
-            WakeOne();
-        }
-    }
-
-    private void WakeOne()
-    {
-        while (true)
-        {
-            int idle = Volatile.Read(ref _idle);
-            if (idle <= 0)
-            {
-                return;
-            }
-            if (Interlocked.CompareExchange(ref _idle, idle - 1, idle) == idle)
-            {
-                _wake.Release();
-                return;
-            }
+            _idle.TryWakeOne();
         }
     }
 
@@ -564,15 +546,11 @@ internal sealed class WorkerPool : Scheduler
             // Park: announce, re-check, then block (see the class remarks). The re-check takes a run-next item at first
             // sight: one queued before the announcement woke nobody (its producer saw this worker spinning, or not yet
             // idle), and after this look nothing would take it until its owner finished its current item.
-            Interlocked.Increment(ref _idle);
+            _idle.Announce(self.Index);
             item = FindWork(self, stealRunNext: true, runNextAtOnce: true);
             if (item is not null)
             {
-                if (!TryUnannounceIdle())
-                {
-                    // A producer already claimed our idle slot and is releasing the semaphore for us: consume it.
-                    _wake.Wait();
-                }
+                _idle.StandDown(self.Index);
                 WakeIfMoreWork(self);
                 Execute(item);
                 continue;
@@ -582,22 +560,16 @@ internal sealed class WorkerPool : Scheduler
             if (self.Timers is { HasPending: true } parkTimers && (PollTimers(parkTimers, out untilTimer) || untilTimer == TimeSpan.Zero))
             {
                 // Timers fired (or are due) after all: stay awake.
-                if (!TryUnannounceIdle())
-                {
-                    _wake.Wait();
-                }
+                _idle.StandDown(self.Index);
                 continue;
             }
-            // While it blocks, its timers are parked: a thread that cancels one of them tidies them itself, since
-            // wake-ups (counted permits that any parked worker may take) cannot be aimed at the owner.
+            // While it blocks, its timers are parked: a thread that cancels one of them tidies them itself, since a
+            // producer wakes whichever announced worker it finds, not the timers' owner.
             WorkerTimers? parked = self.Timers;
             if (parked is not null && !parked.TryPark())
             {
                 // A cancellation arrived after the poll above: handle it before blocking.
-                if (!TryUnannounceIdle())
-                {
-                    _wake.Wait();
-                }
+                _idle.StandDown(self.Index);
                 continue;
             }
             int waitMs = untilTimer == Timeout.InfiniteTimeSpan ? Timeout.Infinite : RoundUpToMilliseconds(untilTimer);
@@ -609,19 +581,9 @@ internal sealed class WorkerPool : Scheduler
                 // never for ever behind an owner that blocks on it without helping.
                 waitMs = RunNextLookMilliseconds;
             }
-            if (waitMs == Timeout.Infinite)
-            {
-                _wake.Wait();
-            }
-            else if (!_wake.Wait(waitMs))
-            {
-                // Timed out for a timer. Leave the idle count; if a producer already claimed this worker and is
-                // releasing the semaphore for it, consume that release so the count stays true.
-                if (!TryUnannounceIdle())
-                {
-                    _wake.Wait();
-                }
-            }
+            // Woken or timed out (for a timer, or to look at the run-next slots again), the worker is awake and out of the
+            // idle set either way.
+            _idle.Block(self.Index, waitMs);
             parked?.Unpark();
             woken = true;
         }
@@ -634,7 +596,7 @@ internal sealed class WorkerPool : Scheduler
     internal const int RunNextLookMilliseconds = 10;
 
     /// <summary>True when some other worker is running an item (neither parked nor spinning), as far as the counts tell.</summary>
-    private bool OthersRunning() => _workers.Length - Volatile.Read(ref _idle) - Volatile.Read(ref _spinning) > 0;
+    private bool OthersRunning() => _workers.Length - _idle.Count - Volatile.Read(ref _spinning) > 0;
 
     /// <summary>
     /// Tests only: queues from a worker into its empty run-next slot and wakes nobody, as a producer whose store and a
@@ -659,9 +621,9 @@ internal sealed class WorkerPool : Scheduler
 
     private void WakeIfMoreWork(Worker self)
     {
-        if (Volatile.Read(ref _spinning) == 0 && Volatile.Read(ref _idle) > 0 && HasVisibleWork(self))
+        if (Volatile.Read(ref _spinning) == 0 && _idle.Count > 0 && HasVisibleWork(self))
         {
-            WakeOne();
+            _idle.TryWakeOne();
         }
     }
 
@@ -681,26 +643,10 @@ internal sealed class WorkerPool : Scheduler
         return false;
     }
 
-    private bool TryUnannounceIdle()
-    {
-        while (true)
-        {
-            int idle = Volatile.Read(ref _idle);
-            if (idle <= 0)
-            {
-                return false;
-            }
-            if (Interlocked.CompareExchange(ref _idle, idle - 1, idle) == idle)
-            {
-                return true;
-            }
-        }
-    }
-
     public void Dispose()
     {
         _disposed = true;
-        _wake.Release(_workers.Length);
+        _idle.ReleaseAll();
     }
 
     private sealed class Worker
@@ -714,7 +660,7 @@ internal sealed class WorkerPool : Scheduler
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
         public int UntilFairLook = FairLookInterval;
-        private readonly int _index;
+        public readonly int Index;
         private uint _rng;
         private WorkItem? _seenRunNext;
         private int _seenStamp;
@@ -723,7 +669,7 @@ internal sealed class WorkerPool : Scheduler
         public Worker(WorkerPool pool, int index)
         {
             Pool = pool;
-            _index = index;
+            Index = index;
             _rng = (uint)(index * 2654435761u) | 1;
         }
 
@@ -790,6 +736,6 @@ internal sealed class WorkerPool : Scheduler
             _seenVictim = null;
         }
 
-        public override string ToString() => "worker " + _index;
+        public override string ToString() => "worker " + Index;
     }
 }
