@@ -149,9 +149,9 @@ internal sealed class WheelShard : WorkerTimers
 
     /// <summary>
     /// Releases the cancelled nodes of a worker's shard whose worker is parked, on the calling thread (the canceller),
-    /// holding the shard meanwhile: a parked worker cannot be woken reliably (a wake-up is a counted permit that any
-    /// parked worker may take, and a worker that wakes, finds nothing and parks again may take the next one too), so a
-    /// cancellation used to stay linked, and counted, until its owner happened to wake. No user code runs here: a
+    /// holding the shard meanwhile: a particular parked worker cannot be woken (a producer wakes whichever announced worker
+    /// it finds, see <see cref="IdleSet"/>; when wake-ups were permits of one shared semaphore, any parked worker took
+    /// them), so a cancellation used to stay linked, and counted, until its owner happened to wake. No user code runs here: a
     /// release only unlinks and recycles. After handing the shard back, it looks at the inbox again, since a
     /// cancellation pushed meanwhile found the shard held and left it to this thread.
     /// </summary>
