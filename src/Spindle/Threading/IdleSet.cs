@@ -11,9 +11,11 @@ namespace SpindleLib;
 /// is releasing its semaphore). A worker announces (Running to Announced, then <see cref="_count"/> + 1, a full fence),
 /// re-checks every queue, and blocks on its own semaphore. A producer that sees <see cref="_count"/> above zero claims
 /// one announced worker with a CAS (Announced to Claimed), takes it off the count and releases that worker's semaphore.
-/// A worker that leaves by itself (it found work in its re-check, its timers are due, or its timed wait ran out) CASes
-/// its own slot from Announced to Running; if that fails, it has been claimed, and it takes the wake-up meant for it
-/// first (it is a few instructions away) before it runs anything.</para>
+/// A worker that leaves by itself (it found work in its re-check, a cancellation reached its timers, or its timed wait
+/// ran out) CASes its own slot from Announced to Running; if that fails, it has been claimed, and it takes the wake-up
+/// meant for it first (it is a few instructions away) before it runs anything. A worker runs no user code while it is
+/// announced, not even its timers' continuations: a wake-up aimed at it would wait for that code while another announced
+/// worker slept on.</para>
 /// <para>Invariants: a slot is claimed at most once per announcement, and each claim releases exactly one permit on that
 /// worker's own semaphore, which only that worker waits on; so every permit is consumed by the worker it was meant for,
 /// and <see cref="_count"/> is the number of Announced slots (give or take a step in flight). The pool's first version
@@ -55,8 +57,11 @@ internal sealed class IdleSet
     }
 
     /// <summary>
-    /// Producer: claims one announced worker and wakes it. Looks first at the worker that announced last (its caches are
-    /// the warmest). False if none is announced.
+    /// Producer: claims one announced worker and wakes it. Looks first at the worker after the one that announced last:
+    /// with two workers, the one that has been parked longer, as a shared semaphore's waiters were woken. Waking the last
+    /// one first measured worse: a worker that queues into its own run-next slot and takes the item straight back (an
+    /// await of a just-queued Spindle.Run) woke the worker that had just parked, which then preempted it and stole the
+    /// item before the take-back in 2-28% of 3000 tries, against 0.1-0.3% (found by review). False if none is announced.
     /// </summary>
     public bool TryWakeOne()
     {
@@ -66,7 +71,11 @@ internal sealed class IdleSet
         }
         Slot[] slots = _slots;
         int n = slots.Length;
-        int i = Volatile.Read(ref _lastAnnounced);
+        int i = Volatile.Read(ref _lastAnnounced) + 1;
+        if (i >= n)
+        {
+            i = 0;
+        }
         for (int looked = 0; looked < n; looked++, i = i + 1 == n ? 0 : i + 1)
         {
             Slot slot = slots[i];

@@ -111,7 +111,11 @@ internal sealed class WorkerPool : Scheduler
 
     public int WorkerCount => _workers.Length;
 
-    public int IdleWorkers => _idle.Count;
+    /// <summary>
+    /// Parked workers, as far as the racy count tells; never below zero (a producer may claim a worker between
+    /// <see cref="IdleSet.Announce"/>'s store and its increment, which leaves the count at -1 for a moment).
+    /// </summary>
+    public int IdleWorkers => Math.Max(0, _idle.Count);
 
     /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
     internal static WorkerPool? SharedIfCreated => s_shared.IfCreated;
@@ -543,6 +547,16 @@ internal sealed class WorkerPool : Scheduler
                 continue;
             }
 
+            // With timers of its own, a worker sleeps no longer than until the next is due. It polls them before it
+            // announces: their continuations are user code (a worker's shard runs them inline), and a producer may aim its
+            // wake-up at an announced worker, which would then wait for that code while another parked worker slept on
+            // (for ever, if the continuation blocks until that producer's item has run). Found by review, with a test.
+            TimeSpan untilTimer = Timeout.InfiniteTimeSpan;
+            if (self.Timers is { HasPending: true } parkTimers && (PollTimers(parkTimers, out untilTimer) || untilTimer == TimeSpan.Zero))
+            {
+                continue; // timers fired (or are due) after all: stay awake
+            }
+
             // Park: announce, re-check, then block (see the class remarks). The re-check takes a run-next item at first
             // sight: one queued before the announcement woke nobody (its producer saw this worker spinning, or not yet
             // idle), and after this look nothing would take it until its owner finished its current item.
@@ -553,14 +567,6 @@ internal sealed class WorkerPool : Scheduler
                 _idle.StandDown(self.Index);
                 WakeIfMoreWork(self);
                 Execute(item);
-                continue;
-            }
-            // With timers of its own, a worker sleeps no longer than until the next is due.
-            TimeSpan untilTimer = Timeout.InfiniteTimeSpan;
-            if (self.Timers is { HasPending: true } parkTimers && (PollTimers(parkTimers, out untilTimer) || untilTimer == TimeSpan.Zero))
-            {
-                // Timers fired (or are due) after all: stay awake.
-                _idle.StandDown(self.Index);
                 continue;
             }
             // While it blocks, its timers are parked: a thread that cancels one of them tidies them itself, since a

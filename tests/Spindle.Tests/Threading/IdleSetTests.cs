@@ -11,6 +11,17 @@ namespace SpindleLib.Tests.Threading;
 /// </summary>
 public class IdleSetTests
 {
+    /// <summary>Every worker announces and waits for no time: a permit left in any worker's semaphore would wake it.</summary>
+    internal static void AssertNoWakeUpLeft(IdleSet set, int workers)
+    {
+        for (int w = 0; w < workers; w++)
+        {
+            set.Announce(w);
+            Assert.False(set.Block(w, 0), $"worker {w} found a wake-up nobody sent it, or one left over");
+        }
+        Assert.Equal(0, set.Count);
+    }
+
     [Fact]
     public void AWorkerClaimedDuringItsRecheck_GetsItsOwnWakeUp_AndAnotherWorkerParkingMeanwhileCannotTakeIt()
     {
@@ -37,18 +48,14 @@ public class IdleSetTests
         Assert.Equal(3, set.Count);
         set.StandDown(1);                 // left by itself
         Assert.Equal(2, set.Count);
-        Assert.True(set.TryWakeOne());    // the last announced first (2), then the next announced one (0)
+        Assert.True(set.TryWakeOne());    // the one after the last announced first (0), then the next announced one (2)
         Assert.True(set.TryWakeOne());
         Assert.False(set.TryWakeOne());
         Assert.Equal(0, set.Count);
         Assert.True(set.Block(2, 1000));  // each claimed worker finds its own wake-up at once
         Assert.True(set.Block(0, 1000));
         Assert.Equal(0, set.Count);
-        for (int w = 0; w < 3; w++)
-        {
-            set.Announce(w);
-            Assert.False(set.Block(w, 0), $"worker {w} found a wake-up nobody sent it");
-        }
+        IdleSetTests.AssertNoWakeUpLeft(set, 3);
         Assert.Equal(0, set.Count);
     }
 
@@ -124,11 +131,7 @@ public class IdleSetTests
         await TestUtil.WithTimeout(Task.WhenAll(workers), 30); // every wait has a limit of a few ms
         Assert.True(Interlocked.Read(ref wakes) > 0, "no worker was ever woken by a producer");
         Assert.Equal(0, set.Count);
-        for (int w = 0; w < Workers; w++)
-        {
-            set.Announce(w);
-            Assert.False(set.Block(w, 0), $"worker {w} found a wake-up left over from the run");
-        }
+        IdleSetTests.AssertNoWakeUpLeft(set, Workers);
         Assert.Equal(0, set.Count);
     }
 }
