@@ -148,7 +148,7 @@ public class IdleSetInterleavingTests
         }
         try
         {
-            await TestUtil.WithTimeout(Task.WhenAll(producers), 60);
+            await TestUtil.WithTimeout(Task.WhenAll(producers), (int)length.TotalSeconds + 60);
         }
         finally
         {

@@ -126,7 +126,7 @@ public class IdleSetTests
                 }
             }, TaskCreationOptions.LongRunning);
         }
-        await TestUtil.WithTimeout(Task.WhenAll(producers), 60);
+        await TestUtil.WithTimeout(Task.WhenAll(producers), TestUtil.StressTimeout(60));
         Volatile.Write(ref stop, 1);
         await TestUtil.WithTimeout(Task.WhenAll(workers), 30); // every wait has a limit of a few ms
         Assert.True(Interlocked.Read(ref wakes) > 0, "no worker was ever woken by a producer");

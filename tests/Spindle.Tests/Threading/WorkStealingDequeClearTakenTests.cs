@@ -281,7 +281,7 @@ public class WorkStealingDequeClearTakenTests
         }, "deque owner");
         try
         {
-            await TestUtil.WithTimeout(owner, 30);
+            await TestUtil.WithTimeout(owner, TestUtil.StressTimeout(30)); // the owner runs 4 s, or 60 s under SPINDLE_STRESS
         }
         finally
         {

@@ -145,7 +145,7 @@ public class WorkerPoolParkStressTests
                     }
                 }, "park stress producer " + p);
             }
-            await TestUtil.WithTimeout(Task.WhenAll(producers), 60);
+            await TestUtil.WithTimeout(Task.WhenAll(producers), (int)length.TotalSeconds + 60);
             TestUtil.SpinUntil(() => Volatile.Read(ref h.Executed) == Volatile.Read(ref h.Created), 10);
 
             // Quiet rounds with timers gone: every worker parks with no time limit, so a lost wake-up is a hang.

@@ -148,7 +148,7 @@ public class WorkerPoolTimersWhileParkingPublicTests
                     worstMs = Math.Max(worstMs, wait.ElapsedMilliseconds);
                     iterations++;
                 }
-            }), 60);
+            }), TestUtil.StressTimeout(60)); // the loop runs 5 s, or 60 s under SPINDLE_STRESS
         }
         finally
         {
