@@ -7,6 +7,8 @@ using System.Threading.Tasks;
 
 namespace SpindleLib.Tests.Threading;
 
+using Item = WorkStealingDequeTests.Item;
+
 /// <summary>
 /// The deque's owner clears the slots thieves took (ClearTaken). Played as a model: thieves whose TrySteal is split into
 /// its reads and its CAS, stalled at every point while the owner pushes (growing, wrapping), pops and steals from itself;
@@ -14,13 +16,6 @@ namespace SpindleLib.Tests.Threading;
 /// </summary>
 public class WorkStealingDequeClearTakenTests
 {
-    private sealed class Item
-    {
-        public Item(int id) => Id = id;
-
-        public int Id { get; }
-    }
-
     [UnsafeAccessor(UnsafeAccessorKind.Field, Name = "_top")]
     private static extern ref long Top(WorkStealingDeque<Item> deque);
 
@@ -202,19 +197,9 @@ public class WorkStealingDequeClearTakenTests
         // cleared under a thief that then wins its CAS shows up as a lost item.
         const int Items = 3_000_000;
         var deque = new WorkStealingDeque<Item>();
-        var taken = new int[Items];
-        int takenTotal = 0;
-        int duplicates = 0;
+        var tally = new WorkStealingDequeTests.TakenTally(Items);
         long stolen = 0;
         int stop = 0;
-        void Take(Item item)
-        {
-            if (Interlocked.Increment(ref taken[item.Id]) != 1)
-            {
-                Interlocked.Increment(ref duplicates);
-            }
-            Interlocked.Increment(ref takenTotal);
-        }
 
         var thiefTasks = new Task[2];
         for (int t = 0; t < thiefTasks.Length; t++)
@@ -226,7 +211,7 @@ public class WorkStealingDequeClearTakenTests
                     if (deque.TrySteal() is { } item)
                     {
                         Interlocked.Increment(ref stolen);
-                        Take(item);
+                        tally.Take(item);
                     }
                     else
                     {
@@ -253,23 +238,23 @@ public class WorkStealingDequeClearTakenTests
                     Item? item = rng.Next(3) == 0 ? deque.TrySteal() : deque.TryPop();
                     if (item is not null)
                     {
-                        Take(item);
+                        tally.Take(item);
                     }
                 }
                 if (rng.Next(8) == 0)
                 {
                     while (deque.TryPop() is { } rest)
                     {
-                        Take(rest);
+                        tally.Take(rest);
                     }
                 }
             }
             while (deque.TryPop() is { } last)
             {
-                Take(last);
+                tally.Take(last);
             }
             // Thieves may still hold the last items: wait until every pushed item is accounted for.
-            TestUtil.SpinUntil(() => Volatile.Read(ref takenTotal) == next, 10);
+            TestUtil.SpinUntil(() => tally.Total == next, 10);
             Assert.Null(deque.TryPop()); // the empty pop clears what thieves took last
             Volatile.Write(ref stop, 1);
             Item?[] array = Array(deque);
@@ -277,7 +262,7 @@ public class WorkStealingDequeClearTakenTests
             {
                 Assert.True(array[i] is null, $"slot {i} of the empty deque still holds item {array[i]?.Id}");
             }
-            Assert.Equal(next, Volatile.Read(ref takenTotal));
+            Assert.Equal(next, tally.Total);
         }, "deque owner");
         try
         {
@@ -288,7 +273,7 @@ public class WorkStealingDequeClearTakenTests
             Volatile.Write(ref stop, 1);
         }
         await TestUtil.WithTimeout(Task.WhenAll(thiefTasks), 10);
-        Assert.Equal(0, duplicates);
+        Assert.Equal(0, tally.Duplicates);
         Assert.True(Interlocked.Read(ref stolen) > 0, "the thieves stole nothing");
     }
 }

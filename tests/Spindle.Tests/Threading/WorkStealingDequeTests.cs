@@ -6,11 +6,37 @@ namespace SpindleLib.Tests.Threading;
 
 public class WorkStealingDequeTests
 {
-    private sealed class Item
+    /// <summary>An item of the deque tests: its id indexes a <see cref="TakenTally"/>.</summary>
+    internal sealed class Item
     {
         public Item(int id) => Id = id;
 
         public int Id { get; }
+    }
+
+    /// <summary>Counts, from any thread, how often each item was taken: each must be taken exactly once.</summary>
+    internal sealed class TakenTally
+    {
+        private readonly int[] _taken;
+        private int _duplicates;
+        private int _total;
+
+        public TakenTally(int items) => _taken = new int[items];
+
+        public int Total => Volatile.Read(ref _total);
+
+        public int Duplicates => Volatile.Read(ref _duplicates);
+
+        public int CountOf(int id) => Volatile.Read(ref _taken[id]);
+
+        public void Take(Item item)
+        {
+            if (Interlocked.Increment(ref _taken[item.Id]) != 1)
+            {
+                Interlocked.Increment(ref _duplicates);
+            }
+            Interlocked.Increment(ref _total);
+        }
     }
 
     private static Item[] MakeItems(int count)
@@ -212,20 +238,9 @@ public class WorkStealingDequeTests
     private static async Task RunRound(Item[] items, int thieves, int round)
     {
         var deque = new WorkStealingDeque<Item>();
-        var taken = new int[items.Length];
-        int duplicates = 0;
-        int takenTotal = 0;
+        var tally = new TakenTally(items.Length);
         long stolenCount = 0;
         int stop = 0;
-
-        void Take(Item item)
-        {
-            if (Interlocked.Increment(ref taken[item.Id]) != 1)
-            {
-                Interlocked.Increment(ref duplicates);
-            }
-            Interlocked.Increment(ref takenTotal);
-        }
 
         var thiefTasks = new Task[thieves];
         for (int t = 0; t < thieves; t++)
@@ -233,7 +248,7 @@ public class WorkStealingDequeTests
             thiefTasks[t] = TestUtil.RunOnThread(() =>
             {
                 var spin = default(SpinWait);
-                while (Volatile.Read(ref takenTotal) < items.Length && Volatile.Read(ref stop) == 0)
+                while (tally.Total < items.Length && Volatile.Read(ref stop) == 0)
                 {
                     Item? item = deque.TrySteal();
                     if (item is null)
@@ -242,7 +257,7 @@ public class WorkStealingDequeTests
                         continue;
                     }
                     Interlocked.Increment(ref stolenCount);
-                    Take(item);
+                    tally.Take(item);
                 }
             }, "thief " + t);
         }
@@ -274,13 +289,13 @@ public class WorkStealingDequeTests
                     {
                         break;
                     }
-                    Take(item);
+                    tally.Take(item);
                 }
             }
             Item? rest;
             while ((rest = deque.TryPop()) is not null)
             {
-                Take(rest);
+                tally.Take(rest);
             }
         }, "deque owner");
 
@@ -294,9 +309,9 @@ public class WorkStealingDequeTests
             Volatile.Write(ref stop, 1);
         }
 
-        Assert.Equal(0, duplicates);
-        Assert.Equal(items.Length, takenTotal);
-        Assert.All(taken, count => Assert.Equal(1, count));
+        Assert.Equal(0, tally.Duplicates);
+        Assert.Equal(items.Length, tally.Total);
+        Assert.All(items, item => Assert.Equal(1, tally.CountOf(item.Id)));
         Assert.True(Interlocked.Read(ref stolenCount) > 0, "the thieves stole nothing: the race did not happen");
         Assert.True(deque.IsEmpty);
     }
