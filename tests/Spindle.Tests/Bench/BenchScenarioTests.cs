@@ -47,8 +47,7 @@ public sealed class BenchScenarioTests
     [MemberData(nameof(ScenarioIds))]
     public void Scenario_RunsAtTinySize_ReportsEveryContractFigure(string id)
     {
-        string dir = Path.Combine(Path.GetTempPath(), "spindle-bench-test-" + Guid.NewGuid().ToString("N"));
-        try
+        InTemporaryDirectory(dir =>
         {
             var options = new BenchOptions { Size = BenchSize.Tiny, ReportDirectory = dir };
             options.Scenarios.Add(id);
@@ -78,14 +77,7 @@ public sealed class BenchScenarioTests
             string json = File.ReadAllText(Path.Combine(dir, "results.json"));
             Assert.Contains("\"machine\"", json, StringComparison.Ordinal);
             Assert.Contains($"\"scenario\": \"{id}\"", json, StringComparison.Ordinal);
-        }
-        finally
-        {
-            if (Directory.Exists(dir))
-            {
-                Directory.Delete(dir, recursive: true);
-            }
-        }
+        });
     }
 
     [Fact]
@@ -106,5 +98,74 @@ public sealed class BenchScenarioTests
         Assert.Equal(new[] { "sequential" }, o.Scenarios);
         Assert.Equal(BenchSize.Full, o.Size);
         Assert.Equal("r.json", o.JsonPath);
+    }
+
+    [Fact]
+    public void WriteWhole_TwoRunsWritingOneReport_LeaveOneCompleteFileAndNoLeftovers()
+    {
+        // Two bench processes started in one directory write the same report at about the same time; each write must
+        // succeed and leave a whole file (one of the two), never a sharing violation, a mix or a stray temporary file.
+        InTemporaryDirectory(dir =>
+        {
+            string path = Path.Combine(dir, "results.json");
+            string[] contents = { new string('a', 100_000), new string('b', 150_000), new string('c', 50_000) };
+            var errors = new System.Collections.Concurrent.ConcurrentQueue<Exception>();
+            var threads = contents.Select(text => new System.Threading.Thread(() =>
+            {
+                for (int i = 0; i < 200; i++)
+                {
+                    try
+                    {
+                        BenchRunner.WriteWhole(path, stream =>
+                        {
+                            using var writer = new StreamWriter(stream);
+                            writer.Write(text);
+                        });
+                    }
+                    catch (Exception e)
+                    {
+                        errors.Enqueue(e);
+                    }
+                }
+            })).ToList();
+            threads.ForEach(t => t.Start());
+            threads.ForEach(t => t.Join());
+
+            Assert.Empty(errors);
+            Assert.Contains(File.ReadAllText(path), contents);
+            Assert.Equal(new[] { path }, Directory.GetFiles(dir));
+        });
+    }
+
+    [Fact]
+    public void WriteWhole_WriteThatThrows_KeepsThePreviousFileAndLeavesNoTemporary()
+    {
+        InTemporaryDirectory(dir =>
+        {
+            string path = Path.Combine(dir, "report.md");
+            File.WriteAllText(path, "previous");
+            var e = Assert.Throws<InvalidOperationException>(() => BenchRunner.WriteWhole(path, stream =>
+            {
+                stream.WriteByte((byte)'x');
+                throw new InvalidOperationException("writer failed");
+            }));
+            Assert.Equal("writer failed", e.Message);
+            Assert.Equal("previous", File.ReadAllText(path));
+            Assert.Equal(new[] { path }, Directory.GetFiles(dir));
+        });
+    }
+
+    private static void InTemporaryDirectory(Action<string> test)
+    {
+        string dir = Path.Combine(Path.GetTempPath(), "spindle-bench-test-" + Guid.NewGuid().ToString("N"));
+        Directory.CreateDirectory(dir);
+        try
+        {
+            test(dir);
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
     }
 }
