@@ -43,24 +43,23 @@ internal static class Counters
     }
 
     /// <summary>
+    /// How long a throughput measurement warms up, lets a system's threads settle after its gate opens (side by side
+    /// only), and measures each window, and how many windows it takes (the median and spread are over the windows).
+    /// </summary>
+    private static (TimeSpan Warmup, TimeSpan Settle, TimeSpan Window, int Windows) Timing(BenchSize size) => size switch
+    {
+        BenchSize.Tiny => (TimeSpan.FromMilliseconds(20), TimeSpan.FromMilliseconds(5), TimeSpan.FromMilliseconds(30), 1),
+        BenchSize.Quick => (TimeSpan.FromMilliseconds(500), TimeSpan.FromMilliseconds(50), TimeSpan.FromMilliseconds(300), 5),
+        _ => (TimeSpan.FromSeconds(2), TimeSpan.FromMilliseconds(100), TimeSpan.FromSeconds(1), 9),
+    };
+
+    /// <summary>
     /// Measures throughput in consecutive windows once warmed up: ops per second from the counters' total, one value per
     /// window (the median and spread are over the windows).
     /// </summary>
     public static double[] Throughput(BenchContext context, string what, Counter[] counters)
     {
-        TimeSpan warmup = context.Size switch
-        {
-            BenchSize.Tiny => TimeSpan.FromMilliseconds(20),
-            BenchSize.Quick => TimeSpan.FromMilliseconds(500),
-            _ => TimeSpan.FromSeconds(2),
-        };
-        TimeSpan window = context.Size switch
-        {
-            BenchSize.Tiny => TimeSpan.FromMilliseconds(30),
-            BenchSize.Quick => TimeSpan.FromMilliseconds(300),
-            _ => TimeSpan.FromSeconds(1),
-        };
-        int windows = context.Size == BenchSize.Tiny ? 1 : context.Size == BenchSize.Quick ? 5 : 9;
+        (TimeSpan warmup, _, TimeSpan window, int windows) = Timing(context.Size);
         context.Progress($"{what}: warm-up");
         Thread.Sleep(warmup);
         var values = new double[windows];
@@ -77,6 +76,133 @@ internal static class Counters
             start = now;
         }
         return values;
+    }
+
+    /// <summary>
+    /// Lets one system's threads run only during that system's windows of <see cref="MeasureSideBySide"/>. Its loops call
+    /// <see cref="Pass"/> once per step: one volatile read while the gate is open (what the stop flag cost before); while
+    /// it is closed they wait on an event, so a system that is not being measured uses no CPU.
+    /// </summary>
+    public sealed class Gate
+    {
+        private const int Open = 0;
+        private const int Closed = 1;
+        private const int Stopped = 2;
+
+        private readonly ManualResetEventSlim _opened = new(false);
+        private int _state = Closed;
+        private int _threads;
+        private int _waiting;
+
+        /// <summary>True to go on with the next step (waiting first while the gate is closed); false once stopped.</summary>
+        public bool Pass() => Volatile.Read(ref _state) == Open || WaitWhileClosed();
+
+        private bool WaitWhileClosed()
+        {
+            while (Volatile.Read(ref _state) == Closed)
+            {
+                Interlocked.Increment(ref _waiting);
+                _opened.Wait();
+                Interlocked.Decrement(ref _waiting);
+            }
+            return Volatile.Read(ref _state) == Open;
+        }
+
+        /// <summary>Starts <paramref name="count"/> threads behind this gate (closed until <see cref="OpenGate"/>).</summary>
+        public Thread[] StartThreads(int count, string name, Action loop)
+        {
+            Interlocked.Add(ref _threads, count);
+            return Counters.StartThreads(count, name, _ => loop());
+        }
+
+        public void OpenGate()
+        {
+            Volatile.Write(ref _state, Open);
+            _opened.Set();
+        }
+
+        /// <summary>Closes the gate and returns once every thread behind it has finished its step and is waiting.</summary>
+        public void CloseGate(string what)
+        {
+            _opened.Reset();
+            Volatile.Write(ref _state, Closed);
+            var sw = Stopwatch.StartNew();
+            while (Volatile.Read(ref _waiting) < Volatile.Read(ref _threads))
+            {
+                if (sw.Elapsed > TimeSpan.FromSeconds(30))
+                {
+                    throw new TimeoutException($"{what}: {_threads - Volatile.Read(ref _waiting)} threads still running 30 s after their gate closed.");
+                }
+                Thread.Sleep(1);
+            }
+        }
+
+        /// <summary>Ends every loop behind the gate (their threads then return).</summary>
+        public void StopAll()
+        {
+            Volatile.Write(ref _state, Stopped);
+            _opened.Set();
+        }
+    }
+
+    /// <summary>One system of a side-by-side measurement: its name, its counters, the gate and the threads behind it.</summary>
+    public sealed record Contender(string Name, Counter[] Counters, Gate Gate, Thread[] Threads)
+    {
+        public void Stop()
+        {
+            Gate.StopAll();
+            JoinAll(Threads);
+        }
+    }
+
+    /// <summary>
+    /// Measures the systems' throughput side by side: each warms up once on its own, then the windows alternate, one
+    /// system at a time with the others' threads waiting at their gates, and the order rotates each round (round r starts
+    /// with system r). This machine's cost of moving a cache line between its two cores has two levels, about 47 and about
+    /// 210 ns (a two-thread ping-pong), and it moves between them every few seconds whatever runs; measured one system
+    /// after the other, each system caught whichever level held during its own block, which set the ratios more than the
+    /// systems did. Alternating windows spreads the levels over every system alike. The ops per second of a window are
+    /// counted after a short settle (the first steps after a gate opens wake its threads).
+    /// </summary>
+    public static void MeasureSideBySide(BenchContext context, string caseName, IReadOnlyList<Contender> systems)
+    {
+        (TimeSpan warmup, TimeSpan settle, TimeSpan window, int windows) = Timing(context.Size);
+        foreach (Contender system in systems)
+        {
+            string what = $"{caseName} › {system.Name}";
+            context.Progress($"{what}: warm-up");
+            system.Gate.OpenGate();
+            Thread.Sleep(warmup);
+            system.Gate.CloseGate(what);
+        }
+        var values = new double[systems.Count][];
+        for (int k = 0; k < systems.Count; k++)
+        {
+            values[k] = new double[windows];
+        }
+        for (int w = 0; w < windows; w++)
+        {
+            for (int j = 0; j < systems.Count; j++)
+            {
+                int k = (w + j) % systems.Count;
+                Contender system = systems[k];
+                string what = $"{caseName} › {system.Name}";
+                context.Progress($"{what}: window {w + 1}/{windows}");
+                system.Gate.OpenGate();
+                Thread.Sleep(settle);
+                long count = Total(system.Counters);
+                long start = Stopwatch.GetTimestamp();
+                Thread.Sleep(window);
+                long next = Total(system.Counters);
+                long end = Stopwatch.GetTimestamp();
+                system.Gate.CloseGate(what);
+                values[k][w] = (next - count) / ((end - start) / (double)Stopwatch.Frequency);
+            }
+        }
+        for (int k = 0; k < systems.Count; k++)
+        {
+            context.Add(caseName, systems[k].Name, "ops_per_sec", values[k]);
+        }
     }
 
     /// <summary>Starts <paramref name="count"/> dedicated background threads running <paramref name="body"/>(index).</summary>
@@ -144,7 +270,9 @@ public sealed class CountersSignalScenario : Scenario
         "Case signallers=1: one signaller thread (and one Plan B counting thread). With one per core, each counter's objects are touched " +
         "by both cores in turn, and the cost of moving their cache lines between cores dominates every system; the figure then also " +
         "depends on whether the OS runs the two signallers on two cores or time-slices them on one. With one signaller it is each " +
-        "system's own cost per signal. The issues' targets are checked on the main case only.";
+        "system's own cost per signal. The issues' targets are checked on the main case only. The three systems' counters all exist at " +
+        "once and their throughput is measured in alternating windows (each system's threads wait at a gate outside its own windows), " +
+        "because the cost of moving a cache line between this machine's two cores changes level every few seconds whatever runs.";
 
     /// <summary>The case with one signaller thread: see <see cref="Notes"/>. The issues' targets are not checked on it.</summary>
     public const string OneSignallerCase = ",signallers=1";
@@ -156,22 +284,40 @@ public sealed class CountersSignalScenario : Scenario
         int n = context.Pick(10_000, 100_000, 1_200_000);
         string caseName = "n=" + n;
         int threads = Counters.Threads;
-        RunTask(context, caseName, n, threads);
-        RunThreads(context, caseName, n, threads);
-        RunSpindle(context, caseName, n, threads, measureThroughput: true);
+        RunSideBySide(context, caseName, n, threads);
         if (threads > 1)
         {
             // The same with one signaller (and, for Threads, one counting thread): what each system costs per signal when
             // the counters' objects do not travel between cores (see Notes).
-            string single = caseName + OneSignallerCase;
-            RunTask(context, single, n, 1);
-            RunThreads(context, single, n, 1);
-            RunSpindle(context, single, n, 1, measureThroughput: true);
+            RunSideBySide(context, caseName + OneSignallerCase, n, 1);
         }
         if (context.Size == BenchSize.Full)
         {
             // Seed 003's Plan B held 50M counters; Task held 5M. Spindle suspends 10M at once.
-            RunSpindle(context, "n=10000000", 10_000_000, threads, measureThroughput: false);
+            CreateSpindle(context, "n=10000000", 10_000_000, threads, startSignallers: false);
+        }
+    }
+
+    /// <summary>
+    /// Creates the three systems' counters one after another (each one's heap measured as it is created), then measures
+    /// their throughput in alternating windows (see <see cref="Counters.MeasureSideBySide"/>).
+    /// </summary>
+    private static void RunSideBySide(BenchContext context, string caseName, int n, int threads)
+    {
+        var systems = new List<Counters.Contender>(3);
+        try
+        {
+            systems.Add(CreateTask(context, caseName, n, threads));
+            systems.Add(CreateThreads(context, caseName, n, threads));
+            systems.Add(CreateSpindle(context, caseName, n, threads, startSignallers: true));
+            Counters.MeasureSideBySide(context, caseName, systems);
+        }
+        finally
+        {
+            foreach (Counters.Contender system in systems)
+            {
+                system.Stop();
+            }
         }
     }
 
@@ -192,7 +338,7 @@ public sealed class CountersSignalScenario : Scenario
         }
     }
 
-    private static void RunTask(BenchContext context, string caseName, int n, int threads)
+    private static Counters.Contender CreateTask(BenchContext context, string caseName, int n, int threads)
     {
         context.Progress($"{caseName} › Task: creating {n:N0} counters");
         var queue = new ConcurrentQueue<TaskCounter>();
@@ -206,15 +352,15 @@ public sealed class CountersSignalScenario : Scenario
         long after = Counters.Heap();
         context.Add(caseName, "Task", "bytes_per_counter", (after - before) / (double)n);
 
-        bool stop = false;
-        Thread[] signallers = Counters.StartThreads(threads, "Task signaller", _ =>
+        var gate = new Counters.Gate();
+        Thread[] signallers = gate.StartThreads(threads, "Task signaller", () =>
         {
             var spin = new SpinWait();
-            while (!Volatile.Read(ref stop))
+            while (gate.Pass())
             {
                 if (queue.TryDequeue(out TaskCounter? c))
                 {
-                    c.Waiting!.SetResult();
+                        c.Waiting!.SetResult();
                 }
                 else
                 {
@@ -222,14 +368,10 @@ public sealed class CountersSignalScenario : Scenario
                 }
             }
         });
-        double[] ops = Counters.Throughput(context, $"{caseName} › Task", counters);
-        Volatile.Write(ref stop, true);
-        Counters.JoinAll(signallers);
-        context.Add(caseName, "Task", "ops_per_sec", ops);
-        GC.KeepAlive(counters);
+        return new Counters.Contender("Task", counters, gate, signallers);
     }
 
-    private static void RunThreads(BenchContext context, string caseName, int n, int threads)
+    private static Counters.Contender CreateThreads(BenchContext context, string caseName, int n, int threads)
     {
         context.Progress($"{caseName} › Threads: creating {n:N0} counters");
         var waiting = new ConcurrentQueue<Counters.Counter>();
@@ -244,15 +386,15 @@ public sealed class CountersSignalScenario : Scenario
         long after = Counters.Heap();
         context.Add(caseName, "Threads", "bytes_per_counter", (after - before) / (double)n);
 
-        bool stop = false;
-        Thread[] signallers = Counters.StartThreads(threads, "Plan B signaller", _ =>
+        var gate = new Counters.Gate();
+        Thread[] signallers = gate.StartThreads(threads, "Plan B signaller", () =>
         {
             var spin = new SpinWait();
-            while (!Volatile.Read(ref stop))
+            while (gate.Pass())
             {
                 if (waiting.TryDequeue(out Counters.Counter? c))
                 {
-                    signalled.Enqueue(c);
+                        signalled.Enqueue(c);
                 }
                 else
                 {
@@ -260,15 +402,15 @@ public sealed class CountersSignalScenario : Scenario
                 }
             }
         });
-        Thread[] workers = Counters.StartThreads(threads, "Plan B counter", _ =>
+        Thread[] workers = gate.StartThreads(threads, "Plan B counter", () =>
         {
             var spin = new SpinWait();
-            while (!Volatile.Read(ref stop))
+            while (gate.Pass())
             {
                 if (signalled.TryDequeue(out Counters.Counter? c))
                 {
-                    c.Count++;
-                    waiting.Enqueue(c);
+                        c.Count++;
+                        waiting.Enqueue(c);
                 }
                 else
                 {
@@ -276,11 +418,7 @@ public sealed class CountersSignalScenario : Scenario
                 }
             }
         });
-        double[] ops = Counters.Throughput(context, $"{caseName} › Threads", counters);
-        Volatile.Write(ref stop, true);
-        Counters.JoinAll(signallers);
-        Counters.JoinAll(workers);
-        context.Add(caseName, "Threads", "ops_per_sec", ops);
+        return new Counters.Contender("Threads", counters, gate, [.. signallers, .. workers]);
     }
 
     private sealed class SpindleCounter : Counters.Counter
@@ -298,7 +436,7 @@ public sealed class CountersSignalScenario : Scenario
         }
     }
 
-    private static void RunSpindle(BenchContext context, string caseName, int n, int threads, bool measureThroughput)
+    private static Counters.Contender CreateSpindle(BenchContext context, string caseName, int n, int threads, bool startSignallers)
     {
         context.Progress($"{caseName} › Spindle: creating {n:N0} counters");
         var queue = new ConcurrentQueue<SpindleCounter>();
@@ -311,21 +449,16 @@ public sealed class CountersSignalScenario : Scenario
         }
         long after = Counters.Heap();
         context.Add(caseName, "Spindle", "bytes_per_counter", (after - before) / (double)n);
-        if (!measureThroughput)
-        {
-            GC.KeepAlive(counters);
-            return;
-        }
 
-        bool stop = false;
-        Thread[] signallers = Counters.StartThreads(threads, "Spindle signaller", _ =>
+        var gate = new Counters.Gate();
+        Thread[] signallers = !startSignallers ? [] : gate.StartThreads(threads, "Spindle signaller", () =>
         {
             var spin = new SpinWait();
-            while (!Volatile.Read(ref stop))
+            while (gate.Pass())
             {
                 if (queue.TryDequeue(out SpindleCounter? c))
                 {
-                    c.Signal.Set();
+                        c.Signal.Set();
                 }
                 else
                 {
@@ -333,11 +466,7 @@ public sealed class CountersSignalScenario : Scenario
                 }
             }
         });
-        double[] ops = Counters.Throughput(context, $"{caseName} › Spindle", counters);
-        Volatile.Write(ref stop, true);
-        Counters.JoinAll(signallers);
-        context.Add(caseName, "Spindle", "ops_per_sec", ops);
-        GC.KeepAlive(counters);
+        return new Counters.Contender("Spindle", counters, gate, signallers);
     }
 }
 
