@@ -1,0 +1,131 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Reflection;
+using System.Runtime.CompilerServices;
+using System.Text.RegularExpressions;
+
+namespace SpindleLib.Tests.Api;
+
+/// <summary>
+/// Keeps the README true to the code: its C# examples are code that compiles here and does what their comments say,
+/// and every member of a Spindle type that it names in backticks (<c>`Spindle.Delay(ms, token)`</c>,
+/// <c>`SpindleDiagnostics.TrackTasks`</c>) exists.
+/// </summary>
+[Collection(SequentialCollection.Name)] // the diagnostics example turns the process-wide task tracker on
+public sealed partial class ReadmeTests : IDisposable
+{
+    public void Dispose()
+    {
+        SpindleDiagnostics.CaptureStackTraces = false;
+        SpindleDiagnostics.TrackTasks = false;
+    }
+
+    private static string Readme() => File.ReadAllText(Path.Combine(GeneratedFiles.RepositoryRoot(), "README.md")).Replace("\r\n", "\n", StringComparison.Ordinal);
+
+    private static List<string> CSharpBlocks() => CSharpBlock().Matches(Readme()).Select(m => m.Groups[1].Value).ToList();
+
+    private static string ThisDirectory([CallerFilePath] string path = "") => Path.GetDirectoryName(path)!;
+
+    [Fact]
+    public void FirstExample_IsTheCodeOfReadmeExampleCs_AndReturnsWhatItsCommentsSay()
+    {
+        string example = CSharpBlocks()[0];
+        string file = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeExample.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
+        Assert.True(file.EndsWith(example, StringComparison.Ordinal),
+            "README.md's first C# example is no longer tests/Spindle.Tests/Api/ReadmeExample.cs: copy the one to the other, so the README shows code that compiles and runs.");
+
+        Assert.Equal(1042, global::Example.DemoAsync().GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void DiagnosticsExample_IsTheCodeBelow_AndListsASuspendedMethod()
+    {
+        string example = CSharpBlocks()[1];
+        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
+        int start = source.IndexOf("        // README begin\n", StringComparison.Ordinal) + "        // README begin\n".Length;
+        int end = source.IndexOf("        // README end\n", StringComparison.Ordinal);
+        string body = string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= 8 ? l[8..] : l.TrimStart()));
+        Assert.Equal(example, body);
+
+        var output = new StringWriter();
+        TextWriter console = Console.Out;
+        Console.SetOut(output);
+        var promise = new Promise();
+        try
+        {
+            RunDiagnosticsExample(); // turns tracking on (what it lists now is not looked at)
+            SpindleTask suspect = WaitFor(promise);
+            output.GetStringBuilder().Clear();
+            RunDiagnosticsExample();
+            promise.SetResult();
+            suspect.GetAwaiter().GetResult();
+        }
+        finally
+        {
+            Console.SetOut(console);
+        }
+        Assert.Contains($"{typeof(ReadmeTests).FullName}.{nameof(WaitFor)} (Pending, ", output.ToString(), StringComparison.Ordinal);
+        Assert.Contains(nameof(DiagnosticsExample_IsTheCodeBelow_AndListsASuspendedMethod), output.ToString(), StringComparison.Ordinal); // the stack trace
+    }
+
+    private static async SpindleTask WaitFor(Promise promise) => await promise.Task;
+
+    private static void RunDiagnosticsExample()
+    {
+        // README begin
+        SpindleDiagnostics.TrackTasks = true;          // from now on, every async SpindleTask method that suspends is listed
+        SpindleDiagnostics.CaptureStackTraces = true;  // plus where it first suspended: a stack walk each, for diagnosis only
+        // ... run the suspect code ...
+        foreach (TrackedTask task in SpindleDiagnostics.GetTrackedTasks())   // oldest first
+        {
+            Console.WriteLine(task);                   // "MyApp.Session.ReadLoop (Pending, 5230 ms)"; Succeeded = never read
+            Console.WriteLine(task.StackTrace);
+        }
+        // README end
+    }
+
+    [Fact]
+    public void EveryMemberOfASpindleTypeTheReadmeNames_Exists()
+    {
+        Dictionary<string, Type> types = typeof(SpindleTask).Assembly.GetExportedTypes()
+            .GroupBy(t => t.Name.Split('`')[0])
+            .ToDictionary(g => g.Key, g => g.First());
+        var missing = new List<string>();
+        int checkedCount = 0;
+        foreach (Match span in CodeSpan().Matches(Readme()))
+        {
+            string code = span.Groups[1].Value;
+            if (code.Contains('/', StringComparison.Ordinal))
+            {
+                continue; // a path (bench/Spindle.Bench), not code
+            }
+            foreach (Match reference in MemberReference().Matches(code))
+            {
+                if (!types.TryGetValue(reference.Groups[1].Value, out Type? type))
+                {
+                    continue; // not a Spindle type: Task.WhenAny, ExecutionContext.Run, ...
+                }
+                string member = reference.Groups[2].Value;
+                checkedCount++;
+                if (type.GetMember(member, BindingFlags.Public | BindingFlags.Static | BindingFlags.Instance).Length == 0)
+                {
+                    missing.Add($"`{code}`: {type.Name} has no public member {member}");
+                }
+            }
+        }
+        Assert.True(checkedCount > 20, $"only {checkedCount} references found: the pattern no longer matches the README");
+        Assert.True(missing.Count == 0, "README.md names members that do not exist:\n  " + string.Join("\n  ", missing));
+    }
+
+    [GeneratedRegex(@"```csharp\n(.*?)```", RegexOptions.Singleline)]
+    private static partial Regex CSharpBlock();
+
+    [GeneratedRegex(@"`([^`\n]+)`")]
+    private static partial Regex CodeSpan();
+
+    // Type.Member, optionally with generic arguments on the type: SpindleTask<T>.FromResult, Spindle.Delay.
+    [GeneratedRegex(@"(?<![\w.])([A-Z]\w*)(?:<[^<>]*>)?\.([A-Z]\w*)")]
+    private static partial Regex MemberReference();
+}
