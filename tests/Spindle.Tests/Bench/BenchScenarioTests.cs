@@ -1,8 +1,11 @@
 using System;
 using System.Collections.Generic;
 using System.IO;
+using System.Diagnostics;
 using System.Linq;
+using System.Threading;
 using SpindleLib.Bench.Harness;
+using SpindleLib.Bench.Scenarios;
 
 namespace SpindleLib.Tests.Bench;
 
@@ -110,7 +113,7 @@ public sealed class BenchScenarioTests
             string path = Path.Combine(dir, "results.json");
             string[] contents = { new string('a', 100_000), new string('b', 150_000), new string('c', 50_000) };
             var errors = new System.Collections.Concurrent.ConcurrentQueue<Exception>();
-            var threads = contents.Select(text => new System.Threading.Thread(() =>
+            var threads = contents.Select(text => new Thread(() =>
             {
                 for (int i = 0; i < 200; i++)
                 {
@@ -153,6 +156,54 @@ public sealed class BenchScenarioTests
             Assert.Equal("previous", File.ReadAllText(path));
             Assert.Equal(new[] { path }, Directory.GetFiles(dir));
         });
+    }
+
+    [Fact]
+    public void CountersGate_HoldsItsThreadsWhileClosed_LetsThemRunWhileOpen_AndEndsThem()
+    {
+        // counters-signal measures its systems side by side: a system's threads must do nothing outside its own windows.
+        var gate = new Counters.Gate();
+        long steps = 0;
+        Thread[] threads = gate.StartThreads(2, "gate test", () =>
+        {
+            while (gate.Pass())
+            {
+                Interlocked.Increment(ref steps);
+            }
+        });
+        try
+        {
+            Thread.Sleep(50);
+            Assert.Equal(0, Interlocked.Read(ref steps)); // created closed
+
+            gate.OpenGate();
+            var wait = Stopwatch.StartNew();
+            while (Interlocked.Read(ref steps) < 1000 && wait.Elapsed < TimeSpan.FromSeconds(30))
+            {
+                Thread.Sleep(1);
+            }
+            Assert.True(Interlocked.Read(ref steps) >= 1000, "the threads did not run while the gate was open");
+
+            gate.CloseGate("gate test"); // returns once both threads wait at the gate
+            long closedAt = Interlocked.Read(ref steps);
+            Thread.Sleep(50);
+            Assert.Equal(closedAt, Interlocked.Read(ref steps));
+
+            gate.OpenGate();
+            wait.Restart();
+            while (Interlocked.Read(ref steps) == closedAt && wait.Elapsed < TimeSpan.FromSeconds(30))
+            {
+                Thread.Sleep(1);
+            }
+            Assert.True(Interlocked.Read(ref steps) > closedAt, "the threads did not run again once the gate reopened");
+            gate.CloseGate("gate test");
+        }
+        finally
+        {
+            gate.StopAll();
+            Counters.JoinAll(threads); // throws if a thread did not end within 30 s
+        }
+        Assert.All(threads, t => Assert.False(t.IsAlive));
     }
 
     private static void InTemporaryDirectory(Action<string> test)
