@@ -166,9 +166,13 @@ public static class Targets
         string measured = Report.FormatNumber(check.Value);
         if (check.AgainstValue is double reference)
         {
+            double ratio = check.Value / reference;
+            // A ratio that two decimals would round onto the factor gets a third, so that "0.50× Task" is never shown
+            // against "≤ 0.5 × Task" with NO beside it (0.501×) or yes (0.499×).
+            string format = t.Offset == 0 && Math.Abs(ratio - t.Factor) < 0.005 ? "F3" : "F2";
             measured += reference == 0
                 ? $" vs {Report.FormatNumber(reference)}"
-                : $" ({(check.Value / reference).ToString("F2", CultureInfo.InvariantCulture)}× {t.Against})";
+                : $" ({ratio.ToString(format, CultureInfo.InvariantCulture)}× {t.Against})";
         }
         if (t.Offset != 0)
         {

@@ -29,6 +29,22 @@ public sealed class TargetsTests
     }
 
     [Fact]
+    public void Row_ShowsARatioNearItsLimitWithAThirdDecimal()
+    {
+        var results = new List<BenchResult>
+        {
+            R("s", "near", "Task", "ns", 1000), R("s", "near", "Spindle", "ns", 501),
+            R("s", "under", "Task", "ns", 1000), R("s", "under", "Spindle", "ns", 499),
+            R("s", "far", "Task", "ns", 1000), R("s", "far", "Spindle", "ns", 640),
+        };
+        List<TargetCheck> checks = Targets.Check(results, [new Target("i", "s", "*", "Spindle", "ns", Relation.AtMost, 0.5, "Task")]);
+
+        Assert.Equal(["501.0 (0.501× Task)", "NO"], Targets.Row(checks[0])[4..]);
+        Assert.Equal(["499.0 (0.499× Task)", "yes"], Targets.Row(checks[1])[4..]);
+        Assert.Equal(["640.0 (0.64× Task)", "NO"], Targets.Row(checks[2])[4..]);
+    }
+
+    [Fact]
     public void AbsoluteAndOffsetLimits_AndEachRelation()
     {
         var results = new List<BenchResult>
