@@ -26,6 +26,49 @@ internal enum InputKind : byte
 }
 
 /// <summary>
+/// The sets that a combinator took from signals without handing them to its caller: a losing signal wait that completed
+/// while (or after) the race was decided, which the combinator must read; or, in a WhenAll that its token or timeout
+/// decided, a signal input it had read. Each is given back to its signal with <see cref="Signal.Set"/>, so that the
+/// signal's next wait takes it, as it takes a set that lands after the wait was let go of: a set is either delivered to
+/// a caller or kept, never lost (the guarantee a SemaphoreSlim.WaitAsync with a timeout gives its releases). Given back
+/// after the combined task is published and with no claim held, since a set may run another waiter's code inline.
+/// Allocates only when one combination took two or more sets.
+/// </summary>
+internal struct TakenSets
+{
+    private Signal? _first;
+    private List<Signal>? _more;
+
+    public void Add(Signal? signal)
+    {
+        if (signal is null)
+        {
+            return;
+        }
+        if (_first is null)
+        {
+            _first = signal;
+        }
+        else
+        {
+            (_more ??= new List<Signal>()).Add(signal);
+        }
+    }
+
+    public readonly void GiveBack()
+    {
+        _first?.Set();
+        if (_more is not null)
+        {
+            foreach (Signal signal in _more)
+            {
+                signal.Set();
+            }
+        }
+    }
+}
+
+/// <summary>
 /// What every combinator shares: one pooled slot per input (the state each input's continuation carries, kept across
 /// uses), registration on every kind of input, the cells that keep typed inputs' results, and the reference count that
 /// decides when the combinator may return to its pool. See <see cref="Combinator{TResult}"/> for the protocol.
@@ -152,6 +195,7 @@ internal abstract class CombinatorCore
     {
         Slot slot = _slots[index];
         slot.Error = null;
+        slot.TakenSet = null;
         slot.Typed = null;
         slot.ReadState = Slot.Unread;
         return slot;
@@ -198,10 +242,12 @@ internal abstract class CombinatorCore
         {
             spin.SpinOnce();
         }
-        if (slot.Index != _winner && LetGo(slot))
+        var taken = default(TakenSets);
+        if (slot.Index != _winner && LetGo(slot, ref taken))
         {
             OnInputLetGo();
         }
+        taken.GiveBack();
     }
 
     /// <summary>
@@ -313,13 +359,13 @@ internal abstract class CombinatorCore
     /// decider CASes the combinator's core and then reads each input's (a registration in progress is waited for). So
     /// every slot is let go of by one of them, or by both, and the detach CAS and the read claim make that once.
     /// </remarks>
-    protected int DetachInputs(int except)
+    protected int DetachInputs(int except, ref TakenSets taken)
     {
         int detached = 0;
         Slot[] slots = _slots;
         for (int i = 0; i < _count; i++)
         {
-            if (i != except && LetGo(slots[i]))
+            if (i != except && LetGo(slots[i], ref taken))
             {
                 detached++;
             }
@@ -330,11 +376,12 @@ internal abstract class CombinatorCore
     /// <summary>
     /// The decider's side of a decided race, under its claim on the core and before it publishes: lets go of every input
     /// but <paramref name="winner"/> (-1 when the token decided) and drops the references of the detached ones, and the
-    /// winner's own.
+    /// winner's own. The sets that losing signal waits had taken are added to <paramref name="taken"/>, for the caller to
+    /// give back once it has published.
     /// </summary>
-    protected void LetGoOfLosers(int winner)
+    protected void LetGoOfLosers(int winner, ref TakenSets taken)
     {
-        int detached = DetachInputs(winner);
+        int detached = DetachInputs(winner, ref taken);
         int others = winner < 0 ? _count : _count - 1;
         if (detached == others)
         {
@@ -356,9 +403,10 @@ internal abstract class CombinatorCore
     /// Lets go of one losing input. A Spindle input whose source allows it (<see cref="IDetachableSource"/>) is detached,
     /// and then never calls back; returns true, and the caller drops its reference. One whose source has completed (or
     /// is completing), and is safe to read twice (a promise, a signal's wait), is read now (<see cref="ReadLoserNow"/>).
-    /// Any other input stays registered: its callback reads it when it finishes.
+    /// Any other input stays registered: its callback reads it when it finishes. A set that a signal's wait read now had
+    /// taken is added to <paramref name="taken"/>.
     /// </summary>
-    protected bool LetGo(Slot slot)
+    protected bool LetGo(Slot slot, ref TakenSets taken)
     {
         // Source first, with an acquire (see AddSource), then the rest of the use. It is cleared by the slot's own read:
         // null means the input was read already, or is not published yet (its registrant will let go of it).
@@ -372,7 +420,7 @@ internal abstract class CombinatorCore
                 slot.Source = null;
                 return true;
             case DetachOutcome.Completed:
-                ReadLoserNow(slot);
+                taken.Add(ReadLoserNow(slot));
                 return false;
             default:
                 return false;
@@ -387,7 +435,7 @@ internal abstract class CombinatorCore
     /// against the slot's own callback (<see cref="Slot.ReadState"/>); whichever loses the claim waits for the other's
     /// read, which is a few instructions away.
     /// </summary>
-    private static void ReadLoserNow(Slot slot)
+    private static Signal? ReadLoserNow(Slot slot)
     {
         SpinWait spin = default;
         if (!slot.TryClaimRead())
@@ -396,21 +444,22 @@ internal abstract class CombinatorCore
             {
                 spin.SpinOnce();
             }
-            return;
+            return null; // the slot's own callback read it, and deals with a set it took
         }
         if (Volatile.Read(ref slot.Source) is not { } source)
         {
             // The slot's registration failed (the caller's error) and its source was withdrawn after this thread met it:
             // there is nothing of this slot's to read.
             slot.EndRead();
-            return;
+            return null;
         }
         while (!HasSettled(source, slot.Token))
         {
             spin.SpinOnce(); // its completer is between its claim and its publication: a few stores
         }
-        ReportLoser(slot.ReadInput());
+        ReportLoser(slot.ReadInput(out Signal? taken));
         slot.EndRead();
+        return taken;
     }
 
     private static bool HasSettled(ISpindleSource source, short token)
@@ -431,12 +480,14 @@ internal abstract class CombinatorCore
     /// </summary>
     protected void ReadLoser(Slot slot)
     {
+        Signal? taken = null;
         if (slot.TryClaimRead())
         {
-            ReportLoser(slot.ReadInput());
+            ReportLoser(slot.ReadInput(out taken));
             slot.EndRead();
         }
         Release();
+        taken?.Set(); // a losing wait's set never reached the caller: the signal keeps it (see TakenSets)
     }
 
     /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
@@ -477,6 +528,13 @@ internal abstract class CombinatorCore
 
         /// <summary>The input's failure; for <see cref="InputKind.Read"/>, set before the slot completes.</summary>
         public ExceptionDispatchInfo? Error;
+
+        /// <summary>
+        /// A WhenAll with a token or a timeout: the signal whose set this slot's read took (its wait succeeded), until the
+        /// combination's outcome says whether the set reached the caller (cleared) or not (given back: see
+        /// <see cref="TakenSets"/>). Taken with an exchange, so it is given back once.
+        /// </summary>
+        public Signal? TakenSet;
 
         /// <summary>
         /// For a WhenAny's losing Spindle input: <see cref="Unread"/>, then <see cref="Reading"/> for whichever of the
@@ -524,6 +582,18 @@ internal abstract class CombinatorCore
             }
             Typed = cell;
             return cell;
+        }
+
+        /// <summary>
+        /// As <see cref="ReadInput()"/>, for a read whose outcome may not reach the caller: <paramref name="takenSet"/> is
+        /// the signal whose set the read took (the input was a signal's wait, and it succeeded), or null.
+        /// </summary>
+        public ExceptionDispatchInfo? ReadInput(out Signal? takenSet)
+        {
+            Signal? signal = Kind == InputKind.Spindle ? Source as Signal : null;
+            ExceptionDispatchInfo? error = ReadInput();
+            takenSet = error is null ? signal : null;
+            return error;
         }
 
         /// <summary>
@@ -874,14 +944,16 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             CancelTimer();
         }
-        int detached = DetachInputs(-1);
+        var taken = default(TakenSets);
+        int detached = DetachInputs(-1, ref taken);
         if (detached > 0)
         {
             // The consumer's reference keeps the object until it reads, which it can only do after the publication below.
             Interlocked.Add(ref _references, -detached);
-            InputsLetGo(detached);
+            InputsLetGo(detached, ref taken);
         }
         _core.EndCompletion(waiter, outcome);
+        taken.GiveBack();
     }
 
     /// <summary>
@@ -890,11 +962,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// </summary>
     protected override void OnInputLetGo()
     {
+        var taken = default(TakenSets);
         if (_countsInputs)
         {
-            InputsLetGo(1);
+            InputsLetGo(1, ref taken);
         }
         Release();
+        taken.GiveBack();
     }
 
     /// <summary>
@@ -902,11 +976,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// as finished; whoever accounts for the last input reports the failures the inputs left in their slots, as no
     /// callback will.
     /// </summary>
-    private void InputsLetGo(int count)
+    private void InputsLetGo(int count, ref TakenSets taken)
     {
         if (Interlocked.Add(ref _inputsLeft, -count) == 0)
         {
-            ReportStoredFailures();
+            ReportStoredFailures(ref taken);
         }
     }
 
@@ -945,8 +1019,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             if (_core.TryBeginCompletion(out object? waiter))
             {
                 _winner = CancelledRace;
-                LetGoOfLosers(-1);
+                var taken = default(TakenSets);
+                LetGoOfLosers(-1, ref taken);
                 _core.EndCompletion(waiter, canceled);
+                taken.GiveBack();
             }
             return;
         }
@@ -1119,7 +1195,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             // and whoever loses the claim leaves it to the other (which reports a failure it reads).
             if (slot.TryClaimRead())
             {
-                slot.Error = slot.ReadInput(); // published to the last input by the interlocked decrement below
+                // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
+                // outcome decides whether that set reached the caller (CompleteAll) or is given back (ReportStoredFailures).
+                slot.Error = slot.ReadInput(out slot.TakenSet);
                 slot.EndRead();
             }
             // The combined task may already have completed (timed out, cancelled) and its consumer dropped its reference:
@@ -1147,7 +1225,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     {
         if (_startsProducers)
         {
-            CompleteAnyOfProducers(slot.Index, slot.ReadInput());
+            CompleteAnyOfProducers(slot.Index, slot.ReadInput(out Signal? takenSet), takenSet);
             return;
         }
         // The core's own CAS decides the race, against the other inputs and the cancellation: one atomic step where a
@@ -1166,22 +1244,25 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         _winner = slot.Index;
         // Under the mark, before the combined task completes, so that its continuation may reset or reuse the losing
         // inputs at once.
-        LetGoOfLosers(slot.Index);
+        var taken = default(TakenSets);
+        LetGoOfLosers(slot.Index, ref taken);
         // The publication: from here on the consumer may recycle this object, and nothing here touches it.
         _core.EndCompletion(waiter, error);
+        taken.GiveBack();
     }
 
     /// <summary>
     /// WhenAny over producers: the first input wins a CAS on <see cref="CombinatorCore._winner"/>, which the producers' start loop reads
     /// (see the remarks), and the losers are cancelled through their token and read when they answer it.
     /// </summary>
-    private void CompleteAnyOfProducers(int index, ExceptionDispatchInfo? error)
+    private void CompleteAnyOfProducers(int index, ExceptionDispatchInfo? error, Signal? takenSet)
     {
         Interlocked.Decrement(ref _unfinishedProducers);
         if (Volatile.Read(ref _winner) != -1 || Interlocked.CompareExchange(ref _winner, index, -1) != -1)
         {
             ReportLoser(error);
             Release();
+            takenSet?.Set(); // a losing signal wait's set never reached the caller (see TakenSets)
             return;
         }
         if (Volatile.Read(ref _unfinishedProducers) > 0)
@@ -1193,6 +1274,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (!set)
         {
             ReportLoser(error); // cancelled first: the failure is reported, not lost
+            takenSet?.Set(); // and a signal's set is kept
         }
     }
 
@@ -1217,25 +1299,37 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         ExceptionDispatchInfo? outcome = failure is null ? null : ExceptionDispatchInfo.Capture(failure);
         if (!_core.TryBeginCompletion(out object? waiter))
         {
-            ReportStoredFailures(); // cancelled or timed out first: the failures are reported, not lost
+            // Cancelled or timed out first: the failures are reported, not lost, and the sets are given back.
+            var taken = default(TakenSets);
+            ReportStoredFailures(ref taken);
+            taken.GiveBack();
             return;
         }
         for (int i = 0; i < _count; i++)
         {
             slots[i].Error = null;
         }
+        if (_countsInputs)
+        {
+            for (int i = 0; i < _count; i++)
+            {
+                slots[i].TakenSet = null; // the inputs' sets reached the caller in the combined success
+            }
+        }
         _core.EndCompletion(waiter, outcome);
     }
 
     /// <summary>
     /// A WhenAll decided by its token or timeout, once every input is accounted for: the failures its inputs left in their
-    /// slots are reported (not rethrown: the combined task was cancelled or timed out), and cleared.
+    /// slots are reported (not rethrown: the combined task was cancelled or timed out), and cleared; the sets that its
+    /// signal inputs took are added to <paramref name="taken"/>, which the caller gives back where no claim is held.
     /// </summary>
-    private void ReportStoredFailures()
+    private void ReportStoredFailures(ref TakenSets taken)
     {
         Slot[] slots = Slots;
         for (int i = 0; i < _count; i++)
         {
+            taken.Add(Interlocked.Exchange(ref slots[i].TakenSet, null));
             ExceptionDispatchInfo? error = slots[i].Error;
             slots[i].Error = null;
             if (error is not null && error.SourceException != _abandonedWith)

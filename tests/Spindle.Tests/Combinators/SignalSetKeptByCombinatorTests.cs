@@ -1,0 +1,140 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Combinators;
+
+/// <summary>
+/// A set that lands on a signal's wait just as a combinator's race is decided against that wait is never lost: a
+/// WhenAny that the other input wins, or a WithTimeout whose timeout wins, keeps the set for the signal's next wait,
+/// as a set that lands after the wait was let go of is kept. (Before, the combinator read the completed wait as a loser
+/// and the set was gone: a wake-up lost, as a SemaphoreSlim.WaitAsync(timeout) never loses a release.)
+/// </summary>
+public class SignalSetKeptByCombinatorTests
+{
+    /// <summary>
+    /// The set is kept by the signal. A signal that dispatches its waiters has its wait's completion read on a worker,
+    /// which may be after the combined task completed: the set is given back then, so this waits for it.
+    /// </summary>
+    private static void AssertKept(Signal signal, string message)
+        => Assert.True(SpinWait.SpinUntil(() => signal.IsSet, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), message);
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task WhenAny_SetRacingTheOtherInput_TheSetIsDeliveredOrKept(bool dispatch)
+    {
+        var signal = new Signal(false, dispatch);
+        var other = new Promise();
+        SpindleTask<int> any = default;
+        int kept = 0, delivered = 0;
+        int rounds = await TestUtil.WithTimeout(Race.Run(TestUtil.Stress(20_000),
+            before: _ =>
+            {
+                other.Reset();
+                any = SpindleTask.WhenAny(signal.WaitAsync(), other.Task);
+            },
+            after: round =>
+            {
+                int winner = any.GetAwaiter().GetResult();
+                if (winner == 0)
+                {
+                    delivered++;
+                    Assert.False(signal.IsSet, $"round {round}: the signal won and is still set");
+                    return;
+                }
+                AssertKept(signal, $"round {round}: the promise won and the signal's set was lost");
+                kept++;
+                SpindleTask next = signal.WaitAsync();
+                Assert.True(next.IsCompleted, $"round {round}: the kept set did not complete the next wait");
+                next.GetAwaiter().GetResult();
+            },
+            _ => other.SetResult(),
+            _ => signal.Set()), 120);
+        Assert.Equal(rounds, kept + delivered);
+    }
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task WithTimeout_SetRacingTheTimeout_TheSetIsDeliveredOrKept(bool dispatch)
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var signal = new Signal(false, dispatch);
+        SpindleTask timed = default;
+        await TestUtil.WithTimeout(Race.Run(TestUtil.Stress(20_000),
+            before: _ => timed = signal.WaitAsync().WithTimeout(TimeSpan.FromMilliseconds(1), wheel),
+            after: round =>
+            {
+                Exception? e = Record.Exception(() => timed.GetAwaiter().GetResult());
+                if (e is null)
+                {
+                    Assert.False(signal.IsSet, $"round {round}: the wait completed and the signal is still set");
+                    return;
+                }
+                Assert.IsType<TimeoutException>(e);
+                AssertKept(signal, $"round {round}: the timeout won and the signal's set was lost");
+                signal.WaitAsync().GetAwaiter().GetResult();
+            },
+            _ => clock.Advance(TimeSpan.FromMilliseconds(1)),
+            _ => signal.Set()), 120);
+    }
+
+    [Fact]
+    public void WhenAllTimedOut_TheSetOfAnInputItHadRead_IsGivenBack()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var a = new Signal();
+        var b = new Signal();
+        SpindleTask both = SpindleTask.WhenAll([a.WaitAsync(), b.WaitAsync()], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(5), Timers = wheel });
+        a.Set(); // a's wait completes, and the WhenAll reads it; b is never set
+        Assert.False(a.IsSet);
+
+        clock.Advance(TimeSpan.FromMilliseconds(5));
+
+        Assert.Throws<TimeoutException>(() => both.GetAwaiter().GetResult());
+        Assert.True(a.IsSet, "the WhenAll timed out, so a's set never reached the caller: a keeps it");
+        Assert.False(b.IsSet);
+        Assert.False(b.HasWaiter);
+        Assert.True(a.WaitAsync().IsCompleted);
+    }
+
+    [Fact]
+    public void WhenAllThatSucceeds_KeepsNoSet()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var a = new Signal();
+        var b = new Signal();
+        SpindleTask both = SpindleTask.WhenAll([a.WaitAsync(), b.WaitAsync()], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(5), Timers = wheel });
+        a.Set();
+        b.Set();
+        both.GetAwaiter().GetResult();
+        clock.Advance(TimeSpan.FromMilliseconds(10));
+        Assert.False(a.IsSet);
+        Assert.False(b.IsSet);
+    }
+
+    [Fact]
+    public void WhenAnyCancelled_ALosingWaitThatCompletedIsKept_AndAWinningOneIsNot()
+    {
+        // The signal dispatches its waiters, so a set completes the wait but its slot runs later, on a worker: the token
+        // decides the race first and reads the completed wait as a loser.
+        var signal = new Signal(false, runContinuationsAsynchronously: true);
+        using var cts = new CancellationTokenSource();
+        var other = new Promise();
+        SpindleTask<int> any = SpindleTask.WhenAny([signal.WaitAsync(), other.Task], cts.Token);
+        signal.Set();
+        cts.Cancel();
+        Exception? e = Record.Exception(() => any.GetAwaiter().GetResult());
+        if (e is null)
+        {
+            Assert.False(signal.IsSet); // the signal's slot ran before the cancellation: it won, and its set was delivered
+            return;
+        }
+        Assert.IsAssignableFrom<OperationCanceledException>(e);
+        AssertKept(signal, "the cancellation won, so the set never reached the caller: the signal keeps it");
+    }
+}
