@@ -41,7 +41,10 @@ internal struct TakenSets
 
     public void Add(Signal? signal)
     {
-        if (signal is null)
+        // Kept at once when nothing can run (the signal is idle): so the set is there when the combined task is published,
+        // as one that landed after the wait was let go of is, and a reset in the consumer's continuation drops it. Only a
+        // signal with a wait armed meanwhile is set later, once published and with no claim held.
+        if (signal is null || signal.TryKeepSet())
         {
             return;
         }
@@ -484,6 +487,10 @@ internal abstract class CombinatorCore
         if (slot.TryClaimRead())
         {
             ReportLoser(slot.ReadInput(out taken));
+            if (taken is not null && taken.TryKeepSet())
+            {
+                taken = null; // kept before the read ends, so before a decider waiting for it publishes
+            }
             slot.EndRead();
         }
         Release();
@@ -945,6 +952,14 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             CancelTimer();
         }
         var taken = default(TakenSets);
+        // The sets that inputs read before this decision took: given back now, not when the last input is accounted for
+        // (an input that cannot be let go of may never finish). A read that stores its set after this exchange sees the
+        // core claimed and gives it back itself (see OnInputCompleted): a Dekker pair, both sides full fences.
+        Slot[] slots = Slots;
+        for (int i = 0; i < _count; i++)
+        {
+            taken.Add(Interlocked.Exchange(ref slots[i].TakenSet, null));
+        }
         int detached = DetachInputs(-1, ref taken);
         if (detached > 0)
         {
@@ -1193,11 +1208,24 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             // The token or the timeout may decide first and read this input itself (ReadLoserNow): the read is claimed,
             // and whoever loses the claim leaves it to the other (which reports a failure it reads).
+            Signal? giveBack = null;
             if (slot.TryClaimRead())
             {
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
-                // outcome decides whether that set reached the caller (CompleteAll) or is given back (ReportStoredFailures).
-                slot.Error = slot.ReadInput(out slot.TakenSet);
+                // outcome decides whether that set reached the caller (CompleteAll) or is given back (DecideAllEarly,
+                // ReportStoredFailures, or here).
+                slot.Error = slot.ReadInput(out Signal? takenSet);
+                if (takenSet is not null)
+                {
+                    // The exchange is a full fence before the read of the core (the other half of DecideAllEarly's pair).
+                    // Claimed before this input's decrement, the core was claimed by the token or the timeout: the last
+                    // input's CompleteAll needs this decrement first. So the set never reaches the caller: given back.
+                    Interlocked.Exchange(ref slot.TakenSet, takenSet);
+                    if (_core.IsCompletingOrCompleted && Interlocked.Exchange(ref slot.TakenSet, null) is { } own && !own.TryKeepSet())
+                    {
+                        giveBack = own; // a wait is armed on it: set once this holds nothing
+                    }
+                }
                 slot.EndRead();
             }
             // The combined task may already have completed (timed out, cancelled) and its consumer dropped its reference:
@@ -1207,6 +1235,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 CompleteAll();
             }
             Release();
+            giveBack?.Set();
             return;
         }
         // Read the input exactly once: this returns a pooled input to its pool and observes its exception.

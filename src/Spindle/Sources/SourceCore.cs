@@ -760,6 +760,36 @@ internal struct SourceCore<TResult>
         }
     }
 
+    /// <summary>
+    /// Signal only: sets an idle signal (as <see cref="SetSignal"/> does) but never completes a wait: true if the signal
+    /// is set now (it was idle, abandoned or set already), false if a wait is armed or completing (the caller then sets
+    /// it with <see cref="SetSignal"/> where no claim is held, since that may run the waiter). Runs nothing, so it may be
+    /// called under a claim.
+    /// </summary>
+    public bool TryKeepSignal()
+    {
+        int w = Volatile.Read(ref _word);
+        while (true)
+        {
+            int current = w & StateMask;
+            if (current == Signaled)
+            {
+                return true;
+            }
+            if (current != Completed && current != Abandoned)
+            {
+                return false;
+            }
+            int next = current == Abandoned ? With(NextVersion(w), Signaled) : With(w, Signaled);
+            int prev = Interlocked.CompareExchange(ref _word, next, w);
+            if (prev == w)
+            {
+                return true;
+            }
+            w = prev;
+        }
+    }
+
     /// <summary>Signal only: clears a set signal that no wait has taken. False if it was not set.</summary>
     public bool TryClearSignal()
     {

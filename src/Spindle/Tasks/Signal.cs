@@ -142,6 +142,12 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     /// <summary>Releases the pending wait, or sets the signal if nobody waits. Setting a set signal does nothing.</summary>
     public void Set() => _core.SetSignal();
 
+    /// <summary>
+    /// A combinator gives back a set it took: the signal is set now if no wait is armed (nothing runs, so this may be
+    /// called under a claim); false if one is, and the caller must <see cref="Set"/> it where no claim is held.
+    /// </summary>
+    internal bool TryKeepSet() => _core.TryKeepSignal();
+
     /// <summary>Clears the signal if it is set and nobody has consumed it.</summary>
     public void Reset() => _core.TryClearSignal();
 
