@@ -28,11 +28,12 @@ internal enum InputKind : byte
 /// <summary>
 /// The sets that a combinator took from signals without handing them to its caller: a losing signal wait that completed
 /// while (or after) the race was decided, which the combinator must read; or, in a WhenAll that its token or timeout
-/// decided, a signal input it had read. Each is given back to its signal with <see cref="Signal.Set"/>, so that the
-/// signal's next wait takes it, as it takes a set that lands after the wait was let go of: a set is either delivered to
-/// a caller or kept, never lost (the guarantee a SemaphoreSlim.WaitAsync with a timeout gives its releases). Given back
-/// after the combined task is published and with no claim held, since a set may run another waiter's code inline.
-/// Allocates only when one combination took two or more sets.
+/// decided, a signal input it had read. Each is given back to its signal, so that the signal's next wait takes it, as it
+/// takes a set that lands after the wait was let go of: a set is either delivered to a caller or kept, never lost (the
+/// guarantee a SemaphoreSlim.WaitAsync with a timeout gives its releases). An idle signal keeps it at once
+/// (<see cref="Signal.TryKeepSet"/>, which runs nothing, so it may be called under a claim), before the combined task is
+/// published; one with a wait armed meanwhile is <see cref="Signal.Set"/> by <see cref="GiveBack"/>, after publication
+/// and with no claim held, since that runs the waiter. Allocates only when two or more such signals had waits armed.
 /// </summary>
 internal struct TakenSets
 {
@@ -1342,7 +1343,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             for (int i = 0; i < _count; i++)
             {
-                slots[i].TakenSet = null; // the inputs' sets reached the caller in the combined success
+                slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
             }
         }
         _core.EndCompletion(waiter, outcome);

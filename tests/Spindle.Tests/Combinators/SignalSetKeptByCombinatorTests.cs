@@ -19,6 +19,10 @@ public class SignalSetKeptByCombinatorTests
     private static void AssertKept(Signal signal, string message)
         => Assert.True(SpinWait.SpinUntil(() => signal.IsSet, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), message);
 
+    /// <summary>A WhenAll of <paramref name="inputs"/> that times out after <paramref name="milliseconds"/> on <paramref name="wheel"/>.</summary>
+    internal static SpindleTask TimedWhenAll(TimerWheel wheel, int milliseconds, params SpindleTask[] inputs)
+        => SpindleTask.WhenAll(inputs, new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(milliseconds), Timers = wheel });
+
     [Theory]
     [InlineData(false)]
     [InlineData(true)]
@@ -88,7 +92,7 @@ public class SignalSetKeptByCombinatorTests
         using var wheel = new TimerWheel(clock);
         var a = new Signal();
         var b = new Signal();
-        SpindleTask both = SpindleTask.WhenAll([a.WaitAsync(), b.WaitAsync()], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(5), Timers = wheel });
+        SpindleTask both = TimedWhenAll(wheel, 5, a.WaitAsync(), b.WaitAsync());
         a.Set(); // a's wait completes, and the WhenAll reads it; b is never set
         Assert.False(a.IsSet);
 
@@ -108,7 +112,7 @@ public class SignalSetKeptByCombinatorTests
         using var wheel = new TimerWheel(clock);
         var a = new Signal();
         var b = new Signal();
-        SpindleTask both = SpindleTask.WhenAll([a.WaitAsync(), b.WaitAsync()], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(5), Timers = wheel });
+        SpindleTask both = TimedWhenAll(wheel, 5, a.WaitAsync(), b.WaitAsync());
         a.Set();
         b.Set();
         both.GetAwaiter().GetResult();
