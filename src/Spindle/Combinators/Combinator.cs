@@ -524,7 +524,14 @@ internal abstract class CombinatorCore
     {
         public readonly CombinatorCore Owner;
         public readonly int Index;
-        public readonly Action TaskContinuation;
+        private Action? _taskContinuation;
+
+        /// <summary>
+        /// The continuation a BCL input (a Task or ValueTask) is given: made on the slot's first such input and kept with
+        /// the pooled slot, so a combinator over Spindle tasks alone never makes one (a waiting WhenAny of a signal and a
+        /// delay is two slots, and a delegate each would be 128 B more per waiting WhenAny).
+        /// </summary>
+        public Action TaskContinuation => _taskContinuation ??= Complete;
         public InputKind Kind;
         public ISpindleSource? Source;
         public short Token;
@@ -570,7 +577,6 @@ internal abstract class CombinatorCore
         {
             Owner = owner;
             Index = index;
-            TaskContinuation = Complete;
         }
 
         public void Complete() => Owner.OnInputCompleted(this);
