@@ -484,18 +484,17 @@ internal abstract class CombinatorCore
     /// </summary>
     protected void ReadLoser(Slot slot)
     {
-        Signal? taken = null;
+        var taken = default(TakenSets);
         if (slot.TryClaimRead())
         {
-            ReportLoser(slot.ReadInput(out taken));
-            if (taken is not null && taken.TryKeepSet())
-            {
-                taken = null; // kept before the read ends, so before a decider waiting for it publishes
-            }
+            ReportLoser(slot.ReadInput(out Signal? set));
+            // A losing wait's set never reached the caller: kept before the read ends, so before a decider waiting for
+            // this read publishes (see TakenSets).
+            taken.Add(set);
             slot.EndRead();
         }
         Release();
-        taken?.Set(); // a losing wait's set never reached the caller: the signal keeps it (see TakenSets)
+        taken.GiveBack();
     }
 
     /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
@@ -962,11 +961,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // The sets that inputs read before this decision took: given back now, not when the last input is accounted for
         // (an input that cannot be let go of may never finish). A read that stores its set after this exchange sees the
         // core claimed and gives it back itself (see OnInputCompleted): a Dekker pair, both sides full fences.
-        Slot[] slots = Slots;
-        for (int i = 0; i < _count; i++)
-        {
-            taken.Add(Interlocked.Exchange(ref slots[i].TakenSet, null));
-        }
+        TakeStoredSets(ref taken);
         int detached = DetachInputs(-1, ref taken);
         if (detached > 0)
         {
@@ -1215,7 +1210,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             // The token or the timeout may decide first and read this input itself (ReadLoserNow): the read is claimed,
             // and whoever loses the claim leaves it to the other (which reports a failure it reads).
-            Signal? giveBack = null;
+            var taken = default(TakenSets);
             if (slot.TryClaimRead())
             {
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
@@ -1228,9 +1223,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                     // Claimed before this input's decrement, the core was claimed by the token or the timeout: the last
                     // input's CompleteAll needs this decrement first. So the set never reaches the caller: given back.
                     Interlocked.Exchange(ref slot.TakenSet, takenSet);
-                    if (_core.IsCompletingOrCompleted && Interlocked.Exchange(ref slot.TakenSet, null) is { } own && !own.TryKeepSet())
+                    if (_core.IsCompletingOrCompleted)
                     {
-                        giveBack = own; // a wait is armed on it: set once this holds nothing
+                        taken.Add(Interlocked.Exchange(ref slot.TakenSet, null));
                     }
                 }
                 slot.EndRead();
@@ -1242,7 +1237,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 CompleteAll();
             }
             Release();
-            giveBack?.Set();
+            taken.GiveBack();
             return;
         }
         // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
@@ -1344,15 +1339,26 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         for (int i = 0; i < _count; i++)
         {
             slots[i].Error = null;
-        }
-        if (_countsInputs)
-        {
-            for (int i = 0; i < _count; i++)
-            {
-                slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
-            }
+            slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
         }
         _core.EndCompletion(waiter, outcome);
+    }
+
+    /// <summary>
+    /// Takes the sets that a WhenAll's callbacks left in its slots (<see cref="CombinatorCore.Slot.TakenSet"/>) into
+    /// <paramref name="taken"/>, each with an exchange against the callback's own (so once), and only where one is: the
+    /// caller has claimed the core (a full fence) before this reads them, the other half of the callback's pair.
+    /// </summary>
+    private void TakeStoredSets(ref TakenSets taken)
+    {
+        Slot[] slots = Slots;
+        for (int i = 0; i < _count; i++)
+        {
+            if (Volatile.Read(ref slots[i].TakenSet) is not null)
+            {
+                taken.Add(Interlocked.Exchange(ref slots[i].TakenSet, null));
+            }
+        }
     }
 
     /// <summary>
@@ -1363,9 +1369,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private void ReportStoredFailures(ref TakenSets taken)
     {
         Slot[] slots = Slots;
+        TakeStoredSets(ref taken);
         for (int i = 0; i < _count; i++)
         {
-            taken.Add(Interlocked.Exchange(ref slots[i].TakenSet, null));
             ExceptionDispatchInfo? error = slots[i].Error;
             slots[i].Error = null;
             if (error is not null && error.SourceException != _abandonedWith)

@@ -748,9 +748,8 @@ internal struct SourceCore<TResult>
                 return;
             }
             // Pending: an armed wait with no waiter yet completes (TryArm cleared its outcome). Completed or Abandoned:
-            // idle, so the signal is kept. An abandoned wait never completes: the version moves on, so its token is stale
-            // (a second await of it is the await-once error, and it never reads as signalled).
-            int next = current == Pending ? With(w, Completed) : current == Abandoned ? With(NextVersion(w), Signaled) : With(w, Signaled);
+            // idle, so the signal is kept (SignaledFromIdle).
+            int next = current == Pending ? With(w, Completed) : SignaledFromIdle(w);
             int prev = Interlocked.CompareExchange(ref _word, next, w);
             if (prev == w)
             {
@@ -780,8 +779,7 @@ internal struct SourceCore<TResult>
             {
                 return false;
             }
-            int next = current == Abandoned ? With(NextVersion(w), Signaled) : With(w, Signaled);
-            int prev = Interlocked.CompareExchange(ref _word, next, w);
+            int prev = Interlocked.CompareExchange(ref _word, SignaledFromIdle(w), w);
             if (prev == w)
             {
                 return true;
@@ -789,6 +787,14 @@ internal struct SourceCore<TResult>
             w = prev;
         }
     }
+
+    /// <summary>
+    /// Signal only: the word of an idle signal (Completed, or Abandoned) once a set is kept. An abandoned wait never
+    /// completes: the version moves on, so its token is stale (a second await of it is the await-once error, and it never
+    /// reads as signalled).
+    /// </summary>
+    private static int SignaledFromIdle(int word)
+        => (word & StateMask) == Abandoned ? With(NextVersion(word), Signaled) : With(word, Signaled);
 
     /// <summary>Signal only: clears a set signal that no wait has taken. False if it was not set.</summary>
     public bool TryClearSignal()
