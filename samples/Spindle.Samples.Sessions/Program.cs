@@ -7,14 +7,15 @@ namespace SpindleLib.Samples.Sessions;
 
 /// <summary>
 /// A server's shape: a million sessions, each an async loop that waits for its next message or for its idle timeout,
-/// whichever comes first (<c>WhenAny(inbox.WaitAsync(), Spindle.Delay(idle))</c>), while one producer thread sends
+/// whichever comes first (<c>await inbox.WaitAsync(idle)</c>, a signal's wait with a timeout; with <c>--whenany</c>,
+/// the same race written as <c>WhenAny(inbox.WaitAsync(), Spindle.Delay(idle))</c>), while one producer thread sends
 /// messages to random sessions at a fixed rate. The program prints, each second, the messages and idle timeouts
 /// handled, the heap, the GC collections and the bytes allocated: after warm-up, nothing is allocated per message or
 /// per timeout.
 /// </summary>
 /// <remarks>
 /// Usage: <c>dotnet run -c Release --project samples/Spindle.Samples.Sessions [-- --sessions 1000000] [--seconds 10]
-/// [--rate 500000] [--idle-ms 2000]</c>. A session's inbox is a <see cref="Signal"/> used as a wake-up, and the message
+/// [--rate 500000] [--idle-ms 2000] [--whenany]</c>. A session's inbox is a <see cref="Signal"/> used as a wake-up, and the message
 /// itself is the session's state (here a flag), read whichever way the session woke: so a message is handled once
 /// even when it lands as the idle timeout fires (a set that lands as the race is decided is kept by the signal for the
 /// next wait, never lost).
@@ -24,6 +25,7 @@ public static class Program
     public static int Main(string[] args)
     {
         int sessions = 1_000_000, seconds = 10, rate = 500_000, idleMs = 2000;
+        bool whenAny = false;
         for (int i = 0; i < args.Length; i++)
         {
             switch (args[i])
@@ -32,8 +34,9 @@ public static class Program
                 case "--seconds" when i + 1 < args.Length: seconds = int.Parse(args[++i]); break;
                 case "--rate" when i + 1 < args.Length: rate = int.Parse(args[++i]); break;
                 case "--idle-ms" when i + 1 < args.Length: idleMs = int.Parse(args[++i]); break;
+                case "--whenany": whenAny = true; break;
                 default:
-                    Console.Error.WriteLine("usage: [--sessions N] [--seconds N] [--rate MESSAGES_PER_SECOND] [--idle-ms N]");
+                    Console.Error.WriteLine("usage: [--sessions N] [--seconds N] [--rate MESSAGES_PER_SECOND] [--idle-ms N] [--whenany]");
                     return 2;
             }
         }
@@ -43,8 +46,9 @@ public static class Program
             return 2;
         }
 
-        // Every waiting session holds a pooled combinator and a pooled timer node; they go back to Spindle's pools when
-        // the session wakes and are rented again by its next wait. Keep enough of them that steady state never allocates.
+        // Every waiting session holds a pooled timer node and its timeout (or, with --whenany, a pooled combinator); they
+        // go back to Spindle's pools when the session wakes and are rented again by its next wait. Keep enough of them
+        // that steady state never allocates.
         SpindlePool.MaxRetainedPerType = Math.Max(SpindlePool.MaxRetainedPerType, sessions);
 
         var idle = TimeSpan.FromMilliseconds(idleMs);
@@ -55,11 +59,12 @@ public static class Program
         for (int i = 0; i < sessions; i++)
         {
             all[i] = new Session();
-            Serve(all[i], idle, shutdown.Token).Forget();
+            (whenAny ? ServeWithWhenAny(all[i], idle, shutdown.Token) : Serve(all[i], idle, shutdown.Token)).Forget();
         }
         double startMs = Stopwatch.GetElapsedTime(start).TotalMilliseconds;
         long heapAfter = GC.GetTotalMemory(forceFullCollection: true);
-        Console.WriteLine($"Spindle sessions: {sessions:N0} sessions, {rate:N0} messages/s, idle timeout {idleMs} ms, for {seconds} s");
+        Console.WriteLine($"Spindle sessions: {sessions:N0} sessions, {rate:N0} messages/s, idle timeout {idleMs} ms, for {seconds} s, " +
+                          (whenAny ? "each waiting on WhenAny(inbox.WaitAsync(), Spindle.Delay(idle))" : "each waiting on inbox.WaitAsync(idle)"));
         Console.WriteLine($"started the {sessions:N0} sessions in {startMs:F0} ms; {(heapAfter - heapBefore) / (double)sessions:F0} B of heap per waiting session");
         Console.WriteLine("  time    messages/s   timeouts/s   heap MB   gen0  gen1  gen2   allocated/s   cpu %");
 
@@ -140,17 +145,35 @@ public static class Program
         Interlocked.Increment(ref s_live);
         while (!shutdown.IsCancellationRequested)
         {
-            int woke = await SpindleTask.WhenAny(session.Inbox.WaitAsync(), Spindle.Delay(idle));
-            if (Interlocked.Exchange(ref session.Pending, 0) == 1)
-            {
-                Volatile.Write(ref session.Messages, session.Messages + 1); // only this loop writes it; the reporter reads
-            }
-            else if (woke == 1)
-            {
-                Volatile.Write(ref session.Timeouts, session.Timeouts + 1); // idle: a real server would ping, or close
-            }
+            bool woken = await session.Inbox.WaitAsync(idle); // false: the idle timeout passed first
+            Handle(session, timedOut: !woken);
         }
         Interlocked.Decrement(ref s_live);
+    }
+
+    /// <summary>As <see cref="Serve"/>, with the race written as a WhenAny of the wait and a delay (a pooled combinator per wait).</summary>
+    private static async SpindleTask ServeWithWhenAny(Session session, TimeSpan idle, CancellationToken shutdown)
+    {
+        Interlocked.Increment(ref s_live);
+        while (!shutdown.IsCancellationRequested)
+        {
+            int woke = await SpindleTask.WhenAny(session.Inbox.WaitAsync(), Spindle.Delay(idle));
+            Handle(session, timedOut: woke == 1);
+        }
+        Interlocked.Decrement(ref s_live);
+    }
+
+    /// <summary>Handles what woke the session: its message, if one is waiting (whichever way it woke), or its idle timeout.</summary>
+    private static void Handle(Session session, bool timedOut)
+    {
+        if (Interlocked.Exchange(ref session.Pending, 0) == 1)
+        {
+            Volatile.Write(ref session.Messages, session.Messages + 1); // only this loop writes it; the reporter reads
+        }
+        else if (timedOut)
+        {
+            Volatile.Write(ref session.Timeouts, session.Timeouts + 1); // idle: a real server would ping, or close
+        }
     }
 
     /// <summary>

@@ -599,13 +599,16 @@ internal abstract class CombinatorCore
 
         /// <summary>
         /// As <see cref="ReadInput()"/>, for a read whose outcome may not reach the caller: <paramref name="takenSet"/> is
-        /// the signal whose set the read took (the input was a signal's wait, and it succeeded), or null.
+        /// the signal whose set the read took (the input was a signal's wait, and it succeeded with a set, not by its
+        /// timeout), or null. Asked before the read, which lets go of the wait's state: the combinator holds the wait, so
+        /// its outcome cannot change meanwhile.
         /// </summary>
         public ExceptionDispatchInfo? ReadInput(out Signal? takenSet)
         {
             Signal? signal = Kind == InputKind.Spindle ? Source as Signal : null;
+            bool tookSet = signal is not null && signal.TookSet(Token);
             ExceptionDispatchInfo? error = ReadInput();
-            takenSet = error is null ? signal : null;
+            takenSet = error is null && tookSet ? signal : null;
             return error;
         }
 

@@ -284,8 +284,7 @@ internal struct SourceCore<TResult>
         {
             return false;
         }
-        _result = result;
-        EndCompletion(waiter, null);
+        EndCompletionWithResult(waiter, result);
         return true;
     }
 
@@ -501,6 +500,22 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
+    /// As <see cref="EndCompletion"/> for a success with <paramref name="result"/>, written under the claim before the
+    /// publication (a signal's wait that timed out: see <see cref="TryBeginCompletionOfUse"/>).
+    /// </summary>
+    public void EndCompletionWithResult(object? waiter, TResult result)
+    {
+        _result = result;
+        EndCompletion(waiter, null);
+    }
+
+    /// <summary>
+    /// The result of a use seen completed, read without a token check or consumption: for a reader that knows the use
+    /// cannot move on meanwhile (a combinator reading a signal's wait it holds, see <c>Signal.TookSet</c>).
+    /// </summary>
+    public readonly TResult ResultUnchecked => _result;
+
+    /// <summary>
     /// Takes back <paramref name="registered"/>, a <see cref="DirectWaiter"/> registered on this use, before the operation
     /// completes, and puts <paramref name="waiter"/> (with <paramref name="waiterState"/>, for a delegate) in its place,
     /// or, for a null <paramref name="waiter"/>, leaves the use abandoned: the old waiter will never run.
@@ -681,8 +696,10 @@ internal struct SourceCore<TResult>
             return false;
         }
         // The waiter field is already null (a completion and a leaving waiter both clear it); the failure slot may hold
-        // the previous wait's cancellation, which a set completing the new use with nothing written would otherwise keep.
+        // the previous wait's cancellation, and the result its timeout (Signal.WaitAsync with a timeout), which a set
+        // completing the new use with nothing written would otherwise keep.
         _stateOrError = null;
+        _result = default!;
         Volatile.Write(ref _word, With(next, Pending));
         return true;
     }

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
@@ -7,12 +8,13 @@ namespace SpindleLib;
 
 /// <summary>
 /// An auto-reset awaitable event for one waiter at a time: <see cref="Set"/> releases the waiter, or, if nobody is
-/// waiting, lets the next <see cref="WaitAsync"/> complete at once. A wait-set cycle allocates nothing.
+/// waiting, lets the next <see cref="WaitAsync(CancellationToken)"/> complete at once. A wait-set cycle allocates
+/// nothing; so does a wait with a timeout (<see cref="WaitAsync(TimeSpan, CancellationToken)"/>), in steady state.
 /// </summary>
 /// <remarks>
 /// <para>Thread-safety: <see cref="Set"/> may be called from any thread, concurrently with a wait and with
-/// cancellation; exactly one of a set and a cancellation ends a wait. Only one wait may be pending at a time: a
-/// second concurrent <see cref="WaitAsync"/> throws <see cref="InvalidOperationException"/>.</para>
+/// cancellation and a timeout; exactly one of a set, a cancellation and a timeout ends a wait. Only one wait may be
+/// pending at a time: a second concurrent wait throws <see cref="InvalidOperationException"/>.</para>
 /// <para>A wait given to <see cref="SpindleTask.WhenAny(System.ReadOnlySpan{SpindleTask})"/> that loses ends when the
 /// race is decided (so does one given to a WhenAll whose token or timeout wins, or to
 /// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel)"/> that times out): the signal is idle again at once, so it
@@ -27,28 +29,33 @@ namespace SpindleLib;
 /// set and a cancellation racing for a wait have exactly one winner (the loser finds the wait completed; a losing set
 /// then leaves the signal set, so no set is lost).</para>
 /// </remarks>
-public sealed class Signal : ISpindleSource, IDetachableSource
+public sealed class Signal : ISpindleSource<bool>, IDetachableSource
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Signal)o!).Cancel(ct);
 #else
     // Register has no token argument here: the callback reads the wait's own token (dropping the registration waits for
     // a callback in flight, so it cannot read a later wait's).
-    private static readonly Action<object?> s_cancel = static o => ((Signal)o!).Cancel(((Signal)o!)._cancel!.Token);
+    private static readonly Action<object?> s_cancel = static o => ((Signal)o!).Cancel(((Signal)o!)._waitState!.Token);
 #endif
 
-    private SourceCore<VoidResult> _core;
-    private CancelState? _cancel; // created by the first cancelable wait, then reused: a signal awaited without tokens stays small
+    // The result of a wait is whether it timed out (WaitAsync with a timeout): false, the default, for every wait a set
+    // ends, so a set writes nothing (see SourceCore.TryArm, which clears it for each wait).
+    private SourceCore<bool> _core;
+    private WaitState? _waitState; // created by the first cancelable or timed wait, then reused: a signal awaited without either stays small
 
     /// <summary>
     /// The current wait's cancellation: its registration, its token (which a late callback is checked against), and the
-    /// version of the wait it may cancel.
+    /// version of the wait it may cancel; and its timeout, if it has one.
     /// </summary>
-    private sealed class CancelState
+    private sealed class WaitState
     {
         public CancellationTokenRegistration Registration;
         public CancellationToken Token;
         public short Version;
+
+        /// <summary>The timed wait's timer until the wait is over (<see cref="EndWait"/>): taken with an exchange, so stopped once.</summary>
+        public SignalTimeout? Timeout;
     }
 
     /// <summary>Creates a signal whose waiter runs on the thread that sets it (as far as a bounded nesting depth).</summary>
@@ -92,22 +99,91 @@ public sealed class Signal : ISpindleSource, IDetachableSource
         {
             return SpindleTask.FromCanceled(cancellationToken);
         }
+        return TryArmWait(cancellationToken, null, default, out short token, out _) ? new SpindleTask(this, token) : default;
+    }
+
+    /// <summary>
+    /// Waits for the signal for at most <paramref name="timeout"/>, on <see cref="TimerWheel.Default"/>: the task's result
+    /// is true if the wait took a set, false if the timeout passed first (the signal is then idle: a later
+    /// <see cref="Set"/> is kept for the next wait). As <c>SemaphoreSlim.WaitAsync(TimeSpan)</c>, and allocation-free: the
+    /// lean form of <c>WhenAny(signal.WaitAsync(), Spindle.Delay(timeout))</c>, with no combinator.
+    /// </summary>
+    /// <param name="timeout">
+    /// How long to wait, rounded up to the wheel's 1 ms tick (never early). <see cref="TimeSpan.Zero"/> only takes a set
+    /// that is there now (true) or returns false at once; <see cref="Timeout.InfiniteTimeSpan"/> waits with no timeout.
+    /// </param>
+    /// <param name="cancellationToken">Cancels the wait: the task completes as canceled and nothing stays registered.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
+    /// <remarks>
+    /// Exactly one of a set, the timeout, the token and a combinator letting go of the wait ends it. If the default wheel
+    /// is disposed while the wait is pending, the wait completes as canceled, as pending delays do.
+    /// </remarks>
+    public SpindleTask<bool> WaitAsync(TimeSpan timeout, CancellationToken cancellationToken = default)
+        => WaitWithTimeout(timeout, null, cancellationToken);
+
+    /// <summary>
+    /// As <see cref="WaitAsync(TimeSpan, CancellationToken)"/>, with the timeout measured on <paramref name="timers"/>
+    /// (a wheel on a <see cref="ManualClock"/> or another <see cref="TimeProvider"/>, in tests or simulations).
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="timers"/> is null.</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
+    public SpindleTask<bool> WaitAsync(TimeSpan timeout, TimerWheel timers, CancellationToken cancellationToken = default)
+    {
+        if (timers is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(timers));
+        }
+        return WaitWithTimeout(timeout, timers, cancellationToken);
+    }
+
+    private SpindleTask<bool> WaitWithTimeout(TimeSpan timeout, TimerWheel? timers, CancellationToken cancellationToken)
+    {
+        bool finite = TimerWheel.IsFiniteTimeout(timeout, nameof(timeout));
+        TimerWheel? wheel = finite ? TimerWheel.ForTimeouts(timers) : null; // checked before anything changes
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled<bool>(cancellationToken);
+        }
+        return TryArmWait(cancellationToken, wheel, timeout, out short token, out bool tookSet)
+            ? new SpindleTask<bool>(this, token)
+            : new SpindleTask<bool>(tookSet);
+    }
+
+    /// <summary>
+    /// Starts a wait: true with the armed wait's <paramref name="token"/>, or false if it completed at once:
+    /// <paramref name="tookSet"/> if it took a set that was there, or not if <paramref name="wheel"/> was given with a
+    /// zero <paramref name="timeout"/> and no set was there (nothing is armed then). A non-null <paramref name="wheel"/>
+    /// arms a timeout of <paramref name="timeout"/> on it.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private bool TryArmWait(CancellationToken cancellationToken, TimerWheel? wheel, TimeSpan timeout, out short token, out bool tookSet)
+    {
         // Read once: a wait racing this one (the caller's error) may create it, and must never have its registration
-        // dropped by this wait. A wait that may touch the cancellation state arms with the core's arming mark, so a
-        // second WaitAsync racing this one is rejected until the state is stored, even if a Set ends this wait first.
-        CancelState? cancel = _cancel;
-        bool arming = cancel is not null || cancellationToken.CanBeCanceled;
-        short token;
+        // dropped by this wait. A wait that may touch the wait state arms with the core's arming mark, so a second
+        // WaitAsync racing this one is rejected until the state is stored, even if a Set ends this wait first.
+        WaitState? state = _waitState;
+        bool arming = state is not null || cancellationToken.CanBeCanceled || wheel is not null;
         while (true)
         {
             SignalLook look = _core.LookForWait(out int idle);
             if (look == SignalLook.Taken)
             {
-                return default;
+                token = 0;
+                tookSet = true;
+                return false;
             }
             if (look == SignalLook.WaitPending)
             {
                 ThrowSecondWaiter();
+            }
+            if (wheel is not null && timeout == TimeSpan.Zero)
+            {
+                token = 0; // idle and not set: a zero timeout has passed already
+                tookSet = false;
+                return false;
             }
             if (_core.TryArm(idle, arming, out token))
             {
@@ -115,28 +191,47 @@ public sealed class Signal : ISpindleSource, IDetachableSource
             }
             // A set landed since the look (or another wait started): look again.
         }
-        // The wait is armed and its own: nothing else touches the cancellation state now. A previous wait that completed
-        // but was never read may still hold a registration: drop it (waiting for its callback, if one is running, which
-        // finds its version gone and does nothing), then register this wait's.
+        tookSet = false;
         if (arming)
         {
-            try
+            StoreWaitState(state, cancellationToken, wheel, timeout, token);
+        }
+        return true;
+    }
+
+    /// <summary>
+    /// The wait <paramref name="token"/>, armed with the arming mark, is its own: nothing else touches the wait state now.
+    /// A previous wait that completed but was never read may still hold a registration (dropped here, waiting for its
+    /// callback if one is running, which finds its version gone and does nothing) and a timer (stopped here); then this
+    /// wait's are made, and the mark is cleared. Kept out of <see cref="TryArmWait"/>, which is inlined into each
+    /// WaitAsync: a wait with neither a token nor a timeout never comes here.
+    /// </summary>
+    private void StoreWaitState(WaitState? state, CancellationToken cancellationToken, TimerWheel? wheel, TimeSpan timeout, short token)
+    {
+        try
+        {
+            EndWait(state);
+            if (cancellationToken.CanBeCanceled || wheel is not null)
             {
-                DropRegistration(cancel);
-                if (cancellationToken.CanBeCanceled)
-                {
-                    cancel ??= _cancel = new CancelState();
-                    cancel.Token = cancellationToken;
-                    cancel.Version = token;
-                    cancel.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
-                }
+                state ??= _waitState = new WaitState();
             }
-            finally
+            if (cancellationToken.CanBeCanceled)
             {
-                _core.EndArming();
+                state!.Token = cancellationToken;
+                state.Version = token;
+                state.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
+            }
+            if (wheel is not null)
+            {
+                // The timer may fire at once (before this returns, on another thread): its continuation completes this
+                // wait only through the core's CAS for this version, as a cancellation does.
+                state!.Timeout = SignalTimeout.Start(this, token, wheel, timeout);
             }
         }
-        return new SpindleTask(this, token);
+        finally
+        {
+            _core.EndArming();
+        }
     }
 
     /// <summary>Releases the pending wait, or sets the signal if nobody waits. Setting a set signal does nothing.</summary>
@@ -151,9 +246,40 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     /// <summary>Clears the signal if it is set and nobody has consumed it.</summary>
     public void Reset() => _core.TryClearSignal();
 
+    /// <summary>
+    /// The timer of wait <paramref name="wait"/> fired (<see cref="SignalTimeout"/>): the wait completes with "timed out"
+    /// if it is still pending (the core's CAS for that version decides against a set, a cancellation and a combinator
+    /// letting go of it), or as canceled if the wheel was disposed (<paramref name="stopped"/>).
+    /// </summary>
+    internal void TimeOut(short wait, Exception? stopped)
+    {
+        if (!_core.IsWaitPending || _core.Version != wait)
+        {
+            return; // ended already: spares the capture below
+        }
+        ExceptionDispatchInfo? canceled = stopped is null ? null : ExceptionDispatchInfo.Capture(stopped); // before the claim
+        if (_core.TryBeginCompletionOfUse(wait, out object? waiter))
+        {
+            if (canceled is null)
+            {
+                _core.EndCompletionWithResult(waiter, true);
+            }
+            else
+            {
+                _core.EndCompletion(waiter, canceled);
+            }
+        }
+    }
+
+    /// <summary>
+    /// For a combinator that read wait <paramref name="token"/>, which succeeded: true if it took a set (false if its
+    /// timeout passed). The combinator holds the wait, so the signal cannot have moved on to another.
+    /// </summary>
+    internal bool TookSet(short token) => _core.Version == token && !_core.ResultUnchecked;
+
     private void Cancel(CancellationToken cancellationToken)
     {
-        if (_cancel is not { } cancel)
+        if (_waitState is not { } cancel)
         {
             return;
         }
@@ -210,7 +336,7 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     /// </summary>
     private void EndAbandonedWait()
     {
-        DropRegistration();
+        EndWait(_waitState);
         _core.ReleaseAbandoned();
     }
 
@@ -223,33 +349,54 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
-    public void GetResult(short token)
+    public void GetResult(short token) => ReadWait(token);
+
+    /// <summary>Reads wait <paramref name="token"/>: true if it took a set, false if its timeout passed (only a wait with a timeout can).</summary>
+    bool ISpindleSource<bool>.GetResult(short token) => ReadWait(token);
+
+    bool IValueTaskSource<bool>.GetResult(short token) => ReadWait(token);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private bool ReadWait(short token)
     {
         _core.ValidateToken(token);
         try
         {
-            _core.GetResult(token, this);
+            return !_core.GetResult(token, this);
         }
         finally
         {
-            // The wait is over: drop the cancellation registration so nothing stays registered behind it. Only if it is
-            // over: a misused read of a pending wait (a second await, which throws) must not drop the registration of the
-            // wait its real awaiter is still waiting on, nor a read whose token a later wait made stale drop that wait's.
+            // The wait is over: drop its cancellation registration and stop its timer, so nothing stays registered behind
+            // it. Only if it is over: a misused read of a pending wait (a second await, which throws) must not touch the
+            // state of the wait its real awaiter is still waiting on, nor a read whose token a later wait made stale
+            // drop that wait's.
             if (_core.IsCompleted && _core.Version == token)
             {
-                DropRegistration();
+                EndWait(_waitState, onlyWait: token);
             }
         }
     }
 
-    private void DropRegistration() => DropRegistration(_cancel);
+    /// <summary>Any wait's timer (outside a token's range): see <see cref="EndWait"/>.</summary>
+    private const int AnyWait = int.MinValue;
 
-    private static void DropRegistration(CancelState? cancel)
+    /// <summary>
+    /// A wait is over (read, let go of, or followed by a new one): drops its cancellation registration and stops its
+    /// timer. With <paramref name="onlyWait"/> (a token), only a timer started for that wait.
+    /// </summary>
+    private static void EndWait(WaitState? state, int onlyWait = AnyWait)
     {
-        if (cancel is not null)
+        if (state is null)
         {
-            CancellationRegistrations.Drop(ref cancel.Registration);
-            cancel.Token = default;
+            return;
+        }
+        CancellationRegistrations.Drop(ref state.Registration);
+        state.Token = default;
+        if (Volatile.Read(ref state.Timeout) is { } timeout
+            && (onlyWait == AnyWait || timeout.Wait == onlyWait)
+            && Interlocked.CompareExchange(ref state.Timeout, null, timeout) == timeout)
+        {
+            timeout.Stop();
         }
     }
 
@@ -257,5 +404,10 @@ public sealed class Signal : ISpindleSource, IDetachableSource
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 
     void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+
+    ValueTaskSourceStatus IValueTaskSource<bool>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
+
+    void IValueTaskSource<bool>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 }

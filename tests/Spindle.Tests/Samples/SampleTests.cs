@@ -28,12 +28,16 @@ public sealed class SampleTests
         }
     }
 
-    [Fact]
-    public void Sessions_HandlesEveryMessageSentOnce()
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void Sessions_HandlesEveryMessageSentOnce(bool whenAny)
     {
-        (int exitCode, string output) = Run(SpindleLib.Samples.Sessions.Program.Main, "--sessions", "2000", "--seconds", "1", "--rate", "20000", "--idle-ms", "50");
+        string[] args = ["--sessions", "2000", "--seconds", "1", "--rate", "20000", "--idle-ms", "50", .. (whenAny ? new[] { "--whenany" } : [])];
+        (int exitCode, string output) = Run(SpindleLib.Samples.Sessions.Program.Main, args);
         Assert.True(exitCode == 0, output);
         Assert.Contains("handled, in", output, StringComparison.Ordinal);
+        Assert.Contains(whenAny ? "WhenAny(inbox.WaitAsync(), Spindle.Delay(idle))" : "inbox.WaitAsync(idle)", output, StringComparison.Ordinal);
     }
 
     [Fact]
