@@ -927,7 +927,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         _timed = true;
         _references++;
-        _timer.Arm(timers, timers.DeadlineAfter(_timeout), s_onTimeout, this);
+        _timer.ArmAfter(timers, _timeout, s_onTimeout, this);
     }
 
     private void OnTimeout()

@@ -43,7 +43,7 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
         t._wait = wait;
         t._holds = 2;
         // Last: the continuation may run as soon as the node is in the wheel (on another thread, or on this one).
-        t._timer.Arm(wheel, wheel.DeadlineAfter(timeout), s_onFired, t);
+        t._timer.ArmAfter(wheel, timeout, s_onFired, t);
         return t;
     }
 

@@ -62,11 +62,35 @@ internal struct TimeoutTimer
     /// </summary>
     public void Arm(TimerWheel wheel, long deadline, Action<object?> onFired, object state)
     {
+        TimerNode node = Rent(wheel);
+        wheel.Insert(node, deadline);
+        Register(node, onFired, state);
+    }
+
+    /// <summary>
+    /// As <see cref="Arm"/>, for <paramref name="delay"/> (finite, checked) from now: on a Spindle worker, into that
+    /// worker's own shard of the wheel (<see cref="TimerWheel.Start"/>), as <c>Spindle.Delay</c> does.
+    /// </summary>
+    public void ArmAfter(TimerWheel wheel, TimeSpan delay, Action<object?> onFired, object state)
+    {
+        TimerNode node = Rent(wheel);
+        wheel.Start(node, delay);
+        Register(node, onFired, state);
+    }
+
+    /// <summary>Starts a use: a node of its own, not yet in the wheel.</summary>
+    private TimerNode Rent(TimerWheel wheel)
+    {
         Volatile.Write(ref _state, Idle);
         TimerNode node = TimerNode.Rent(wheel);
         _node = node;
         _token = node.Version;
-        wheel.Insert(node, deadline);
+        return node;
+    }
+
+    /// <summary>The node is in the wheel: registers the continuation, then marks the timer armed (see the remarks' arming order).</summary>
+    private void Register(TimerNode node, Action<object?> onFired, object state)
+    {
         node.OnCompleted(onFired, state, _token);
         // Fails only if the continuation already claimed the timer (it fired before this line): nothing left to cancel.
         Interlocked.CompareExchange(ref _state, Armed, Idle);

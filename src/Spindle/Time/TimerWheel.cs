@@ -214,18 +214,7 @@ public sealed partial class TimerWheel : IDisposable
         }
         TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
-        long deadline = DeadlineAfter(delay, out long now);
-        WheelShard? own = _workerShards ? WorkerPool.Shared.GetOrAddCurrentWorkerTimers(s_createWorkerShard, this) as WheelShard : null;
-        if (own is not null)
-        {
-            // On a worker: straight into its own shard, no atomic operation; the worker runs it when due.
-            node.Deadline = deadline;
-            own.AddOwned(node, now);
-        }
-        else
-        {
-            Insert(node, deadline);
-        }
+        Start(node, delay);
         if (cancellationToken.CanBeCanceled)
         {
             node.RegisterCancellation(cancellationToken);
@@ -244,6 +233,27 @@ public sealed partial class TimerWheel : IDisposable
                 "A delay cannot be negative. Pass 0 or more milliseconds, or Timeout.Infinite (-1) to wait until cancelled.");
         }
         return Delay(millisecondsDelay == -1 ? Timeout.InfiniteTimeSpan : TimeSpan.FromMilliseconds(millisecondsDelay), cancellationToken);
+    }
+
+    /// <summary>
+    /// Puts <paramref name="node"/> in the wheel to fire <paramref name="delay"/> (finite, checked) from now: on a
+    /// Spindle worker, when this wheel gives workers shards of their own, straight into that worker's shard with no atomic
+    /// operation (the worker runs it when due, and nothing else can fire it before this returns); anywhere else, into the
+    /// main shard's inbox (<see cref="Insert"/>).
+    /// </summary>
+    internal void Start(TimerNode node, TimeSpan delay)
+    {
+        long deadline = DeadlineAfter(delay, out long now);
+        WheelShard? own = _workerShards ? WorkerPool.Shared.GetOrAddCurrentWorkerTimers(s_createWorkerShard, this) as WheelShard : null;
+        if (own is not null)
+        {
+            node.Deadline = deadline;
+            own.AddOwned(node, now);
+        }
+        else
+        {
+            Insert(node, deadline);
+        }
     }
 
     private static readonly Func<TimerWheel, WorkerTimers> s_createWorkerShard = static wheel =>

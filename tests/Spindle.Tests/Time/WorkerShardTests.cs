@@ -70,6 +70,48 @@ public class WorkerShardTests
     }
 }
 
+/// <summary>
+/// Timeouts armed on a worker (a signal's timed wait, <c>WithTimeout</c>) go to the worker's own shard, as its delays do:
+/// they fire there, and the ones a set or a result ended are released.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class WorkerShardTimeoutTests
+{
+    [Fact]
+    public async Task TimeoutsArmedOnAWorker_GoToItsShard_FireOnTime_AndThoseEndedEarlyAreReleased()
+    {
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+
+        async SpindleTask<string> OnWorker()
+        {
+            await Spindle.SwitchToWorker();
+            var signal = new Signal();
+            SpindleTask<bool> ended = signal.WaitAsync(TimeSpan.FromSeconds(30));
+            string placed = TimerWheel.Default.Describe(); // the timer is in this worker's shard, not the main one
+            signal.Set();
+            Assert.True(await ended);
+
+            long before = System.Diagnostics.Stopwatch.GetTimestamp();
+            Assert.False(await signal.WaitAsync(TimeSpan.FromMilliseconds(5)));
+            Assert.True(System.Diagnostics.Stopwatch.GetElapsedTime(before) >= TimeSpan.FromMilliseconds(5), "the timeout fired early");
+            Assert.True(TestUtil.OnSpindleWorker, "a worker's timeout resumes on a worker");
+
+            var never = new Promise();
+            await Assert.ThrowsAsync<TimeoutException>(async () => await never.Task.WithTimeout(TimeSpan.FromMilliseconds(5)));
+            var done = new Promise();
+            SpindleTask won = done.Task.WithTimeout(TimeSpan.FromSeconds(30));
+            done.SetResult();
+            await won;
+            return placed;
+        }
+
+        string placed = await TestUtil.WithTimeout(OnWorker());
+        Assert.StartsWith("main=0 ", placed, StringComparison.Ordinal);
+        Assert.Contains("shard=1", placed, StringComparison.Ordinal);
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+}
+
 /// <summary>A worker that blocks on a delay it started itself (its own shard) still sees it fire.</summary>
 [Collection(SequentialCollection.Name)]
 public class WorkerShardBlockingTests
