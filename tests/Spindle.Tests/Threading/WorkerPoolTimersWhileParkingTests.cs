@@ -52,8 +52,10 @@ public class WorkerPoolTimersWhileParkingTests
         var pool = new WorkerPool(2, "timers-while-parking worker");
         try
         {
-            using var continuationStarted = new ManualResetEventSlim(false);
-            using var itemRan = new ManualResetEventSlim(false);
+            // Not disposed: W's poll may still reach itemRan.Wait after the assertions (preempted between its Set and its
+            // Wait, on a loaded machine), and a disposed event would throw there, on a worker, and crash the test host.
+            var continuationStarted = new ManualResetEventSlim(false);
+            var itemRan = new ManualResetEventSlim(false);
             int go = 0;
             int continuationThread = -1;
             var timers = new ScriptedTimers(poll =>
