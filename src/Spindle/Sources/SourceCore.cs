@@ -103,8 +103,10 @@ internal struct SourceCore<TResult>
     private const int Signaled = 6 << 16;
     private const int DispatchBit = int.MinValue;
     // Signal only: set from the CAS that arms a cancelable wait until its WaitAsync has stored the wait's cancellation
-    // (Signal.WaitAsync, EndArming). Outside the state bits, so every state test ignores it; a new wait that finds it is a
-    // second wait racing that WaitAsync, and is rejected before it touches the cancellation state.
+    // (Signal.WaitAsync, EndArming), and from the CAS of a wait that arms nothing (it takes a set, or its zero timeout
+    // passes) but ends the state a previous, unread wait still holds, until it has ended it. Outside the state bits, so
+    // every state test ignores it; a new wait that finds it is a second wait racing that WaitAsync, and is rejected
+    // before it touches the cancellation state.
     private const int ArmingBit = 1 << 19;
 
     private object? _continuation; // the waiter, while Waiting
@@ -638,11 +640,12 @@ internal struct SourceCore<TResult>
 
     /// <summary>
     /// Signal only: what a new wait finds. A set signal is taken (the wait completes at once, and the version moves on,
-    /// so an earlier wait's token is stale from here on, as after arming); idle returns the word for
-    /// <see cref="TryArm"/>; a pending wait is the caller's error. The previous wait's set or cancellation being
+    /// so an earlier wait's token is stale from here on, as after arming), leaving the arming mark if
+    /// <paramref name="marking"/> (cleared by <see cref="EndArming"/>); idle returns the word for <see cref="TryArm"/>
+    /// or <see cref="TryMarkIdle"/>; a pending wait is the caller's error. The previous wait's set or cancellation being
     /// published, or a combinator letting go of it (<see cref="ReleaseAbandoned"/>), is a few stores away: waited for.
     /// </summary>
-    public SignalLook LookForWait(out int idle)
+    public SignalLook LookForWait(bool marking, out int idle)
     {
         int w = Volatile.Read(ref _word);
         SpinWait spin = default;
@@ -662,7 +665,7 @@ internal struct SourceCore<TResult>
             if (current == Signaled)
             {
                 // The use this moves to is never handed out (the next wait arms the one after it), so its fields need no clearing.
-                int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w);
+                int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed) | (marking ? ArmingBit : 0), w);
                 if (prev == w)
                 {
                     idle = 0;
@@ -705,8 +708,17 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// Signal only: the WaitAsync that armed with <c>arming</c> has stored its wait's cancellation: new waits are judged
-    /// by the state alone again. A CAS, never under a transient state (its holder writes the word it claimed).
+    /// Signal only: puts the arming mark on <paramref name="idle"/>, the word <see cref="LookForWait"/> returned, arming
+    /// nothing (a wait whose zero timeout has passed, which ends a previous wait's state under the mark; cleared by
+    /// <see cref="EndArming"/>). False if the word moved meanwhile (a set landed, or another wait started): look again.
+    /// </summary>
+    public bool TryMarkIdle(int idle) => Interlocked.CompareExchange(ref _word, idle | ArmingBit, idle) == idle;
+
+    /// <summary>
+    /// Signal only: the WaitAsync that set the arming mark (<see cref="TryArm"/> with <c>arming</c>,
+    /// <see cref="LookForWait"/> with <c>marking</c>, or <see cref="TryMarkIdle"/>) has ended the previous wait's state
+    /// and stored its own: new waits are judged by the state alone again. A CAS, never under a transient state (its holder
+    /// writes the word it claimed).
     /// </summary>
     public void EndArming()
     {

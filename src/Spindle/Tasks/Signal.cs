@@ -56,6 +56,14 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
 
         /// <summary>The timed wait's timer until the wait is over (<see cref="EndWait"/>): taken with an exchange, so stopped once.</summary>
         public SignalTimeout? Timeout;
+
+        /// <summary>
+        /// True while a wait's registration or timer is held: the current wait's, or that of one that completed and was
+        /// never read (the next wait ends it). A token is stored only with its registration, and cleared with it. Read by
+        /// a new wait before it holds the arming mark: what a wait that is over holds can only go away meanwhile (a wait
+        /// that is storing its own is pending, or holds the mark, so the new wait is rejected).
+        /// </summary>
+        public bool HoldsWait => Volatile.Read(ref Timeout) is not null || Token.CanBeCanceled;
     }
 
     /// <summary>Creates a signal whose waiter runs on the thread that sets it (as far as a bounded nesting depth).</summary>
@@ -162,15 +170,22 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
     private bool TryArmWait(CancellationToken cancellationToken, TimerWheel? wheel, TimeSpan timeout, out short token, out bool tookSet)
     {
         // Read once: a wait racing this one (the caller's error) may create it, and must never have its registration
-        // dropped by this wait. A wait that may touch the wait state arms with the core's arming mark, so a second
-        // WaitAsync racing this one is rejected until the state is stored, even if a Set ends this wait first.
+        // dropped by this wait. A wait that touches the wait state does so under the core's arming mark, so a second
+        // WaitAsync racing this one is rejected until the state is stored, even if a Set ends this wait first. Every
+        // wait, whatever it finds, ends the state that a previous wait which completed unread still holds (its
+        // registration, its timer): so nothing stays registered or in the wheel behind a wait that is over.
         WaitState? state = _waitState;
-        bool arming = state is not null || cancellationToken.CanBeCanceled || wheel is not null;
+        bool ending = state is not null && state.HoldsWait;
+        bool arming = ending || cancellationToken.CanBeCanceled || wheel is not null;
         while (true)
         {
-            SignalLook look = _core.LookForWait(out int idle);
+            SignalLook look = _core.LookForWait(ending, out int idle);
             if (look == SignalLook.Taken)
             {
+                if (ending)
+                {
+                    StoreWaitState(state, default, null, default, 0); // ends the previous wait's state; stores none
+                }
                 token = 0;
                 tookSet = true;
                 return false;
@@ -181,7 +196,16 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
             }
             if (wheel is not null && timeout == TimeSpan.Zero)
             {
-                token = 0; // idle and not set: a zero timeout has passed already
+                // Idle and not set: a zero timeout has passed already, and nothing is armed.
+                if (ending)
+                {
+                    if (!_core.TryMarkIdle(idle))
+                    {
+                        continue; // a set landed since the look (or another wait started): look again
+                    }
+                    StoreWaitState(state, default, null, default, 0);
+                }
+                token = 0;
                 tookSet = false;
                 return false;
             }
@@ -203,8 +227,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
     /// The wait <paramref name="token"/>, armed with the arming mark, is its own: nothing else touches the wait state now.
     /// A previous wait that completed but was never read may still hold a registration (dropped here, waiting for its
     /// callback if one is running, which finds its version gone and does nothing) and a timer (stopped here); then this
-    /// wait's are made, and the mark is cleared. Kept out of <see cref="TryArmWait"/>, which is inlined into each
-    /// WaitAsync: a wait with neither a token nor a timeout never comes here.
+    /// wait's are made, and the mark is cleared. A wait that armed nothing under the mark (it took a set, or its zero
+    /// timeout passed) comes here with no token and no wheel: it only ends the previous wait's state. Kept out of
+    /// <see cref="TryArmWait"/>, which is inlined into each WaitAsync: a wait with neither a token nor a timeout, after
+    /// waits that were read, never comes here.
     /// </summary>
     private void StoreWaitState(WaitState? state, CancellationToken cancellationToken, TimerWheel? wheel, TimeSpan timeout, short token)
     {
