@@ -150,7 +150,9 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
     private SpindleTask<bool> WaitWithTimeout(TimeSpan timeout, TimerWheel? timers, CancellationToken cancellationToken)
     {
         bool finite = TimerWheel.IsFiniteTimeout(timeout, nameof(timeout));
-        TimerWheel? wheel = finite ? TimerWheel.ForTimeouts(timers) : null; // checked before anything changes
+        // Checked before anything changes, and for an infinite timeout too (which arms no timer), as WithTimeout does.
+        TimerWheel checkedWheel = TimerWheel.ForTimeouts(timers);
+        TimerWheel? wheel = finite ? checkedWheel : null;
         if (cancellationToken.IsCancellationRequested)
         {
             return SpindleTask.FromCanceled<bool>(cancellationToken);

@@ -151,6 +151,7 @@ public class SignalTimeoutTests
         (_, TimerWheel disposed) = NewWheel();
         disposed.Dispose();
         Assert.Throws<ObjectDisposedException>(() => signal.WaitAsync(Ms5, disposed));
+        Assert.Throws<ObjectDisposedException>(() => signal.WaitAsync(Timeout.InfiniteTimeSpan, disposed));
         Assert.True(signal.IsSet);
         Assert.False(signal.HasWaiter);
         Assert.True(signal.WaitAsync().IsCompleted);
