@@ -281,21 +281,37 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
     /// </summary>
     internal void TimeOut(short wait, Exception? stopped)
     {
-        if (!_core.IsWaitPending || _core.Version != wait)
+        if (IsPendingWait(wait))
         {
-            return; // ended already: spares the capture below
+            EndWaitEarly(wait, stopped is null ? null : ExceptionDispatchInfo.Capture(stopped));
         }
-        ExceptionDispatchInfo? canceled = stopped is null ? null : ExceptionDispatchInfo.Capture(stopped); // before the claim
-        if (_core.TryBeginCompletionOfUse(wait, out object? waiter))
+    }
+
+    /// <summary>
+    /// True while wait <paramref name="wait"/> is the current one and pending: a quick look that spares a canceller or a
+    /// timer capturing an exception for a wait that has ended (the core's CAS checks again).
+    /// </summary>
+    private bool IsPendingWait(short wait) => _core.IsWaitPending && _core.Version == wait;
+
+    /// <summary>
+    /// Ends wait <paramref name="wait"/> before any set, if it is still pending: as canceled with
+    /// <paramref name="failure"/> (captured before the claim, see SourceCore.TrySetException), or, with none, as timed
+    /// out. The core's CAS for that version only decides against a set, the other of timeout and token, and a
+    /// combinator letting go of the wait.
+    /// </summary>
+    private void EndWaitEarly(short wait, ExceptionDispatchInfo? failure)
+    {
+        if (!_core.TryBeginCompletionOfUse(wait, out object? waiter))
         {
-            if (canceled is null)
-            {
-                _core.EndCompletionWithResult(waiter, true);
-            }
-            else
-            {
-                _core.EndCompletion(waiter, canceled);
-            }
+            return;
+        }
+        if (failure is null)
+        {
+            _core.EndCompletionWithResult(waiter, true);
+        }
+        else
+        {
+            _core.EndCompletion(waiter, failure);
         }
     }
 
@@ -319,17 +335,11 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
             return;
         }
 #endif
-        // Only the wait this registration was made for, and only while it is pending: checked again by the core's CAS.
+        // Only the wait this registration was made for, and only while it is pending.
         short version = cancel.Version;
-        if (!_core.IsWaitPending || _core.Version != version)
+        if (IsPendingWait(version))
         {
-            return; // spares the capture below
-        }
-        // Captured before the core is claimed (see SourceCore.TrySetException).
-        var canceled = ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken));
-        if (_core.TryBeginCompletionOfUse(version, out object? waiter))
-        {
-            _core.EndCompletion(waiter, canceled);
+            EndWaitEarly(version, ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
         }
     }
 
