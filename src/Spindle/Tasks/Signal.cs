@@ -20,7 +20,11 @@ namespace SpindleLib;
 /// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel)"/> that times out): the signal is idle again at once, so it
 /// can be waited on again, and a later <see cref="Set"/> is kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
 /// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.) Until the WhenAny completes, the wait
-/// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.</para>
+/// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.
+/// A wait that finds the signal set has taken the set when <see cref="WaitAsync(CancellationToken)"/> returns (its task
+/// has completed). A WhenAny reports the first of its inputs that has finished, in order, as <c>Task.WhenAny</c> does, so
+/// such a wait passed behind an input that has also finished loses with its set consumed; pass the signal's wait first
+/// where its set must not be consumed unseen.</para>
 /// <para>The whole state is the completion core's one word (see <c>SourceCore</c>): idle (the last wait is over), set
 /// (nobody has taken the set yet), or a wait in progress, which is a use of the core armed from idle. A wait that finds
 /// the signal set takes it with one CAS; otherwise one CAS arms it and one more registers its waiter; a set is one CAS

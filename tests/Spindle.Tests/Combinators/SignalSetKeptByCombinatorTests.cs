@@ -121,6 +121,28 @@ public class SignalSetKeptByCombinatorTests
         Assert.False(b.IsSet);
     }
 
+    /// <summary>
+    /// The documented limit of a wait that took its set at once (Signal's remarks): it has completed before the WhenAny
+    /// sees it, so the first finished input in order wins. Passed first, it wins and its set reaches the caller; passed
+    /// behind a finished input, it loses with its set consumed, as a SemaphoreSlim.WaitAsync that took a count does
+    /// behind a finished input of Task.WhenAny.
+    /// </summary>
+    [Fact]
+    public void WhenAny_AWaitThatTookItsSetAtOnce_WinsPassedFirst_AndLosesItsSetBehindAFinishedInput()
+    {
+        var signal = new Signal(initiallySet: true);
+        SpindleTask<int> first = SpindleTask.WhenAny(signal.WaitAsync(), SpindleTask.CompletedTask);
+        Assert.Equal(0, first.GetAwaiter().GetResult());
+        Assert.False(signal.IsSet);
+
+        signal.Set();
+        SpindleTask<int> behind = SpindleTask.WhenAny(SpindleTask.CompletedTask, signal.WaitAsync());
+        Assert.Equal(0, behind.GetAwaiter().GetResult());
+        Assert.False(signal.IsSet); // taken by the wait when WaitAsync returned, before the WhenAny saw it
+        Assert.False(signal.HasWaiter);
+        Assert.False(signal.WaitAsync().IsCompleted, "a set came back that the documented rule says was consumed");
+    }
+
     [Fact]
     public void WhenAnyCancelled_ALosingWaitThatCompletedIsKept_AndAWinningOneIsNot()
     {
