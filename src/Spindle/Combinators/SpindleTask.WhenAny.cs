@@ -24,7 +24,7 @@ public readonly partial struct SpindleTask
     /// race was being decided is read before the combined task completes. Other inputs (combinators, BCL tasks, other
     /// sources) are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.</para>
     /// <para>To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>
-    /// (see <see cref="WithTimeout(TimeSpan, TimerWheel)"/>; pooled too, so it allocates nothing in steady state).</para>
+    /// (see <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>; pooled too, so it allocates nothing in steady state).</para>
     /// </remarks>
     /// <exception cref="ArgumentException">The input is empty, as for <c>Task.WhenAny</c>.</exception>
     /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>

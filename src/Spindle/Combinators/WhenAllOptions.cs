@@ -38,7 +38,7 @@ public readonly struct WhenAllOptions
     /// <para>The timer runs on <see cref="Timers"/>. The timer is pooled, so a timeout adds no allocation in steady
     /// state (a timeout that fires allocates its exception).</para>
     /// <para>WhenAny takes no options: to time it out, time out its task, <c>SpindleTask.WhenAny(a, b).WithTimeout(t)</c>
-    /// (see <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel)"/>).</para>
+    /// (see <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>).</para>
     /// </remarks>
     /// <exception cref="ArgumentOutOfRangeException">The value is negative (other than <see cref="System.Threading.Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     public TimeSpan? Timeout

@@ -17,7 +17,7 @@ namespace SpindleLib;
 /// pending at a time: a second concurrent wait throws <see cref="InvalidOperationException"/>.</para>
 /// <para>A wait given to <see cref="SpindleTask.WhenAny(System.ReadOnlySpan{SpindleTask})"/> that loses ends when the
 /// race is decided (so does one given to a WhenAll whose token or timeout wins, or to
-/// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel)"/> that times out): the signal is idle again at once, so it
+/// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/> that times out): the signal is idle again at once, so it
 /// can be waited on again, and a later <see cref="Set"/> is kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
 /// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.) Until the WhenAny completes, the wait
 /// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.

@@ -35,18 +35,51 @@ public readonly partial struct SpindleTask
     /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test timeouts deterministically.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <param name="cancellationToken">
+    /// Also ends the wait: if it is cancelled first, the returned task completes as canceled (an
+    /// <see cref="OperationCanceledException"/> for this token) and lets go of this task as the timeout would. A task that
+    /// has already completed is returned as it is, whatever the token.
+    /// </param>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
-    public SpindleTask WithTimeout(TimeSpan timeout, TimerWheel? timers = null)
+    public SpindleTask WithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {
         bool finite = TimerWheel.IsFiniteTimeout(timeout, nameof(timeout));
         TimerWheel wheel = TimerWheel.ForTimeouts(timers);
+        return Bounded(finite ? new WhenAllOptions { Timeout = timeout, Timers = wheel } : default, cancellationToken);
+    }
+
+    /// <summary>
+    /// A task that completes as this one does, unless <paramref name="cancellationToken"/> is cancelled first: then it
+    /// completes as canceled (an <see cref="OperationCanceledException"/> for that token), as the BCL's
+    /// <c>Task.WaitAsync(CancellationToken)</c>. The token ends the wait, not the operation behind this task. Allocates
+    /// nothing in steady state.
+    /// </summary>
+    /// <remarks>
+    /// The rules are <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>'s: this task is consumed (await
+    /// the returned one); if the token wins, the wait lets go of this task before the returned one completes, as a
+    /// WhenAny lets go of a loser (a promise can be reset at once, a signal's wait ends and a later set is kept), and a
+    /// late fault of it goes to <see cref="Spindle.UnobservedException"/>. When this task finishes first, the token's
+    /// registration is dropped at once. A token that cannot be cancelled, or a task that has already completed, returns
+    /// this task as it is; a token already cancelled, on a pending task, completes the returned task as canceled at once.
+    /// The token may be cancelled from any thread, racing this task's completion: exactly one outcome wins.
+    /// </remarks>
+    /// <param name="cancellationToken">The token that ends the wait.</param>
+    /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
+    public SpindleTask WithCancellation(CancellationToken cancellationToken) => Bounded(default, cancellationToken);
+
+    /// <summary>
+    /// This task bounded by a timeout (in <paramref name="options"/>, if any) and a token: a WhenAll of one on the pooled
+    /// combinator, or this task as it is when there is nothing to bound or it has already completed.
+    /// </summary>
+    private SpindleTask Bounded(WhenAllOptions options, CancellationToken cancellationToken)
+    {
         ISpindleSource? source = _source;
-        if (!finite || source is null || source.GetStatus(_token) != SpindleTaskStatus.Pending)
+        if ((options.FiniteTimeout is null && !cancellationToken.CanBeCanceled) || source is null || source.GetStatus(_token) != SpindleTaskStatus.Pending)
         {
             return this;
         }
         SpindleTask input = this;
-        return Combine.All<SpindleTask, SpindleInput>(MemoryMarshal.CreateReadOnlySpan(ref input, 1), new WhenAllOptions { Timeout = timeout, Timers = wheel }, default);
+        return Combine.All<SpindleTask, SpindleInput>(MemoryMarshal.CreateReadOnlySpan(ref input, 1), options, cancellationToken);
     }
 }
 
@@ -55,7 +88,7 @@ public readonly partial struct SpindleTask<T>
     /// <summary>
     /// A task that completes with this one's result if it finishes within <paramref name="timeout"/>, and otherwise fails
     /// with a <see cref="TimeoutException"/>, as the BCL's <c>Task&lt;T&gt;.WaitAsync(TimeSpan)</c>. Allocates nothing in
-    /// steady state. See <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel)"/> for the rules: this task is
+    /// steady state. See <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/> for the rules: this task is
     /// consumed, a late fault of it is reported to <see cref="Spindle.UnobservedException"/>, the timer never fires early
     /// and is cancelled at once when this task wins.
     /// </summary>
@@ -63,18 +96,34 @@ public readonly partial struct SpindleTask<T>
     /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <param name="cancellationToken">Also ends the wait: if it is cancelled first, the returned task completes as canceled and lets go of this task.</param>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
-    public SpindleTask<T> WithTimeout(TimeSpan timeout, TimerWheel? timers = null)
+    public SpindleTask<T> WithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {
         bool finite = TimerWheel.IsFiniteTimeout(timeout, nameof(timeout));
         TimerWheel wheel = TimerWheel.ForTimeouts(timers);
+        return Bounded(finite ? new WhenAllOptions { Timeout = timeout, Timers = wheel } : default, cancellationToken);
+    }
+
+    /// <summary>
+    /// A task that completes with this one's result, unless <paramref name="cancellationToken"/> is cancelled first: then
+    /// it completes as canceled, as the BCL's <c>Task&lt;T&gt;.WaitAsync(CancellationToken)</c>. See
+    /// <see cref="SpindleTask.WithCancellation(CancellationToken)"/> for the rules. Allocates nothing in steady state.
+    /// </summary>
+    /// <param name="cancellationToken">The token that ends the wait.</param>
+    /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
+    public SpindleTask<T> WithCancellation(CancellationToken cancellationToken) => Bounded(default, cancellationToken);
+
+    /// <summary>See <see cref="SpindleTask"/>'s: a WhenAll of one whose result is this task's.</summary>
+    private SpindleTask<T> Bounded(WhenAllOptions options, CancellationToken cancellationToken)
+    {
         ISpindleSource<T>? source = _source;
-        if (!finite || source is null || source.GetStatus(_token) != SpindleTaskStatus.Pending)
+        if ((options.FiniteTimeout is null && !cancellationToken.CanBeCanceled) || source is null || source.GetStatus(_token) != SpindleTaskStatus.Pending)
         {
             return this;
         }
-        var c = Combinator<T>.RentAll(1, new WhenAllOptions { Timeout = timeout, Timers = wheel }, static x => x.Value<T>(0));
+        var c = Combinator<T>.RentAll(1, options, static x => x.Value<T>(0));
         SpindleTask<T> input = this;
-        return c.ToTask(Combine.AddAll<SpindleTask<T>, T, SpindleInput<T>, T>(c, MemoryMarshal.CreateReadOnlySpan(ref input, 1), default));
+        return c.ToTask(Combine.AddAll<SpindleTask<T>, T, SpindleInput<T>, T>(c, MemoryMarshal.CreateReadOnlySpan(ref input, 1), cancellationToken));
     }
 }

@@ -49,6 +49,29 @@ public class TimeoutAllocationTests
         Assert.Equal(0, wheel.PendingCount);
     }
 
+    /// <summary>A token bounding the wait (WithCancellation, and WithTimeout with a token) that the input beats: 0 B.</summary>
+    [Fact]
+    public void WithCancellation_InputWins_SteadyStateAllocatesNothing()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        using var cts = new CancellationTokenSource();
+        var input = new Promise<int>();
+        input.SetResult(0);
+        TestUtil.AssertSteadyStateAllocatesNothing(i =>
+        {
+            input.Reset();
+            SpindleTask<int> bounded = (i & 1) == 0
+                ? input.Task.WithCancellation(cts.Token)
+                : input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel, cts.Token);
+            input.SetResult(i);
+            if (bounded.GetAwaiter().GetResult() != i || wheel.PendingCount != 0)
+            {
+                throw new InvalidOperationException("wrong result, or a timer left behind");
+            }
+        }, Iterations);
+    }
+
     [Theory]
     [InlineData(false)]
     [InlineData(true)]
