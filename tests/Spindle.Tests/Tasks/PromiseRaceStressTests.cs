@@ -17,6 +17,10 @@ public class PromiseRaceStressTests
     public async Task SetAndAwait_OneMillionCyclesBetweenTwoThreads_EveryResultSeenExactlyOnce()
     {
         int cycles = TestUtil.Stress(1_000_000);
+        // Cycles keep starting until all have run or Race.Budget has passed: on a loaded machine (two busy loops beside
+        // it on the two cores) each hand-over waits for a time slice, and a million took longer than the timeout.
+        int limit = cycles; // the awaiter lowers it to the cycle it stopped at; the setter completes exactly the cycles below
+        var elapsed = System.Diagnostics.Stopwatch.StartNew();
         var promise = new Promise<int>();
         SpindleTask<int> current = default;
         int ready = -1;     // the cycle whose task the awaiter has taken: the setter may complete it
@@ -43,7 +47,8 @@ public class PromiseRaceStressTests
             Volatile.Write(ref consumed, result);
         };
 
-        void SpinUntil(ref int field, int value)
+        // Waits for field to reach value; false if the awaiter stopped before cycle `value` (only the setter waits on that).
+        bool SpinUntil(ref int field, int value)
         {
             var spin = default(SpinWait);
             while (Volatile.Read(ref field) != value)
@@ -52,8 +57,13 @@ public class PromiseRaceStressTests
                 {
                     throw new OperationCanceledException("stopped");
                 }
+                if (value >= Volatile.Read(ref limit))
+                {
+                    return false;
+                }
                 spin.SpinOnce(sleep1Threshold: -1);
             }
+            return true;
         }
 
         Task awaiter = TestUtil.RunOnThread(() =>
@@ -61,6 +71,11 @@ public class PromiseRaceStressTests
             awaiterThread = Environment.CurrentManagedThreadId;
             for (int i = 0; i < cycles; i++)
             {
+                if ((i & 1023) == 0 && i > 0 && elapsed.Elapsed > Race.Budget)
+                {
+                    Volatile.Write(ref limit, i); // cycle i is never published: the setter stops before it
+                    break;
+                }
                 if (i > 0)
                 {
                     promise.Reset();
@@ -86,7 +101,10 @@ public class PromiseRaceStressTests
         {
             for (int i = 0; i < cycles; i++)
             {
-                SpinUntil(ref ready, i);
+                if (!SpinUntil(ref ready, i))
+                {
+                    break; // the awaiter stopped at cycle i
+                }
                 if (!promise.TrySetResult(i))
                 {
                     throw new InvalidOperationException("TrySetResult lost on a fresh use in cycle " + i);
@@ -103,9 +121,11 @@ public class PromiseRaceStressTests
             Volatile.Write(ref stop, 1);
         }
 
-        _output.WriteLine($"completed before await: {completedBeforeAwait}, continuation inline on awaiter: {ranOnAwaiter}, on setter: {ranOnSetter}");
-        Assert.Equal((long)cycles * (cycles - 1) / 2, sum);
-        Assert.Equal(cycles, completedBeforeAwait + ranOnAwaiter + ranOnSetter);
+        int ran = Volatile.Read(ref limit);
+        _output.WriteLine($"{ran} cycles in {elapsed.Elapsed.TotalSeconds:F1} s; completed before await: {completedBeforeAwait}, continuation inline on awaiter: {ranOnAwaiter}, on setter: {ranOnSetter}");
+        Assert.Equal((long)ran * (ran - 1) / 2, sum);
+        Assert.Equal(ran, completedBeforeAwait + ranOnAwaiter + ranOnSetter);
+        Assert.True(ran >= Math.Min(cycles, 10_000), $"only {ran} cycles ran in {Race.Budget.TotalSeconds:F0} s: the race was hardly tried");
         // Both orders really happened: sometimes the set came first, sometimes the registration. (With a single
         // core the two threads only interleave at preemption, and one order can take all cycles.)
         if (Environment.ProcessorCount > 1)
