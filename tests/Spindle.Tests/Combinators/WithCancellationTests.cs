@@ -176,6 +176,20 @@ public class WithCancellationTests
     }
 
     [Fact]
+    public void WithTimeoutAndATokenAlreadyCancelled_IsCanceledAtOnce_AndLeavesNoTimer()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var input = new Promise();
+        SpindleTask bounded = input.Task.WithTimeout(TimeSpan.FromMilliseconds(10), wheel, new CancellationToken(true));
+        Assert.Equal(SpindleTaskStatus.Canceled, bounded.Status);
+        Assert.Equal(0, wheel.PendingCount);
+        Assert.ThrowsAny<OperationCanceledException>(() => bounded.GetAwaiter().GetResult());
+        input.Reset();
+        clock.Advance(TimeSpan.FromMilliseconds(20)); // nothing left to fire
+    }
+
+    [Fact]
     public void WithAnInfiniteTimeoutAndAToken_TheTokenStillBoundsTheWait()
     {
         using var cts = new CancellationTokenSource();
