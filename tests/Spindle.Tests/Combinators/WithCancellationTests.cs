@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Concurrent;
+using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
@@ -198,6 +199,51 @@ public class WithCancellationTests
         Assert.NotSame(input, bounded._source);
         cts.Cancel();
         Assert.ThrowsAny<OperationCanceledException>(() => bounded.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void OnADelay_TheTokenFirst_TakesTheDelayOutOfItsWheel()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        using var cts = new CancellationTokenSource();
+        SpindleTask bounded = wheel.Delay(TimeSpan.FromSeconds(10)).WithCancellation(cts.Token);
+        Assert.Equal(1, wheel.PendingCount);
+        cts.Cancel();
+        Assert.ThrowsAny<OperationCanceledException>(() => bounded.GetAwaiter().GetResult());
+        Assert.Equal(0, wheel.PendingCount);
+    }
+
+    private struct BlockedJob : IJob
+    {
+        public ManualResetEventSlim Gate;
+        public StrongBox<int> Ran;
+
+        public void Execute()
+        {
+            Gate.Wait();
+            Interlocked.Increment(ref Ran.Value);
+        }
+    }
+
+    [Fact]
+    public void OnAJob_TheTokenFirst_EndsTheWait_AndTheJobStillRunsOnce()
+    {
+        using var gate = new ManualResetEventSlim();
+        using var cts = new CancellationTokenSource();
+        var ran = new StrongBox<int>();
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            JobHandle handle = new BlockedJob { Gate = gate, Ran = ran }.Schedule(default);
+            JobHandle.ScheduleBatchedJobs();
+            SpindleTask bounded = handle.AsSpindleTask().WithCancellation(cts.Token);
+            cts.Cancel();
+            Assert.ThrowsAny<OperationCanceledException>(() => bounded.GetAwaiter().GetResult());
+            gate.Set();
+            handle.Complete();
+        });
+        Assert.Equal(1, ran.Value);
+        Assert.Empty(reported);
     }
 
     /// <summary>The token's cancellation races the input's completion on two threads: exactly one outcome, one continuation.</summary>
