@@ -899,7 +899,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             // And if the token or the timeout wins, the wait lets go of the inputs, as a WhenAny lets go of its losers.
             _letsGoOfLosers = true;
         }
-        if (_timers is { } timers)
+        // A token already cancelled decides at once (its callback runs in Register, below), before any timeout, as
+        // Task.WaitAsync(timeout, token) checks the token first: so no timer is armed for it, and a zero timeout does
+        // not fail the wait with a TimeoutException ahead of the cancellation.
+        if (_timers is { } timers && !cancellationToken.IsCancellationRequested)
         {
             StartTimeout(timers);
         }

@@ -34,7 +34,8 @@ public readonly struct WhenAllOptions
     /// failure among them that nobody will read goes to <see cref="Spindle.UnobservedException"/>, once. When
     /// the inputs finish first, the timer is cancelled at once and nothing is left in the wheel. The deadline is rounded
     /// up to the wheel's 1 ms tick, so it never fires early. <see cref="TimeSpan.Zero"/> times out at once unless every
-    /// input has already finished. Inputs that have all finished at the call need no timer and never time out.</para>
+    /// input has already finished, or the token is already cancelled (then it is canceled, as the token is checked
+    /// first, and no timer is armed). Inputs that have all finished at the call need no timer and never time out.</para>
     /// <para>The timer runs on <see cref="Timers"/>. The timer is pooled, so a timeout adds no allocation in steady
     /// state (a timeout that fires allocates its exception).</para>
     /// <para>WhenAny takes no options: to time it out, time out its task, <c>SpindleTask.WhenAny(a, b).WithTimeout(t)</c>

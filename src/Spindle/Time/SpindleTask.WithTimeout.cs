@@ -21,9 +21,11 @@ public readonly partial struct SpindleTask
     /// <para><b>Timing.</b> The deadline is rounded up to the wheel's 1 ms tick, so the timeout never fires early. If this
     /// task finishes first, the timer is cancelled at once and nothing is left in the wheel. If the wheel is disposed
     /// while the timeout is pending, the returned task completes as canceled, as the wheel's delays do.</para>
-    /// <para><b>No timer when none is needed.</b> <see cref="Timeout.InfiniteTimeSpan"/>, or a task that has already
-    /// completed, returns this task as it is. <see cref="TimeSpan.Zero"/> on a pending task fails at once (and lets go of
-    /// it).</para>
+    /// <para><b>No timer when none is needed.</b> A task that has already completed is returned as it is, and so is any
+    /// task given <see cref="Timeout.InfiniteTimeSpan"/> with a token that cannot be cancelled (with one that can, the
+    /// token alone bounds the wait). <see cref="TimeSpan.Zero"/> on a pending task fails at once (and lets go of it),
+    /// unless the token is already cancelled: the token is checked first, as <c>Task.WaitAsync</c> does, and the
+    /// returned task is canceled, with no timer armed.</para>
     /// <para>It is a WhenAll of one task with <see cref="WhenAllOptions.Timeout"/>, on the same pooled combinator.</para>
     /// <para><b>Threads.</b> The returned task completes on the thread that decides it: the one that completes this task,
     /// or the wheel's (a worker for <see cref="TimerWheel.Default"/>; the thread that advances a <see cref="ManualClock"/>).

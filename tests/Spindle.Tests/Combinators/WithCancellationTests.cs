@@ -190,6 +190,33 @@ public class WithCancellationTests
         clock.Advance(TimeSpan.FromMilliseconds(20)); // nothing left to fire
     }
 
+    /// <summary>
+    /// Task.WaitAsync(TimeSpan.Zero, token) with the token already cancelled is canceled, not timed out: the token is
+    /// checked before the timeout. The zero timeout failed the wait with a TimeoutException first.
+    /// </summary>
+    [Fact]
+    public void WithAZeroTimeoutAndATokenAlreadyCancelled_IsCanceledForThatToken_AsTaskWaitAsync()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        var input = new Promise<int>();
+        SpindleTask<int> typed = input.Task.WithTimeout(TimeSpan.Zero, wheel, cts.Token);
+        Assert.Equal(SpindleTaskStatus.Canceled, typed.Status);
+        Assert.Equal(cts.Token, Assert.ThrowsAny<OperationCanceledException>(() => typed.GetAwaiter().GetResult()).CancellationToken);
+        input.Reset();
+        SpindleTask untyped = ((SpindleTask)input.Task).WithTimeout(TimeSpan.Zero, wheel, cts.Token);
+        Assert.Equal(SpindleTaskStatus.Canceled, untyped.Status);
+        Assert.Equal(cts.Token, Assert.ThrowsAny<OperationCanceledException>(() => untyped.GetAwaiter().GetResult()).CancellationToken);
+        Assert.Equal(0, wheel.PendingCount);
+        input.Reset();
+        SpindleTask all = SpindleTask.WhenAll(new[] { (SpindleTask)input.Task }, new WhenAllOptions { Timeout = TimeSpan.Zero, Timers = wheel }, cts.Token);
+        Assert.Equal(SpindleTaskStatus.Canceled, all.Status);
+        Assert.ThrowsAny<OperationCanceledException>(() => all.GetAwaiter().GetResult());
+        input.Reset();
+    }
+
     [Fact]
     public void WithAnInfiniteTimeoutAndAToken_TheTokenStillBoundsTheWait()
     {
