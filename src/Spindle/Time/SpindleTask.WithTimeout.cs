@@ -60,8 +60,9 @@ public readonly partial struct SpindleTask
     /// The rules are <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>'s: this task is consumed (await
     /// the returned one); if the token wins, the wait lets go of this task before the returned one completes, as a
     /// WhenAny lets go of a loser (a promise can be reset at once, a signal's wait ends and a later set is kept), and a
-    /// late fault of it goes to <see cref="Spindle.UnobservedException"/>. When this task finishes first, the token's
-    /// registration is dropped at once. A token that cannot be cancelled, or a task that has already completed, returns
+    /// late fault of it goes to <see cref="Spindle.UnobservedException"/>. When this task finishes first, the returned task
+    /// completes with its outcome at once, and a later cancellation changes nothing; the token's registration is dropped
+    /// when the returned task's result is read (as for every combinator), so await it rather than leave it unread. A token that cannot be cancelled, or a task that has already completed, returns
     /// this task as it is; a token already cancelled, on a pending task, completes the returned task as canceled at once.
     /// The token may be cancelled from any thread, racing this task's completion: exactly one outcome wins.
     /// </remarks>
