@@ -10,8 +10,10 @@ namespace SpindleLib.Tests.Combinators;
 /// <summary>
 /// <c>WithCancellation(token)</c>, and <c>WithTimeout(timeout, timers, token)</c>: a token ends the wait on a task (as
 /// <c>Task.WaitAsync(CancellationToken)</c>), letting go of the task as a WhenAny lets go of a loser; the task wins if it
-/// finishes first; exactly one outcome.
+/// finishes first; exactly one outcome. Sequential: several tests check Spindle.UnobservedException, which is
+/// process-wide, for exactly what they caused.
 /// </summary>
+[Collection(SequentialCollection.Name)]
 public class WithCancellationTests
 {
     [Fact]
