@@ -153,10 +153,8 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
 
     private SpindleTask<bool> WaitWithTimeout(TimeSpan timeout, TimerWheel? timers, CancellationToken cancellationToken)
     {
-        bool finite = TimerWheel.IsFiniteTimeout(timeout, nameof(timeout));
         // Checked before anything changes, and for an infinite timeout too (which arms no timer), as WithTimeout does.
-        TimerWheel checkedWheel = TimerWheel.ForTimeouts(timers);
-        TimerWheel? wheel = finite ? checkedWheel : null;
+        TimerWheel? wheel = TimerWheel.ForTimeout(timeout, timers, nameof(timeout));
         if (cancellationToken.IsCancellationRequested)
         {
             return SpindleTask.FromCanceled<bool>(cancellationToken);

@@ -45,9 +45,8 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
     public SpindleTask WithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {
-        bool finite = TimerWheel.IsFiniteTimeout(timeout, nameof(timeout));
-        TimerWheel wheel = TimerWheel.ForTimeouts(timers);
-        return Bounded(finite ? new WhenAllOptions { Timeout = timeout, Timers = wheel } : default, cancellationToken);
+        TimerWheel? wheel = TimerWheel.ForTimeout(timeout, timers, nameof(timeout));
+        return Bounded(wheel is null ? default : new WhenAllOptions { Timeout = timeout, Timers = wheel }, cancellationToken);
     }
 
     /// <summary>
@@ -103,9 +102,8 @@ public readonly partial struct SpindleTask<T>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
     public SpindleTask<T> WithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {
-        bool finite = TimerWheel.IsFiniteTimeout(timeout, nameof(timeout));
-        TimerWheel wheel = TimerWheel.ForTimeouts(timers);
-        return Bounded(finite ? new WhenAllOptions { Timeout = timeout, Timers = wheel } : default, cancellationToken);
+        TimerWheel? wheel = TimerWheel.ForTimeout(timeout, timers, nameof(timeout));
+        return Bounded(wheel is null ? default : new WhenAllOptions { Timeout = timeout, Timers = wheel }, cancellationToken);
     }
 
     /// <summary>

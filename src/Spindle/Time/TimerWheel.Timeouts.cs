@@ -27,6 +27,20 @@ public sealed partial class TimerWheel
     internal static bool IsFiniteTimeout(TimeSpan timeout, string paramName)
         => IsFiniteSpan(timeout, paramName, "A timeout", "for no timeout");
 
+    /// <summary>
+    /// Checks a wait's <paramref name="timeout"/> and its wheel (<paramref name="timers"/>, or <see cref="Default"/>), both
+    /// before anything changes and the wheel for an infinite timeout too: the wheel to arm the timeout on, or null for
+    /// <see cref="Timeout.InfiniteTimeSpan"/> (no timer).
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is neither infinite nor zero to <see cref="MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
+    internal static TimerWheel? ForTimeout(TimeSpan timeout, TimerWheel? timers, string paramName)
+    {
+        bool finite = IsFiniteTimeout(timeout, paramName);
+        TimerWheel wheel = ForTimeouts(timers);
+        return finite ? wheel : null;
+    }
+
     /// <summary>The exception a timed-out wait completes with: a <see cref="TimeoutException"/>, as <c>Task.WaitAsync</c>'s.</summary>
     internal static TimeoutException NewTimeoutException(TimeSpan timeout)
         => new("The operation did not complete within its timeout of " + timeout.ToString("c", CultureInfo.InvariantCulture) + ".");
