@@ -126,6 +126,41 @@ internal static class TestUtil
     }
 }
 
+/// <summary>Occupies every Spindle worker until disposed, so that a run queued meanwhile waits in a queue.</summary>
+internal sealed class BusyWorkers : IDisposable
+{
+    private readonly ManualResetEventSlim _release = new();
+    private readonly SpindleTask[] _blockers;
+
+    public BusyWorkers()
+    {
+        int workers = WorkerPool.Shared.WorkerCount;
+        int started = 0;
+        _blockers = new SpindleTask[workers];
+        for (int i = 0; i < workers; i++)
+        {
+            // One at a time: items queued together can all go to one spinning worker (see WorkerPoolTests).
+            _blockers[i] = Spindle.Run(() =>
+            {
+                Interlocked.Increment(ref started);
+                _release.Wait();
+            });
+            int expected = i + 1;
+            TestUtil.SpinUntil(() => Volatile.Read(ref started) == expected);
+        }
+    }
+
+    public void Dispose()
+    {
+        _release.Set();
+        foreach (SpindleTask b in _blockers)
+        {
+            TestUtil.WithTimeout(b).GetAwaiter().GetResult();
+        }
+        _release.Dispose();
+    }
+}
+
 /// <summary>
 /// Forces races: in each round every racer starts at the same moment (a <see cref="Barrier"/>), each on its own
 /// dedicated thread; <c>before</c> and <c>after</c> run on racer 0's thread while the others wait at the barrier.

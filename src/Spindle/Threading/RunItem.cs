@@ -8,26 +8,81 @@ namespace SpindleLib;
 /// The pooled work item behind <see cref="Spindle.Run(Action)"/> and <see cref="Spindle.Run{T}(Func{T})"/>: it is both
 /// what the worker runs and the source of the returned task, so a run allocates nothing in steady state.
 /// </summary>
+/// <remarks>
+/// <para><b>A token</b> (<see cref="Spindle.Run(Action, CancellationToken)"/>) lets the task end as cancelled while the
+/// item still waits in a queue, as <c>Task.Run(action, token)</c> does; once the item has started, the token no longer
+/// touches it (the delegate may watch it). Whoever moves <see cref="_claim"/> away from <see cref="Queued"/> with a CAS
+/// decides: the worker (<see cref="Started"/>: it runs the delegate) or the token's callback (<see cref="Canceled"/>: it
+/// completes the task as cancelled, and the delegate never runs). This is the claim a <c>Task</c> makes on its own state
+/// before running, which its cancellation registration races for (the BCL's <c>Task.TryCancel</c> against
+/// <c>ExecuteEntry</c>); a pooled item adds only the question of when it may be reused.</para>
+/// <para>Invariant: a cancelled item is still in a queue, and it is also the source of a task its consumer will read, so
+/// it has two holders, and it goes back to the pool only when both have let go (<see cref="_holds"/>, counted down with
+/// an interlocked decrement, by the worker that dequeues it and finds it cancelled, and by the consumer's read). A
+/// started item has one holder again: the worker that claimed it drops the registration (waiting for a callback in
+/// flight, which can only lose the CAS) and clears <see cref="_cancelable"/> before it runs the delegate, so the rest
+/// of that use is the token-free path, and the completion's publication orders those writes before the consumer's
+/// read. Reuse never meets a callback from the previous use: it is dropped by the starting worker, or, for a
+/// cancelled item, by whichever holder lets go last (<see cref="Recycle"/>).</para>
+/// </remarks>
 internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoolNode<RunItem<TResult>>
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((RunItem<TResult>)o!).RunDelegate();
 
+#if NET
+    private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((RunItem<TResult>)o!).Cancel(ct);
+#else
+    private static readonly Action<object?> s_cancel = static o => ((RunItem<TResult>)o!).Cancel(((RunItem<TResult>)o!)._cancelToken);
+#endif
+
+    private const int Queued = 0;
+    private const int Started = 1;
+    private const int Canceled = 2;
 
     private Delegate? _delegate;
     private ExecutionContext? _context;
     private SourceCore<TResult> _core;
     private RunItem<TResult>? _next;
 
+    /// <summary>This use was given a token that can be cancelled, and has not started yet (see the remarks).</summary>
+    private bool _cancelable;
+    private int _claim;
+    private int _holds;
+    private CancellationToken _cancelToken;
+    private CancellationTokenRegistration _registration;
+
     ref RunItem<TResult>? IPoolNode<RunItem<TResult>>.Next => ref _next;
 
     public short Version => _core.Version;
 
-    public static RunItem<TResult> Rent(Delegate work)
+    /// <summary>
+    /// Rents an item for <paramref name="work"/>. A <paramref name="cancellationToken"/> that can be cancelled is
+    /// registered here, before the caller queues the item (see the remarks); the caller has checked that it is not
+    /// cancelled already.
+    /// </summary>
+    public static RunItem<TResult> Rent(Delegate work, CancellationToken cancellationToken = default)
     {
         RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent() ?? new RunItem<TResult>();
         item._delegate = work;
         item._context = ExecutionContext.Capture();
+        if (cancellationToken.CanBeCanceled)
+        {
+            item._cancelable = true;
+            item._claim = Queued;
+            item._holds = 2; // the queue's and the consumer's
+            item._cancelToken = cancellationToken;
+            item._registration = CancellationRegistrations.Register(cancellationToken, s_cancel, item);
+        }
         return item;
+    }
+
+    /// <summary>The token's callback: ends the task as cancelled if the item has not started (see the remarks).</summary>
+    private void Cancel(CancellationToken cancellationToken)
+    {
+        if (Interlocked.CompareExchange(ref _claim, Canceled, Queued) == Queued)
+        {
+            _core.TrySetCanceled(cancellationToken); // the publication: the consumer may read from here on
+        }
     }
 
     public override void Execute()
@@ -98,6 +153,10 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     {
         Delegate work = _delegate!;
         _delegate = null;
+        if (_cancelable && !TryStart())
+        {
+            return; // cancelled while it waited: the delegate never runs
+        }
         SynchronizationContext? sync = SynchronizationContext.Current;
         TResult result;
         try
@@ -122,11 +181,55 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         _core.TrySetResult(result);
     }
 
+    /// <summary>
+    /// The worker's claim on an item that has a token (see the remarks). True: it has started, with the registration
+    /// dropped and the token-free path from here on. False: the token won, and the worker lets go of the queue's hold.
+    /// </summary>
+    private bool TryStart()
+    {
+        if (Interlocked.CompareExchange(ref _claim, Started, Queued) != Queued)
+        {
+            LetGo();
+            return false;
+        }
+        CancellationRegistrations.Drop(ref _registration); // a callback in flight loses the CAS above: waited for
+        _cancelToken = default;
+        _cancelable = false;
+        return true;
+    }
+
+    /// <summary>One holder of a cancelled item lets go of it; the last one returns it to the pool.</summary>
+    private void LetGo()
+    {
+        if (Interlocked.Decrement(ref _holds) == 0)
+        {
+            Recycle();
+        }
+    }
+
+    private void Recycle()
+    {
+        if (_cancelable)
+        {
+            CancellationRegistrations.Drop(ref _registration); // it fired: waits until its callback has returned
+            _cancelToken = default;
+            _cancelable = false;
+        }
+        _core.ClearForPool();
+        ObjectPool<RunItem<TResult>>.Return(this);
+    }
+
     public TResult GetResult(short token)
     {
         TResult result = _core.Consume(token, this, out var error);
-        _core.ClearForPool();
-        ObjectPool<RunItem<TResult>>.Return(this);
+        if (_cancelable)
+        {
+            LetGo(); // cancelled: the queue may still hold the item
+        }
+        else
+        {
+            Recycle();
+        }
         error?.Throw();
         return result;
     }

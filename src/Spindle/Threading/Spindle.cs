@@ -46,29 +46,60 @@ public static partial class Spindle
     /// <summary>Runs <paramref name="action"/> on a Spindle worker. The returned task completes when it has run.</summary>
     /// <remarks>The caller's <see cref="ExecutionContext"/> flows to the action. Steady state allocates nothing.</remarks>
     /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
-    public static SpindleTask Run(Action action)
+    public static SpindleTask Run(Action action) => Run(action, default);
+
+    /// <summary>
+    /// As <see cref="Run(Action)"/>, and <paramref name="cancellationToken"/> cancels the run if the action has not
+    /// started: the returned task then ends as cancelled at once, even while the action still waits for a worker, and
+    /// the action never runs (as <c>Task.Run(action, token)</c>). Once it has started, the token is the action's to
+    /// watch; an <see cref="OperationCanceledException"/> it throws cancels the task.
+    /// </summary>
+    /// <remarks>
+    /// A token already cancelled gives a cancelled task and queues nothing. The registration on the token is removed
+    /// when the action starts, or when a cancelled run's task is read and a worker has let go of it. Steady state
+    /// allocates nothing.
+    /// </remarks>
+    /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
+    public static SpindleTask Run(Action action, CancellationToken cancellationToken)
     {
         if (action is null)
         {
             ThrowHelper.ThrowArgumentNull(nameof(action));
         }
-        RunItem<VoidResult> item = RunItem<VoidResult>.Rent(action);
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled(cancellationToken);
+        }
+        Scheduler scheduler = Scheduler.Default; // first: starting the workers may throw, and then nothing is registered
+        RunItem<VoidResult> item = RunItem<VoidResult>.Rent(action, cancellationToken);
         short token = item.Version;
-        Scheduler.Default.Queue(item);
+        scheduler.Queue(item);
         return new SpindleTask(item, token);
     }
 
     /// <summary>Runs <paramref name="function"/> on a Spindle worker and returns its result.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
-    public static SpindleTask<T> Run<T>(Func<T> function)
+    public static SpindleTask<T> Run<T>(Func<T> function) => Run(function, default);
+
+    /// <summary>
+    /// As <see cref="Run{T}(Func{T})"/>, and <paramref name="cancellationToken"/> cancels the run if the function has not
+    /// started (see <see cref="Run(Action, CancellationToken)"/>).
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    public static SpindleTask<T> Run<T>(Func<T> function, CancellationToken cancellationToken)
     {
         if (function is null)
         {
             ThrowHelper.ThrowArgumentNull(nameof(function));
         }
-        RunItem<T> item = RunItem<T>.Rent(function);
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled<T>(cancellationToken);
+        }
+        Scheduler scheduler = Scheduler.Default;
+        RunItem<T> item = RunItem<T>.Rent(function, cancellationToken);
         short token = item.Version;
-        Scheduler.Default.Queue(item);
+        scheduler.Queue(item);
         return new SpindleTask<T>(item, token);
     }
 
@@ -83,6 +114,21 @@ public static partial class Spindle
         return RunAsync(function);
     }
 
+    /// <summary>
+    /// As <see cref="Run(Func{SpindleTask})"/>, and <paramref name="cancellationToken"/> cancels the run if the function
+    /// has not started (see <see cref="Run(Action, CancellationToken)"/>). Once started, the returned task follows the
+    /// function's task, as <c>Task.Run(function, token)</c> does: pass the token to the function for it to watch.
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    public static SpindleTask Run(Func<SpindleTask> function, CancellationToken cancellationToken)
+    {
+        if (function is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(function));
+        }
+        return cancellationToken.CanBeCanceled ? Unwrap(Run<SpindleTask>(function, cancellationToken)) : RunAsync(function);
+    }
+
     /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker and returns its result.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
     public static SpindleTask<T> Run<T>(Func<SpindleTask<T>> function)
@@ -92,6 +138,20 @@ public static partial class Spindle
             ThrowHelper.ThrowArgumentNull(nameof(function));
         }
         return RunAsync(function);
+    }
+
+    /// <summary>
+    /// As <see cref="Run{T}(Func{SpindleTask{T}})"/>, and <paramref name="cancellationToken"/> cancels the run if the
+    /// function has not started (see <see cref="Run(Func{SpindleTask}, CancellationToken)"/>).
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    public static SpindleTask<T> Run<T>(Func<SpindleTask<T>> function, CancellationToken cancellationToken)
+    {
+        if (function is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(function));
+        }
+        return cancellationToken.CanBeCanceled ? Unwrap(Run<SpindleTask<T>>(function, cancellationToken)) : RunAsync(function);
     }
 
     private static async SpindleTask RunAsync(Func<SpindleTask> function)
@@ -105,6 +165,11 @@ public static partial class Spindle
         await Yield();
         return await function();
     }
+
+    /// <summary>A started function's task, once it has one: the run's own task gives it when the function has returned it.</summary>
+    private static async SpindleTask Unwrap(SpindleTask<SpindleTask> started) => await await started;
+
+    private static async SpindleTask<T> Unwrap<T>(SpindleTask<SpindleTask<T>> started) => await await started;
 
     /// <summary>Awaits to continue on a Spindle worker, always by way of the work queues (even from a worker).</summary>
     public static WorkerAwaitable Yield() => new(alwaysQueue: true);

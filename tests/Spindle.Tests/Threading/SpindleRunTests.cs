@@ -232,21 +232,7 @@ public class SpindleRunTests
     [Fact]
     public async Task Run_WhileAnotherThreadBlocksInGetResult_DelegateStillRunsOnAWorker()
     {
-        int workers = WorkerPool.Shared.WorkerCount;
-        using var release = new ManualResetEventSlim();
-        int started = 0;
-        var blockers = new SpindleTask[workers];
-        for (int i = 0; i < workers; i++)
-        {
-            // One at a time: items queued together can all go to one spinning worker (see WorkerPoolTests).
-            blockers[i] = Spindle.Run(() =>
-            {
-                Interlocked.Increment(ref started);
-                release.Wait();
-            });
-            int expected = i + 1;
-            TestUtil.SpinUntil(() => Volatile.Read(ref started) == expected);
-        }
+        var busy = new BusyWorkers();
         // Every worker is now busy.
 
         string? ranOn = null;
@@ -259,14 +245,10 @@ public class SpindleRunTests
         blocked.Start();
         TestUtil.SpinUntil(() => (blocked.ThreadState & ThreadState.WaitSleepJoin) != 0);
         string? ranWhileWorkersBusy = Volatile.Read(ref ranOn);
-        release.Set();
+        busy.Dispose();
         never.SetResult();
         await TestUtil.WithTimeout(Task.Run(() => blocked.Join()));
         await TestUtil.WithTimeout(probe);
-        foreach (SpindleTask b in blockers)
-        {
-            await TestUtil.WithTimeout(b);
-        }
 
         Assert.True(ranWhileWorkersBusy is null, "the probe ran on '" + ranWhileWorkersBusy + "' while every worker was busy");
         Assert.StartsWith("Spindle worker", ranOn, StringComparison.Ordinal);
