@@ -22,8 +22,9 @@ namespace SpindleLib;
 /// started item has one holder again: the worker that claimed it drops the registration (waiting for a callback in
 /// flight, which can only lose the CAS) and clears <see cref="_cancelable"/> before it runs the delegate, so the rest
 /// of that use is the token-free path, and the completion's publication orders those writes before the consumer's
-/// read. Reuse never meets a callback from the previous use: it is dropped by the starting worker, or, for a
-/// cancelled item, by whichever holder lets go last (<see cref="Recycle"/>).</para>
+/// read. Reuse never meets a callback from the previous use: the starting worker drops it (a callback in flight is
+/// waited for, and loses the claim), and a cancelled item's callback is the one that claimed it, done with the item once
+/// it has published the completion (<see cref="Recycle"/>).</para>
 /// </remarks>
 internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoolNode<RunItem<TResult>>
 {
@@ -211,7 +212,11 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     {
         if (_cancelable)
         {
-            CancellationRegistrations.Drop(ref _registration); // it fired: waits until its callback has returned
+            // Cancelled: its claim proves the callback fired, and once it published the completion the callback touches
+            // nothing of this item, so there is nothing to unregister and nothing to wait for. (Waiting, as Dispose does,
+            // would hold this thread for as long as the callback runs, and that includes the consumer's continuation
+            // when it ran inline there: a worker could wait on code that waits for the workers.)
+            _registration = default;
             _cancelToken = default;
             _cancelable = false;
         }

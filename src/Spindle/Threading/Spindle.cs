@@ -56,8 +56,8 @@ public static partial class Spindle
     /// </summary>
     /// <remarks>
     /// A token already cancelled gives a cancelled task and queues nothing. The registration on the token is removed
-    /// when the action starts, or when a cancelled run's task is read and a worker has let go of it. Steady state
-    /// allocates nothing.
+    /// when the action starts (or spent, when the token cancels the run). A run that is not cancelled allocates nothing
+    /// in steady state; a cancelled one allocates its <see cref="OperationCanceledException"/>.
     /// </remarks>
     /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
     public static SpindleTask Run(Action action, CancellationToken cancellationToken)
@@ -166,10 +166,15 @@ public static partial class Spindle
         return await function();
     }
 
-    /// <summary>A started function's task, once it has one: the run's own task gives it when the function has returned it.</summary>
-    private static async SpindleTask Unwrap(SpindleTask<SpindleTask> started) => await await started;
+    /// <summary>
+    /// A started function's task, once it has one: the run's own task gives it when the function has returned it. The run
+    /// is awaited as a ValueTask: a Spindle task's awaiter, on a worker, would take a run it has just queued back from the
+    /// run-next slot and run it on the spot, and this method starts inside <see cref="Run(Func{SpindleTask}, CancellationToken)"/>,
+    /// so the function would run before Run returned (the token-free form goes through <see cref="Yield"/>).
+    /// </summary>
+    private static async SpindleTask Unwrap(SpindleTask<SpindleTask> started) => await await started.AsValueTask();
 
-    private static async SpindleTask<T> Unwrap<T>(SpindleTask<SpindleTask<T>> started) => await await started;
+    private static async SpindleTask<T> Unwrap<T>(SpindleTask<SpindleTask<T>> started) => await await started.AsValueTask();
 
     /// <summary>Awaits to continue on a Spindle worker, always by way of the work queues (even from a worker).</summary>
     public static WorkerAwaitable Yield() => new(alwaysQueue: true);

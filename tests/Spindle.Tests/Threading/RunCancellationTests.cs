@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Threading;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Scopes;
@@ -88,37 +89,234 @@ public sealed class RunCancellationTests
         SpindleTask<int> function;
         SpindleTask asyncAction;
         SpindleTask<int> asyncFunction;
+        var readLater = new SpindleTask<int>[4];
+        var items = new HashSet<object>(ReferenceEqualityComparer.Instance);
         using (new BusyWorkers())
         {
             action = Spindle.Run(() => { Interlocked.Increment(ref ran); }, cts.Token);
             function = Spindle.Run(() => Interlocked.Increment(ref ran), cts.Token);
             asyncAction = Spindle.Run(() => { Interlocked.Increment(ref ran); return SpindleTask.CompletedTask; }, cts.Token);
             asyncFunction = Spindle.Run(() => SpindleTask.FromResult(Interlocked.Increment(ref ran)), cts.Token);
+            for (int i = 0; i < readLater.Length; i++)
+            {
+                readLater[i] = Spindle.Run(() => Interlocked.Increment(ref ran), cts.Token);
+                items.Add(readLater[i]._source!);
+            }
             Assert.Equal(SpindleTaskStatus.Pending, action.Status);
             Assert.Equal(SpindleTaskStatus.Pending, function.Status);
 
             cts.Cancel(); // every worker is still busy: the items are in a queue
 
-            // Read before any worker is free: they ended at the cancellation, not when a worker reached them.
+            // Read before any worker is free: they ended at the cancellation, not when a worker reached them. (The
+            // workers then let go of these items last.)
             AssertCanceledWith(cts.Token, action);
             AssertCanceledWith(cts.Token, function);
             AssertCanceledWith(cts.Token, asyncAction);
             AssertCanceledWith(cts.Token, asyncFunction);
+            foreach (SpindleTask<int> t in readLater)
+            {
+                Assert.Equal(SpindleTaskStatus.Canceled, t.Status); // ended, but not read yet
+            }
         }
 
         // The workers now reach the cancelled items, let go of them, and run nothing.
         await TestUtil.WithTimeout(Spindle.Run(() => { }));
         Thread.Sleep(50);
         Assert.Equal(0, Volatile.Read(ref ran));
+        // Read last, these go back to this thread's pool here.
+        foreach (SpindleTask<int> t in readLater)
+        {
+            AssertCanceledWith(cts.Token, t);
+        }
 
-        // Later runs, on pooled items (those cancelled ones among them), work as usual.
+        // Later runs from this thread rent those very items, and work as usual.
+        int reused = 0;
         for (int i = 0; i < 100; i++)
         {
             using var again = new CancellationTokenSource();
-            Assert.Equal(i, await TestUtil.WithTimeout(Spindle.Run(() => i, again.Token)));
+            SpindleTask<int> t = Spindle.Run(() => i, again.Token);
+            if (items.Contains(t._source!))
+            {
+                reused++;
+            }
+            Assert.Equal(i, await TestUtil.WithTimeout(t));
             Assert.Equal(0, TokenRegistrationLeakTests.RegistrationCount(again));
         }
         Assert.Equal(0, Volatile.Read(ref ran));
+        Assert.True(reused >= readLater.Length, $"{reused} of the {readLater.Length} cancelled items were rented again");
+    }
+
+    /// <summary>
+    /// The consumer's continuation runs inline in the token's callback, and a worker lets go of the cancelled item after
+    /// the consumer: it must not wait for the callback (that is, for the continuation) to return. Here the continuation
+    /// needs every worker at once, so a worker held there would keep it from ever finishing (the barrier's bound breaks
+    /// the deadlock and the count shows it). From the review of the first version, which waited.
+    /// </summary>
+    [Fact]
+    public void CancelledRun_AWorkerLettingGoLast_DoesNotWaitForTheConsumersInlineContinuation()
+    {
+        int workers = WorkerPool.Shared.WorkerCount;
+        using var cts = new CancellationTokenSource();
+        using var continuationRunning = new ManualResetEventSlim();
+        using var workersReleased = new ManualResetEventSlim();
+        int allMet = -1;
+
+        var busy = new BusyWorkers();
+        SpindleTask task = Spindle.Run(() => { }, cts.Token);
+        task.GetAwaiter().UnsafeOnCompleted(() =>
+        {
+            Assert.Throws<OperationCanceledException>(() => task.GetAwaiter().GetResult()); // the consumer lets go first
+            continuationRunning.Set();
+            workersReleased.Wait();
+            Thread.Sleep(200); // a freed worker reaches the cancelled item meanwhile, and lets go of it last
+            using var barrier = new Barrier(workers);
+            var runs = new SpindleTask<bool>[workers];
+            for (int i = 0; i < workers; i++)
+            {
+                runs[i] = Spindle.Run(() => barrier.SignalAndWait(TimeSpan.FromSeconds(3)));
+            }
+            int met = 0;
+            foreach (SpindleTask<bool> r in runs)
+            {
+                met += r.GetAwaiter().GetResult() ? 1 : 0;
+            }
+            allMet = met;
+        });
+        var canceller = new Thread(() => cts.Cancel()) { IsBackground = true };
+        canceller.Start();
+        Assert.True(continuationRunning.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        busy.Dispose();
+        workersReleased.Set();
+        Assert.True(canceller.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        Assert.Equal(workers, allMet);
+    }
+
+    /// <summary>
+    /// The consumer's continuation, inline in the token's callback, reads last (the item is recycled inside the callback)
+    /// and starts a new run at once, on the same pooled item: the old use's callback, still on the stack, leaves it alone.
+    /// </summary>
+    [Fact]
+    public void CancelledRun_ReusedInsideItsOwnCallback_TheNewRunIsUntouched()
+    {
+        int sameItem = 0;
+        for (int round = 0; round < 20; round++)
+        {
+            using var cts = new CancellationTokenSource();
+            using var other = new CancellationTokenSource();
+            using var inCallback = new ManualResetEventSlim();
+            using var workerLetGo = new ManualResetEventSlim();
+            int second = -1;
+            bool same = false;
+            var busy = new BusyWorkers();
+            SpindleTask<int> first = Spindle.Run(() => 1, cts.Token);
+            object item = first._source!;
+            first.GetAwaiter().UnsafeOnCompleted(() =>
+            {
+                inCallback.Set();
+                workerLetGo.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+                Assert.Throws<OperationCanceledException>(() => first.GetAwaiter().GetResult()); // last: recycled here
+                SpindleTask<int> again = Spindle.Run(() => 2, other.Token);
+                same = ReferenceEquals(again._source, item);
+                second = again.GetAwaiter().GetResult();
+            });
+            var canceller = new Thread(() => cts.Cancel()) { IsBackground = true };
+            canceller.Start();
+            Assert.True(inCallback.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            busy.Dispose();
+            // A worker reaches the cancelled item and lets go of it; then the continuation reads.
+            Spindle.Run(() => { }).GetAwaiter().GetResult();
+            Thread.Sleep(20);
+            workerLetGo.Set();
+            Assert.True(canceller.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Assert.Equal(2, second);
+            sameItem += same ? 1 : 0;
+            Assert.Equal(0, TokenRegistrationLeakTests.RegistrationCount(other));
+        }
+        Assert.True(sameItem > 0, "the new run never got the item recycled inside the callback");
+    }
+
+    /// <summary>
+    /// The async forms start their function on a worker, never inside the Run call itself, also when called on a worker
+    /// (where an await of a run just queued could take it back and run it on the spot). From the review: the first
+    /// version ran the function on the caller's stack there.
+    /// </summary>
+    [Fact]
+    public async Task AsyncForms_CalledOnAWorker_DoNotRunTheFunctionInsideTheRunCall()
+    {
+        using var cts = new CancellationTokenSource();
+        int ranInsideRun = 0;
+        await TestUtil.WithTimeout(Spindle.Run(async () =>
+        {
+            bool returned = false;
+            SpindleTask inner = Spindle.Run(() =>
+            {
+                if (!Volatile.Read(ref returned))
+                {
+                    Interlocked.Increment(ref ranInsideRun);
+                }
+                return SpindleTask.CompletedTask;
+            }, cts.Token);
+            Volatile.Write(ref returned, true);
+            await inner;
+
+            bool returnedT = false;
+            SpindleTask<int> innerT = Spindle.Run(() =>
+            {
+                if (!Volatile.Read(ref returnedT))
+                {
+                    Interlocked.Increment(ref ranInsideRun);
+                }
+                return SpindleTask.FromResult(1);
+            }, cts.Token);
+            Volatile.Write(ref returnedT, true);
+            Assert.Equal(1, await innerT);
+        }));
+        Assert.Equal(0, ranInsideRun);
+    }
+
+    /// <summary>
+    /// Cancellation against a run queued from a worker (to its run-next slot) that the same worker then reads at once
+    /// (its awaiter may take the item back and run it inline): exactly one outcome each round.
+    /// </summary>
+    [Fact]
+    public async Task CancelRacingARunQueuedAndReadOnAWorker_ExactlyOneOutcome()
+    {
+        int rounds = TestUtil.Stress(5_000);
+        CancellationTokenSource? cts = null;
+        SpindleTask<int> outer = default;
+        int ranCount = 0;
+
+        int ran = await Race.Run(
+            rounds,
+            before: _ => cts = new CancellationTokenSource(),
+            after: i =>
+            {
+                // 1: ran and read its result; 2: cancelled, never ran.
+                int outcome = TestUtil.WithTimeout(outer).GetAwaiter().GetResult();
+                Assert.True(outcome is 1 or 2, $"round {i}: outcome {outcome}");
+                Thread.Sleep(0);
+                cts!.Dispose();
+            },
+            _ => outer = Spindle.Run(() =>
+            {
+                int before = Volatile.Read(ref ranCount);
+                SpindleTask<int> run = Spindle.Run(() => Interlocked.Increment(ref ranCount), cts!.Token);
+                try
+                {
+                    run.GetAwaiter().GetResult(); // on a worker: may run the item inline first
+                    return Volatile.Read(ref ranCount) == before + 1 ? 1 : 99;
+                }
+                catch (OperationCanceledException)
+                {
+                    return Volatile.Read(ref ranCount) == before ? 2 : 98;
+                }
+            }),
+            i =>
+            {
+                Thread.SpinWait(i % 16 * 50);
+                cts!.Cancel();
+            });
+        Assert.True(ran >= Math.Min(rounds, 500), $"only {ran} rounds ran");
     }
 
     [Fact]
@@ -211,10 +409,15 @@ public sealed class RunCancellationTests
         Action action = static () => { };
         Func<int> function = static () => 1;
 
+        Func<SpindleTask> asyncAction = static () => SpindleTask.CompletedTask;
+        Func<SpindleTask<int>> asyncFunction = static () => SpindleTask.FromResult(1);
+
         TestUtil.AssertSteadyStateAllocatesNothing(_ =>
         {
             Spindle.Run(action, cts.Token).GetAwaiter().GetResult();
             Spindle.Run(function, cts.Token).GetAwaiter().GetResult();
+            Spindle.Run(asyncAction, cts.Token).GetAwaiter().GetResult();
+            Spindle.Run(asyncFunction, cts.Token).GetAwaiter().GetResult();
         }, 2_000);
         Assert.Equal(0, TokenRegistrationLeakTests.RegistrationCount(cts));
     }
