@@ -105,14 +105,7 @@ public static partial class Spindle
 
     /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker; the task completes when the function's task does.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
-    public static SpindleTask Run(Func<SpindleTask> function)
-    {
-        if (function is null)
-        {
-            ThrowHelper.ThrowArgumentNull(nameof(function));
-        }
-        return RunAsync(function);
-    }
+    public static SpindleTask Run(Func<SpindleTask> function) => Run(function, default);
 
     /// <summary>
     /// As <see cref="Run(Func{SpindleTask})"/>, and <paramref name="cancellationToken"/> cancels the run if the function
@@ -131,14 +124,7 @@ public static partial class Spindle
 
     /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker and returns its result.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
-    public static SpindleTask<T> Run<T>(Func<SpindleTask<T>> function)
-    {
-        if (function is null)
-        {
-            ThrowHelper.ThrowArgumentNull(nameof(function));
-        }
-        return RunAsync(function);
-    }
+    public static SpindleTask<T> Run<T>(Func<SpindleTask<T>> function) => Run(function, default);
 
     /// <summary>
     /// As <see cref="Run{T}(Func{SpindleTask{T}})"/>, and <paramref name="cancellationToken"/> cancels the run if the
