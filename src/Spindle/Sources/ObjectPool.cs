@@ -158,7 +158,14 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
             {
                 return true;
             }
-            Thread.SpinWait(4 << attempt);
+            if (Spinning.Helps)
+            {
+                Thread.SpinWait(4 << attempt);
+            }
+            else
+            {
+                Thread.Yield(); // one processor: the holder runs only if this thread lets it
+            }
         }
         return false;
     }

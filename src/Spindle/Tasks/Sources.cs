@@ -303,7 +303,7 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             }
             if (++idleRounds < 64)
             {
-                if (idleRounds < 16)
+                if (idleRounds < 16 && Spinning.Helps)
                 {
                     Thread.SpinWait(30);
                 }
@@ -349,7 +349,7 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
                 idleRounds = 0;
                 continue;
             }
-            if (++idleRounds < 50)
+            if (Spinning.Helps && ++idleRounds < 50)
             {
                 Thread.SpinWait(30);
                 continue;
