@@ -158,14 +158,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
             {
                 return true;
             }
-            if (Spinning.Helps)
-            {
-                Thread.SpinWait(4 << attempt);
-            }
-            else
-            {
-                Thread.Yield(); // one processor: the holder runs only if this thread lets it
-            }
+            Spinning.Pause(4 << attempt); // with one processor, the holder runs only if this thread lets it
         }
         return false;
     }

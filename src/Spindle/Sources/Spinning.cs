@@ -1,4 +1,5 @@
 using System;
+using System.Threading;
 
 namespace SpindleLib;
 
@@ -15,4 +16,20 @@ internal static class Spinning
     /// container's CPU limit count) is above 1.
     /// </summary>
     public static readonly bool Helps = Environment.ProcessorCount > 1;
+
+    /// <summary>
+    /// Waits a moment for another thread: <paramref name="iterations"/> pause instructions where another processor can
+    /// run that thread (<see cref="Thread.SpinWait(int)"/>), a yield of the processor where it cannot.
+    /// </summary>
+    public static void Pause(int iterations)
+    {
+        if (Helps)
+        {
+            Thread.SpinWait(iterations);
+        }
+        else
+        {
+            Thread.Yield();
+        }
+    }
 }

@@ -303,9 +303,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             }
             if (++idleRounds < 64)
             {
-                if (idleRounds < 16 && Spinning.Helps)
+                if (idleRounds < 16)
                 {
-                    Thread.SpinWait(30);
+                    Spinning.Pause(30);
                 }
                 else
                 {

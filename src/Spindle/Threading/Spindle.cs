@@ -70,11 +70,8 @@ public static partial class Spindle
         {
             return SpindleTask.FromCanceled(cancellationToken);
         }
-        Scheduler scheduler = Scheduler.Default; // first: starting the workers may throw, and then nothing is registered
-        RunItem<VoidResult> item = RunItem<VoidResult>.Rent(action, cancellationToken);
-        short token = item.Version;
-        scheduler.Queue(item);
-        return new SpindleTask(item, token);
+        RunItem<VoidResult> item = Queue<VoidResult>(action, cancellationToken);
+        return new SpindleTask(item, item.Version);
     }
 
     /// <summary>Runs <paramref name="function"/> on a Spindle worker and returns its result.</summary>
@@ -96,11 +93,21 @@ public static partial class Spindle
         {
             return SpindleTask.FromCanceled<T>(cancellationToken);
         }
+        RunItem<T> item = Queue<T>(function, cancellationToken);
+        return new SpindleTask<T>(item, item.Version);
+    }
+
+    /// <summary>
+    /// Rents a run item for <paramref name="work"/> (registering a token that can be cancelled) and queues it. The
+    /// workers are reached first: starting them may throw, and then nothing is rented or registered. The item's version
+    /// may be read afterwards: only the consumer of the task moves it on, and there is none yet.
+    /// </summary>
+    private static RunItem<TResult> Queue<TResult>(Delegate work, CancellationToken cancellationToken)
+    {
         Scheduler scheduler = Scheduler.Default;
-        RunItem<T> item = RunItem<T>.Rent(function, cancellationToken);
-        short token = item.Version;
+        RunItem<TResult> item = RunItem<TResult>.Rent(work, cancellationToken);
         scheduler.Queue(item);
-        return new SpindleTask<T>(item, token);
+        return item;
     }
 
     /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker; the task completes when the function's task does.</summary>

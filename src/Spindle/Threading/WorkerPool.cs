@@ -527,9 +527,9 @@ internal sealed class WorkerPool : Scheduler
                 // A short burst of pause instructions first, then yield the core between looks: on a machine with few
                 // cores a worker that only spins would keep a thread being woken (often the one waiting for a result)
                 // off the CPU until the OS preempts it.
-                if (round < PureSpinRounds && Spinning.Helps)
+                if (round < PureSpinRounds)
                 {
-                    Thread.SpinWait(30);
+                    Spinning.Pause(30);
                 }
                 else
                 {
