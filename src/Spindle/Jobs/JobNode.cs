@@ -13,7 +13,8 @@ namespace SpindleLib;
 /// <remarks>
 /// <para><b>Version and references.</b> <see cref="_refState"/> packs the node's version (high 32 bits; a handle carries
 /// it) and a reference count (low 32 bits). The count is 1 while the job is pending or running, plus one for every
-/// parallel-for runner queued for it and every thread helping it. A runner or helper takes its reference with a CAS
+/// thread running a parallel-for's batches (a worker's runner or a waiting thread), for as long as it runs them; a
+/// runner waiting in a queue holds none. A runner or helper takes its reference with a CAS
 /// that also checks the version: it can never act on a node that was recycled into another job (the ABA that a bare
 /// version check would leave open). Only a parallel-for ever has more than the job's own reference; for every other
 /// kind no other thread touches the count, and dropping it is a plain store (<see cref="Release"/>). A push onto the

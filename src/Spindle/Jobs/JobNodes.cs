@@ -78,21 +78,26 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
 }
 
 /// <summary>
-/// A parallel-for job: [0, length) split into batches that runners (one per worker, plus any thread waiting in
-/// Complete()) claim from an atomic cursor. A batch is the unit of distribution: an idle worker takes the next one.
+/// A parallel-for job: [0, length) split into batches that its runner (queued again as it fans out, up to once per
+/// worker) and any thread waiting in Complete() claim from an atomic cursor. A batch is the unit of distribution: an
+/// idle worker takes the next one.
 /// </summary>
 /// <remarks>
 /// Invariants: every batch index is claimed exactly once (the cursor only advances, by Interlocked.Add); the job
 /// finishes exactly once, when the claimed-and-done count reaches the batch count; a runner or helper touches the
-/// node only while holding a reference (JobNode), so none can claim batches of a later job that reuses the node.
+/// node's batches only while holding a reference taken for the use it was given (JobNode), so none can claim batches
+/// of a later job that reuses the node, nor of a use that is not ready yet (see <see cref="Runner"/>).
 /// </remarks>
 internal abstract class ParallelNode : JobNode
 {
-    /// <summary>Runners and helpers take references of their own (see <see cref="JobNode.TryAcquire"/>).</summary>
+    /// <summary>Its runner and helpers take references of their own while they run batches (see <see cref="JobNode.TryAcquire"/>).</summary>
     protected ParallelNode()
         : base(sharesReferences: true)
     {
+        _runner = new Runner(this);
     }
+
+    private readonly Runner _runner;
 
     private long _cursor;
     private int _remaining;
@@ -155,13 +160,14 @@ internal abstract class ParallelNode : JobNode
         // one per worker (see MaybeAddRunner). Queuing one per worker up front left stale runners behind every small
         // job its caller finished alone, faster than the workers could drain them.
         _runners = 1;
-        AddReferences(1);
-        WorkerPool.Shared.QueueHelpable(ParallelRunner.Rent(this));
+        _runner.Publish(Version);
+        _runner.Queue(); // or it already waits in a queue, and helps this use when it runs
     }
 
     /// <summary>
-    /// Fans out on demand: when batches remain beyond the one just claimed, queues one more runner, while there are
-    /// fewer than one per worker. The caller holds a reference, so the node cannot be recycled meanwhile.
+    /// Fans out on demand: when batches remain beyond the one just claimed, queues the runner again (unless it already
+    /// waits in a queue), while fewer than one per worker have been queued. The caller holds a reference, so the node
+    /// cannot be recycled meanwhile.
     /// </summary>
     private void MaybeAddRunner(long claimedStart)
     {
@@ -169,14 +175,10 @@ internal abstract class ParallelNode : JobNode
         {
             return;
         }
-        WorkerPool pool = WorkerPool.Shared;
-        int runners = Volatile.Read(ref _runners);
-        if (runners >= pool.WorkerCount || Interlocked.CompareExchange(ref _runners, runners + 1, runners) != runners)
+        if (Volatile.Read(ref _runners) < WorkerPool.Shared.WorkerCount && _runner.Queue())
         {
-            return;
+            Interlocked.Increment(ref _runners); // one that is queued: a runner already waiting in a queue counts once
         }
-        AddReferences(1);
-        pool.QueueHelpable(ParallelRunner.Rent(this));
     }
 
     /// <summary>Claims and runs batches until none are left. The caller holds a reference.</summary>
@@ -233,30 +235,57 @@ internal abstract class ParallelNode : JobNode
     }
 
     protected override void ClearJob() => _firstError = null;
-}
 
-/// <summary>A pooled work item that runs a parallel job's batches on one worker, then drops its reference.</summary>
-internal sealed class ParallelRunner : WorkItem, IPoolNode<ParallelRunner>
-{
-    private ParallelNode? _node;
-    private ParallelRunner? _poolNext;
-
-    ref ParallelRunner? IPoolNode<ParallelRunner>.Next => ref _poolNext;
-
-    public static ParallelRunner Rent(ParallelNode node)
+    /// <summary>
+    /// The work item that runs a parallel job's batches on a worker: one per node, made with it, and in at most one
+    /// queue at a time.
+    /// </summary>
+    /// <remarks>
+    /// <para>It holds no reference on the node while it waits in a queue. When it runs it helps as a waiting thread
+    /// does: it takes a reference only if the node is still at the use it was last published for (<see cref="Publish"/>,
+    /// written when a use became ready) and has batches left. So a runner left behind by a job that its caller finished
+    /// alone (the common fate of a small job's runner) pins nothing: the node goes back to its pool as soon as it is
+    /// done, and the runner, when a worker reaches it, finds a newer version or no batches and does nothing.</para>
+    /// <para>A use that becomes ready while the runner still waits in a queue does not queue it again: the waiting
+    /// runner helps that use when it runs, since it reads the version only then. Invariant: <see cref="_queued"/> is 1
+    /// from a successful <see cref="Queue"/> until the queued runner starts. Publish's store and Queue's CAS on one
+    /// side, Execute's exchange and its read of the version on the other, form a Dekker pair (each side's interlocked
+    /// operation on <see cref="_queued"/> is a full fence before its read of the other's): a Queue that finds the
+    /// runner still queued comes before that runner's exchange, which therefore reads the new version.</para>
+    /// <para>Before (a runner rented per fan-out, holding a reference until it ran), a scheduler that outran the
+    /// workers (one processor, or workers descheduled for a while) kept every recent node and runner out of the pools
+    /// and a runner per job in the queue, and allocated a node, a runner and an edge per job, and queue segments.</para>
+    /// </remarks>
+    private sealed class Runner : WorkItem
     {
-        ParallelRunner runner = ObjectPool<ParallelRunner>.TryRent() ?? new ParallelRunner();
-        runner._node = node;
-        return runner;
-    }
+        private readonly ParallelNode _node;
+        private int _version;
+        private int _queued;
 
-    public override void Execute()
-    {
-        ParallelNode node = _node!;
-        _node = null;
-        ObjectPool<ParallelRunner>.Return(this);
-        node.RunBatches();
-        node.Release();
+        public Runner(ParallelNode node) => _node = node;
+
+        /// <summary>Called when a use becomes ready, before <see cref="Queue"/>.</summary>
+        public void Publish(int version) => Volatile.Write(ref _version, version);
+
+        /// <summary>
+        /// Queues the runner unless it already waits in a queue, where it will help the current use. True if this call
+        /// queued it.
+        /// </summary>
+        public bool Queue()
+        {
+            if (Interlocked.CompareExchange(ref _queued, 1, 0) != 0)
+            {
+                return false;
+            }
+            WorkerPool.Shared.QueueHelpable(this);
+            return true;
+        }
+
+        public override void Execute()
+        {
+            Interlocked.Exchange(ref _queued, 0);
+            _node.TryHelp(Volatile.Read(ref _version));
+        }
     }
 }
 

@@ -102,6 +102,28 @@ public class JobAllocationTests
         Assert.True(counter.Read() >= 3 * Iterations);
     }
 
+    /// <summary>
+    /// The scheduling thread outruns the workers (here every worker is held, as when one processor has to share itself
+    /// or the workers are descheduled for a while): it finishes each small job alone while the job's runner still waits
+    /// in a queue. The runner pins nothing and is not queued again, so nothing is allocated. Before, it held its node
+    /// until a worker reached it: a node, a runner and an edge per job, and queue segments.
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void ScheduleAndComplete_ParallelFor_WhileEveryWorkerIsBusy_AllocatesNothing(bool batch)
+    {
+        var counter = new Counter();
+        var forJob = new NoopForJob { Counter = counter };
+        var batchJob = new NoopBatchJob { Counter = counter };
+        using (var hold = new HoldWorkers())
+        {
+            AssertSteadyStateAllocatesNothing(_ => (batch ? batchJob.ScheduleBatch(256, 32) : forJob.Schedule(256, 32)).Complete());
+            Assert.True(hold.StillHolding, "a worker was let go before the measurement ended");
+        }
+        Assert.True(counter.Read() >= 3 * Iterations);
+    }
+
     [Fact]
     public void ScheduleAndComplete_ParallelForBatch_AllocatesNothing()
     {

@@ -120,6 +120,84 @@ public class ParallelForJobTests
         await TestUtil.WithTimeout(Task.WhenAll(tasks), TestUtil.StressTimeout(60));
     }
 
+    private sealed class Flag
+    {
+        public int Value;
+
+        public bool IsSet => Volatile.Read(ref Value) != 0;
+
+        public void Set() => Volatile.Write(ref Value, 1);
+    }
+
+    /// <summary>Spins (bounded) until released, then marks itself done.</summary>
+    private struct HeldJob : IJob
+    {
+        public Flag Release;
+        public Flag Done;
+
+        public readonly void Execute()
+        {
+            Flag release = Release;
+            SpinWait.SpinUntil(() => release.IsSet, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+            Done.Set();
+        }
+    }
+
+    /// <summary>Counts each index, and every index run while <c>Dependency</c> was not done yet.</summary>
+    private struct AfterJob : IJobParallelFor
+    {
+        public int[] Hits;
+        public Flag? Dependency;
+        public Counter Early;
+
+        public readonly void Execute(int index)
+        {
+            if (Dependency is { IsSet: false })
+            {
+                Early.Increment();
+            }
+            Interlocked.Increment(ref Hits[index]);
+        }
+    }
+
+    /// <summary>
+    /// A parallel job's runner waits in a queue without a reference on its node, and when it runs it helps whatever use
+    /// was last published as ready. Here the caller finishes each small job alone, which leaves its runner queued; the
+    /// node goes back to the pool and is rented at once for the next job, which waits on a held dependency while the
+    /// workers reach the left-behind runner. No batch may run before the dependency is done, and every index runs once.
+    /// </summary>
+    [Fact]
+    public async Task ParallelFor_RunnerLeftInAQueueByAnEarlierUse_NeverRunsALaterUseBeforeItsDependency()
+    {
+        await JobTestUtil.Bounded(
+            () =>
+            {
+                const int Length = 64;
+                int rounds = TestUtil.Stress(3_000);
+                var budget = System.Diagnostics.Stopwatch.StartNew();
+                var early = new Counter();
+                for (int round = 0; round < rounds && budget.Elapsed < TimeSpan.FromSeconds(20); round++)
+                {
+                    var first = new int[Length];
+                    new AfterJob { Hits = first, Early = early }.Schedule(Length, 1).Complete(); // most often alone
+                    AssertEachIndexOnce(first);
+
+                    var release = new Flag();
+                    var done = new Flag();
+                    JobHandle held = new HeldJob { Release = release, Done = done }.Schedule();
+                    var second = new int[Length];
+                    JobHandle after = new AfterJob { Hits = second, Dependency = done, Early = early }.Schedule(Length, 1, held);
+                    JobHandle.ScheduleBatchedJobs();
+                    SpinWait.SpinUntil(() => false, round % 4); // 0-3 ms for the workers to reach the runner left behind
+                    release.Set();
+                    after.Complete();
+                    AssertEachIndexOnce(second);
+                    Assert.True(early.Read() == 0, $"round {round}: {early.Read()} indices ran before their job's dependency finished");
+                }
+            },
+            TestUtil.StressTimeout(60));
+    }
+
     private struct CopyPerBatchJob : IJobParallelFor
     {
         public int[] Seen;
