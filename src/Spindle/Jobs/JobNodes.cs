@@ -155,14 +155,27 @@ internal abstract class ParallelNode : JobNode
             Finish(null)?.OnReady();
             return;
         }
-        Volatile.Write(ref _ready, 1);
         // One runner to start with; each thread that finds batches left behind the one it claims adds another, up to
         // one per worker (see MaybeAddRunner). Queuing one per worker up front left stale runners behind every small
-        // job its caller finished alone, faster than the workers could drain them.
+        // job its caller finished alone, faster than the workers could drain them. The count and the version are set
+        // before the use is marked ready: until then no thread can run its batches, so none can finish it and recycle
+        // the node, and this thread (which holds no reference) reads this use's version and not a later one's.
         _runners = 1;
         _runner.Publish(Version);
+        Volatile.Write(ref _ready, 1);
+#if DEBUG
+        TestHookAfterReady?.Invoke(this);
+#endif
         _runner.Queue(); // or it already waits in a queue, and helps this use when it runs
     }
+
+#if DEBUG
+    /// <summary>Tests only: runs in OnReady once the use is marked ready, before its runner is queued.</summary>
+    internal static Action<ParallelNode>? TestHookAfterReady;
+
+    /// <summary>Tests only: runs in TryHelp between its read of the ready flag and its read of the cursor.</summary>
+    internal static Action<ParallelNode, int>? TestHookHelpAfterReadyRead;
+#endif
 
     /// <summary>
     /// Fans out on demand: when batches remain beyond the one just claimed, queues the runner again (unless it already
@@ -225,7 +238,14 @@ internal abstract class ParallelNode : JobNode
 
     public override bool TryHelp(int version)
     {
-        if (Volatile.Read(ref _ready) == 0 || Volatile.Read(ref _cursor) >= Length || !TryAcquire(version))
+        if (Volatile.Read(ref _ready) == 0)
+        {
+            return false;
+        }
+#if DEBUG
+        TestHookHelpAfterReadyRead?.Invoke(this, version);
+#endif
+        if (Volatile.Read(ref _cursor) >= Length || !TryAcquire(version))
         {
             return false;
         }
@@ -246,8 +266,12 @@ internal abstract class ParallelNode : JobNode
     /// written when a use became ready) and has batches left. So a runner left behind by a job that its caller finished
     /// alone (the common fate of a small job's runner) pins nothing: the node goes back to its pool as soon as it is
     /// done, and the runner, when a worker reaches it, finds a newer version or no batches and does nothing.</para>
-    /// <para>A use that becomes ready while the runner still waits in a queue does not queue it again: the waiting
-    /// runner helps that use when it runs, since it reads the version only then. Invariant: <see cref="_queued"/> is 1
+    /// <para>It always goes to the pool's shared queue, even from a worker: a use that becomes ready while the runner
+    /// still waits in a queue does not queue it again, and relies on the waiting runner (which reads the version only
+    /// when it runs), so that runner must be where every idle worker and every thread waiting in Complete() can take it.
+    /// In a worker's own queue or run-next slot it waited for that worker (a review found a dependent's Complete() making
+    /// no progress while the worker ran a long item). The shared queue is also where fan-out belongs: the thread that
+    /// queues a runner is already running batches itself. Invariant: <see cref="_queued"/> is 1
     /// from a successful <see cref="Queue"/> until the queued runner starts. Publish's store and Queue's CAS on one
     /// side, Execute's exchange and its read of the version on the other, form a Dekker pair (each side's interlocked
     /// operation on <see cref="_queued"/> is a full fence before its read of the other's): a Queue that finds the
@@ -277,7 +301,7 @@ internal abstract class ParallelNode : JobNode
             {
                 return false;
             }
-            WorkerPool.Shared.QueueHelpable(this);
+            WorkerPool.Shared.QueueShared(this);
             return true;
         }
 

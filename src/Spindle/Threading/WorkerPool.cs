@@ -163,6 +163,15 @@ internal sealed class WorkerPool : Scheduler
             Queue(item);
             return;
         }
+        QueueShared(item);
+    }
+
+    /// <summary>
+    /// Queues a job item where every worker and every thread helping in a job's Complete() can take it (the shared
+    /// helpable queue), whichever thread queues it, and wakes a worker if none is spinning.
+    /// </summary>
+    public void QueueShared(WorkItem item)
+    {
         _helpable.Enqueue(item); // its interlocked tail update is the full fence the parking protocol needs
         NotifyIfNoneSpinning();
     }

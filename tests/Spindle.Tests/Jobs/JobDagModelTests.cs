@@ -306,14 +306,22 @@ public class JobDagModelTests
             }
         }
 
-        /// <summary>Waits until job j's handle is published (its scheduler handles jobs in index order, so this ends).</summary>
+        /// <summary>
+        /// Waits until job j's handle is published (its scheduler handles jobs in index order, so this ends). The
+        /// scheduler on a worker helps while it waits, as Complete() there does: the job another scheduler is waiting
+        /// for may sit in this worker's own queue, where a thread that is not a worker cannot reach it, and with one
+        /// worker nothing else would run it.
+        /// </summary>
         private void WaitPublished(int j)
         {
             if (Volatile.Read(ref _published[j]) != 0)
             {
                 return;
             }
-            TestUtil.SpinUntil(() => Volatile.Read(ref _published[j]) != 0);
+            if (!JobTestUtil.PollHelping(() => Volatile.Read(ref _published[j]) != 0, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
+            {
+                throw new TimeoutException($"job {j}'s handle was not published within {TestUtil.DefaultTimeoutSeconds} s");
+            }
         }
 
         private JobHandle HandleOf(int j)

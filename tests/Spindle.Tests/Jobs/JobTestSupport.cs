@@ -14,6 +14,22 @@ internal sealed class Counter
     public void Increment() => Interlocked.Increment(ref Value);
 }
 
+/// <summary>A one-way flag that jobs can set and spin on (bounded), without an event to dispose.</summary>
+internal sealed class Flag
+{
+    private int _value;
+
+    public bool IsSet => Volatile.Read(ref _value) != 0;
+
+    public void Set() => Volatile.Write(ref _value, 1);
+
+    public bool Wait(int seconds = TestUtil.DefaultTimeoutSeconds)
+    {
+        Flag self = this;
+        return SpinWait.SpinUntil(() => self.IsSet, TimeSpan.FromSeconds(seconds));
+    }
+}
+
 /// <summary>A gate a job can wait at: the job signals <see cref="Started"/>, then waits for <see cref="Release"/>.</summary>
 /// <remarks>
 /// <para>Dispose releases the job; the events are left to the GC, so a job still inside Wait never sees them disposed.</para>
@@ -220,10 +236,48 @@ internal static class JobTestUtil
     public static void WaitByPolling(JobHandle handle, int seconds = TestUtil.DefaultTimeoutSeconds)
         => TestUtil.SpinUntil(() => handle.IsCompleted, seconds);
 
+    /// <summary>
+    /// Polls <paramref name="condition"/> for up to <paramref name="timeout"/>, running queued work between polls as a
+    /// thread blocked in Complete() does (a worker runs any of its work, another thread only jobs): work that is visible
+    /// gets done even when the polling thread holds the only worker, and work that is not visible yet cannot be.
+    /// </summary>
+    public static bool PollHelping(Func<bool> condition, TimeSpan timeout)
+    {
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        while (!condition())
+        {
+            if (clock.Elapsed > timeout)
+            {
+                return false;
+            }
+            if (!WorkerPool.Shared.TryRunHelpable())
+            {
+                Thread.Yield();
+            }
+        }
+        return true;
+    }
+
     /// <summary>Best effort: waits until every worker of the shared pool is parked (false if they did not within the bound).</summary>
     public static bool WaitForParkedWorkers(int milliseconds)
     {
         WorkerPool pool = WorkerPool.Shared;
         return SpinWait.SpinUntil(() => pool.IdleWorkers >= pool.WorkerCount, milliseconds);
+    }
+}
+
+/// <summary>
+/// A fact that needs at least two Spindle workers: one held by a gated job (or a spinning continuation that must not
+/// help, to prove what it checks) while another runs the rest. Skipped, with the reason, where there is one worker (one
+/// processor, or SPINDLE_WORKERS=1).
+/// </summary>
+internal sealed class TwoWorkersTheoryAttribute : TheoryAttribute
+{
+    public TwoWorkersTheoryAttribute()
+    {
+        if (Spindle.WorkerCount < 2)
+        {
+            Skip = $"needs two Spindle workers (one is held by a gated job while another runs the rest); this process has {Spindle.WorkerCount}";
+        }
     }
 }

@@ -120,15 +120,6 @@ public class ParallelForJobTests
         await TestUtil.WithTimeout(Task.WhenAll(tasks), TestUtil.StressTimeout(60));
     }
 
-    private sealed class Flag
-    {
-        public int Value;
-
-        public bool IsSet => Volatile.Read(ref Value) != 0;
-
-        public void Set() => Volatile.Write(ref Value, 1);
-    }
-
     /// <summary>Spins (bounded) until released, then marks itself done.</summary>
     private struct HeldJob : IJob
     {
@@ -137,8 +128,7 @@ public class ParallelForJobTests
 
         public readonly void Execute()
         {
-            Flag release = Release;
-            SpinWait.SpinUntil(() => release.IsSet, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+            Release.Wait();
             Done.Set();
         }
     }

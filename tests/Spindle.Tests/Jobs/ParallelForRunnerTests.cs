@@ -1,0 +1,172 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Jobs;
+
+/// <summary>
+/// A parallel-for's runner is part of its node, waits in a queue without a reference, and serves every use of the
+/// node (JobNodes.cs, ParallelNode.Runner). These two races were found by a review of that change; each test failed
+/// before its fix. Run alone: they hold workers and rely on the node being reused by the same thread's pool.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class ParallelForRunnerTests
+{
+    private struct CountFor : IJobParallelFor
+    {
+        public Counter Hits;
+        public Flag? Dependency;
+        public Counter? Early;
+
+        public readonly void Execute(int index)
+        {
+            if (Dependency is { IsSet: false })
+            {
+                Early!.Increment();
+            }
+            Hits.Increment();
+        }
+    }
+
+    /// <summary>Marks itself started, spins (bounded) until released, then marks itself done.</summary>
+    private struct HeldJob : IJob
+    {
+        public Flag Started;
+        public Flag Release;
+        public Flag Done;
+
+        public readonly void Execute()
+        {
+            Started.Set();
+            Release.Wait();
+            Done.Set();
+        }
+    }
+
+    /// <summary>
+    /// A use that becomes ready while the node's runner still waits in a queue relies on that runner. If it waited in a
+    /// busy worker's own queue, a thread waiting in Complete() for a dependent could not reach it, and nothing ran the
+    /// use until that worker was free: the runner always goes to the shared queue.
+    /// </summary>
+    [Fact]
+    public async Task FireAndForgetParallelFor_ItsDependentCompletes_WhileTheWorkerThatQueuedItsRunnerIsBusy()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            using var others = new HoldWorkers(WorkerPool.Shared.WorkerCount - 1);
+            var release = new ManualResetEventSlim(false);
+            var scheduled = new ManualResetEventSlim(false);
+            JobHandle first = default;
+            var hits1 = new Counter();
+            SpindleTask busy = Spindle.Run(() =>
+            {
+                first = new CountFor { Hits = hits1 }.Schedule(64, 1);
+                JobHandle.ScheduleBatchedJobs(); // made ready on this worker: its runner is queued from here
+                scheduled.Set();
+                release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // then this worker stays busy
+            });
+            try
+            {
+                Assert.True(scheduled.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the scheduling item never ran");
+                first.Complete(); // this thread runs every batch; the node goes back to this thread's pool
+                Assert.Equal(64, hits1.Read());
+
+                var hits2 = new Counter();
+                JobHandle second = new CountFor { Hits = hits2 }.Schedule(64, 1); // most often the same node, not awaited
+                var ran = new Counter();
+                JobHandle dependent = new CountJob(ran).Schedule(second);
+                var clock = Stopwatch.StartNew();
+                Task waiter = Task.Run(dependent.Complete);
+                bool done = waiter.Wait(TimeSpan.FromSeconds(5));
+                long ms = clock.ElapsedMilliseconds;
+                string pool = WorkerPool.Shared.Describe();
+                release.Set();
+                Assert.True(waiter.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the dependent never completed");
+                Assert.True(done, $"Complete() on the dependent made no progress for {ms} ms while the worker that queued the runner was busy ({pool}; same node: {ReferenceEquals(first.Node, second.Node)})");
+                Assert.Equal(64, hits2.Read());
+                Assert.Equal(1, ran.Read());
+            }
+            finally
+            {
+                release.Set();
+                TestUtil.WithTimeout(busy).GetAwaiter().GetResult();
+            }
+        });
+    }
+
+#if DEBUG
+    /// <summary>
+    /// The thread that makes a use ready holds no reference. If it read the node's version after marking the use ready,
+    /// a waiting thread could run every batch, finish and recycle the node in between, and the runner would be
+    /// published for the next use, not rented yet; reading the finished use's stale ready flag, it would then run the
+    /// next use's batches before that use's dependency finished. Two Debug-only hooks stand in for the two preemptions
+    /// (the ready-making thread after it marked the use ready; the runner between its reads of the ready flag and the
+    /// cursor). The version is now published before the use is marked ready.
+    /// </summary>
+    [Fact]
+    public async Task ThreadMakingAUseReady_IsPreemptedUntilTheNodeIsRecycled_TheRunnerNeverRunsTheNextUseEarly()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            var early = new Counter();
+            var started0 = new Flag();
+            var release0 = new Flag();
+            JobHandle d0 = new HeldJob { Started = started0, Release = release0, Done = new Flag() }.Schedule();
+            var hits1 = new Counter();
+            // One batch each: no fan-out, so the thread that runs the batch finishes the use and takes the node back into
+            // its own pool, where the next Schedule on this thread rents it again.
+            JobHandle p = new CountFor { Hits = hits1 }.Schedule(64, 64, d0);
+            var node = (ParallelNode)p.Node!;
+            int version = p.Version;
+            var rented = new Flag();
+            int hookA = 0;
+            int hookB = 0;
+            ParallelNode.TestHookAfterReady = n =>
+            {
+                if (n == node && WorkerPool.Shared.IsWorkerThread && Interlocked.Exchange(ref hookA, 1) == 0)
+                {
+                    SpinWait.SpinUntil(() => n.Version != version, TimeSpan.FromSeconds(10)); // until this use is recycled
+                }
+            };
+            ParallelNode.TestHookHelpAfterReadyRead = (n, v) =>
+            {
+                if (n == node && v == version + 1 && WorkerPool.Shared.IsWorkerThread && Interlocked.Exchange(ref hookB, 1) == 0)
+                {
+                    rented.Wait(10); // until the next use is rented
+                }
+            };
+            try
+            {
+                JobHandle.ScheduleBatchedJobs();
+                Assert.True(started0.Wait(), "the first dependency did not start on a worker");
+                release0.Set();
+                p.Complete(); // this thread runs the batches as soon as the use is marked ready, and recycles the node
+                Assert.Equal(64, hits1.Read());
+
+                var started1 = new Flag();
+                var release1 = new Flag();
+                var done1 = new Flag();
+                JobHandle d1 = new HeldJob { Started = started1, Release = release1, Done = done1 }.Schedule();
+                var hits2 = new Counter();
+                JobHandle after = new CountFor { Hits = hits2, Dependency = done1, Early = early }.Schedule(64, 64, d1);
+                Assert.Same(node, after.Node); // the race needs the node reused, which this thread's pool does
+                JobHandle.ScheduleBatchedJobs();
+                rented.Set();
+                Thread.Sleep(200);
+                int earlyWhileHeld = early.Read();
+                release1.Set();
+                after.Complete();
+                Assert.True(earlyWhileHeld == 0 && early.Read() == 0, $"{early.Read()} indices of the next use ran before its dependency finished");
+                Assert.Equal(64, hits2.Read());
+            }
+            finally
+            {
+                ParallelNode.TestHookAfterReady = null;
+                ParallelNode.TestHookHelpAfterReadyRead = null;
+                release0.Set();
+            }
+        });
+    }
+#endif
+}
