@@ -4,6 +4,7 @@ using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
 using System.Threading;
+using System.Threading.Tasks;
 using System.Threading.Tasks.Sources;
 
 namespace SpindleLib;
@@ -904,21 +905,13 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// The <see cref="IValueTaskSource"/> form. Honors <see cref="ValueTaskSourceOnCompletedFlags.FlowExecutionContext"/>
-    /// (rare: only non-"unsafe" awaiters ask for it, and only then does it allocate). Scheduling contexts are not
-    /// captured: Spindle continuations run where the source completes.
+    /// The <see cref="IValueTaskSource"/> form, for a <see cref="System.Threading.Tasks.ValueTask"/> made from a Spindle
+    /// source: its flags are honored as <c>ManualResetValueTaskSourceCore</c> honors them (see
+    /// <see cref="ContextContinuation.Apply"/>). Spindle's own awaiters come through the form without flags.
     /// </summary>
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
     {
-        if ((flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0)
-        {
-            ExecutionContext? ec = ExecutionContext.Capture();
-            if (ec is not null)
-            {
-                OnCompleted(ContextContinuation.s_run, new ContextContinuation(continuation, state, ec), token);
-                return;
-            }
-        }
+        ContextContinuation.Apply(ref continuation, ref state, flags);
         OnCompleted(continuation, state, token);
     }
 
@@ -932,7 +925,10 @@ internal struct SourceCore<TResult>
     }
 }
 
-/// <summary>A continuation bound to a captured ExecutionContext (the rare path that must flow it; allocates).</summary>
+/// <summary>
+/// A continuation bound to a captured ExecutionContext, a captured scheduling context, or both (the rare paths that
+/// must flow one; allocates).
+/// </summary>
 internal sealed class ContextContinuation
 {
     private static readonly ContextCallback s_invoke = static o =>
@@ -941,20 +937,88 @@ internal sealed class ContextContinuation
         cc._continuation(cc._state);
     };
 
+    private static readonly SendOrPostCallback s_post = static o => ((ContextContinuation)o!).RunInContext();
+
+    private static readonly Action<object?> s_runInContext = static o => ((ContextContinuation)o!).RunInContext();
+
     public static readonly Action<object?> s_run = static o =>
     {
         var cc = (ContextContinuation)o!;
-        ContextFlow.Run(cc._context, s_invoke, cc);
+        switch (cc._scheduling)
+        {
+            case SynchronizationContext sc:
+                sc.Post(s_post, cc);
+                break;
+            case TaskScheduler ts:
+                Task.Factory.StartNew(s_runInContext, cc, CancellationToken.None, TaskCreationOptions.DenyChildAttach, ts);
+                break;
+            default:
+                cc.RunInContext();
+                break;
+        }
     };
+
+    /// <summary>
+    /// Applies an <see cref="IValueTaskSource"/> awaiter's flags to its continuation, as the BCL's
+    /// <c>ManualResetValueTaskSourceCore</c> does: <see cref="ValueTaskSourceOnCompletedFlags.FlowExecutionContext"/>
+    /// binds it to the caller's ExecutionContext (only non-"unsafe" awaiters ask for it), and
+    /// <see cref="ValueTaskSourceOnCompletedFlags.UseSchedulingContext"/> (a plain <c>await</c> of the ValueTask, not
+    /// <c>ConfigureAwait(false)</c>) makes it resume on the caller's SynchronizationContext, or else its TaskScheduler,
+    /// when the caller has one that is not the default. With neither, the continuation is left as it is and nothing
+    /// allocates; a Spindle task awaited directly never captures a scheduling context (DESIGN: continuations run where
+    /// their source completes).
+    /// </summary>
+    public static void Apply(ref Action<object?> continuation, ref object? state, ValueTaskSourceOnCompletedFlags flags)
+    {
+        ExecutionContext? ec = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
+        object? scheduling = null;
+        if ((flags & ValueTaskSourceOnCompletedFlags.UseSchedulingContext) != 0)
+        {
+            SynchronizationContext? sc = SynchronizationContext.Current;
+            if (sc is not null && sc.GetType() != typeof(SynchronizationContext))
+            {
+                scheduling = sc;
+            }
+            else if (TaskScheduler.Current is { } ts && ts != TaskScheduler.Default)
+            {
+                scheduling = ts;
+            }
+        }
+        if (ec is null && scheduling is null)
+        {
+            return;
+        }
+        state = new ContextContinuation(continuation, state, ec, scheduling);
+        continuation = s_run;
+    }
 
     private readonly Action<object?> _continuation;
     private readonly object? _state;
-    private readonly ExecutionContext _context;
+    private readonly ExecutionContext? _context;
+    private readonly object? _scheduling;
 
     public ContextContinuation(Action<object?> continuation, object? state, ExecutionContext context)
+        : this(continuation, state, context, null)
+    {
+    }
+
+    private ContextContinuation(Action<object?> continuation, object? state, ExecutionContext? context, object? scheduling)
     {
         _continuation = continuation;
         _state = state;
         _context = context;
+        _scheduling = scheduling;
+    }
+
+    private void RunInContext()
+    {
+        if (_context is null)
+        {
+            _continuation(_state);
+        }
+        else
+        {
+            ContextFlow.Run(_context, s_invoke, this);
+        }
     }
 }

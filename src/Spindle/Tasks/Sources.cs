@@ -32,7 +32,10 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>
     public void OnCompleted(Action<object?> continuation, object? state, short token) => Continuations.Invoke(continuation, state);
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-        => Continuations.Invoke(continuation, state);
+    {
+        ContextContinuation.Apply(ref continuation, ref state, flags);
+        Continuations.Invoke(continuation, state);
+    }
 }
 
 /// <summary>
@@ -169,11 +172,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
     {
-        if ((flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 && ExecutionContext.Capture() is { } ec)
-        {
-            OnCompleted(ContextContinuation.s_run, new ContextContinuation(continuation, state, ec), token);
-            return;
-        }
+        ContextContinuation.Apply(ref continuation, ref state, flags);
         OnCompleted(continuation, state, token);
     }
 }

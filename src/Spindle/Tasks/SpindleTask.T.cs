@@ -80,6 +80,12 @@ public readonly partial struct SpindleTask<T>
     public SpindleTask AsSpindleTask() => _source is null ? default : new SpindleTask(_source, _token);
 
     /// <summary>Converts to a <see cref="ValueTask{T}"/> with no allocation.</summary>
+    /// <remarks>
+    /// The ValueTask keeps the BCL's contract: a plain <c>await</c> of it resumes on the awaiting code's
+    /// <see cref="System.Threading.SynchronizationContext"/> (or its TaskScheduler, when that is not the default), as for any ValueTask;
+    /// <c>ConfigureAwait(false)</c> resumes where the task completed. Awaited directly, a Spindle task captures no
+    /// context.
+    /// </remarks>
     public ValueTask<T> AsValueTask() => _source is null ? new ValueTask<T>(_result) : new ValueTask<T>(_source, _token);
 
     /// <summary>Converts to a <see cref="Task{T}"/>. Allocates.</summary>

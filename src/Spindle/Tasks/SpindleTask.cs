@@ -89,6 +89,12 @@ public readonly partial struct SpindleTask
     }
 
     /// <summary>Converts to a <see cref="ValueTask"/> with no allocation: every Spindle source is an <see cref="IValueTaskSource"/>.</summary>
+    /// <remarks>
+    /// The ValueTask keeps the BCL's contract: a plain <c>await</c> of it resumes on the awaiting code's
+    /// <see cref="SynchronizationContext"/> (or its TaskScheduler, when that is not the default), as for any ValueTask;
+    /// <c>ConfigureAwait(false)</c> resumes where the task completed. Awaited directly, a Spindle task captures no
+    /// context.
+    /// </remarks>
     public ValueTask AsValueTask() => _source is null ? default : new ValueTask(_source, _token);
 
     /// <summary>Converts to a <see cref="Task"/>. Allocates a <see cref="Task"/> unless the task has already succeeded.</summary>

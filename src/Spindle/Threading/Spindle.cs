@@ -163,11 +163,12 @@ public static partial class Spindle
     /// A started function's task, once it has one: the run's own task gives it when the function has returned it. The run
     /// is awaited as a ValueTask: a Spindle task's awaiter, on a worker, would take a run it has just queued back from the
     /// run-next slot and run it on the spot, and this method starts inside <see cref="Run(Func{SpindleTask}, CancellationToken)"/>,
-    /// so the function would run before Run returned (the token-free form goes through <see cref="Yield"/>).
+    /// so the function would run before Run returned (the token-free form goes through <see cref="Yield"/>). Not on the
+    /// caller's context: a plain await of a ValueTask would resume there (section 19 of docs/decisions.md).
     /// </summary>
-    private static async SpindleTask Unwrap(SpindleTask<SpindleTask> started) => await await started.AsValueTask();
+    private static async SpindleTask Unwrap(SpindleTask<SpindleTask> started) => await await started.AsValueTask().ConfigureAwait(false);
 
-    private static async SpindleTask<T> Unwrap<T>(SpindleTask<SpindleTask<T>> started) => await await started.AsValueTask();
+    private static async SpindleTask<T> Unwrap<T>(SpindleTask<SpindleTask<T>> started) => await await started.AsValueTask().ConfigureAwait(false);
 
     /// <summary>Awaits to continue on a Spindle worker, always by way of the work queues (even from a worker).</summary>
     public static WorkerAwaitable Yield() => new(alwaysQueue: true);

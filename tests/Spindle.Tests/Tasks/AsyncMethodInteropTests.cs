@@ -149,6 +149,112 @@ public sealed class AsyncMethodInteropTests
         static async SpindleTask Method() => await Task.Delay(1).ConfigureAwait(false);
     }
 
+    // ---------------------------------------------------------------- a ValueTask made from a Spindle task
+
+    public static TheoryData<string> PendingKinds => new() { "promise", "async method", "WhenAll", "Preserve", "Spindle.Run", "delay" };
+
+    /// <summary>A pending Spindle task of the given kind as a ValueTask, and what completes it.</summary>
+    private static (ValueTask Task, Action Complete) Pending(string kind)
+    {
+        var p = new Promise();
+        switch (kind)
+        {
+            case "promise":
+                return (p.Task.AsValueTask(), p.SetResult);
+            case "async method":
+                return (Awaiting(p).AsValueTask(), p.SetResult);
+            case "WhenAll":
+                var other = new Promise();
+                return (SpindleTask.WhenAll(p.Task, other.Task).AsValueTask(), () => { other.SetResult(); p.SetResult(); });
+            case "Preserve":
+                return (p.Task.Preserve().AsValueTask(), p.SetResult);
+            case "Spindle.Run":
+                var gate = new ManualResetEventSlim(false);
+                return (Spindle.Run(() => { gate.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); }).AsValueTask(), gate.Set);
+            default:
+                var go = new ManualResetEventSlim(false);
+                return (DelayAfter(go).AsValueTask(), go.Set);
+        }
+
+        static async SpindleTask Awaiting(Promise promise) => await promise.Task;
+
+        static async SpindleTask DelayAfter(ManualResetEventSlim go)
+        {
+            await Spindle.Yield();
+            go.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+            await Spindle.Delay(TimeSpan.FromMilliseconds(1));
+        }
+    }
+
+    /// <summary>
+    /// A ValueTask made from a Spindle task keeps the BCL's contract for a ValueTask: a plain <c>await</c> of it resumes
+    /// on the awaiting code's SynchronizationContext (UI thread, Unity's main thread), as an await of a Task or of a
+    /// <c>ManualResetValueTaskSourceCore</c>'s ValueTask does. (Awaited directly, a Spindle task captures nothing.)
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(PendingKinds))]
+    public async Task AwaitAsValueTask_OnThreadWithContext_PostsBackAsTheBclDoes(string kind)
+    {
+        var sc = new CountingContext();
+        (ValueTask pending, Action complete) = Pending(kind);
+        SynchronizationContext? seen = null;
+        Task t = OnThreadWith(sc, () => Method(pending));
+        complete();
+        await TestUtil.WithTimeout(t);
+
+        Assert.Equal(1, sc.Posts);
+        Assert.Same(sc, seen);
+
+        async Task Method(ValueTask task)
+        {
+            await task;
+            seen = SynchronizationContext.Current;
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(PendingKinds))]
+    public async Task AwaitAsValueTaskConfigureAwaitFalse_OnThreadWithContext_DoesNotPost(string kind)
+    {
+        var sc = new CountingContext();
+        (ValueTask pending, Action complete) = Pending(kind);
+        SynchronizationContext? seen = sc;
+        Task t = OnThreadWith(sc, () => Method(pending));
+        complete();
+        await TestUtil.WithTimeout(t);
+
+        Assert.Equal(0, sc.Posts);
+        Assert.NotSame(sc, seen); // resumed where the task completed, with that thread's context
+
+        async Task Method(ValueTask task)
+        {
+            await task.ConfigureAwait(false);
+            seen = SynchronizationContext.Current;
+        }
+    }
+
+    /// <summary>With no SynchronizationContext, a plain await of the ValueTask resumes on the caller's TaskScheduler when that is not the default.</summary>
+    [Fact]
+    public async Task AwaitAsValueTask_UnderANonDefaultTaskScheduler_ResumesOnIt()
+    {
+        var scheduler = new ConcurrentExclusiveSchedulerPair().ExclusiveScheduler;
+        var p = new Promise<int>();
+        TaskScheduler? seen = null;
+        // The method runs on the scheduler up to its await, which registers before StartNew's task completes.
+        Task<int> t = await TestUtil.WithTimeout(Task.Factory.StartNew(() => Method(p), CancellationToken.None, TaskCreationOptions.None, scheduler));
+        p.SetResult(41);
+
+        Assert.Equal(42, await TestUtil.WithTimeout(t));
+        Assert.Same(scheduler, seen);
+
+        async Task<int> Method(Promise<int> promise)
+        {
+            int v = await promise.Task.AsValueTask();
+            seen = TaskScheduler.Current;
+            return v + 1;
+        }
+    }
+
     // ---------------------------------------------------------------- nothing left behind on the completing thread
 
     /// <summary>

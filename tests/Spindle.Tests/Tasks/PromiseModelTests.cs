@@ -259,7 +259,8 @@ public sealed class PromiseModelTests
                 }
                 case AwaitForm.ValueTask:
                 {
-                    System.Runtime.CompilerServices.ValueTaskAwaiter a = task.AsValueTask().GetAwaiter();
+                    // ConfigureAwait(false): the completing thread, as the model expects (a plain await would post to the test's context)
+                    System.Runtime.CompilerServices.ConfiguredValueTaskAwaitable.ConfiguredValueTaskAwaiter a = task.AsValueTask().ConfigureAwait(false).GetAwaiter();
                     if (a.IsCompleted)
                     {
                         r.Finish(() => { a.GetResult(); return 0; });
@@ -329,7 +330,8 @@ public sealed class PromiseModelTests
                 }
                 case AwaitForm.ValueTask:
                 {
-                    System.Runtime.CompilerServices.ValueTaskAwaiter<int> a = task.AsValueTask().GetAwaiter();
+                    // ConfigureAwait(false): the completing thread, as the model expects (a plain await would post to the test's context)
+                    System.Runtime.CompilerServices.ConfiguredValueTaskAwaitable<int>.ConfiguredValueTaskAwaiter a = task.AsValueTask().ConfigureAwait(false).GetAwaiter();
                     if (a.IsCompleted)
                     {
                         r.Finish(a.GetResult);
