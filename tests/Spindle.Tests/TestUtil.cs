@@ -76,6 +76,29 @@ internal static class TestUtil
         }
     }
 
+    /// <summary>
+    /// Polls <paramref name="condition"/> for up to <paramref name="timeout"/>, running queued work between polls as a
+    /// thread blocked in a job's Complete() does (a worker runs any of its work, another thread only jobs): work that is
+    /// visible gets done even when the polling thread is the only worker (a test's code after an await may run on one),
+    /// and work that is not visible yet cannot be.
+    /// </summary>
+    public static bool PollHelping(Func<bool> condition, TimeSpan timeout)
+    {
+        var clock = Stopwatch.StartNew();
+        while (!condition())
+        {
+            if (clock.Elapsed > timeout)
+            {
+                return false;
+            }
+            if (!WorkerPool.Shared.TryRunHelpable())
+            {
+                Thread.Yield();
+            }
+        }
+        return true;
+    }
+
     /// <summary>True when the calling thread is one of the default worker pool's threads.</summary>
     public static bool OnSpindleWorker => Thread.CurrentThread.Name?.StartsWith("Spindle worker", StringComparison.Ordinal) == true;
 

@@ -184,7 +184,7 @@ public class JobDagEdgeCaseTests
                         empty.GetAwaiter().UnsafeOnCompleted(() =>
                         {
                             continuationThread = Environment.CurrentManagedThreadId;
-                            laterCompleted = JobTestUtil.PollHelping(() => later.IsCompleted, TimeSpan.FromSeconds(5)); // helping: this may be the only worker
+                            laterCompleted = TestUtil.PollHelping(() => later.IsCompleted, TimeSpan.FromSeconds(5)); // helping: this may be the only worker
                             continued.Set();
                         });
                     });

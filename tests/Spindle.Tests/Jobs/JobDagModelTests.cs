@@ -318,7 +318,7 @@ public class JobDagModelTests
             {
                 return;
             }
-            if (!JobTestUtil.PollHelping(() => Volatile.Read(ref _published[j]) != 0, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
+            if (!TestUtil.PollHelping(() => Volatile.Read(ref _published[j]) != 0, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
             {
                 throw new TimeoutException($"job {j}'s handle was not published within {TestUtil.DefaultTimeoutSeconds} s");
             }

@@ -236,28 +236,6 @@ internal static class JobTestUtil
     public static void WaitByPolling(JobHandle handle, int seconds = TestUtil.DefaultTimeoutSeconds)
         => TestUtil.SpinUntil(() => handle.IsCompleted, seconds);
 
-    /// <summary>
-    /// Polls <paramref name="condition"/> for up to <paramref name="timeout"/>, running queued work between polls as a
-    /// thread blocked in Complete() does (a worker runs any of its work, another thread only jobs): work that is visible
-    /// gets done even when the polling thread holds the only worker, and work that is not visible yet cannot be.
-    /// </summary>
-    public static bool PollHelping(Func<bool> condition, TimeSpan timeout)
-    {
-        var clock = System.Diagnostics.Stopwatch.StartNew();
-        while (!condition())
-        {
-            if (clock.Elapsed > timeout)
-            {
-                return false;
-            }
-            if (!WorkerPool.Shared.TryRunHelpable())
-            {
-                Thread.Yield();
-            }
-        }
-        return true;
-    }
-
     /// <summary>Best effort: waits until every worker of the shared pool is parked (false if they did not within the bound).</summary>
     public static bool WaitForParkedWorkers(int milliseconds)
     {
