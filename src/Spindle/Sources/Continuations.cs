@@ -23,11 +23,13 @@ internal static class Continuations
     /// for a free worker, for ever if the workers wait for that thread; the BCL wakes Task.Wait inline too), and the
     /// observer of a forgotten task, a source's or an async method's own (it runs no user code but the fault handlers,
     /// and queued it would read the use only after its owner may have started the next one, or report the fault late and
-    /// elsewhere). None of them runs a further continuation.
+    /// elsewhere), and the hand-over of a ValueTask's continuation to the awaiting code's SynchronizationContext or
+    /// TaskScheduler (queued, the context's thread would wait for a free worker just to be told; the BCL posts from
+    /// SetResult). None of them runs a further continuation.
     /// </summary>
     public static bool NeverQueued(object waiter)
         => waiter == (object)BlockingWait.s_set || waiter == (object)ForgetObserver.s_onCompleted
-            || waiter == (object)StateMachineBoxBase.s_observeForgotten;
+            || waiter == (object)StateMachineBoxBase.s_observeForgotten || waiter == (object)ContextContinuation.s_schedule;
 
     /// <summary>Runs a waiter: a <see cref="DirectWaiter"/> (moved on directly) or an <c>Action&lt;object?&gt;</c> with its state.</summary>
     public static void Invoke(object continuation, object? state)

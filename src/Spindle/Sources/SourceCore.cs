@@ -939,22 +939,26 @@ internal sealed class ContextContinuation
 
     private static readonly SendOrPostCallback s_post = static o => ((ContextContinuation)o!).RunInContext();
 
-    private static readonly Action<object?> s_runInContext = static o => ((ContextContinuation)o!).RunInContext();
 
-    public static readonly Action<object?> s_run = static o =>
+    /// <summary>Runs the continuation in its ExecutionContext (a binding with no scheduling context).</summary>
+    public static readonly Action<object?> s_run = static o => ((ContextContinuation)o!).RunInContext();
+
+    /// <summary>
+    /// Hands the continuation to its scheduling context (a binding that captured one). It runs no continuation itself,
+    /// so a completer runs it at once even where it would queue other waiters to the workers
+    /// (<see cref="Continuations.NeverQueued"/>), as <c>ManualResetValueTaskSourceCore</c> posts from SetResult: the
+    /// context's thread never waits for a free worker just to be told.
+    /// </summary>
+    public static readonly Action<object?> s_schedule = static o =>
     {
         var cc = (ContextContinuation)o!;
-        switch (cc._scheduling)
+        if (cc._scheduling is SynchronizationContext sc)
         {
-            case SynchronizationContext sc:
-                sc.Post(s_post, cc);
-                break;
-            case TaskScheduler ts:
-                Task.Factory.StartNew(s_runInContext, cc, CancellationToken.None, TaskCreationOptions.DenyChildAttach, ts);
-                break;
-            default:
-                cc.RunInContext();
-                break;
+            sc.Post(s_post, cc);
+        }
+        else
+        {
+            Task.Factory.StartNew(s_run, cc, CancellationToken.None, TaskCreationOptions.DenyChildAttach, (TaskScheduler)cc._scheduling!);
         }
     };
 
@@ -989,7 +993,7 @@ internal sealed class ContextContinuation
             return;
         }
         state = new ContextContinuation(continuation, state, ec, scheduling);
-        continuation = s_run;
+        continuation = scheduling is null ? s_run : s_schedule;
     }
 
     private readonly Action<object?> _continuation;

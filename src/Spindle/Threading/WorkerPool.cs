@@ -368,8 +368,8 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// How often a busy worker's loop looks at the queues a run-next chain would hold back (the injection queue, the
-    /// jobs' queue and the oldest item of its own deque) before its run-next slot: a chain that always refills the slot
+    /// How often a busy worker's loop looks at the queues a run-next chain would hold back (the jobs' queue, the
+    /// injection queue and the oldest item of its own deque) before its run-next slot: a chain that always refills the slot
     /// (a yield loop, a long run of awaited runs) would otherwise starve them for ever on a pool whose workers all run
     /// such chains. Go's scheduler looks at its global queue every 61 ticks for the same reason.
     /// </summary>
@@ -379,7 +379,14 @@ internal sealed class WorkerPool : Scheduler
     {
         self.LookFairlyNext = false;
         self.UntilFairLook = FairLookInterval;
-        return TryTakeShared(out WorkItem? item) ? item : self.Deque.TrySteal(); // the oldest: the item a run-next chain displaced first
+        // The jobs' queue first here, and the injection queue first everywhere else: neither can starve the other for
+        // longer than a fair look. (A parallel-for's runner always waits in the jobs' queue; with the injection queue
+        // first here too, a main thread that kept it full held a ready parallel-for back for as long as it did.)
+        if (_helpable.TryDequeue(out WorkItem? item) || _injection.TryDequeue(out item))
+        {
+            return item;
+        }
+        return self.Deque.TrySteal(); // the oldest: the item a run-next chain displaced first
     }
 
     /// <summary>Takes an item from the queues every thread feeds: the injection queue, then the jobs' queue.</summary>

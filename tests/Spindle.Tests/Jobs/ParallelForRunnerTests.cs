@@ -95,6 +95,68 @@ public class ParallelForRunnerTests
         });
     }
 
+    /// <summary>
+    /// The runner always waits in the jobs' shared queue. Workers take from the injection queue (Spindle.Run from other
+    /// threads) first; while a main thread kept that one full, a fire-and-forget parallel-for made ready on a worker did
+    /// not run at all, though an IJob made ready by the same finish ran at once. A worker's fair look now starts at the
+    /// jobs' queue.
+    /// </summary>
+    [Fact]
+    public async Task ParallelForMadeReadyOnAWorker_Runs_WhileAnotherThreadKeepsTheInjectionQueueFull()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            int outstanding = 0;
+            int stop = 0;
+            var producer = new Thread(() =>
+            {
+                while (Volatile.Read(ref stop) == 0)
+                {
+                    if (Volatile.Read(ref outstanding) < 20_000)
+                    {
+                        Interlocked.Increment(ref outstanding);
+                        Spindle.Run(() =>
+                        {
+                            var spin = Stopwatch.StartNew();
+                            while (spin.Elapsed.TotalMilliseconds < 0.02)
+                            {
+                            }
+                            Interlocked.Decrement(ref outstanding);
+                        }).Forget();
+                    }
+                    else
+                    {
+                        Thread.Sleep(1);
+                    }
+                }
+            })
+            { IsBackground = true, Name = "injection flood" };
+            producer.Start();
+            try
+            {
+                Assert.True(SpinWait.SpinUntil(() => Volatile.Read(ref outstanding) > 10_000, 5_000), "the backlog never built");
+                var hits = new Counter();
+                var sibling = new Counter();
+                Spindle.Run(() =>
+                {
+                    JobHandle a = new CountJob(new Counter()).Schedule();
+                    new CountFor { Hits = hits }.Schedule(64, 8, a); // fire and forget: no thread waits in Complete()
+                    new CountJob(sibling).Schedule(a); // made ready by the same finish
+                    JobHandle.ScheduleBatchedJobs();
+                }).Forget();
+                Assert.True(SpinWait.SpinUntil(() => sibling.Read() == 1, 10_000), "the IJob sibling never ran");
+                Assert.True(
+                    SpinWait.SpinUntil(() => hits.Read() == 64, 5_000),
+                    $"the parallel-for ran {hits.Read()} of 64 indices in 5 s while the injection queue stayed full; {WorkerPool.Shared.Describe()}");
+            }
+            finally
+            {
+                Volatile.Write(ref stop, 1);
+                producer.Join();
+            }
+        });
+    }
+
 #if DEBUG
     /// <summary>
     /// The thread that makes a use ready holds no reference. If it read the node's version after marking the use ready,
