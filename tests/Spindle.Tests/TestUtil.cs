@@ -149,38 +149,66 @@ internal static class TestUtil
     }
 }
 
-/// <summary>Occupies every Spindle worker until disposed, so that a run queued meanwhile waits in a queue.</summary>
-internal sealed class BusyWorkers : IDisposable
+/// <summary>
+/// Occupies workers with blocking Spindle.Run items until disposed: every worker (so only the test thread runs jobs), or
+/// <c>count</c> of them. Only for tests that run alone (SequentialCollection).
+/// </summary>
+internal sealed class HoldWorkers : IDisposable
 {
-    private readonly ManualResetEventSlim _release = new();
-    private readonly SpindleTask[] _blockers;
+    private readonly ManualResetEventSlim _release = new(false);
+    private readonly SpindleTask[] _items;
 
-    public BusyWorkers()
+    public HoldWorkers()
+        : this(WorkerPool.Shared.WorkerCount)
     {
-        int workers = WorkerPool.Shared.WorkerCount;
-        int started = 0;
-        _blockers = new SpindleTask[workers];
-        for (int i = 0; i < workers; i++)
+    }
+
+    public HoldWorkers(int count)
+    {
+        if (count < 0 || count > WorkerPool.Shared.WorkerCount)
         {
-            // One at a time: items queued together can all go to one spinning worker (see WorkerPoolTests).
-            _blockers[i] = Spindle.Run(() =>
+            throw new ArgumentOutOfRangeException(nameof(count), count, $"between 0 and the {WorkerPool.Shared.WorkerCount} workers");
+        }
+        using var started = new CountdownEvent(count);
+        _items = new SpindleTask[count];
+        for (int i = 0; i < count; i++)
+        {
+            _items[i] = Spindle.Run(() =>
             {
-                Interlocked.Increment(ref started);
-                _release.Wait();
+                started.Signal();
+                _release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
             });
-            int expected = i + 1;
-            TestUtil.SpinUntil(() => Volatile.Read(ref started) == expected);
+        }
+        if (!started.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
+        {
+            _release.Set();
+            throw new TimeoutException("not every worker picked up a holding item");
+        }
+    }
+
+    /// <summary>False once a holding item has let its worker go without being released (its 30 s bound ran out).</summary>
+    public bool StillHolding
+    {
+        get
+        {
+            foreach (SpindleTask item in _items)
+            {
+                if (item.IsCompleted)
+                {
+                    return false;
+                }
+            }
+            return true;
         }
     }
 
     public void Dispose()
     {
         _release.Set();
-        foreach (SpindleTask b in _blockers)
+        foreach (SpindleTask item in _items)
         {
-            TestUtil.WithTimeout(b).GetAwaiter().GetResult();
+            TestUtil.WithTimeout(item).GetAwaiter().GetResult();
         }
-        _release.Dispose();
     }
 }
 

@@ -153,9 +153,6 @@ internal abstract class JobNode : WorkItem
         }
     }
 
-    /// <summary>Adds references the caller already holds one of (runners queued by the running job).</summary>
-    protected void AddReferences(int count) => Interlocked.Add(ref _refState, count);
-
     /// <summary>Drops a reference; the last one, after success, recycles the node.</summary>
     /// <remarks>
     /// A kind that does not share references drops the job's own, the only one there is, with a plain read and a release

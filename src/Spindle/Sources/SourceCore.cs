@@ -939,7 +939,6 @@ internal sealed class ContextContinuation
 
     private static readonly SendOrPostCallback s_post = static o => ((ContextContinuation)o!).RunInContext();
 
-
     /// <summary>Runs the continuation in its ExecutionContext (a binding with no scheduling context).</summary>
     public static readonly Action<object?> s_run = static o => ((ContextContinuation)o!).RunInContext();
 

@@ -176,7 +176,7 @@ public sealed class MetricsTests
                 new NoOpJob().Schedule().Complete();
             }
         });
-        using (var hold = new Jobs.HoldWorkers())
+        using (var hold = new HoldWorkers())
         {
             thread.Start();
             Assert.True(thread.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));

@@ -110,14 +110,46 @@ internal struct GateJob : IJob
     }
 }
 
-/// <summary>Increments <c>Hits[index]</c> for every index.</summary>
+/// <summary>Marks itself started (if given a flag), spins (bounded) until released, then marks itself done.</summary>
+internal struct HeldJob : IJob
+{
+    public Flag? Started;
+    public Flag Release;
+    public Flag Done;
+
+    public readonly void Execute()
+    {
+        Started?.Set();
+        Release.Wait();
+        Done.Set();
+    }
+}
+
+/// <summary>
+/// Increments <c>Hits[index]</c> for every index; given a <c>Dependency</c>, counts in <c>Early</c> every index run
+/// before it was set.
+/// </summary>
 internal struct IndexCountJob : IJobParallelFor
 {
     public int[] Hits;
+    public Flag? Dependency;
+    public Counter? Early;
 
-    public IndexCountJob(int[] hits) => Hits = hits;
+    public IndexCountJob(int[] hits)
+    {
+        Hits = hits;
+        Dependency = null;
+        Early = null;
+    }
 
-    public readonly void Execute(int index) => Interlocked.Increment(ref Hits[index]);
+    public readonly void Execute(int index)
+    {
+        if (Dependency is { IsSet: false })
+        {
+            Early!.Increment();
+        }
+        Interlocked.Increment(ref Hits[index]);
+    }
 }
 
 /// <summary>
@@ -145,69 +177,6 @@ internal struct BatchRecordJob : IJobParallelForBatch
         for (int i = startIndex; i < startIndex + count; i++)
         {
             Interlocked.Increment(ref Hits[i]);
-        }
-    }
-}
-
-/// <summary>
-/// Occupies workers with blocking Spindle.Run items until disposed: every worker (so only the test thread runs jobs), or
-/// <c>count</c> of them. Only for tests that run alone (SequentialCollection).
-/// </summary>
-internal sealed class HoldWorkers : IDisposable
-{
-    private readonly ManualResetEventSlim _release = new(false);
-    private readonly SpindleTask[] _items;
-
-    public HoldWorkers()
-        : this(WorkerPool.Shared.WorkerCount)
-    {
-    }
-
-    public HoldWorkers(int count)
-    {
-        if (count < 0 || count > WorkerPool.Shared.WorkerCount)
-        {
-            throw new ArgumentOutOfRangeException(nameof(count), count, $"between 0 and the {WorkerPool.Shared.WorkerCount} workers");
-        }
-        using var started = new CountdownEvent(count);
-        _items = new SpindleTask[count];
-        for (int i = 0; i < count; i++)
-        {
-            _items[i] = Spindle.Run(() =>
-            {
-                started.Signal();
-                _release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
-            });
-        }
-        if (!started.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
-        {
-            _release.Set();
-            throw new TimeoutException("not every worker picked up a holding item");
-        }
-    }
-
-    /// <summary>False once a holding item has let its worker go without being released (its 30 s bound ran out).</summary>
-    public bool StillHolding
-    {
-        get
-        {
-            foreach (SpindleTask item in _items)
-            {
-                if (item.IsCompleted)
-                {
-                    return false;
-                }
-            }
-            return true;
-        }
-    }
-
-    public void Dispose()
-    {
-        _release.Set();
-        foreach (SpindleTask item in _items)
-        {
-            TestUtil.WithTimeout(item).GetAwaiter().GetResult();
         }
     }
 }

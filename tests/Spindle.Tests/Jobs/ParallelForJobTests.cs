@@ -120,36 +120,6 @@ public class ParallelForJobTests
         await TestUtil.WithTimeout(Task.WhenAll(tasks), TestUtil.StressTimeout(60));
     }
 
-    /// <summary>Spins (bounded) until released, then marks itself done.</summary>
-    private struct HeldJob : IJob
-    {
-        public Flag Release;
-        public Flag Done;
-
-        public readonly void Execute()
-        {
-            Release.Wait();
-            Done.Set();
-        }
-    }
-
-    /// <summary>Counts each index, and every index run while <c>Dependency</c> was not done yet.</summary>
-    private struct AfterJob : IJobParallelFor
-    {
-        public int[] Hits;
-        public Flag? Dependency;
-        public Counter Early;
-
-        public readonly void Execute(int index)
-        {
-            if (Dependency is { IsSet: false })
-            {
-                Early.Increment();
-            }
-            Interlocked.Increment(ref Hits[index]);
-        }
-    }
-
     /// <summary>
     /// A parallel job's runner waits in a queue without a reference on its node, and when it runs it helps whatever use
     /// was last published as ready. Here the caller finishes each small job alone, which leaves its runner queued; the
@@ -169,14 +139,14 @@ public class ParallelForJobTests
                 for (int round = 0; round < rounds && budget.Elapsed < TimeSpan.FromSeconds(20); round++)
                 {
                     var first = new int[Length];
-                    new AfterJob { Hits = first, Early = early }.Schedule(Length, 1).Complete(); // most often alone
+                    new IndexCountJob { Hits = first, Early = early }.Schedule(Length, 1).Complete(); // most often alone
                     AssertEachIndexOnce(first);
 
                     var release = new Flag();
                     var done = new Flag();
                     JobHandle held = new HeldJob { Release = release, Done = done }.Schedule();
                     var second = new int[Length];
-                    JobHandle after = new AfterJob { Hits = second, Dependency = done, Early = early }.Schedule(Length, 1, held);
+                    JobHandle after = new IndexCountJob { Hits = second, Dependency = done, Early = early }.Schedule(Length, 1, held);
                     JobHandle.ScheduleBatchedJobs();
                     SpinWait.SpinUntil(() => false, round % 4); // 0-3 ms for the workers to reach the runner left behind
                     release.Set();

@@ -97,7 +97,7 @@ public sealed class PromiseNestingDepthTests
         var promise = new Promise<int>();
         SpindleTask<int> task = promise.Task;
         int result = 0;
-        var hold = new Jobs.HoldWorkers();
+        var hold = new HoldWorkers();
         bool woke;
         bool stillHolding;
         try

@@ -268,7 +268,7 @@ public sealed class RunContinuationsAsynchronouslySequentialTests
         var signal = new Signal(initiallySet: false, runContinuationsAsynchronously: true);
         SpindleTask<int> promiseTask = promise.Task;
         SpindleTask signalTask = signal.WaitAsync();
-        using var hold = new Jobs.HoldWorkers();
+        using var hold = new HoldWorkers();
 
         int result = 0;
         var waiter = new Thread(() =>

@@ -2,7 +2,6 @@ using System;
 using System.Threading;
 using System.Threading.Tasks;
 using System.Threading.Tasks.Sources;
-using SpindleLib.Tests.Jobs;
 
 namespace SpindleLib.Tests.Tasks;
 

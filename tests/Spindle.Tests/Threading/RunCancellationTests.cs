@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Scopes;
@@ -91,7 +92,7 @@ public sealed class RunCancellationTests
         SpindleTask<int> asyncFunction;
         var readLater = new SpindleTask<int>[4];
         var items = new HashSet<object>(ReferenceEqualityComparer.Instance);
-        using (new BusyWorkers())
+        using (new HoldWorkers())
         {
             action = Spindle.Run(() => { Interlocked.Increment(ref ran); }, cts.Token);
             function = Spindle.Run(() => Interlocked.Increment(ref ran), cts.Token);
@@ -123,27 +124,29 @@ public sealed class RunCancellationTests
         await TestUtil.WithTimeout(Spindle.Run(() => { }));
         Thread.Sleep(50);
         Assert.Equal(0, Volatile.Read(ref ran));
-        // Read last, these go back to this thread's pool here.
+        // Read last, these go back to this thread's pool here, and the next runs rented on this thread, before it
+        // awaits anything (an await may resume on another thread, with another pool), get those very items.
         foreach (SpindleTask<int> t in readLater)
         {
             AssertCanceledWith(cts.Token, t);
         }
-
-        // Later runs from this thread rent those very items, and work as usual.
-        int reused = 0;
-        for (int i = 0; i < 100; i++)
+        using var again = new CancellationTokenSource();
+        var next = new SpindleTask<int>[readLater.Length];
+        for (int i = 0; i < next.Length; i++)
         {
-            using var again = new CancellationTokenSource();
-            SpindleTask<int> t = Spindle.Run(() => i, again.Token);
-            if (items.Contains(t._source!))
-            {
-                reused++;
-            }
-            Assert.Equal(i, await TestUtil.WithTimeout(t));
-            Assert.Equal(0, TokenRegistrationLeakTests.RegistrationCount(again));
+            int value = i;
+            next[i] = Spindle.Run(() => value, again.Token);
         }
+        int reused = next.Count(t => items.Contains(t._source!));
+
+        // And they work as usual.
+        for (int i = 0; i < next.Length; i++)
+        {
+            Assert.Equal(i, await TestUtil.WithTimeout(next[i]));
+        }
+        Assert.Equal(0, TokenRegistrationLeakTests.RegistrationCount(again));
         Assert.Equal(0, Volatile.Read(ref ran));
-        Assert.True(reused >= readLater.Length, $"{reused} of the {readLater.Length} cancelled items were rented again");
+        Assert.True(reused == readLater.Length, $"{reused} of the {readLater.Length} cancelled items were rented again");
     }
 
     /// <summary>
@@ -161,7 +164,7 @@ public sealed class RunCancellationTests
         using var workersReleased = new ManualResetEventSlim();
         int allMet = -1;
 
-        var busy = new BusyWorkers();
+        var busy = new HoldWorkers();
         SpindleTask task = Spindle.Run(() => { }, cts.Token);
         task.GetAwaiter().UnsafeOnCompleted(() =>
         {
@@ -207,7 +210,7 @@ public sealed class RunCancellationTests
             using var workerLetGo = new ManualResetEventSlim();
             int second = -1;
             bool same = false;
-            var busy = new BusyWorkers();
+            var busy = new HoldWorkers();
             SpindleTask<int> first = Spindle.Run(() => 1, cts.Token);
             object item = first._source!;
             first.GetAwaiter().UnsafeOnCompleted(() =>
@@ -238,40 +241,49 @@ public sealed class RunCancellationTests
     /// <summary>
     /// The async forms start their function on a worker, never inside the Run call itself, also when called on a worker
     /// (where an await of a run just queued could take it back and run it on the spot). From the review: the first
-    /// version ran the function on the caller's stack there.
+    /// version ran the function on the caller's stack there. "Inside" is the calling thread before Run returned: another
+    /// worker may rightly take the run from this one's queue and start it before Run returns.
     /// </summary>
     [Fact]
     public async Task AsyncForms_CalledOnAWorker_DoNotRunTheFunctionInsideTheRunCall()
     {
         using var cts = new CancellationTokenSource();
         int ranInsideRun = 0;
-        await TestUtil.WithTimeout(Spindle.Run(async () =>
+        for (int round = 0; round < 20; round++)
         {
+            await TestUtil.WithTimeout(Spindle.Run(RoundAsync));
+        }
+        Assert.Equal(0, ranInsideRun);
+
+        async SpindleTask RoundAsync()
+        {
+            Thread caller = Thread.CurrentThread;
             bool returned = false;
-            SpindleTask inner = Spindle.Run(() =>
+            void Check()
             {
-                if (!Volatile.Read(ref returned))
+                if (!Volatile.Read(ref returned) && Thread.CurrentThread == caller)
                 {
                     Interlocked.Increment(ref ranInsideRun);
                 }
+            }
+            SpindleTask inner = Spindle.Run(() =>
+            {
+                Check();
                 return SpindleTask.CompletedTask;
             }, cts.Token);
             Volatile.Write(ref returned, true);
             await inner;
 
-            bool returnedT = false;
+            caller = Thread.CurrentThread;
+            Volatile.Write(ref returned, false);
             SpindleTask<int> innerT = Spindle.Run(() =>
             {
-                if (!Volatile.Read(ref returnedT))
-                {
-                    Interlocked.Increment(ref ranInsideRun);
-                }
+                Check();
                 return SpindleTask.FromResult(1);
             }, cts.Token);
-            Volatile.Write(ref returnedT, true);
+            Volatile.Write(ref returned, true);
             Assert.Equal(1, await innerT);
-        }));
-        Assert.Equal(0, ranInsideRun);
+        }
     }
 
     /// <summary>
@@ -393,7 +405,7 @@ public sealed class RunCancellationTests
     {
         using var cts = new CancellationTokenSource();
         SpindleTask task;
-        using (new BusyWorkers())
+        using (new HoldWorkers())
         {
             task = Spindle.Run(() => { }, cts.Token);
             cts.Cancel();

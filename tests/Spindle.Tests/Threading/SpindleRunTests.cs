@@ -232,7 +232,7 @@ public class SpindleRunTests
     [Fact]
     public async Task Run_WhileAnotherThreadBlocksInGetResult_DelegateStillRunsOnAWorker()
     {
-        var busy = new BusyWorkers();
+        var busy = new HoldWorkers();
         // Every worker is now busy.
 
         string? ranOn = null;
