@@ -620,7 +620,8 @@ public sealed partial class FrameLoop
         try
         {
             Volatile.Write(ref _runThreadId, Environment.CurrentManagedThreadId);
-            SetLoopThread(Thread.CurrentThread);
+            // Not the loop thread yet: its first frame's Enter makes it so. A frame another thread is still running
+            // refuses that Enter (and so this Run), and must not lose the loop thread to a Run that never ran a frame.
             TimeProvider clock = TimeProvider.System;
             var step = TimeSpan.FromTicks(Math.Max(1, (long)Math.Round(TimeSpan.TicksPerSecond / framesPerSecond)));
             double timestampsPerFrame = clock.TimestampFrequency / framesPerSecond;
