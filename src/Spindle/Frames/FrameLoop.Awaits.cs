@@ -309,9 +309,18 @@ public sealed partial class FrameLoop
         }
         // The token goes to the wheel's timer, so that a cancellation also takes the timer out of the wheel; the waiter
         // listens to it itself only once the timer has expired (see FrameWaiter).
-        waiter.WaitForTimer(wheel.Delay(delay, cancellationToken));
+        SpindleTask timer = wheel.Delay(delay, cancellationToken);
+#if DEBUG
+        TestHookAfterTimerStarted?.Invoke(timer);
+#endif
+        waiter.WaitForTimer(timer);
         return new SpindleTask(waiter, token);
     }
+
+#if DEBUG
+    /// <summary>Tests only: runs in StartTimer once the delay's timer is in its wheel, before the waiter listens to it.</summary>
+    internal static Action<SpindleTask>? TestHookAfterTimerStarted;
+#endif
 
     private SpindleTask WaitFor<TState>(TState state, Func<TState, bool> predicate, FramePhase phase, bool until, CancellationToken cancellationToken)
     {

@@ -449,16 +449,22 @@ public sealed partial class FrameLoop
         _inbox.Drain();
 
         long frame = _frameCount + 1;
-        Volatile.Write(ref _frameCount, frame);
-        Volatile.Write(ref _unscaledDeltaTicks, deltaTicks);
-        Volatile.Write(ref _deltaTicks, scaledTicks);
         long unscaled = _unscaledTimeTicks + deltaTicks;
         long scaled = _timeTicks + scaledTicks;
-        Volatile.Write(ref _unscaledTimeTicks, unscaled);
-        Volatile.Write(ref _timeTicks, scaled);
+        // The clocks the delays' wheels read move first, then the frame count and times everyone else reads: a thread
+        // that has seen frame N (or time t) and starts a delay counts it from N (or t) or later, never from the frame
+        // before, so it never resumes early.
         _frameClock.Set(frame * TimeSpan.TicksPerMillisecond);
         _unscaledClock.Set(unscaled);
         _scaledClock.Set(scaled);
+        Volatile.Write(ref _frameCount, frame);
+#if DEBUG
+        TestHookFramePublished?.Invoke(this);
+#endif
+        Volatile.Write(ref _unscaledDeltaTicks, deltaTicks);
+        Volatile.Write(ref _deltaTicks, scaledTicks);
+        Volatile.Write(ref _unscaledTimeTicks, unscaled);
+        Volatile.Write(ref _timeTicks, scaled);
 
         // Each wheel's pass, if something on it is due (or it asked for one); expired waits land in _expired.
         _frameClock.FireIfDue();
@@ -467,9 +473,25 @@ public sealed partial class FrameLoop
         QueueExpired();
     }
 
-    /// <summary>An expired timed wait, from a wheel's pass on the loop thread; it joins its phase after the pass.</summary>
+#if DEBUG
+    /// <summary>Tests only: runs in BeginFrame once the new frame's count is published, before the wheels' passes.</summary>
+    internal static Action<FrameLoop>? TestHookFramePublished;
+#endif
+
+    /// <summary>
+    /// An expired timed wait. From a wheel's pass (inside a step of the loop, on the thread running it) it joins its
+    /// phase after the pass, in start order. From any other thread it is a delay whose timer fell due before its waiter
+    /// listened to it (the thread starting it was preempted between the two while a frame's pass fired the timer), and
+    /// it goes to its phase as any wait from another thread does: only the thread inside a step may touch the expired
+    /// list, which that thread's pass is filling and emptying meanwhile.
+    /// </summary>
     internal void AddExpired(FrameWaiter waiter)
     {
+        if (Thread.CurrentThread != Volatile.Read(ref _owner))
+        {
+            Schedule(waiter, waiter.Phase!, FrameAwaitKind.Yield);
+            return;
+        }
         int n = _expiredCount;
         if (n == _expired.Length)
         {

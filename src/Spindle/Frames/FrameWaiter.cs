@@ -130,9 +130,10 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
         short token = _timerToken;
         if (timer.GetStatus(token) == SpindleTaskStatus.Succeeded)
         {
-            // Expired: this runs on the loop thread, inside the frame's timer pass. Queue for the phase (the loop sorts
-            // the frame's expired timers first) and watch the token until the phase comes. The timer node stays unread
-            // until then (see remarks).
+            // Expired: this runs on the loop thread, inside the frame's timer pass (or on the thread starting the wait,
+            // inside WaitForTimer, when a pass fired the timer before the waiter listened: AddExpired tells them apart).
+            // Queue for the phase (the loop sorts the frame's expired timers first) and watch the token until the phase
+            // comes. The timer node stays unread until then (see remarks).
             FramePhase phase = Phase!;
             HoldForQueue();
             try

@@ -41,3 +41,142 @@ public sealed class FrameReviewTests
         Assert.True(loop.IsLoopThread);
     }
 }
+
+#if DEBUG
+/// <summary>Races of the frame loop's timed waits, forced open through a Debug-only hook (sequential: the hook is static).</summary>
+[Collection(SequentialCollection.Name)]
+public sealed class FrameTimerRaceTests
+{
+    /// <summary>
+    /// A delay started on another thread whose timer falls due before its waiter listens to it (that thread preempted
+    /// between the two) reaches the loop as any wait from another thread does. It was added to the frame's list of
+    /// expired waits from that thread, racing the loop thread's own pass over the list, and waits were lost. The hook
+    /// holds the starting thread until its timer has fired, while the loop runs frames back to back, each with delays of
+    /// its own falling due.
+    /// </summary>
+    [Fact]
+    public void DelayFromAnotherThread_DueBeforeItsWaiterListens_IsNeverLost()
+    {
+        const int Delays = 1500;
+        var loop = new FrameLoop { FixedDeltaTime = FrameUtil.Step };
+        using var stop = new CancellationTokenSource();
+        int resumed = 0;
+        int resumedOffLoop = 0;
+        Thread? starter = null;
+        FrameLoop.TestHookAfterTimerStarted = timer =>
+        {
+            if (Thread.CurrentThread == starter)
+            {
+                SpinWait.SpinUntil(() => timer.IsCompleted, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+            }
+        };
+        try
+        {
+            var loopThread = new Thread(() =>
+            {
+                loop.RunFrame();
+                for (int i = 0; i < 64; i++)
+                {
+                    Rearm(loop, stop.Token).Forget();
+                }
+                while (!stop.IsCancellationRequested)
+                {
+                    loop.RunFrame();
+                }
+            }) { IsBackground = true };
+            starter = new Thread(() =>
+            {
+                for (int i = 0; i < Delays; i++)
+                {
+                    One().Forget();
+                }
+            }) { IsBackground = true };
+            loopThread.Start();
+            starter.Start();
+            Assert.True(starter.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Assert.True(SpinWait.SpinUntil(() => Volatile.Read(ref resumed) == Delays, TimeSpan.FromSeconds(5)),
+                $"{Delays - Volatile.Read(ref resumed)} of {Delays} delays never resumed");
+            Assert.Equal(0, resumedOffLoop);
+            stop.Cancel();
+            Assert.True(loopThread.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        }
+        finally
+        {
+            FrameLoop.TestHookAfterTimerStarted = null;
+            stop.Cancel();
+        }
+
+        async SpindleTask One()
+        {
+            await loop.DelayFrame(2);
+            if (!loop.IsLoopThread)
+            {
+                Interlocked.Increment(ref resumedOffLoop);
+            }
+            Interlocked.Increment(ref resumed);
+        }
+    }
+
+    /// <summary>
+    /// A frame delay started on another thread counts from a frame no earlier than the frame count it sees: one started
+    /// by a thread that has seen frame N begin, with <c>DelayFrame(2)</c>, resumes in frame N + 2 or later, never in
+    /// N + 1. The frame count was published before the frame clock the delays' wheel reads was moved on, so a delay
+    /// started in between counted from frame N - 1. The hook starts it in that moment.
+    /// </summary>
+    [Fact]
+    public void DelayFrameFromAnotherThread_StartedAsAFrameBegins_NeverResumesEarly()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop(); // frame 1 has run on this thread
+        long seen = -1;
+        long resumedIn = -1;
+        Exception? failure = null;
+        int fired = 0;
+        FrameLoop.TestHookFramePublished = l =>
+        {
+            if (l != loop || l.FrameCount != 3 || Interlocked.Exchange(ref fired, 1) != 0)
+            {
+                return;
+            }
+            var other = new Thread(() =>
+            {
+                try
+                {
+                    seen = loop.FrameCount;
+                    Wait().Forget();
+                }
+                catch (Exception ex)
+                {
+                    failure = ex;
+                }
+            });
+            other.Start();
+            other.Join();
+        };
+        try
+        {
+            loop.RunUntil(() => Volatile.Read(ref resumedIn) >= 0, maxFrames: 20);
+        }
+        finally
+        {
+            FrameLoop.TestHookFramePublished = null;
+        }
+        Assert.Null(failure);
+        Assert.Equal(3, seen);
+        Assert.True(resumedIn >= seen + 2, $"DelayFrame(2) started by a thread that saw frame {seen} resumed in frame {resumedIn}");
+
+        async SpindleTask Wait()
+        {
+            await loop.DelayFrame(2);
+            Volatile.Write(ref resumedIn, loop.FrameCount);
+        }
+    }
+
+    private static async SpindleTask Rearm(FrameLoop loop, CancellationToken stop)
+    {
+        while (!stop.IsCancellationRequested)
+        {
+            await loop.DelayFrame(2);
+        }
+    }
+}
+#endif
