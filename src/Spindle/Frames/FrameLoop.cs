@@ -64,7 +64,8 @@ namespace SpindleLib;
 /// <para><b>Thread-safety.</b> The awaits, <see cref="FrameCount"/>, the time properties, <see cref="TimeScale"/> and
 /// <see cref="FixedDeltaTime"/> may be used from any thread. <see cref="RunFrame()"/>, <see cref="BeginFrame"/> and
 /// <see cref="RunPhase"/> run the loop on the calling thread; one thread at a time, never from inside a frame.
-/// <see cref="AddPhase(string)"/> must not be called while a frame runs.</para>
+/// <see cref="AddPhase(string)"/>, <see cref="AddPhaseAfter"/> and <see cref="AddPhaseBefore"/> may be called from any
+/// thread, but not while a frame runs.</para>
 /// </remarks>
 public sealed partial class FrameLoop
 {
@@ -216,7 +217,7 @@ public sealed partial class FrameLoop
     /// <returns>The new phase.</returns>
     /// <exception cref="ArgumentException"><paramref name="name"/> is null, empty, or already a phase's name in this loop.</exception>
     /// <exception cref="InvalidOperationException">A frame is running.</exception>
-    public FramePhase AddPhase(string name) => InsertPhase(name, -1);
+    public FramePhase AddPhase(string name) => InsertPhase(name, null, after: true);
 
     /// <summary>Adds a phase right after <paramref name="after"/>.</summary>
     /// <returns>The new phase.</returns>
@@ -226,7 +227,7 @@ public sealed partial class FrameLoop
     public FramePhase AddPhaseAfter(FramePhase after, string name)
     {
         CheckPhase(after, nameof(after));
-        return InsertPhase(name, after.Index + 1);
+        return InsertPhase(name, after, after: true);
     }
 
     /// <summary>Adds a phase right before <paramref name="before"/> (before <see cref="EarlyUpdate"/> makes it the first).</summary>
@@ -237,10 +238,11 @@ public sealed partial class FrameLoop
     public FramePhase AddPhaseBefore(FramePhase before, string name)
     {
         CheckPhase(before, nameof(before));
-        return InsertPhase(name, before.Index);
+        return InsertPhase(name, before, after: false);
     }
 
-    private FramePhase InsertPhase(string name, int index)
+    /// <summary>Adds a phase next to <paramref name="anchor"/> (at the end when null), whose place is read under the lock.</summary>
+    private FramePhase InsertPhase(string name, FramePhase? anchor, bool after)
     {
         if (string.IsNullOrEmpty(name))
         {
@@ -262,7 +264,8 @@ public sealed partial class FrameLoop
             }
             var phase = new FramePhase(this, name);
             var phases = new List<FramePhase>(old);
-            phases.Insert(index < 0 ? phases.Count : index, phase);
+            // The anchor's index is read here, under the lock: another thread's insert may have moved it meanwhile.
+            phases.Insert(anchor is null ? phases.Count : anchor.Index + (after ? 1 : 0), phase);
             FramePhase[] array = phases.ToArray();
             Renumber(array);
             // Copy on write: a frame iterates the array it read at its start.

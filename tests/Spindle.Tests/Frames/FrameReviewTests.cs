@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -39,6 +40,54 @@ public sealed class FrameReviewTests
         Assert.True(loopThreadAfterRun);
         Assert.Equal("2/Update", switchedAt);
         Assert.True(loop.IsLoopThread);
+    }
+
+    /// <summary>
+    /// Phases added from two threads at once land where each call asked: a chain of phases each added after the last
+    /// stays in order right after Update while another thread adds phases at the front. The anchor's place was read
+    /// before the add took its lock, so an add that waited for the other thread's inserted next to a stale place.
+    /// </summary>
+    [Fact]
+    public void AddPhaseAfter_RacingAddsElsewhere_InsertsRightAfterItsAnchor()
+    {
+        const int Adds = 1500;
+        var loop = new FrameLoop();
+        int defaults = loop.Phases.Count;
+        var chain = new FramePhase[Adds];
+        using var start = new Barrier(2);
+        var a = new Thread(() =>
+        {
+            start.SignalAndWait();
+            FramePhase last = loop.Update;
+            for (int i = 0; i < Adds; i++)
+            {
+                last = chain[i] = loop.AddPhaseAfter(last, "A" + i);
+            }
+        });
+        var b = new Thread(() =>
+        {
+            start.SignalAndWait();
+            for (int i = 0; i < Adds; i++)
+            {
+                loop.AddPhaseBefore(loop.Phases[0], "B" + i);
+            }
+        });
+        a.Start();
+        b.Start();
+        Assert.True(a.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        Assert.True(b.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+
+        IReadOnlyList<FramePhase> phases = loop.Phases;
+        Assert.Equal(defaults + 2 * Adds, phases.Count);
+        int update = loop.Update.Index;
+        for (int i = 0; i < Adds; i++)
+        {
+            Assert.Same(chain[i], phases[update + 1 + i]);
+        }
+        for (int i = 0; i < phases.Count; i++)
+        {
+            Assert.Equal(i, phases[i].Index);
+        }
     }
 }
 
