@@ -413,6 +413,9 @@ public sealed partial class FrameLoop
         }
     }
 
+    /// <summary>True on the thread inside a step of the loop (a frame, BeginFrame or RunPhase): no other can take it then.</summary>
+    internal bool IsInsideStep => Thread.CurrentThread == Volatile.Read(ref _owner);
+
     private void Exit()
     {
         Volatile.Write(ref _owner, null);
@@ -490,7 +493,7 @@ public sealed partial class FrameLoop
     /// </summary>
     internal void AddExpired(FrameWaiter waiter)
     {
-        if (Thread.CurrentThread != Volatile.Read(ref _owner))
+        if (!IsInsideStep)
         {
             Schedule(waiter, waiter.Phase!, FrameAwaitKind.Yield);
             return;
@@ -536,7 +539,7 @@ public sealed partial class FrameLoop
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     internal void Schedule(WorkItem item, FramePhase phase, FrameAwaitKind kind)
     {
-        if (Thread.CurrentThread == Volatile.Read(ref _owner))
+        if (IsInsideStep)
         {
             // Inside this thread's own frame or phase: no other thread can take the loop until it exits.
             AddToPhase(item, phase, kind);

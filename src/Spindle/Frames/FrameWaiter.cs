@@ -217,6 +217,14 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
 
     public void GetResult(short token)
     {
+        if (_core.GetStatus(token) == SpindleTaskStatus.Pending && Phase!.Loop.IsInsideStep)
+        {
+            // A blocking read of a wait on this loop, from inside a step of it: only this thread can run the frame the
+            // wait needs, so it would block for ever. The wait is left as it was, still pending.
+            ThrowHelper.ThrowInvalidOperation(
+                "A frame-loop wait was read with GetAwaiter().GetResult() (or Wait) while it was pending, on the thread running a frame of its loop: " +
+                "that thread would block for ever, since only it can run the frame the wait needs. Await it instead.");
+        }
         _core.Consume(token, this, out ExceptionDispatchInfo? error);
         // The wait is over: nothing stays registered behind it (Drop waits for a callback in flight on another thread).
         CancellationRegistrations.Drop(ref _registration);

@@ -43,6 +43,33 @@ public sealed class FrameReviewTests
     }
 
     /// <summary>
+    /// A blocking read of a pending wait on the loop, on the thread running a frame of it, would block for ever (only
+    /// that thread can run the frame the wait needs): it throws at once, and the wait is left intact, so awaiting it
+    /// afterwards still resumes in the frame it asked for.
+    /// </summary>
+    [Fact]
+    public void BlockingReadOfAPendingWait_InsideAFrameOfItsLoop_ThrowsAndLeavesTheWait()
+    {
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        Exception? blocked = null;
+        string? resumedAt = null;
+        async SpindleTask Body()
+        {
+            await loop.Yield(); // frame 2, Update
+            SpindleTask wait = loop.DelayFrame(2);
+            blocked = Record.Exception(() => wait.GetAwaiter().GetResult());
+            await wait;
+            resumedAt = loop.Where();
+        }
+
+        Body().Forget();
+        loop.RunFrames(3);
+        Assert.IsType<InvalidOperationException>(blocked);
+        Assert.Contains("Await it instead", blocked!.Message);
+        Assert.Equal("4/Update", resumedAt);
+    }
+
+    /// <summary>
     /// Phases added from two threads at once land where each call asked: a chain of phases each added after the last
     /// stays in order right after Update while another thread adds phases at the front. The anchor's place was read
     /// before the add took its lock, so an add that waited for the other thread's inserted next to a stale place.
