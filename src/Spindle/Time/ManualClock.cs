@@ -132,7 +132,7 @@ public sealed class ManualClock : TimeProvider
         }
     }
 
-    private sealed class ManualTimer : ITimer
+    private sealed class ManualTimer : ITimer, IAbsoluteTimer
     {
         private readonly ManualClock _clock;
         private TimerCallback? _callback;
@@ -187,6 +187,32 @@ public sealed class ManualClock : TimeProvider
                 Fire();
             }
             return true;
+        }
+
+        /// <summary>
+        /// Arms the timer, not periodic, at an absolute time of its clock (a <see cref="TimerWheel"/>'s plan): unlike a
+        /// relative due time, it cannot be moved by an <see cref="Advance"/> on another thread between the caller's read of
+        /// the clock and this call.
+        /// </summary>
+        public void ChangeAt(long dueTimestamp)
+        {
+            lock (_clock._lock)
+            {
+                if (_callback is null)
+                {
+                    return;
+                }
+                _clock._scheduled.Remove(this);
+                Period = 0;
+                Sequence = ++_clock._sequence;
+                if (dueTimestamp > _clock._elapsedTicks)
+                {
+                    DueAt = dueTimestamp;
+                    _clock._scheduled.Add(this);
+                    return;
+                }
+            }
+            Fire(); // already due: at once, on this thread, as a due time of zero
         }
 
         public void Fire() => Volatile.Read(ref _callback)?.Invoke(_state);

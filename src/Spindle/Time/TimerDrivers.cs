@@ -112,10 +112,33 @@ internal sealed class ProviderTimerDriver : TimerDriver
     // kick is either seen by that re-check or lands after the arm; it is never overwritten by a later plan.
     public override void Kick() => _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
 
+    // A relative due time is read against the clock now and counted by the provider from its own now, a moment later: a
+    // clock advanced in between (a ManualClock on another thread, which then found this timer unscheduled and fired
+    // nothing) made the wheel's next pass late by that advance, so a delay it had reached did not fire until a later one.
+    // A ManualClock's timer is armed at the absolute timestamp instead, which no advance can move. Another provider's
+    // timer has only the relative Change; there the race remains (a real clock moves on by microseconds, well within
+    // the wheel's millisecond; a fake one advanced concurrently with a pass can be late by that advance).
     public override void Arm(long next)
-        => _timer.Change(next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next), Timeout.InfiniteTimeSpan);
+    {
+        if (next != long.MaxValue && _timer is IAbsoluteTimer absolute)
+        {
+            absolute.ChangeAt(_wheel.TimestampAt(next));
+            return;
+        }
+        _timer.Change(next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next), Timeout.InfiniteTimeSpan);
+    }
 
     public override void Dispose() => _timer.Dispose();
+}
+
+/// <summary>A provider's timer that can be armed at an absolute timestamp of its clock (<see cref="ManualClock"/>'s).</summary>
+internal interface IAbsoluteTimer
+{
+    /// <summary>
+    /// Arms the timer to fire once when its clock reaches <paramref name="dueTimestamp"/>: at once, on the calling thread,
+    /// if it has already (as a due time of zero fires).
+    /// </summary>
+    void ChangeAt(long dueTimestamp);
 }
 
 /// <summary>Up to <see cref="Capacity"/> continuations of expired timers, run together on one worker.</summary>

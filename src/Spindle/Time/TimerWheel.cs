@@ -321,6 +321,18 @@ public sealed partial class TimerWheel : IDisposable
         return ticks <= 0 ? TimeSpan.Zero : TimeSpan.FromTicks(ticks);
     }
 
+    /// <summary>The clock's timestamp at which tick <paramref name="tick"/> begins (rounded up; capped at <see cref="long.MaxValue"/>).</summary>
+    internal long TimestampAt(long tick)
+    {
+        long per = _timestampsPerTimeSpanTick;
+        if (per > 0 && tick <= (long.MaxValue - _origin) / (TimeSpan.TicksPerMillisecond * per))
+        {
+            return _origin + tick * TimeSpan.TicksPerMillisecond * per; // exact
+        }
+        double timestamps = Math.Ceiling(tick * (double)TimeSpan.TicksPerMillisecond / _timeSpanTicksPerTimestamp);
+        return timestamps >= long.MaxValue - _origin ? long.MaxValue : _origin + (long)timestamps;
+    }
+
     private long ElapsedTimeSpanTicks(bool roundUp)
     {
         long elapsed = _clock.GetTimestamp() - _origin;
