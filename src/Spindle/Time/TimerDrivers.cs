@@ -109,23 +109,50 @@ internal sealed class ProviderTimerDriver : TimerDriver
     public override bool DispatchesContinuations => false;
 
     // Change calls are atomic with respect to each other, and the owner arms before it re-checks the inbox, so a
-    // kick is either seen by that re-check or lands after the arm; it is never overwritten by a later plan.
+    // kick is either seen by that re-check or lands after the arm; it is never overwritten by a later plan. (A kick that
+    // lands between two of Arm's Changes is overwritten, but its push came before it, so the re-check sees that.)
     public override void Kick() => _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
 
-    // A relative due time is read against the clock now and counted by the provider from its own now, a moment later: a
-    // clock advanced in between (a ManualClock on another thread, which then found this timer unscheduled and fired
-    // nothing) made the wheel's next pass late by that advance, so a delay it had reached did not fire until a later one.
+    // How many times Arm arms a relative timer again when the clock moved meanwhile (see there).
+    private const int MaxReArms = 3;
+
+    // A relative due time is worked out from a reading of the clock, and the provider counts it from its own now, a
+    // moment later: a clock advanced in between (by another thread; the advance found this timer unscheduled, so it fired
+    // nothing) made the wheel's next pass late by that advance, and a delay the clock had reached waited for a later one.
     // A ManualClock's timer is armed at the absolute timestamp instead, which no advance can move. Another provider's
-    // timer has only the relative Change; there the race remains (a real clock moves on by microseconds, well within
-    // the wheel's millisecond; a fake one advanced concurrently with a pass can be late by that advance).
+    // timer has only the relative Change, so the clock is read again after it: if it moved by a whole tick of the wheel
+    // (1 ms) or more, the timer is armed again from the new reading. So the pass is late by less than a tick of clock time
+    // moved during the arming, within the wheel's contract (a due timer fires within a tick of its deadline). A real clock
+    // moves a few microseconds in that time and is armed once; the cap bounds a clock that moves on every read
+    // (FakeTimeProvider.AutoAdvanceAmount).
     public override void Arm(long next)
     {
-        if (next != long.MaxValue && _timer is IAbsoluteTimer absolute)
+        if (next == long.MaxValue)
+        {
+            _timer.Change(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
+            return;
+        }
+        if (_timer is IAbsoluteTimer absolute)
         {
             absolute.ChangeAt(_wheel.TimestampAt(next));
             return;
         }
-        _timer.Change(next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next), Timeout.InfiniteTimeSpan);
+        long seen = _wheel.Elapsed();
+        for (int rearms = 0; ; rearms++)
+        {
+            TimeSpan due = TimerWheel.TimeUntil(next, seen);
+            _timer.Change(due, Timeout.InfiniteTimeSpan);
+            if (due == TimeSpan.Zero || rearms == MaxReArms)
+            {
+                return; // due now: the timer fires at once, and the pass it runs plans again
+            }
+            long now = _wheel.Elapsed();
+            if (now - seen < TimeSpan.TicksPerMillisecond)
+            {
+                return;
+            }
+            seen = now;
+        }
     }
 
     public override void Dispose() => _timer.Dispose();

@@ -315,11 +315,17 @@ public sealed partial class TimerWheel : IDisposable
     }
 
     /// <summary>How long until tick <paramref name="tick"/> begins (zero if it has).</summary>
-    internal TimeSpan TimeUntil(long tick)
+    internal TimeSpan TimeUntil(long tick) => TimeUntil(tick, Elapsed());
+
+    /// <summary>How long until tick <paramref name="tick"/> begins, seen from <paramref name="elapsed"/> (an <see cref="Elapsed"/> reading; zero if it has).</summary>
+    internal static TimeSpan TimeUntil(long tick, long elapsed)
     {
-        long ticks = tick * TimeSpan.TicksPerMillisecond - ElapsedTimeSpanTicks(roundUp: false);
+        long ticks = tick * TimeSpan.TicksPerMillisecond - elapsed;
         return ticks <= 0 ? TimeSpan.Zero : TimeSpan.FromTicks(ticks);
     }
+
+    /// <summary>The time since the wheel's origin, in <see cref="TimeSpan"/> ticks (rounded down).</summary>
+    internal long Elapsed() => ElapsedTimeSpanTicks(roundUp: false);
 
     /// <summary>The clock's timestamp at which tick <paramref name="tick"/> begins (rounded up; capped at <see cref="long.MaxValue"/>).</summary>
     internal long TimestampAt(long tick)

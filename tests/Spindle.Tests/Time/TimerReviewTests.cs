@@ -1,6 +1,7 @@
 using System;
 using System.Diagnostics;
 using System.Threading;
+using Microsoft.Extensions.Time.Testing;
 
 namespace SpindleLib.Tests.Time;
 
@@ -18,12 +19,56 @@ public class TimerReviewTests
     /// </summary>
     [Fact]
     public void ManualClock_AdvancedWhileAnotherThreadStartsDelays_FiresEveryDelayItReaches()
+        => AdvancedWhileAnotherThreadStartsDelays_FiresEveryDelayItReaches(static () =>
+        {
+            var clock = new ManualClock();
+            return (clock, clock.Advance);
+        });
+
+    /// <summary>
+    /// As <see cref="ManualClock_AdvancedWhileAnotherThreadStartsDelays_FiresEveryDelayItReaches"/>, on Microsoft's
+    /// <see cref="FakeTimeProvider"/>, whose timers take only a relative due time: a pass that saw the clock move while it
+    /// armed the provider's timer arms it again.
+    /// </summary>
+    [Fact]
+    public void FakeTimeProvider_AdvancedWhileAnotherThreadStartsDelays_FiresEveryDelayItReaches()
+        => AdvancedWhileAnotherThreadStartsDelays_FiresEveryDelayItReaches(static () =>
+        {
+            var clock = new FakeTimeProvider();
+            return (clock, clock.Advance);
+        });
+
+    /// <summary>
+    /// A clock that moves on every read (<see cref="FakeTimeProvider.AutoAdvanceAmount"/>) still arms the wheel's timer
+    /// a bounded number of times: the re-arming above stops (for a far deadline, a re-arm for every 5 ms the reads move
+    /// the clock would never end), and the delay fires, never early.
+    /// </summary>
+    [Fact]
+    public void FakeTimeProvider_ThatMovesOnEveryRead_StillArmsAndFires()
+    {
+        var time = new FakeTimeProvider { AutoAdvanceAmount = TimeSpan.FromMilliseconds(5) };
+        using var wheel = new TimerWheel(time);
+        long start = time.GetTimestamp();
+        SpindleTask delay = wheel.Delay(TimeSpan.FromDays(30));
+        Assert.False(delay.IsCompleted);
+        time.Advance(TimeSpan.FromDays(30));
+        Assert.True(delay.IsCompleted);
+        Assert.True(time.GetElapsedTime(start) >= TimeSpan.FromDays(30), "fired early");
+        delay.GetAwaiter().GetResult();
+        Assert.Equal(0, wheel.PendingCount);
+    }
+
+    /// <summary>
+    /// One thread starts a 10 ms delay on each of 32 wheels of one clock while another advances the clock by 20 ms, landing
+    /// anywhere in the starter's loop; once both have returned, every delay whose deadline the clock has reached must
+    /// have completed.
+    /// </summary>
+    private static void AdvancedWhileAnotherThreadStartsDelays_FiresEveryDelayItReaches(Func<(TimeProvider Clock, Action<TimeSpan> Advance)> newClock)
     {
         const int wheelsPerRound = 32;
         int rounds = TestUtil.Stress(1000);
         var late = 0;
         var checkedDelays = 0;
-        ManualClock clock;
         var wheels = new TimerWheel[wheelsPerRound];
         var delays = new SpindleTask[wheelsPerRound];
         int go = 0; // the round the starter may start (both sides spin: a blocked thread wakes too late to race)
@@ -56,7 +101,7 @@ public class TimerReviewTests
         starter.Start();
         for (int round = 1; round <= rounds; round++)
         {
-            clock = new ManualClock();
+            (TimeProvider clock, Action<TimeSpan> advance) = newClock();
             for (int i = 0; i < wheelsPerRound; i++)
             {
                 wheels[i] = new TimerWheel(clock);
@@ -73,7 +118,7 @@ public class TimerReviewTests
             {
                 Thread.SpinWait(10);
             }
-            clock.Advance(TimeSpan.FromMilliseconds(20));
+            advance(TimeSpan.FromMilliseconds(20));
             spin = default;
             while (Volatile.Read(ref done) != round)
             {
@@ -81,7 +126,7 @@ public class TimerReviewTests
             }
             // Both calls have returned: no pass is running on any thread.
 
-            long now = clock.GetTimestamp() / TimeSpan.TicksPerMillisecond;
+            long now = wheels[0].NowTick(); // every wheel counts from the clock's start
             for (int i = 0; i < wheelsPerRound; i++)
             {
                 var node = (TimerNode)delays[i]._source!;
