@@ -238,29 +238,39 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
 
 /// <summary>Bridges a Spindle source to a <see cref="Task"/> (allocates: a Task is an object).</summary>
 /// <remarks>
-/// An async Task method awaits the source, so that its outcome crosses exactly as an await of it would in BCL code: a
+/// <para>An async Task method awaits the source, so that its outcome crosses exactly as an await of it would in BCL code: a
 /// cancellation stays the very <see cref="OperationCanceledException"/> thrown, with its token (the BCL's builder keeps
-/// it), and a fault its exception, whether the source had completed already or not.
+/// it), and a fault its exception, whether the source had completed already or not.</para>
+/// <para>A pending source is registered on here, at the call, by a <see cref="PreservedSource{T}"/> that the async method
+/// then awaits: a source that already has an awaiter (the caller's misuse) throws the await-once error to the caller.
+/// Registered on by the async method itself, it threw inside the BCL's builder, which rethrows such an exception on the
+/// thread pool (it cannot fault the method at that point): the process crashed, and the Task never completed.</para>
 /// </remarks>
 internal static class TaskBridge
 {
     public static Task ToTask(ISpindleSource source, short token)
     {
-        if (source.GetStatus(token) == SpindleTaskStatus.Succeeded)
+        SpindleTaskStatus status = source.GetStatus(token);
+        if (status == SpindleTaskStatus.Succeeded)
         {
             source.GetResult(token);
             return Task.CompletedTask;
         }
-        return Await(new SpindleTask(source, token));
+        return Await(status == SpindleTaskStatus.Pending
+            ? new SpindleTask(new PreservedSource<VoidResult>(source, token), 0) // registers now: may throw
+            : new SpindleTask(source, token));
     }
 
     public static Task<T> ToTask<T>(ISpindleSource<T> source, short token)
     {
-        if (source.GetStatus(token) == SpindleTaskStatus.Succeeded)
+        SpindleTaskStatus status = source.GetStatus(token);
+        if (status == SpindleTaskStatus.Succeeded)
         {
             return Task.FromResult(source.GetResult(token));
         }
-        return Await(new SpindleTask<T>(source, token));
+        return Await(status == SpindleTaskStatus.Pending
+            ? new SpindleTask<T>(new PreservedSource<T>(source, token), 0) // registers now: may throw
+            : new SpindleTask<T>(source, token));
     }
 
     private static async Task Await(SpindleTask task) => await task;

@@ -89,6 +89,9 @@ public readonly partial struct SpindleTask<T>
     public ValueTask<T> AsValueTask() => _source is null ? new ValueTask<T>(_result) : new ValueTask<T>(_source, _token);
 
     /// <summary>Converts to a <see cref="Task{T}"/>. Allocates.</summary>
+    /// <remarks>This consumes the task, as an await does: await the returned <see cref="Task{T}"/> instead.</remarks>
+    /// <exception cref="InvalidOperationException">The task was already awaited, or already has an awaiter (a Spindle task
+    /// has one awaiter at a time: call <see cref="Preserve"/> to await it from several places).</exception>
     public Task<T> AsTask() => _source is null ? Task.FromResult(_result) : TaskBridge.ToTask(_source, _token);
 
     /// <summary>Discards the result type.</summary>

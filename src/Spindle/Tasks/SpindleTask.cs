@@ -98,6 +98,9 @@ public readonly partial struct SpindleTask
     public ValueTask AsValueTask() => _source is null ? default : new ValueTask(_source, _token);
 
     /// <summary>Converts to a <see cref="Task"/>. Allocates a <see cref="Task"/> unless the task has already succeeded.</summary>
+    /// <remarks>This consumes the task, as an await does: await the returned <see cref="Task"/> instead.</remarks>
+    /// <exception cref="InvalidOperationException">The task was already awaited, or already has an awaiter (a Spindle task
+    /// has one awaiter at a time: call <see cref="Preserve"/> to await it from several places).</exception>
     public Task AsTask()
     {
         ISpindleSource? s = _source;
