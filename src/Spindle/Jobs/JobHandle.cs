@@ -183,8 +183,13 @@ public readonly struct JobHandle : IEquatable<JobHandle>
         public void GetResult() => _handle.Complete();
 
         /// <summary>Schedules the continuation, flowing the <see cref="ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         public void OnCompleted(Action continuation)
         {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
             ExecutionContext? ec = ExecutionContext.Capture();
             if (ec is null)
             {
@@ -195,6 +200,7 @@ public readonly struct JobHandle : IEquatable<JobHandle>
         }
 
         /// <summary>Schedules the continuation without flowing the <see cref="ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)

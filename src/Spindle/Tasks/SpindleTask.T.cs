@@ -132,8 +132,13 @@ public readonly partial struct SpindleTask<T>
         }
 
         /// <summary>Schedules the continuation, flowing the current <see cref="System.Threading.ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         public void OnCompleted(Action continuation)
         {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
             if (_task._source is { } s)
             {
                 ((IValueTaskSource<T>)s).OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
@@ -145,8 +150,13 @@ public readonly partial struct SpindleTask<T>
         }
 
         /// <summary>Schedules the continuation without flowing the <see cref="System.Threading.ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
             if (_task._source is { } s)
             {
                 s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);

@@ -178,8 +178,13 @@ public readonly partial struct SpindleTask
         }
 
         /// <summary>Schedules the continuation, flowing the current <see cref="ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         public void OnCompleted(Action continuation)
         {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
             if (_task._source is { } s)
             {
                 s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
@@ -191,8 +196,13 @@ public readonly partial struct SpindleTask
         }
 
         /// <summary>Schedules the continuation without flowing the <see cref="ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
+            if (continuation is null)
+            {
+                ThrowHelper.ThrowArgumentNull(nameof(continuation));
+            }
             if (_task._source is { } s)
             {
                 s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);

@@ -1,5 +1,8 @@
 using System;
+using System.Collections.Concurrent;
 using System.Threading.Tasks;
+using SpindleLib.Tests.Jobs;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Api;
 
@@ -50,4 +53,61 @@ public sealed class ApiMisuseReviewTests
     }
 
     private static async SpindleTask<int> Echo(SpindleTask<int> task) => await task;
+
+    // A null continuation given to a task's awaiter was registered as the task's one awaiter: the real await was then
+    // refused ("already has an awaiter"), and the completion invoked null, so Promise.SetResult threw a
+    // NullReferenceException to whoever completed it (on a job, one was reported from the finishing thread).
+    [Fact]
+    public void TaskAwaiters_NullContinuation_ThrowArgumentNullAtTheCall_AndTheRealAwaiterStillRuns()
+    {
+        var untyped = new Promise();
+        SpindleTask.Awaiter a = untyped.Task.GetAwaiter();
+        Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(() => a.OnCompleted(null!)).ParamName);
+        Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(() => a.UnsafeOnCompleted(null!)).ParamName);
+        bool ran = false;
+        a.UnsafeOnCompleted(() => ran = true);
+        untyped.SetResult();
+        Assert.True(ran);
+
+        var typed = new Promise<int>();
+        SpindleTask<int>.Awaiter b = typed.Task.GetAwaiter();
+        Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(() => b.OnCompleted(null!)).ParamName);
+        Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(() => b.UnsafeOnCompleted(null!)).ParamName);
+        int seen = 0;
+        b.OnCompleted(() => seen = b.GetResult());
+        typed.SetResult(5);
+        Assert.Equal(5, seen);
+
+        // Completed tasks too (default, and a result carried inline), which ran the continuation at once.
+        Assert.Throws<ArgumentNullException>(() => default(SpindleTask).GetAwaiter().OnCompleted(null!));
+        Assert.Throws<ArgumentNullException>(() => default(SpindleTask).GetAwaiter().UnsafeOnCompleted(null!));
+        Assert.Throws<ArgumentNullException>(() => SpindleTask.FromResult(1).GetAwaiter().OnCompleted(null!));
+        Assert.Throws<ArgumentNullException>(() => SpindleTask.FromResult(1).GetAwaiter().UnsafeOnCompleted(null!));
+    }
+
+    [Fact]
+    public void JobHandleAwaiter_NullContinuation_ThrowsArgumentNullAtTheCall_AndNothingIsReportedLater()
+    {
+        var release = new Flag();
+        var done = new Flag();
+        JobHandle pending = new HeldJob { Release = release, Done = done }.Schedule();
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            try
+            {
+                Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(() => pending.GetAwaiter().OnCompleted(null!)).ParamName);
+                Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(() => pending.GetAwaiter().UnsafeOnCompleted(null!)).ParamName);
+            }
+            finally
+            {
+                release.Set();
+            }
+            pending.Complete();
+        });
+        Assert.True(reported.IsEmpty, "reported: " + string.Join(" | ", reported));
+        JobHandle finished = new CountJob(new Counter()).Schedule();
+        finished.Complete();
+        Assert.Throws<ArgumentNullException>(() => finished.GetAwaiter().OnCompleted(null!));
+        Assert.Throws<ArgumentNullException>(() => default(JobHandle).GetAwaiter().OnCompleted(null!));
+    }
 }
