@@ -71,6 +71,9 @@ public sealed partial class FrameLoop
 {
     private readonly object _phasesLock = new();
     private FramePhase[] _phases;
+    // What Phases hands out: a read-only view of _phases, made with each copy (a cast of the array itself could reorder
+    // the loop's phases).
+    private IReadOnlyList<FramePhase> _phasesView;
     private readonly FrameInbox _inbox = new();
 
     // Time: one clock per kind of timed wait, each with its own wheel, created on first use.
@@ -119,6 +122,7 @@ public sealed partial class FrameLoop
         LateUpdate = new FramePhase(this, nameof(LateUpdate));
         _phases = new[] { EarlyUpdate, FixedUpdate, Update, LateUpdate };
         Renumber(_phases);
+        _phasesView = Array.AsReadOnly(_phases);
     }
 
     /// <summary>The first default phase: input, and anything that must see the frame before the game logic does.</summary>
@@ -137,7 +141,8 @@ public sealed partial class FrameLoop
     public FramePhase LateUpdate { get; }
 
     /// <summary>The phases in the order each frame runs them.</summary>
-    public IReadOnlyList<FramePhase> Phases => Volatile.Read(ref _phases);
+    /// <remarks>A read-only snapshot: it does not change when a phase is added later, and cannot be changed.</remarks>
+    public IReadOnlyList<FramePhase> Phases => Volatile.Read(ref _phasesView);
 
     /// <summary>The number of frames begun: 0 before the first, N during frame N and until frame N + 1 begins.</summary>
     public long FrameCount => Volatile.Read(ref _frameCount);
@@ -270,6 +275,7 @@ public sealed partial class FrameLoop
             Renumber(array);
             // Copy on write: a frame iterates the array it read at its start.
             Volatile.Write(ref _phases, array);
+            Volatile.Write(ref _phasesView, Array.AsReadOnly(array));
             return phase;
         }
     }

@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Concurrent;
+using System.Collections.Generic;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Jobs;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
@@ -110,4 +111,37 @@ public sealed class ApiMisuseReviewTests
         Assert.Throws<ArgumentNullException>(() => finished.GetAwaiter().OnCompleted(null!));
         Assert.Throws<ArgumentNullException>(() => default(JobHandle).GetAwaiter().OnCompleted(null!));
     }
+
+    // FrameLoop.Phases handed out the loop's own array as an IReadOnlyList: a cast to IList (or to the array) rewrote the
+    // order the loop runs its phases in, silently (here LateUpdate ran twice a frame and EarlyUpdate never).
+    [Fact]
+    public void FrameLoopPhases_ACastCannotChangeThem_AndTheLoopKeepsItsOrder()
+    {
+        var loop = new FrameLoop();
+        FramePhase render = loop.AddPhase("Render");
+        IReadOnlyList<FramePhase> phases = loop.Phases;
+        Assert.False(phases is FramePhase[], "the loop's own array is handed out");
+        if (phases is IList<FramePhase> list)
+        {
+            Assert.Throws<NotSupportedException>(() => list[0] = loop.LateUpdate);
+        }
+        FramePhase[] expected = { loop.EarlyUpdate, loop.FixedUpdate, loop.Update, loop.LateUpdate, render };
+        Assert.Equal(expected, loop.Phases);
+
+        var ran = new List<string>();
+        foreach (FramePhase phase in expected)
+        {
+            Record(loop, phase, ran);
+        }
+        loop.RunFrame();
+        Assert.Equal(new[] { "EarlyUpdate", "FixedUpdate", "Update", "LateUpdate", "Render" }, ran);
+    }
+
+    private static async SpindleTask RecordAsync(FrameLoop loop, FramePhase phase, List<string> ran)
+    {
+        await loop.Yield(phase);
+        ran.Add(phase.Name);
+    }
+
+    private static void Record(FrameLoop loop, FramePhase phase, List<string> ran) => RecordAsync(loop, phase, ran).Forget();
 }
