@@ -35,8 +35,13 @@ public struct SpindleTaskMethodBuilder
     public void SetResult() => _box?.SetResult(default);
 
     /// <summary>Completes the task with an exception (an <see cref="OperationCanceledException"/> cancels it).</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
     public void SetException(Exception exception)
     {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
         if (_box is { } box)
         {
             box.SetException(exception);
@@ -108,8 +113,13 @@ public struct SpindleTaskMethodBuilder<T>
     }
 
     /// <summary>Completes the task with an exception (an <see cref="OperationCanceledException"/> cancels it).</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
     public void SetException(Exception exception)
     {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
         if (_box is { } box)
         {
             box.SetException(exception);

@@ -144,4 +144,20 @@ public sealed class ApiMisuseReviewTests
     }
 
     private static void Record(FrameLoop loop, FramePhase phase, List<string> ran) => RecordAsync(loop, phase, ran).Forget();
+
+    // The builders' SetException passed null on to ExceptionDispatchInfo.Capture, whose ArgumentNullException named its
+    // own parameter, 'source', which the caller never saw (the BCL's builders name 'exception').
+    [Fact]
+    public void BuilderSetException_Null_ThrowsArgumentNullNamingException_AndTheBuilderStillWorks()
+    {
+        SpindleTaskMethodBuilder untyped = SpindleTaskMethodBuilder.Create();
+        Assert.Equal("exception", Assert.Throws<ArgumentNullException>(() => untyped.SetException(null!)).ParamName);
+        untyped.SetResult();
+        untyped.Task.GetAwaiter().GetResult();
+
+        SpindleTaskMethodBuilder<int> typed = SpindleTaskMethodBuilder<int>.Create();
+        Assert.Equal("exception", Assert.Throws<ArgumentNullException>(() => typed.SetException(null!)).ParamName);
+        typed.SetResult(3);
+        Assert.Equal(3, typed.Task.GetAwaiter().GetResult());
+    }
 }
