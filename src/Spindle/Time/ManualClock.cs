@@ -37,8 +37,18 @@ public sealed class ManualClock : TimeProvider
     /// <summary>How far the clock has been advanced since it was created.</summary>
     public TimeSpan Elapsed => TimeSpan.FromTicks(Volatile.Read(ref _elapsedTicks));
 
-    /// <inheritdoc/>
-    public override DateTimeOffset GetUtcNow() => _start + Elapsed;
+    /// <summary>The start time plus <see cref="Elapsed"/>; <see cref="DateTimeOffset.MaxValue"/> once the clock has been advanced past it.</summary>
+    /// <remarks>
+    /// <see cref="Advance"/> takes any forward step (<see cref="TimeSpan.MaxValue"/> included, to fire every timer), so the
+    /// date saturates, as the timestamp does, instead of throwing here, far from the step that went past it.
+    /// </remarks>
+    public override DateTimeOffset GetUtcNow()
+    {
+        // Both the start's clock time and its UTC time must stay in range (they differ by its offset).
+        long room = DateTime.MaxValue.Ticks - Math.Max(_start.Ticks, _start.UtcTicks);
+        long elapsed = Volatile.Read(ref _elapsedTicks);
+        return elapsed > room ? DateTimeOffset.MaxValue : _start + TimeSpan.FromTicks(elapsed);
+    }
 
     /// <summary>The clock's timestamp, in <see cref="TimeSpan"/> ticks since it was created.</summary>
     public override long GetTimestamp() => Volatile.Read(ref _elapsedTicks);

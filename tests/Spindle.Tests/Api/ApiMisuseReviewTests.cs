@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Concurrent;
 using System.Collections.Generic;
+using System.Threading;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Jobs;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
@@ -9,8 +10,8 @@ namespace SpindleLib.Tests.Api;
 
 /// <summary>
 /// Misuse of the public API found by a review of every member in PublicAPI.Unshipped.txt: each gets an immediate,
-/// clear exception at the call, and leaves the object it was made on working for a correct use afterwards.
-/// Sequential: some tests watch Spindle.UnobservedException.
+/// clear exception at the call (and an input the API accepts brings no exception later), and leaves the object it was
+/// made on working for a correct use afterwards. Sequential: some tests watch Spindle.UnobservedException.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public sealed class ApiMisuseReviewTests
@@ -159,5 +160,35 @@ public sealed class ApiMisuseReviewTests
         Assert.Equal("exception", Assert.Throws<ArgumentNullException>(() => typed.SetException(null!)).ParamName);
         typed.SetResult(3);
         Assert.Equal(3, typed.Task.GetAwaiter().GetResult());
+    }
+
+    // ManualClock.Advance accepts any forward delta, TimeSpan.MaxValue included (its timestamp saturates: "advance past
+    // everything"), but GetUtcNow then added the elapsed time to the start date unchecked: every later call threw an
+    // ArgumentOutOfRangeException from DateTimeOffset's arithmetic ("un-representable DateTime", parameter 't'), far from
+    // the Advance that caused it. So did any Advance past year 9999 from a late start.
+    [Fact]
+    public void ManualClock_AdvancedPastTheLastDate_GetUtcNowStaysAtTheLastDate_AndTimersStillFire()
+    {
+        var clock = new ManualClock();
+        int fired = 0;
+        using ITimer timer = clock.CreateTimer(_ => fired++, null, TimeSpan.FromDays(1), Timeout.InfiniteTimeSpan);
+        clock.Advance(TimeSpan.MaxValue);
+        Assert.Equal(1, fired);
+        Assert.Equal(DateTimeOffset.MaxValue, clock.GetUtcNow());
+        Assert.Equal(DateTimeOffset.MaxValue, clock.GetLocalNow());
+        clock.Advance(TimeSpan.FromDays(1));
+        Assert.Equal(DateTimeOffset.MaxValue, clock.GetUtcNow());
+
+        var late = new ManualClock(DateTimeOffset.MaxValue - TimeSpan.FromSeconds(1));
+        late.Advance(TimeSpan.FromSeconds(2));
+        Assert.Equal(DateTimeOffset.MaxValue, late.GetUtcNow());
+        Assert.Equal(TimeSpan.FromSeconds(2), late.Elapsed);
+
+        // A start with an offset ahead of UTC runs out of clock time first.
+        var ahead = new ManualClock(new DateTimeOffset(9999, 12, 31, 23, 0, 0, TimeSpan.FromHours(14)));
+        ahead.Advance(TimeSpan.FromMinutes(59));
+        Assert.Equal(new DateTimeOffset(9999, 12, 31, 23, 59, 0, TimeSpan.FromHours(14)), ahead.GetUtcNow());
+        ahead.Advance(TimeSpan.FromHours(2));
+        Assert.Equal(DateTimeOffset.MaxValue, ahead.GetUtcNow());
     }
 }
