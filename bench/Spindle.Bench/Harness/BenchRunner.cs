@@ -120,6 +120,12 @@ public static class BenchRunner
             });
             string json = Path.Combine(options.ReportDirectory, "results.json");
             WriteWhole(json, stream => Report.WriteJson(stream, context.Results, machine));
+            string svg = Chart.Svg(scenarios, context.Results, "Spindle against the BCL: how many times better or worse, per case (one run)", ChartSubtitle(machine, commandLine));
+            WriteWhole(Path.Combine(options.ReportDirectory, Report.ChartFile), stream =>
+            {
+                using var writer = new StreamWriter(stream);
+                writer.Write(svg);
+            });
             if (print)
             {
                 AnsiConsole.MarkupLine($"Report: [bold]{Markup.Escape(md)}[/] and [bold]{Markup.Escape(json)}[/] ({total.Elapsed.TotalSeconds:F0} s in all)");
@@ -139,6 +145,13 @@ public static class BenchRunner
             }
         }
         return context.Results;
+    }
+
+    /// <summary>What the chart was measured on and with: the command, the machine, the commit and the date.</summary>
+    private static string ChartSubtitle(IReadOnlyList<KeyValuePair<string, string>> machine, string commandLine)
+    {
+        string Get(string key) => machine.FirstOrDefault(kv => kv.Key == key).Value ?? "?";
+        return $"{commandLine} · {Get("cpu")}, {Get("logical_cores")} logical cores · {Get("runtime")} · commit {Get("commit")} · {Get("date_utc")} UTC";
     }
 
     /// <summary>

@@ -14,6 +14,9 @@ public static class Report
 {
     private static readonly CultureInfo Inv = CultureInfo.InvariantCulture;
 
+    /// <summary>The summary chart's file name, beside report.md (see <see cref="Chart"/>).</summary>
+    public const string ChartFile = "summary.svg";
+
     /// <summary>One row per (case, system); a column per metric, and a ratio against the baseline for each.</summary>
     public static List<string[]> Rows(Scenario scenario, IReadOnlyList<BenchResult> results, out string[] header)
     {
@@ -140,6 +143,7 @@ public static class Report
         }
         sb.AppendLine();
         sb.AppendLine("Values are medians over the measured rounds; ± is half the min–max range over those rounds. Allocations are counted on all threads. Ratios compare against the BCL system of the same case, measured in the same process.").AppendLine();
+        sb.AppendLine($"![Every scenario's headline figures against the BCL baseline]({ChartFile})").AppendLine();
         foreach (Scenario s in scenarios)
         {
             if (!results.Any(r => r.Scenario == s.Id))

@@ -77,6 +77,10 @@ public sealed class BenchScenarioTests
                     $"target '{t.Text}' ({t.Issue}, case {t.Case}) found nothing to check in {id}'s results.");
             }
             Assert.True(File.Exists(Path.Combine(dir, "report.md")));
+            Assert.Contains($"]({Report.ChartFile})", File.ReadAllText(Path.Combine(dir, "report.md")), StringComparison.Ordinal);
+            // The summary chart is well-formed and draws this scenario's headline figures against its baseline.
+            var svg = System.Xml.Linq.XDocument.Load(Path.Combine(dir, Report.ChartFile));
+            Assert.Contains(svg.Descendants(), e => e.Name.LocalName == "rect" && (string?)e.Attribute("data-scenario") == id);
             string json = File.ReadAllText(Path.Combine(dir, "results.json"));
             Assert.Contains("\"machine\"", json, StringComparison.Ordinal);
             Assert.Contains($"\"scenario\": \"{id}\"", json, StringComparison.Ordinal);
