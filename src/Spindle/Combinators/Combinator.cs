@@ -77,6 +77,7 @@ internal struct TakenSets
 /// uses), registration on every kind of input, the cells that keep typed inputs' results, and the reference count that
 /// decides when the combinator may return to its pool. See <see cref="Combinator{TResult}"/> for the protocol.
 /// </summary>
+[StackTraceHidden]
 internal abstract class CombinatorCore
 {
 #if DEBUG
@@ -519,6 +520,7 @@ internal abstract class CombinatorCore
     /// One input's registration, kept with the combinator: a Spindle input's direct waiter (a source stores the slot
     /// itself and resumes it with one virtual call), or the state a BCL input's continuation carries.
     /// </summary>
+    [StackTraceHidden]
     internal sealed class Slot : DirectWaiter
     {
         public readonly CombinatorCore Owner;
@@ -628,13 +630,13 @@ internal abstract class CombinatorCore
                 }
                 if (Typed is { } cell)
                 {
-                    cell.Read(this);
+                    return cell.Read(this);
                 }
-                else if (Kind == InputKind.Spindle)
+                if (Kind == InputKind.Spindle)
                 {
-                    Source!.GetResult(Token);
+                    return QuietRead.ReadOrThrow(Source!, Token);
                 }
-                else if (Kind == InputKind.Task)
+                if (Kind == InputKind.Task)
                 {
                     Task!.GetAwaiter().GetResult();
                 }
@@ -660,8 +662,11 @@ internal abstract class CombinatorCore
     /// <summary>Where a typed input's result is kept until the combined result is composed.</summary>
     internal abstract class InputCell
     {
-        /// <summary>Reads the slot's typed input into the cell; throws the input's failure.</summary>
-        public abstract void Read(Slot slot);
+        /// <summary>
+        /// Reads the slot's typed input into the cell; returns a Spindle input's failure, and throws a BCL input's (its
+        /// awaiter is the only way to read it as an await would) and misuse (the caller, <see cref="Slot.ReadInput()"/>, catches).
+        /// </summary>
+        public abstract ExceptionDispatchInfo? Read(Slot slot);
 
         public abstract void Clear();
     }
@@ -671,13 +676,13 @@ internal abstract class CombinatorCore
         public T Value = default!;
         public ValueTask<T> Pending;
 
-        public override void Read(Slot slot)
+        public override ExceptionDispatchInfo? Read(Slot slot)
         {
             switch (slot.Kind)
             {
                 case InputKind.Spindle:
-                    Value = Unsafe.As<ISpindleSource<T>>(slot.Source!).GetResult(slot.Token);
-                    break;
+                    Value = QuietRead.ReadOrThrow(Unsafe.As<ISpindleSource<T>>(slot.Source!), slot.Token, out ExceptionDispatchInfo? error);
+                    return error;
                 case InputKind.Task:
                     Value = Unsafe.As<Task<T>>(slot.Task!).GetAwaiter().GetResult();
                     break;
@@ -687,6 +692,7 @@ internal abstract class CombinatorCore
                     Value = pending.GetAwaiter().GetResult();
                     break;
             }
+            return null;
         }
 
         public override void Clear()
@@ -798,7 +804,8 @@ internal struct WhenAllFailures
 /// <see cref="_inputsLeft"/>. The timer's expiry competes for the core like the token's cancellation does, and the last
 /// input and the token take the timer out of the wheel before they complete the combined task.</para>
 /// </remarks>
-internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>
+[StackTraceHidden]
+internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>, IQuietSource<TResult>
 {
     private bool _isAny;
     private bool _aggregate;
@@ -1435,16 +1442,29 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     public TResult GetResult(short token)
     {
-        _core.Consume(token, this, out ExceptionDispatchInfo? error);
-        DropRegistration(); // the wait is over: nothing stays registered behind it, even while losers still run
-        // Composed while the consumer's reference still keeps the cells: after Release they may be recycled.
-        TResult result = error is null && _compose is { } compose ? compose(this) : default!;
-        ReleaseLast();
+        TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
         error?.Throw();
         return result;
     }
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public TResult ReadQuietly(short token, out ExceptionDispatchInfo? error)
+    {
+        _core.Consume(token, this, out error);
+        DropRegistration(); // the wait is over: nothing stays registered behind it, even while losers still run
+        // Composed while the consumer's reference still keeps the cells: after Release they may be recycled.
+        TResult result = error is null && _compose is { } compose ? compose(this) : default!;
+        ReleaseLast();
+        return result;
+    }
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        return error;
+    }
 
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 

@@ -1,5 +1,6 @@
 using System;
 using System.Diagnostics;
+using System.Runtime.ExceptionServices;
 using System.Threading.Tasks;
 
 namespace SpindleLib;
@@ -18,8 +19,11 @@ internal interface IInputKind<TInput, TValue>
     /// <summary>True once the input has finished. Never consumes it (a stale Spindle task throws the await-once error).</summary>
     bool IsCompleted(TInput input);
 
-    /// <summary>Reads a completed input, consuming it; throws its failure.</summary>
-    TValue Read(TInput input);
+    /// <summary>
+    /// Reads a completed input, consuming it; its failure goes to <paramref name="error"/>, read quietly from a Spindle
+    /// source (<see cref="IQuietSource"/>), caught from a BCL task's awaiter (the only way to read it as an await would).
+    /// </summary>
+    TValue Read(TInput input, out ExceptionDispatchInfo? error);
 
     /// <summary>True when a pending input can be left to finish with nobody waiting (a fault then reported) without a combinator.</summary>
     bool ForgetsPending { get; }
@@ -36,6 +40,42 @@ internal interface IInputKind<TInput, TValue>
     void Add(CombinatorCore combinator, int index, TInput input);
 }
 
+/// <summary>
+/// Reads a finished BCL task or ValueTask through its awaiter, as an await would (the same exception object, a canceled
+/// task's <see cref="TaskCanceledException"/> included), catching what it throws. A task is read as the ValueTask that
+/// wraps it (no allocation; its awaiter reads the task's own).
+/// </summary>
+[StackTraceHidden]
+internal static class BclRead
+{
+    public static ExceptionDispatchInfo? Read(ValueTask input)
+    {
+        try
+        {
+            input.GetAwaiter().GetResult();
+            return null;
+        }
+        catch (Exception ex)
+        {
+            return ExceptionDispatchInfo.Capture(ex);
+        }
+    }
+
+    public static T Read<T>(ValueTask<T> input, out ExceptionDispatchInfo? error)
+    {
+        try
+        {
+            error = null;
+            return input.GetAwaiter().GetResult();
+        }
+        catch (Exception ex)
+        {
+            error = ExceptionDispatchInfo.Capture(ex);
+            return default!;
+        }
+    }
+}
+
 /// <summary>What the two Spindle input kinds share.</summary>
 internal static class SpindleInputs
 {
@@ -49,9 +89,9 @@ internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
 
     public bool IsCompleted(SpindleTask input) => input.IsCompleted;
 
-    public VoidResult Read(SpindleTask input)
+    public VoidResult Read(SpindleTask input, out ExceptionDispatchInfo? error)
     {
-        input.GetAwaiter().GetResult();
+        error = input._source is { } source ? QuietRead.Read(source, input._token) : null;
         return default;
     }
 
@@ -74,7 +114,15 @@ internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
 
     public bool IsCompleted(SpindleTask<T> input) => input.IsCompleted;
 
-    public T Read(SpindleTask<T> input) => input.GetAwaiter().GetResult();
+    public T Read(SpindleTask<T> input, out ExceptionDispatchInfo? error)
+    {
+        if (input._source is { } source)
+        {
+            return QuietRead.Read(source, input._token, out error);
+        }
+        error = null;
+        return input._result;
+    }
 
     public bool ForgetsPending => true;
 
@@ -95,9 +143,9 @@ internal readonly struct TaskInput : IInputKind<Task, VoidResult>
 
     public bool IsCompleted(Task input) => input.IsCompleted;
 
-    public VoidResult Read(Task input)
+    public VoidResult Read(Task input, out ExceptionDispatchInfo? error)
     {
-        input.GetAwaiter().GetResult();
+        error = input.IsCompletedSuccessfully ? null : BclRead.Read(new ValueTask(input));
         return default;
     }
 
@@ -125,7 +173,15 @@ internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
 
     public bool IsCompleted(Task<T> input) => input.IsCompleted;
 
-    public T Read(Task<T> input) => input.GetAwaiter().GetResult();
+    public T Read(Task<T> input, out ExceptionDispatchInfo? error)
+    {
+        if (input.IsCompletedSuccessfully)
+        {
+            error = null;
+            return input.Result; // does not block or throw once completed successfully
+        }
+        return BclRead.Read(new ValueTask<T>(input), out error);
+    }
 
     public bool ForgetsPending => false;
 
@@ -140,9 +196,9 @@ internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
 
     public bool IsCompleted(ValueTask input) => input.IsCompleted;
 
-    public VoidResult Read(ValueTask input)
+    public VoidResult Read(ValueTask input, out ExceptionDispatchInfo? error)
     {
-        input.GetAwaiter().GetResult();
+        error = BclRead.Read(input);
         return default;
     }
 
@@ -157,14 +213,8 @@ internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
         where TKind : struct, IInputKind<TInput, TValue>
     {
         Debug.Assert(default(TKind).IsCompleted(input), "a pending input goes to a combinator");
-        try
-        {
-            default(TKind).Read(input);
-        }
-        catch (Exception ex)
-        {
-            CombinatorCore.ReportLoser(ex);
-        }
+        default(TKind).Read(input, out ExceptionDispatchInfo? error);
+        CombinatorCore.ReportLoser(error);
     }
 
     public void Add(CombinatorCore combinator, int index, ValueTask input) => combinator.Add(index, input);
@@ -176,7 +226,7 @@ internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
 
     public bool IsCompleted(ValueTask<T> input) => input.IsCompleted;
 
-    public T Read(ValueTask<T> input) => input.GetAwaiter().GetResult();
+    public T Read(ValueTask<T> input, out ExceptionDispatchInfo? error) => BclRead.Read(input, out error);
 
     public bool ForgetsPending => false;
 

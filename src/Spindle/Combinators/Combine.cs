@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Runtime.CompilerServices;
+using System.Runtime.ExceptionServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -191,17 +192,14 @@ internal static class Combine
         var failures = new WhenAllFailures(aggregate);
         for (int i = 0; i < tasks.Length; i++)
         {
-            try
+            TValue value = default(TKind).Read(tasks[i], out ExceptionDispatchInfo? error);
+            if (error is not null)
             {
-                TValue value = default(TKind).Read(tasks[i]);
-                if (i < values.Length)
-                {
-                    values[i] = value;
-                }
+                failures.Add(error.SourceException);
             }
-            catch (Exception ex)
+            else if (i < values.Length)
             {
-                failures.Add(ex);
+                values[i] = value;
             }
         }
         return failures.Result;
@@ -221,14 +219,8 @@ internal static class Combine
                 default(TKind).Forget(tasks[j]);
             }
         }
-        try
-        {
-            return new SpindleTask<TResult>(fromWinner(winner, default(TKind).Read(tasks[winner])));
-        }
-        catch (Exception ex)
-        {
-            return SpindleTask.FromException<TResult>(ex);
-        }
+        TValue value = default(TKind).Read(tasks[winner], out ExceptionDispatchInfo? error);
+        return error is null ? new SpindleTask<TResult>(fromWinner(winner, value)) : SpindleTask.FromException<TResult>(error.SourceException);
     }
 
     /// <summary>

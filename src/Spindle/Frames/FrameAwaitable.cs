@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 using System.Threading;
@@ -68,6 +69,7 @@ public readonly struct FrameAwaitable
     public static implicit operator SpindleTask(FrameAwaitable awaitable) => awaitable.AsSpindleTask();
 
     /// <summary>Awaits a frame-loop wait.</summary>
+    [StackTraceHidden]
     public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
     {
         private readonly object? _target;

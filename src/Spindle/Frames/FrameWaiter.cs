@@ -27,7 +27,8 @@ namespace SpindleLib;
 /// when the phase reaches the waiter, not when it expires: many timers expiring in one frame would otherwise flood
 /// their pool before the awaiting code could rent them again.</para>
 /// </remarks>
-internal abstract class FrameWaiter : WorkItem, ISpindleSource
+[StackTraceHidden]
+internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((FrameWaiter)o!)._core.TrySetCanceled(ct);
@@ -215,7 +216,10 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
 
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
-    public void GetResult(short token)
+    public void GetResult(short token) => ReadQuietly(token)?.Throw();
+
+    /// <summary>As <see cref="GetResult"/>, returning the failure instead of throwing it (<see cref="IQuietSource"/>).</summary>
+    public ExceptionDispatchInfo? ReadQuietly(short token)
     {
         if (_core.GetStatus(token) == SpindleTaskStatus.Pending && Phase!.Loop.IsInsideStep)
         {
@@ -229,7 +233,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource
         // The wait is over: nothing stays registered behind it (Drop waits for a callback in flight on another thread).
         CancellationRegistrations.Drop(ref _registration);
         Release();
-        error?.Throw();
+        return error;
     }
 
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 using System.Threading;
@@ -62,6 +63,7 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// may pick up a job that waits, directly or not, for the job it is running. Schedule the work as a dependent
     /// instead.
     /// </remarks>
+    [StackTraceHidden]
     public void Complete()
     {
         if (Node is not { } node)
@@ -170,6 +172,7 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     public static bool operator !=(JobHandle left, JobHandle right) => !left.Equals(right);
 
     /// <summary>Awaits a job. The continuation runs on the thread that finishes the job.</summary>
+    [StackTraceHidden]
     public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
     {
         private readonly JobHandle _handle;

@@ -50,6 +50,7 @@ namespace SpindleLib;
 /// scheduled with a single dependency (<see cref="DependOnSingle"/>) has no guard: its count of 1 stands for that
 /// dependency, which is then the count's only writer and sets it to 0 with a plain store.</para>
 /// </remarks>
+[StackTraceHidden]
 internal abstract class JobNode : WorkItem
 {
     private static readonly Edge s_sealed = new();

@@ -1,9 +1,11 @@
 using System;
+using System.Diagnostics;
 using System.Threading;
 
 namespace SpindleLib;
 
 /// <summary>The node for an <see cref="IJob"/>: the job struct is stored in the node, so it is never boxed.</summary>
+[StackTraceHidden]
 internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJob : struct, IJob
 {
     private TJob _job;

@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -187,6 +188,7 @@ public sealed class TaskScope : IAsyncDisposable
         }
     }
 
+    [StackTraceHidden]
     private void ThrowFailures()
     {
         List<ExceptionDispatchInfo>? errors;
@@ -293,6 +295,7 @@ public sealed class TaskScope : IAsyncDisposable
     /// The source behind <see cref="WaitAsync"/>: completes when every child has, and throws the children's failures when
     /// its result is read, which is when they count as delivered. Not pooled (one per scope), never reset.
     /// </summary>
+    [StackTraceHidden]
     private sealed class ScopeOutcome : ISpindleSource
     {
         private readonly TaskScope _scope;
@@ -342,6 +345,7 @@ public sealed class TaskScope : IAsyncDisposable
         => task.IsCanceled ? new TaskCanceledException(task) : task.IsFaulted ? task.Exception!.InnerExceptions[0] : null;
 
     /// <summary>Reads a finished child exactly once and reports its outcome to the scope.</summary>
+    [StackTraceHidden]
     private sealed class ChildObserver
     {
         private readonly TaskScope _scope;
@@ -355,18 +359,6 @@ public sealed class TaskScope : IAsyncDisposable
             _token = token;
         }
 
-        public void Done()
-        {
-            Exception? error = null;
-            try
-            {
-                _source.GetResult(_token);
-            }
-            catch (Exception ex)
-            {
-                error = ex;
-            }
-            _scope.ChildFinished(error);
-        }
+        public void Done() => _scope.ChildFinished(QuietRead.Read(_source, _token)?.SourceException);
     }
 }

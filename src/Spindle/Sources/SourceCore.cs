@@ -86,6 +86,7 @@ internal readonly struct VoidResult
 /// one CAS and rules out ABA (the version is part of every comparison).</para>
 /// </remarks>
 [StructLayout(LayoutKind.Auto)]
+[StackTraceHidden]
 internal struct SourceCore<TResult>
 {
     /// <summary>Handed from <see cref="TryBeginCompletion"/> to <see cref="EndCompletion"/> for an abandoned use.</summary>
@@ -234,12 +235,21 @@ internal struct SourceCore<TResult>
     /// </summary>
     public TResult GetResult(short token, ISpindleSource owner)
     {
+        TResult result = ReadQuietly(token, owner, out ExceptionDispatchInfo? error);
+        error?.Throw();
+        return result;
+    }
+
+    /// <summary>As <see cref="GetResult"/>, but the failure goes to <paramref name="error"/> instead of being thrown (<see cref="IQuietSource"/>).</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public TResult ReadQuietly(short token, ISpindleSource owner, out ExceptionDispatchInfo? error)
+    {
         ValidateToken(token);
         if (!IsCompleted)
         {
             BlockingWait.Wait(owner, token);
         }
-        ErrorOnceCompleted?.Throw();
+        error = ErrorOnceCompleted;
         return _result;
     }
 

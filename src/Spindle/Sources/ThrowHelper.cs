@@ -1,9 +1,11 @@
 using System;
+using System.Diagnostics;
 using System.Diagnostics.CodeAnalysis;
 
 namespace SpindleLib;
 
 /// <summary>Throw sites kept out of hot methods so those stay small enough to inline.</summary>
+[StackTraceHidden]
 internal static class ThrowHelper
 {
     internal const string AwaitOnceMessage =

@@ -1,4 +1,6 @@
 using System;
+using System.Diagnostics;
+using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
 
@@ -8,7 +10,7 @@ namespace SpindleLib;
 /// A resettable completion source for a <see cref="SpindleTask{T}"/>. See <see cref="Promise"/> for the rules.
 /// </summary>
 /// <typeparam name="T">The result type.</typeparam>
-public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource
+public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSource<T>
 {
     private SourceCore<T> _core;
 
@@ -114,9 +116,19 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource
     ValueTaskSourceStatus IValueTaskSource<T>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public T GetResult(short token) => _core.GetResult(token, this);
 
+    [StackTraceHidden]
     void IValueTaskSource.GetResult(short token) => _core.GetResult(token, this);
+
+    T IQuietSource<T>.ReadQuietly(short token, out ExceptionDispatchInfo? error) => _core.ReadQuietly(token, this, out error);
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        _core.ReadQuietly(token, this, out ExceptionDispatchInfo? error);
+        return error;
+    }
 
     /// <inheritdoc/>
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);

@@ -1,4 +1,6 @@
 using System;
+using System.Diagnostics;
+using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
 
@@ -15,7 +17,7 @@ namespace SpindleLib;
 /// <para>The task supports one awaiter at a time. Reading its result does not consume the promise, so a completed
 /// promise's task may be read again until <see cref="Reset"/>, after which the old task's token is stale.</para>
 /// </remarks>
-public sealed class Promise : ISpindleSource, IDetachableSource
+public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource
 {
     private SourceCore<VoidResult> _core;
 
@@ -122,7 +124,14 @@ public sealed class Promise : ISpindleSource, IDetachableSource
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public void GetResult(short token) => _core.GetResult(token, this);
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        _core.ReadQuietly(token, this, out ExceptionDispatchInfo? error);
+        return error;
+    }
 
     /// <inheritdoc/>
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading;
@@ -389,14 +390,18 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public void GetResult(short token) => ReadWait(token);
 
     /// <summary>Reads wait <paramref name="token"/>: true if it took a set, false if its timeout passed (only a wait with a timeout can).</summary>
+    [StackTraceHidden]
     bool ISpindleSource<bool>.GetResult(short token) => ReadWait(token);
 
+    [StackTraceHidden]
     bool IValueTaskSource<bool>.GetResult(short token) => ReadWait(token);
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    [StackTraceHidden]
     private bool ReadWait(short token)
     {
         _core.ValidateToken(token);

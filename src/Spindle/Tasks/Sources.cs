@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -8,7 +9,8 @@ using System.Threading.Tasks.Sources;
 namespace SpindleLib;
 
 /// <summary>A source that completed with an exception when it was made (FromException, FromCanceled). Not pooled; awaitable any number of times.</summary>
-internal sealed class CompletedSource<T> : ISpindleSource<T>
+[StackTraceHidden]
+internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
 {
     private readonly ExceptionDispatchInfo _error;
 
@@ -29,6 +31,14 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>
 
     void IValueTaskSource.GetResult(short token) => _error.Throw();
 
+    public T ReadQuietly(short token, out ExceptionDispatchInfo? error)
+    {
+        error = _error;
+        return default!;
+    }
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token) => _error;
+
     public void OnCompleted(Action<object?> continuation, object? state, short token) => Continuations.Invoke(continuation, state);
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
@@ -42,7 +52,8 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>
 /// The source behind <c>Preserve()</c>: it awaits the original task once, keeps the outcome, and lets any number of
 /// awaiters read it. Continuations registered before completion are kept in a list under a lock (this is not a hot path).
 /// </summary>
-internal sealed class PreservedSource<T> : ISpindleSource<T>
+[StackTraceHidden]
+internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
 {
     private static readonly Action<object?> s_onSourceCompleted = static o => ((PreservedSource<T>)o!).OnSourceCompleted();
 
@@ -64,15 +75,15 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
     private void OnSourceCompleted()
     {
         ISpindleSource source = _source!;
+        ExceptionDispatchInfo? error;
         T result = default!;
-        ExceptionDispatchInfo? error = null;
-        try
+        if (source is ISpindleSource<T> typed)
         {
-            result = source is ISpindleSource<T> typed ? typed.GetResult(_token) : ReadVoid(source);
+            result = QuietRead.Read(typed, _token, out error);
         }
-        catch (Exception ex)
+        else
         {
-            error = ExceptionDispatchInfo.Capture(ex);
+            error = QuietRead.Read(source, _token);
         }
         List<(Action<object?>, object?)>? waiters;
         lock (_lock)
@@ -112,12 +123,6 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
         first?.Throw();
     }
 
-    private T ReadVoid(ISpindleSource source)
-    {
-        source.GetResult(_token);
-        return default!;
-    }
-
     public SpindleTaskStatus GetStatus(short token)
     {
         lock (_lock)
@@ -138,6 +143,13 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
 
     public T GetResult(short token)
     {
+        T result = ReadQuietly(token, out ExceptionDispatchInfo? error);
+        error?.Throw();
+        return result;
+    }
+
+    public T ReadQuietly(short token, out ExceptionDispatchInfo? error)
+    {
         bool completed;
         lock (_lock)
         {
@@ -147,8 +159,14 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>
         {
             BlockingWait.Wait(this, token);
         }
-        _error?.Throw();
+        error = _error;
         return _result;
+    }
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        return error;
     }
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);
@@ -221,17 +239,10 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
 
     internal static void ReadAndReport(ISpindleSource source, short token)
     {
-        try
+        Exception? error = QuietRead.Read(source, token)?.SourceException;
+        if (error is not null and not OperationCanceledException) // cancellation is an outcome, not a fault
         {
-            source.GetResult(token);
-        }
-        catch (OperationCanceledException)
-        {
-            // Cancellation is an outcome, not a fault.
-        }
-        catch (Exception ex)
-        {
-            UnobservedExceptions.Report(ex);
+            UnobservedExceptions.Report(error);
         }
     }
 }
@@ -246,6 +257,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
 /// Registered on by the async method itself, it threw inside the BCL's builder, which rethrows such an exception on the
 /// thread pool (it cannot fault the method at that point): the process crashed, and the Task never completed.</para>
 /// </remarks>
+[StackTraceHidden]
 internal static class TaskBridge
 {
     public static Task ToTask(ISpindleSource source, short token)

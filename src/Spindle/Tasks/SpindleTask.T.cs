@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 using System.Threading.Tasks;
@@ -101,6 +102,7 @@ public readonly partial struct SpindleTask<T>
     public static implicit operator ValueTask<T>(SpindleTask<T> task) => task.AsValueTask();
 
     /// <summary>Awaits a <see cref="SpindleTask{T}"/>.</summary>
+    [StackTraceHidden]
     public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
     {
         private readonly SpindleTask<T> _task;

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 using System.Threading;
@@ -148,6 +149,7 @@ public readonly partial struct SpindleTask
     public static SpindleTask<T> FromResult<T>(T result) => new(result);
 
     /// <summary>Awaits a <see cref="SpindleTask"/>.</summary>
+    [StackTraceHidden]
     public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
     {
         private readonly SpindleTask _task;

@@ -1,5 +1,7 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
+using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
 
@@ -54,7 +56,8 @@ internal abstract class StateMachineBoxBase : DirectWaiter
 }
 
 /// <summary>A box that is also the source of the async method's task.</summary>
-internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSource<TResult>, IDetachableSource
+[StackTraceHidden]
+internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSource<TResult>, IDetachableSource, IQuietSource<TResult>
 {
     protected SourceCore<TResult> _core;
 
@@ -86,13 +89,26 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 
     public TResult GetResult(short token)
     {
-        TResult result = _core.Consume(token, this, out var error);
-        ReturnToPool();
+        TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
         error?.Throw();
         return result;
     }
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public TResult ReadQuietly(short token, out ExceptionDispatchInfo? error)
+    {
+        TResult result = _core.Consume(token, this, out error);
+        ReturnToPool();
+        return result;
+    }
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        return error;
+    }
 
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 
@@ -110,6 +126,7 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 /// The task of an async method that failed before its first suspension. Not pooled: it exists only on the exception
 /// path, and keeps the builder down to one field.
 /// </summary>
+[StackTraceHidden]
 internal sealed class FaultedBox<TResult> : SpindleBox<TResult>
 {
     public FaultedBox(Exception exception) => _core.TrySetException(exception);
@@ -131,6 +148,7 @@ internal sealed class FaultedBox<TResult> : SpindleBox<TResult>
 /// The pooled box for one state-machine type: it holds the compiler's state machine (copied in on the first real
 /// suspension) and is the source of the method's task. It returns to its pool when the task's result is read.
 /// </summary>
+[StackTraceHidden]
 internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResult>, IPoolNode<StateMachineBox<TStateMachine, TResult>>
     where TStateMachine : IAsyncStateMachine
 {

@@ -1,4 +1,7 @@
 using System;
+using System.Diagnostics;
+using System.Runtime.CompilerServices;
+using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
 
@@ -26,7 +29,8 @@ namespace SpindleLib;
 /// waited for, and loses the claim), and a cancelled item's callback is the one that claimed it, done with the item once
 /// it has published the completion (<see cref="Recycle"/>).</para>
 /// </remarks>
-internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoolNode<RunItem<TResult>>
+[StackTraceHidden]
+internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoolNode<RunItem<TResult>>, IQuietSource<TResult>
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((RunItem<TResult>)o!).RunDelegate();
 
@@ -226,7 +230,17 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 
     public TResult GetResult(short token)
     {
-        TResult result = _core.Consume(token, this, out var error);
+        TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
+        error?.Throw();
+        return result;
+    }
+
+    void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public TResult ReadQuietly(short token, out ExceptionDispatchInfo? error)
+    {
+        TResult result = _core.Consume(token, this, out error);
         if (_cancelable)
         {
             LetGo(); // cancelled: the queue may still hold the item
@@ -235,11 +249,14 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         {
             Recycle();
         }
-        error?.Throw();
         return result;
     }
 
-    void IValueTaskSource.GetResult(short token) => GetResult(token);
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        return error;
+    }
 
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 using System.Threading;
@@ -147,12 +148,14 @@ public static partial class Spindle
         return cancellationToken.CanBeCanceled ? Unwrap(Run<SpindleTask<T>>(function, cancellationToken)) : RunAsync(function);
     }
 
+    [StackTraceHidden]
     private static async SpindleTask RunAsync(Func<SpindleTask> function)
     {
         await Yield();
         await function();
     }
 
+    [StackTraceHidden]
     private static async SpindleTask<T> RunAsync<T>(Func<SpindleTask<T>> function)
     {
         await Yield();
@@ -189,6 +192,7 @@ public readonly struct WorkerAwaitable
     public Awaiter GetAwaiter() => new(_alwaysQueue);
 
     /// <summary>Awaits a move to a Spindle worker.</summary>
+    [StackTraceHidden]
     public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
     {
         private readonly bool _alwaysQueue;

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
@@ -25,6 +26,7 @@ namespace SpindleLib;
 /// that can run a continuation runs under it (it only reads the clock): on a manual clock, arming a timer may run
 /// other timers' continuations on this thread, and completing a wait runs the consumer's.</para>
 /// </remarks>
+[StackTraceHidden]
 internal sealed class PeriodicTimerSource : ISpindleSource<bool>
 {
     private static readonly Action<object?> s_onTick = static o => ((PeriodicTimerSource)o!).OnTick();

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
@@ -23,7 +24,8 @@ namespace SpindleLib;
 /// always reaches the cancel inbox after the node reached the insert inbox. The owner takes its cancel snapshot
 /// before its insert snapshot, so it never releases a node that is still waiting to be linked.</para>
 /// </remarks>
-internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<TimerNode>
+[StackTraceHidden]
+internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<TimerNode>, IQuietSource
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_onTokenCanceled = static (o, ct) => ((TimerNode)o!).OnTokenCanceled(ct);
@@ -220,7 +222,10 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     }
 
     /// <summary>Reads the outcome once, releases the consumer's hold, and recycles the node when it is the last holder.</summary>
-    public void GetResult(short token)
+    public void GetResult(short token) => ReadQuietly(token)?.Throw();
+
+    /// <summary>As <see cref="GetResult"/>, returning the failure instead of throwing it (<see cref="IQuietSource"/>).</summary>
+    public ExceptionDispatchInfo? ReadQuietly(short token)
     {
         _core.Consume(token, this, out ExceptionDispatchInfo? error);
         CancellationRegistrations.Drop(ref _registration);
@@ -228,7 +233,7 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         {
             Recycle();
         }
-        error?.Throw();
+        return error;
     }
 
     private void Recycle()

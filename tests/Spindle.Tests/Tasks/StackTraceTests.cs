@@ -1,0 +1,230 @@
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Tasks;
+
+/// <summary>
+/// A fault's stack trace reads like the BCL's: the user's own frames, from the throw up through each await, and none of
+/// Spindle's machinery (awaiters, sources, boxes, combinators, work items, job runners, throw helpers). UniTask users ask
+/// for this (its issue 291); the BCL hides its own such frames with <c>[StackTraceHidden]</c>, as Spindle does.
+/// </summary>
+public sealed class StackTraceTests
+{
+    private const string NotOnNetStandard = "StackTraceHiddenAttribute is .NET 6+; netstandard2.1 has no such attribute for the runtime to honour";
+
+    /// <summary>
+    /// Spindle's own async methods: their frame is a compiler-generated state machine's MoveNext, which no attribute can
+    /// reach (the runtime checks the MoveNext and its generated type), so they show as the BCL's own async methods do.
+    /// </summary>
+    private static readonly string[] s_asyncMethods =
+        ["at SpindleLib.Spindle.RunAsync", "at SpindleLib.Spindle.Unwrap", "at SpindleLib.TaskScope.DisposeAsync", "at SpindleLib.TaskBridge.Await"];
+
+    /// <summary>The frames of <paramref name="e"/>'s trace (and its inner exceptions') that are Spindle's, not the test's.</summary>
+    private static List<string> SpindleFrames(Exception e)
+    {
+        var frames = new List<string>();
+        for (Exception? x = e; x is not null; x = x.InnerException)
+        {
+            frames.AddRange((x.StackTrace ?? "").Split('\n')
+                .Select(l => l.Trim())
+                .Where(l => l.StartsWith("at SpindleLib.", StringComparison.Ordinal) && !l.StartsWith("at SpindleLib.Tests.", StringComparison.Ordinal))
+                .Where(l => !s_asyncMethods.Any(m => l.StartsWith(m, StringComparison.Ordinal))));
+            if (x is AggregateException a)
+            {
+                foreach (Exception inner in a.InnerExceptions.Skip(1))
+                {
+                    frames.AddRange(SpindleFrames(inner));
+                }
+            }
+        }
+        return frames;
+    }
+
+    /// <summary>Runs <paramref name="faulting"/>, which must throw, and returns what it threw.</summary>
+    private static async Task<Exception> Catch(Func<Task> faulting)
+    {
+        try
+        {
+            await faulting();
+        }
+        catch (Exception e)
+        {
+            return e;
+        }
+        throw new InvalidOperationException("expected a fault");
+    }
+
+    private static void AssertOnlyUserFrames(Exception e, string userFrame)
+    {
+        List<string> frames = SpindleFrames(e);
+        Assert.True(frames.Count == 0, "Spindle's own frames in the trace:\n" + string.Join("\n", frames) + "\n\nwhole:\n" + e);
+        Assert.Contains(userFrame, e.ToString(), StringComparison.Ordinal);
+    }
+
+    private static async SpindleTask ThrowAfter(Promise promise)
+    {
+        await promise.Task;
+        throw new InvalidOperationException("boom");
+    }
+
+    private static async SpindleTask<int> Middle(Promise promise)
+    {
+        await ThrowAfter(promise);
+        return 1;
+    }
+
+    private static async SpindleTask Outer(Promise promise) => await Middle(promise);
+
+    private static async SpindleTask ThrowAtOnce()
+    {
+        await SpindleTask.CompletedTask;
+        throw new InvalidOperationException("at once");
+    }
+
+    private struct ThrowingJob : IJob
+    {
+        public void Execute() => throw new InvalidOperationException("job");
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task NestedAsyncMethods_PendingThenFaulted_ShowOnlyTheMethods()
+    {
+        var promise = new Promise();
+        SpindleTask outer = Outer(promise);
+        promise.SetResult();
+        Exception e = await Catch(async () => await outer);
+        AssertOnlyUserFrames(e, nameof(ThrowAfter));
+        Assert.Contains(nameof(Middle), e.StackTrace, StringComparison.Ordinal);
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public void BlockingRead_OfAFaultedMethod_ShowsOnlyTheMethod()
+    {
+        Exception e = Assert.Throws<InvalidOperationException>(() => ThrowAtOnce().GetAwaiter().GetResult());
+        AssertOnlyUserFrames(e, nameof(ThrowAtOnce));
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Promises_Preserve_AndTheBridges_ShowNoMachinery()
+    {
+        var promise = new Promise();
+        promise.SetException(new InvalidOperationException("promise"));
+        AssertOnlyUserFrames(await Catch(async () => await promise.Task), nameof(Catch));
+
+        var typed = new Promise<int>();
+        typed.SetException(new InvalidOperationException("typed"));
+        AssertOnlyUserFrames(await Catch(async () => await typed.Task), nameof(Catch));
+
+        var p2 = new Promise();
+        SpindleTask preserved = Outer(p2).Preserve();
+        p2.SetResult();
+        AssertOnlyUserFrames(await Catch(async () => await preserved), nameof(ThrowAfter));
+        AssertOnlyUserFrames(await Catch(async () => await preserved), nameof(ThrowAfter));
+
+        var p3 = new Promise();
+        Task asTask = Outer(p3).AsTask();
+        p3.SetResult();
+        AssertOnlyUserFrames(await Catch(() => asTask), nameof(ThrowAfter));
+
+        var p4 = new Promise();
+        ValueTask asValueTask = Outer(p4).AsValueTask();
+        p4.SetResult();
+        AssertOnlyUserFrames(await Catch(async () => await asValueTask), nameof(ThrowAfter));
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem()
+    {
+        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(new Func<int>(() => throw new InvalidOperationException("run")))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(ThrowAtOnce)), nameof(ThrowAtOnce));
+        using var cts = new CancellationTokenSource();
+        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"), cts.Token)), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Combinators_ShowTheInputsFrames_NotTheCombinators()
+    {
+        var a = new Promise();
+        var b = new Promise();
+        SpindleTask all = SpindleTask.WhenAll(Outer(a), Outer(b));
+        a.SetResult();
+        b.SetResult();
+        AssertOnlyUserFrames(await Catch(async () => await all), nameof(ThrowAfter));
+
+        var c = new Promise();
+        var d = new Promise();
+        SpindleTask aggregated = SpindleTask.WhenAll([Outer(c), Outer(d)], new WhenAllOptions { AggregateExceptions = true }, CancellationToken.None);
+        c.SetResult();
+        d.SetResult();
+        Exception e = await Catch(async () => await aggregated);
+        Assert.IsType<AggregateException>(e);
+        AssertOnlyUserFrames(e, nameof(ThrowAfter));
+
+        var f = new Promise();
+        SpindleTask<(int, int)> any = SpindleTask.WhenAny([Middle(f), Middle(new Promise())]);
+        f.SetResult();
+        AssertOnlyUserFrames(await Catch(async () => await any), nameof(ThrowAfter));
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Jobs_ShowTheJobsExecute_NotTheRunner()
+    {
+        JobHandle handle = new ThrowingJob().Schedule();
+        JobHandle.ScheduleBatchedJobs();
+        Exception completed = Assert.Throws<InvalidOperationException>(() => handle.Complete());
+        AssertOnlyUserFrames(completed, nameof(ThrowingJob.Execute));
+
+        JobHandle awaited = new ThrowingJob().Schedule();
+        AssertOnlyUserFrames(await Catch(async () => await awaited), nameof(ThrowingJob.Execute));
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Cancellation_OfDelaysSignalsAndFrames_ShowsNoMachinery()
+    {
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        AssertOnlyUserFrames(await Catch(async () => await Spindle.Delay(1000, cts.Token)), nameof(Catch));
+        AssertOnlyUserFrames(await Catch(async () => await new Signal().WaitAsync(cts.Token)), nameof(Catch));
+
+        using var later = new CancellationTokenSource();
+        SpindleTask delay = Spindle.Delay(60_000, later.Token);
+        SpindleTask wait = new Signal().WaitAsync(later.Token);
+        later.Cancel();
+        AssertOnlyUserFrames(await Catch(async () => await delay), nameof(Catch));
+        AssertOnlyUserFrames(await Catch(async () => await wait), nameof(Catch));
+
+        var loop = new FrameLoop();
+        SpindleTask frame = loop.NextFrame(later.Token).AsSpindleTask();
+        AssertOnlyUserFrames(await Catch(async () => await frame), nameof(Catch));
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Scopes_ShowTheChildsFrames()
+    {
+        var promise = new Promise();
+        Exception e = await Catch(async () =>
+        {
+            await using var scope = new TaskScope();
+            scope.Run(_ => Outer(promise));
+            promise.SetResult();
+        });
+        AssertOnlyUserFrames(e, nameof(ThrowAfter));
+    }
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Misuse_PointsAtTheAwait_NotAtAThrowHelper()
+    {
+        var promise = new Promise();
+        SpindleTask once = Outer(promise);
+        promise.SetResult();
+        await Catch(async () => await once); // the first read consumes the task
+        Exception e = await Catch(async () => await once);
+        Assert.IsType<InvalidOperationException>(e);
+        Assert.Contains("Preserve", e.Message, StringComparison.Ordinal);
+        AssertOnlyUserFrames(e, nameof(Catch));
+    }
+}
