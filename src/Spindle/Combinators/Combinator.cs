@@ -707,10 +707,16 @@ internal abstract class CombinatorCore
 /// Collects the failures of a WhenAll's inputs, in input order: the first one (as the BCL's <c>await Task.WhenAll</c>
 /// rethrows), or with <see cref="WhenAllOptions.AggregateExceptions"/> all of them.
 /// </summary>
+/// <remarks>
+/// Failures are kept as the inputs' own <see cref="ExceptionDispatchInfo"/>s: the one rethrown is thrown with the trace its
+/// input saved when it failed, whatever other awaits of the same exception object (a preserved task's, a promise's) have
+/// done to the object's current trace since. An <see cref="AggregateException"/> holds the exception objects, as the BCL's
+/// does.
+/// </remarks>
 internal struct WhenAllFailures
 {
     private readonly bool _aggregate;
-    private Exception? _first;
+    private ExceptionDispatchInfo? _first;
     private List<Exception>? _all;
     private bool _anyFault;
 
@@ -722,26 +728,27 @@ internal struct WhenAllFailures
         _anyFault = false;
     }
 
-    public void Add(Exception? error)
+    public void Add(ExceptionDispatchInfo? error)
     {
         if (error is null)
         {
             return;
         }
         _first ??= error;
-        _anyFault |= error is not OperationCanceledException;
+        _anyFault |= error.SourceException is not OperationCanceledException;
         if (_aggregate)
         {
-            (_all ??= new List<Exception>()).Add(error);
+            (_all ??= new List<Exception>()).Add(error.SourceException);
         }
     }
 
     /// <summary>
-    /// Null when every input succeeded. Otherwise the lowest index's exception; when aggregating and at least one input
+    /// Null when every input succeeded. Otherwise the lowest index's failure; when aggregating and at least one input
     /// faulted, an <see cref="AggregateException"/> of every failure (cancellations included) in input order. Inputs that
     /// were only cancelled give the first cancellation, so the combined task is cancelled rather than faulted.
     /// </summary>
-    public readonly Exception? Result => _first is null ? null : _aggregate && _anyFault ? new AggregateException(_all!) : _first;
+    public readonly ExceptionDispatchInfo? Result
+        => _first is null ? null : _aggregate && _anyFault ? ExceptionDispatchInfo.Capture(new AggregateException(_all!)) : _first;
 }
 
 /// <summary>
@@ -1314,7 +1321,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             CancelProducers();
         }
         Release(); // the consumer's reference keeps the object until the result is read
-        bool set = error is null ? _core.TrySetResult(default) : _core.TrySetException(error.SourceException);
+        bool set = error is null ? _core.TrySetResult(default) : _core.TrySetException(error);
         if (!set)
         {
             ReportLoser(error); // cancelled first: the failure is reported, not lost
@@ -1337,10 +1344,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         var failures = new WhenAllFailures(_aggregate);
         for (int i = 0; i < _count; i++)
         {
-            failures.Add(slots[i].Error?.SourceException);
+            failures.Add(slots[i].Error);
         }
-        Exception? failure = failures.Result;
-        ExceptionDispatchInfo? outcome = failure is null ? null : ExceptionDispatchInfo.Capture(failure);
+        ExceptionDispatchInfo? outcome = failures.Result;
         if (!_core.TryBeginCompletion(out object? waiter))
         {
             // Cancelled or timed out first: the failures are reported, not lost, and the sets are given back.

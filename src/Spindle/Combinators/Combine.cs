@@ -21,8 +21,8 @@ internal static class Combine
     {
         if (AllCompleted<TInput, VoidResult, TKind>(tasks, cancellationToken))
         {
-            Exception? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, options.AggregateExceptions);
-            return failure is null ? default : SpindleTask.FromException(failure);
+            ExceptionDispatchInfo? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, options.AggregateExceptions);
+            return failure is null ? default : new SpindleTask(new CompletedSource<VoidResult>(failure), 0);
         }
         var c = Combinator<VoidResult>.RentAll(tasks.Length, options, compose: null);
         return c.ToVoidTask(AddAll<TInput, VoidResult, TKind, VoidResult>(c, tasks, cancellationToken));
@@ -35,8 +35,8 @@ internal static class Combine
         if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
         {
             T[] values = tasks.IsEmpty ? Array.Empty<T>() : new T[tasks.Length];
-            Exception? failure = ReadAll<TInput, T, TKind>(tasks, values, options.AggregateExceptions);
-            return failure is null ? new SpindleTask<T[]>(values) : SpindleTask.FromException<T[]>(failure);
+            ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, values, options.AggregateExceptions);
+            return failure is null ? new SpindleTask<T[]>(values) : new SpindleTask<T[]>(new CompletedSource<T[]>(failure), 0);
         }
         var c = Combinator<T[]>.RentAll(tasks.Length, options, CombinedResults<T>.Array);
         return c.ToTask(AddAll<TInput, T, TKind, T[]>(c, tasks, cancellationToken));
@@ -55,8 +55,8 @@ internal static class Combine
         }
         if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
         {
-            Exception? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, options.AggregateExceptions);
-            return failure is null ? default : SpindleTask.FromException(failure);
+            ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, options.AggregateExceptions);
+            return failure is null ? default : new SpindleTask(new CompletedSource<VoidResult>(failure), 0);
         }
         var c = Combinator<Memory<T>>.RentAll(tasks.Length, options, CombinedResults<T>.Into, destination);
         return c.ToVoidTask(AddAll<TInput, T, TKind, Memory<T>>(c, tasks, cancellationToken));
@@ -186,7 +186,7 @@ internal static class Combine
 
     /// <summary>Reads every (finished) input, in order, into <paramref name="values"/> if it has room; returns the combined failure.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
-    private static Exception? ReadAll<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, Span<TValue> values, bool aggregate)
+    private static ExceptionDispatchInfo? ReadAll<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, Span<TValue> values, bool aggregate)
         where TKind : struct, IInputKind<TInput, TValue>
     {
         var failures = new WhenAllFailures(aggregate);
@@ -195,7 +195,7 @@ internal static class Combine
             TValue value = default(TKind).Read(tasks[i], out ExceptionDispatchInfo? error);
             if (error is not null)
             {
-                failures.Add(error.SourceException);
+                failures.Add(error);
             }
             else if (i < values.Length)
             {
@@ -220,7 +220,7 @@ internal static class Combine
             }
         }
         TValue value = default(TKind).Read(tasks[winner], out ExceptionDispatchInfo? error);
-        return error is null ? new SpindleTask<TResult>(fromWinner(winner, value)) : SpindleTask.FromException<TResult>(error.SourceException);
+        return error is null ? new SpindleTask<TResult>(fromWinner(winner, value)) : new SpindleTask<TResult>(new CompletedSource<TResult>(error), 0);
     }
 
     /// <summary>

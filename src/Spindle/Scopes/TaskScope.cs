@@ -72,7 +72,7 @@ public sealed class TaskScope : IAsyncDisposable
         }
         catch (Exception ex)
         {
-            ChildFinished(ex);
+            ChildFinished(ExceptionDispatchInfo.Capture(ex));
             return;
         }
         try
@@ -83,7 +83,7 @@ public sealed class TaskScope : IAsyncDisposable
         {
             // The child returned a task that cannot be awaited here (already awaited, or stale): it counts as a child
             // that failed with that error, or the count it was entered with would never come down.
-            ChildFinished(ex);
+            ChildFinished(ExceptionDispatchInfo.Capture(ex));
         }
     }
 
@@ -107,10 +107,10 @@ public sealed class TaskScope : IAsyncDisposable
         }
         catch (Exception ex)
         {
-            ChildFinished(ex);
+            ChildFinished(ExceptionDispatchInfo.Capture(ex));
             return;
         }
-        task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(() => ChildFinished(TaskError(task)));
+        task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(() => ChildFinished(TaskError(task) is { } error ? ExceptionDispatchInfo.Capture(error) : null));
     }
 
     /// <summary>
@@ -267,15 +267,15 @@ public sealed class TaskScope : IAsyncDisposable
         source.OnCompleted(s_childDone, new ChildObserver(this, source, task._token), task._token);
     }
 
-    private void ChildFinished(Exception? error)
+    private void ChildFinished(ExceptionDispatchInfo? error)
     {
         bool cancel = false;
         bool complete;
         lock (_lock)
         {
-            if (error is not null && !(error is OperationCanceledException && _cts.IsCancellationRequested))
+            if (error is not null && !(error.SourceException is OperationCanceledException && _cts.IsCancellationRequested))
             {
-                (_errors ??= new List<ExceptionDispatchInfo>()).Add(ExceptionDispatchInfo.Capture(error));
+                (_errors ??= new List<ExceptionDispatchInfo>()).Add(error);
                 cancel = true;
             }
             _running--;
@@ -359,6 +359,6 @@ public sealed class TaskScope : IAsyncDisposable
             _token = token;
         }
 
-        public void Done() => _scope.ChildFinished(QuietRead.Read(_source, _token)?.SourceException);
+        public void Done() => _scope.ChildFinished(QuietRead.Read(_source, _token)); // the child's own failure, with the trace it saved
     }
 }

@@ -413,6 +413,12 @@ internal struct SourceCore<TResult>
         return TryComplete(ExceptionDispatchInfo.Capture(exception));
     }
 
+    /// <summary>
+    /// Fails with a failure captured elsewhere (an input's, passed on by a combinator), which is rethrown with the trace it
+    /// saved; false if already completed.
+    /// </summary>
+    public bool TrySetException(ExceptionDispatchInfo error) => !IsCompletingOrCompleted && TryComplete(error);
+
     /// <summary>Completes as canceled by <paramref name="cancellationToken"/>; false if already completed.</summary>
     public bool TrySetCanceled(CancellationToken cancellationToken)
     {

@@ -16,6 +16,9 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
 
     public CompletedSource(Exception exception) => _error = ExceptionDispatchInfo.Capture(exception);
 
+    /// <summary>A source failed with a failure captured elsewhere (a combinator's input's), rethrown with the trace it saved.</summary>
+    public CompletedSource(ExceptionDispatchInfo error) => _error = error;
+
     public SpindleTaskStatus GetStatus(short token)
         => _error.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled : SpindleTaskStatus.Faulted;
 
