@@ -20,6 +20,20 @@ internal static class TestUtil
     /// <summary>The timeout, in seconds, for a stress test: scaled with the stress tier.</summary>
     public static int StressTimeout(int seconds) => IsStress ? seconds * 20 : seconds;
 
+    /// <summary>Runs <paramref name="faulting"/>, which must throw, and returns what it threw (its trace as the awaiting code saw it).</summary>
+    public static async Task<Exception> Catch(Func<Task> faulting)
+    {
+        try
+        {
+            await faulting();
+        }
+        catch (Exception e)
+        {
+            return e;
+        }
+        throw new InvalidOperationException("expected a fault");
+    }
+
     /// <summary>Awaits <paramref name="task"/>, failing with <see cref="TimeoutException"/> after <paramref name="seconds"/>.</summary>
     public static async Task WithTimeout(Task task, int seconds = DefaultTimeoutSeconds)
         => await task.WaitAsync(TimeSpan.FromSeconds(seconds));

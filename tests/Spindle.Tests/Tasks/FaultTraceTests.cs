@@ -31,18 +31,6 @@ public sealed class FaultTraceTests
         }
     }
 
-    private static async Task<Exception> Catch(Func<Task> faulting)
-    {
-        try
-        {
-            await faulting();
-        }
-        catch (Exception e)
-        {
-            return e;
-        }
-        throw new InvalidOperationException("expected a fault");
-    }
 
     private static async Task<SpindleTask> PreservedFault()
     {
@@ -57,7 +45,7 @@ public sealed class FaultTraceTests
     public async Task WhenAll_AllCompleted_OfAPreservedFault_DoesNotShowAnEarlierAwaitersFrames()
     {
         SpindleTask preserved = await PreservedFault();
-        Exception e = await Catch(async () => await SpindleTask.WhenAll(preserved, SpindleTask.CompletedTask));
+        Exception e = await TestUtil.Catch(async () => await SpindleTask.WhenAll(preserved, SpindleTask.CompletedTask));
         Assert.Contains(nameof(Fails), e.StackTrace, StringComparison.Ordinal);
         Assert.DoesNotContain(nameof(EarlierReader), e.StackTrace, StringComparison.Ordinal);
     }
@@ -69,7 +57,7 @@ public sealed class FaultTraceTests
         var other = new Promise();
         SpindleTask all = SpindleTask.WhenAll(preserved, other.Task);
         other.SetResult();
-        Exception e = await Catch(async () => await all);
+        Exception e = await TestUtil.Catch(async () => await all);
         Assert.Contains(nameof(Fails), e.StackTrace, StringComparison.Ordinal);
         Assert.DoesNotContain(nameof(EarlierReader), e.StackTrace, StringComparison.Ordinal);
     }
@@ -78,7 +66,7 @@ public sealed class FaultTraceTests
     public async Task WhenAny_AllCompleted_OfAPreservedFault_DoesNotShowAnEarlierAwaitersFrames()
     {
         SpindleTask preserved = await PreservedFault();
-        Exception e = await Catch(async () => await SpindleTask.WhenAny(preserved, new Promise().Task));
+        Exception e = await TestUtil.Catch(async () => await SpindleTask.WhenAny(preserved, new Promise().Task));
         Assert.Contains(nameof(Fails), e.StackTrace, StringComparison.Ordinal);
         Assert.DoesNotContain(nameof(EarlierReader), e.StackTrace, StringComparison.Ordinal);
     }
@@ -99,7 +87,7 @@ public sealed class FaultTraceTests
             promise.SetException(ex); // the promise captures the trace of Fails
         }
         await EarlierReader(promise.Task); // a completed promise's task may be read again until Reset
-        Exception e = await Catch(async () => await SpindleTask.WhenAll(promise.Task, SpindleTask.CompletedTask));
+        Exception e = await TestUtil.Catch(async () => await SpindleTask.WhenAll(promise.Task, SpindleTask.CompletedTask));
         Assert.DoesNotContain(nameof(EarlierReader), e.StackTrace, StringComparison.Ordinal);
     }
 
@@ -107,7 +95,7 @@ public sealed class FaultTraceTests
     public async Task TaskScope_OfAPreservedFault_DoesNotShowAnEarlierAwaitersFrames()
     {
         SpindleTask preserved = await PreservedFault();
-        Exception e = await Catch(async () =>
+        Exception e = await TestUtil.Catch(async () =>
         {
             await using var scope = new TaskScope();
             scope.Run(_ => preserved); // the scope's child observer reads the preserved fault quietly

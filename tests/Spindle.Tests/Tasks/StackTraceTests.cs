@@ -43,19 +43,6 @@ public sealed class StackTraceTests
         return frames;
     }
 
-    /// <summary>Runs <paramref name="faulting"/>, which must throw, and returns what it threw.</summary>
-    private static async Task<Exception> Catch(Func<Task> faulting)
-    {
-        try
-        {
-            await faulting();
-        }
-        catch (Exception e)
-        {
-            return e;
-        }
-        throw new InvalidOperationException("expected a fault");
-    }
 
     private static void AssertOnlyUserFrames(Exception e, string userFrame)
     {
@@ -95,7 +82,7 @@ public sealed class StackTraceTests
         var promise = new Promise();
         SpindleTask outer = Outer(promise);
         promise.SetResult();
-        Exception e = await Catch(async () => await outer);
+        Exception e = await TestUtil.Catch(async () => await outer);
         AssertOnlyUserFrames(e, nameof(ThrowAfter));
         Assert.Contains(nameof(Middle), e.StackTrace, StringComparison.Ordinal);
     }
@@ -112,37 +99,37 @@ public sealed class StackTraceTests
     {
         var promise = new Promise();
         promise.SetException(new InvalidOperationException("promise"));
-        AssertOnlyUserFrames(await Catch(async () => await promise.Task), nameof(Catch));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await promise.Task), nameof(TestUtil.Catch));
 
         var typed = new Promise<int>();
         typed.SetException(new InvalidOperationException("typed"));
-        AssertOnlyUserFrames(await Catch(async () => await typed.Task), nameof(Catch));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await typed.Task), nameof(TestUtil.Catch));
 
         var p2 = new Promise();
         SpindleTask preserved = Outer(p2).Preserve();
         p2.SetResult();
-        AssertOnlyUserFrames(await Catch(async () => await preserved), nameof(ThrowAfter));
-        AssertOnlyUserFrames(await Catch(async () => await preserved), nameof(ThrowAfter));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await preserved), nameof(ThrowAfter));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await preserved), nameof(ThrowAfter));
 
         var p3 = new Promise();
         Task asTask = Outer(p3).AsTask();
         p3.SetResult();
-        AssertOnlyUserFrames(await Catch(() => asTask), nameof(ThrowAfter));
+        AssertOnlyUserFrames(await TestUtil.Catch(() => asTask), nameof(ThrowAfter));
 
         var p4 = new Promise();
         ValueTask asValueTask = Outer(p4).AsValueTask();
         p4.SetResult();
-        AssertOnlyUserFrames(await Catch(async () => await asValueTask), nameof(ThrowAfter));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await asValueTask), nameof(ThrowAfter));
     }
 
     [NetBuildFact(NotOnNetStandard)]
     public async Task WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem()
     {
-        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
-        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(new Func<int>(() => throw new InvalidOperationException("run")))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
-        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(ThrowAtOnce)), nameof(ThrowAtOnce));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(new Func<int>(() => throw new InvalidOperationException("run")))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(ThrowAtOnce)), nameof(ThrowAtOnce));
         using var cts = new CancellationTokenSource();
-        AssertOnlyUserFrames(await Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"), cts.Token)), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"), cts.Token)), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
     }
 
     [NetBuildFact(NotOnNetStandard)]
@@ -153,21 +140,21 @@ public sealed class StackTraceTests
         SpindleTask all = SpindleTask.WhenAll(Outer(a), Outer(b));
         a.SetResult();
         b.SetResult();
-        AssertOnlyUserFrames(await Catch(async () => await all), nameof(ThrowAfter));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await all), nameof(ThrowAfter));
 
         var c = new Promise();
         var d = new Promise();
         SpindleTask aggregated = SpindleTask.WhenAll([Outer(c), Outer(d)], new WhenAllOptions { AggregateExceptions = true }, CancellationToken.None);
         c.SetResult();
         d.SetResult();
-        Exception e = await Catch(async () => await aggregated);
+        Exception e = await TestUtil.Catch(async () => await aggregated);
         Assert.IsType<AggregateException>(e);
         AssertOnlyUserFrames(e, nameof(ThrowAfter));
 
         var f = new Promise();
         SpindleTask<(int, int)> any = SpindleTask.WhenAny([Middle(f), Middle(new Promise())]);
         f.SetResult();
-        AssertOnlyUserFrames(await Catch(async () => await any), nameof(ThrowAfter));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await any), nameof(ThrowAfter));
     }
 
     [NetBuildFact(NotOnNetStandard)]
@@ -179,7 +166,7 @@ public sealed class StackTraceTests
         AssertOnlyUserFrames(completed, nameof(ThrowingJob.Execute));
 
         JobHandle awaited = new ThrowingJob().Schedule();
-        AssertOnlyUserFrames(await Catch(async () => await awaited), nameof(ThrowingJob.Execute));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await awaited), nameof(ThrowingJob.Execute));
     }
 
     [NetBuildFact(NotOnNetStandard)]
@@ -187,26 +174,26 @@ public sealed class StackTraceTests
     {
         using var cts = new CancellationTokenSource();
         cts.Cancel();
-        AssertOnlyUserFrames(await Catch(async () => await Spindle.Delay(1000, cts.Token)), nameof(Catch));
-        AssertOnlyUserFrames(await Catch(async () => await new Signal().WaitAsync(cts.Token)), nameof(Catch));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Delay(1000, cts.Token)), nameof(TestUtil.Catch));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await new Signal().WaitAsync(cts.Token)), nameof(TestUtil.Catch));
 
         using var later = new CancellationTokenSource();
         SpindleTask delay = Spindle.Delay(60_000, later.Token);
         SpindleTask wait = new Signal().WaitAsync(later.Token);
         later.Cancel();
-        AssertOnlyUserFrames(await Catch(async () => await delay), nameof(Catch));
-        AssertOnlyUserFrames(await Catch(async () => await wait), nameof(Catch));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await delay), nameof(TestUtil.Catch));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await wait), nameof(TestUtil.Catch));
 
         var loop = new FrameLoop();
         SpindleTask frame = loop.NextFrame(later.Token).AsSpindleTask();
-        AssertOnlyUserFrames(await Catch(async () => await frame), nameof(Catch));
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await frame), nameof(TestUtil.Catch));
     }
 
     [NetBuildFact(NotOnNetStandard)]
     public async Task Scopes_ShowTheChildsFrames()
     {
         var promise = new Promise();
-        Exception e = await Catch(async () =>
+        Exception e = await TestUtil.Catch(async () =>
         {
             await using var scope = new TaskScope();
             scope.Run(_ => Outer(promise));
@@ -221,10 +208,10 @@ public sealed class StackTraceTests
         var promise = new Promise();
         SpindleTask once = Outer(promise);
         promise.SetResult();
-        await Catch(async () => await once); // the first read consumes the task
-        Exception e = await Catch(async () => await once);
+        await TestUtil.Catch(async () => await once); // the first read consumes the task
+        Exception e = await TestUtil.Catch(async () => await once);
         Assert.IsType<InvalidOperationException>(e);
         Assert.Contains("Preserve", e.Message, StringComparison.Ordinal);
-        AssertOnlyUserFrames(e, nameof(Catch));
+        AssertOnlyUserFrames(e, nameof(TestUtil.Catch));
     }
 }
