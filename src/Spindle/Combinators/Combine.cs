@@ -22,7 +22,7 @@ internal static class Combine
         if (AllCompleted<TInput, VoidResult, TKind>(tasks, cancellationToken))
         {
             ExceptionDispatchInfo? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, options.AggregateExceptions);
-            return failure is null ? default : new SpindleTask(new CompletedSource<VoidResult>(failure), 0);
+            return failure is null ? default : SpindleTask.FromFailure(failure);
         }
         var c = Combinator<VoidResult>.RentAll(tasks.Length, options, compose: null);
         return c.ToVoidTask(AddAll<TInput, VoidResult, TKind, VoidResult>(c, tasks, cancellationToken));
@@ -36,7 +36,7 @@ internal static class Combine
         {
             T[] values = tasks.IsEmpty ? Array.Empty<T>() : new T[tasks.Length];
             ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, values, options.AggregateExceptions);
-            return failure is null ? new SpindleTask<T[]>(values) : new SpindleTask<T[]>(new CompletedSource<T[]>(failure), 0);
+            return failure is null ? new SpindleTask<T[]>(values) : SpindleTask.FromFailure<T[]>(failure);
         }
         var c = Combinator<T[]>.RentAll(tasks.Length, options, CombinedResults<T>.Array);
         return c.ToTask(AddAll<TInput, T, TKind, T[]>(c, tasks, cancellationToken));
@@ -56,7 +56,7 @@ internal static class Combine
         if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
         {
             ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, options.AggregateExceptions);
-            return failure is null ? default : new SpindleTask(new CompletedSource<VoidResult>(failure), 0);
+            return failure is null ? default : SpindleTask.FromFailure(failure);
         }
         var c = Combinator<Memory<T>>.RentAll(tasks.Length, options, CombinedResults<T>.Into, destination);
         return c.ToVoidTask(AddAll<TInput, T, TKind, Memory<T>>(c, tasks, cancellationToken));
@@ -220,7 +220,7 @@ internal static class Combine
             }
         }
         TValue value = default(TKind).Read(tasks[winner], out ExceptionDispatchInfo? error);
-        return error is null ? new SpindleTask<TResult>(fromWinner(winner, value)) : new SpindleTask<TResult>(new CompletedSource<TResult>(error), 0);
+        return error is null ? new SpindleTask<TResult>(fromWinner(winner, value)) : SpindleTask.FromFailure<TResult>(error);
     }
 
     /// <summary>

@@ -14,9 +14,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
 {
     private readonly ExceptionDispatchInfo _error;
 
-    public CompletedSource(Exception exception) => _error = ExceptionDispatchInfo.Capture(exception);
-
-    /// <summary>A source failed with a failure captured elsewhere (a combinator's input's), rethrown with the trace it saved.</summary>
+    /// <summary>A source failed with <paramref name="error"/>, rethrown with the trace it saved.</summary>
     public CompletedSource(ExceptionDispatchInfo error) => _error = error;
 
     public SpindleTaskStatus GetStatus(short token)

@@ -1,6 +1,7 @@
 using System;
 using System.Diagnostics;
 using System.Runtime.CompilerServices;
+using System.Runtime.ExceptionServices;
 using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -123,7 +124,7 @@ public readonly partial struct SpindleTask
         {
             ThrowHelper.ThrowArgumentNull(nameof(exception));
         }
-        return new SpindleTask(new CompletedSource<VoidResult>(exception), 0);
+        return FromFailure(ExceptionDispatchInfo.Capture(exception));
     }
 
     /// <summary>Creates a task that has failed with <paramref name="exception"/>.</summary>
@@ -134,16 +135,22 @@ public readonly partial struct SpindleTask
         {
             ThrowHelper.ThrowArgumentNull(nameof(exception));
         }
-        return new SpindleTask<T>(new CompletedSource<T>(exception), 0);
+        return FromFailure<T>(ExceptionDispatchInfo.Capture(exception));
     }
+
+    /// <summary>A task failed with a failure captured elsewhere (a combinator's input's), rethrown with the trace it saved.</summary>
+    internal static SpindleTask FromFailure(ExceptionDispatchInfo failure) => new(new CompletedSource<VoidResult>(failure), 0);
+
+    /// <summary>As <see cref="FromFailure(ExceptionDispatchInfo)"/>, for a task with a result.</summary>
+    internal static SpindleTask<T> FromFailure<T>(ExceptionDispatchInfo failure) => new(new CompletedSource<T>(failure), 0);
 
     /// <summary>Creates a task that has been canceled.</summary>
     public static SpindleTask FromCanceled(CancellationToken cancellationToken = default)
-        => new(new CompletedSource<VoidResult>(new OperationCanceledException(cancellationToken)), 0);
+        => FromFailure(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
 
     /// <summary>Creates a task that has been canceled.</summary>
     public static SpindleTask<T> FromCanceled<T>(CancellationToken cancellationToken = default)
-        => new(new CompletedSource<T>(new OperationCanceledException(cancellationToken)), 0);
+        => FromFailure<T>(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
 
     /// <summary>Creates a task that has completed with <paramref name="result"/>. Allocates nothing.</summary>
     public static SpindleTask<T> FromResult<T>(T result) => new(result);
