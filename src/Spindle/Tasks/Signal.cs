@@ -34,7 +34,7 @@ namespace SpindleLib;
 /// set and a cancellation racing for a wait have exactly one winner (the loser finds the wait completed; a losing set
 /// then leaves the signal set, so no set is lost).</para>
 /// </remarks>
-public sealed class Signal : ISpindleSource<bool>, IDetachableSource
+public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSource<bool>
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Signal)o!).Cancel(ct);
@@ -404,10 +404,22 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
     [StackTraceHidden]
     private bool ReadWait(short token)
     {
+        bool tookSet = ReadWaitQuietly(token, out ExceptionDispatchInfo? error);
+        error?.Throw();
+        return tookSet;
+    }
+
+    /// <summary>
+    /// Reads wait <paramref name="token"/> as <see cref="GetResult(short)"/> does, with its failure (a canceled wait)
+    /// handed back instead of thrown (<see cref="IQuietSource"/>); misuse still throws.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private bool ReadWaitQuietly(short token, out ExceptionDispatchInfo? error)
+    {
         _core.ValidateToken(token);
         try
         {
-            return !_core.GetResult(token, this);
+            return !_core.ReadQuietly(token, this, out error);
         }
         finally
         {
@@ -420,6 +432,14 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource
                 EndWait(_waitState, onlyWait: token);
             }
         }
+    }
+
+    bool IQuietSource<bool>.ReadQuietly(short token, out ExceptionDispatchInfo? error) => ReadWaitQuietly(token, out error);
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        ReadWaitQuietly(token, out ExceptionDispatchInfo? error);
+        return error;
     }
 
     /// <summary>Any wait's timer (outside a token's range): see <see cref="EndWait"/>.</summary>

@@ -27,7 +27,7 @@ namespace SpindleLib;
 /// other timers' continuations on this thread, and completing a wait runs the consumer's.</para>
 /// </remarks>
 [StackTraceHidden]
-internal sealed class PeriodicTimerSource : ISpindleSource<bool>
+internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<bool>
 {
     private static readonly Action<object?> s_onTick = static o => ((PeriodicTimerSource)o!).OnTick();
 #if NET
@@ -211,7 +211,15 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>
 
     public bool GetResult(short token)
     {
-        bool result = _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        bool result = ReadQuietly(token, out ExceptionDispatchInfo? error);
+        error?.Throw();
+        return result;
+    }
+
+    /// <summary>As <see cref="GetResult"/>, with the failure (a canceled wait) handed back instead of thrown (<see cref="IQuietSource"/>).</summary>
+    public bool ReadQuietly(short token, out ExceptionDispatchInfo? error)
+    {
+        bool result = _core.Consume(token, this, out error);
         // Waits for a cancellation callback in flight, so none can reach the next wait's timer.
         CancellationRegistrations.Drop(ref _registration);
         _waitToken = default;
@@ -219,8 +227,13 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>
         {
             _waiting = false;
         }
-        error?.Throw();
         return result;
+    }
+
+    ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        return error;
     }
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);

@@ -25,10 +25,16 @@ public sealed class QuietReadTests
         {
             set.Add(e, e);
         }
+        return Throws(e => set.TryGetValue(e, out _), body);
+    }
+
+    /// <summary>Counts the exceptions thrown (first chance) while <paramref name="body"/> runs that <paramref name="watched"/> picks.</summary>
+    private static int Throws(Func<Exception, bool> watched, Action body)
+    {
         int count = 0;
         void OnFirstChance(object? sender, FirstChanceExceptionEventArgs args)
         {
-            if (set.TryGetValue(args.Exception, out _))
+            if (watched(args.Exception))
             {
                 System.Threading.Interlocked.Increment(ref count);
             }
@@ -180,6 +186,51 @@ public sealed class QuietReadTests
         }
         Assert.Equal(0, throws);
         Assert.Contains(faults[0], reported);
+    }
+
+    /// <summary>A cancellation of <paramref name="token"/> (its waits' failures are made inside Spindle, so they are picked by their token).</summary>
+    private static Func<Exception, bool> CanceledBy(System.Threading.CancellationToken token)
+        => e => e is OperationCanceledException oce && oce.CancellationToken == token;
+
+    [Fact]
+    public void WhenAll_OfCanceledSignalWaits_ThrowsOnlyAtTheAwait()
+    {
+        using var cts = new System.Threading.CancellationTokenSource();
+        var signals = Enumerable.Range(0, 20).Select(_ => new Signal()).ToArray();
+        int throws = Throws(CanceledBy(cts.Token), () =>
+        {
+            // Plain waits and timed ones (their result says whether they took a set): both are read without a throw.
+            SpindleTask[] inputs = signals.Select((s, i) => i % 2 == 0
+                ? s.WaitAsync(cts.Token)
+                : (SpindleTask)s.WaitAsync(TimeSpan.FromHours(1), cts.Token)).ToArray();
+            SpindleTask all = SpindleTask.WhenAll(inputs, new WhenAllOptions { AggregateExceptions = true }, default);
+            cts.Cancel();
+            Assert.ThrowsAny<OperationCanceledException>(() => all.GetAwaiter().GetResult());
+        });
+        Assert.Equal(1, throws); // at the await; the 20 canceled waits were read without a throw
+        foreach (Signal signal in signals)
+        {
+            Assert.False(signal.HasWaiter); // each wait was read and is over: the signal can be waited on again
+            signal.Set();
+            Assert.True(signal.WaitAsync().IsCompleted);
+        }
+    }
+
+    [Fact]
+    public void WhenAny_OfACanceledPeriodicTick_ThrowsOnlyAtTheAwait()
+    {
+        using var cts = new System.Threading.CancellationTokenSource();
+        using var timers = new TimerWheel(new ManualClock());
+        using var periodic = new SpindlePeriodicTimer(TimeSpan.FromSeconds(1), timers);
+        var other = new Promise<bool>();
+        int throws = Throws(CanceledBy(cts.Token), () =>
+        {
+            SpindleTask<(int, bool)> any = SpindleTask.WhenAny([periodic.WaitForNextTickAsync(cts.Token), other.Task]);
+            cts.Cancel();
+            Assert.ThrowsAny<OperationCanceledException>(() => any.GetAwaiter().GetResult());
+        });
+        Assert.Equal(1, throws); // at the await; the tick's cancellation was read without a throw
+        Assert.False(periodic.WaitForNextTickAsync().IsCompleted); // its wait was read: the timer takes the next one
     }
 
     [Fact]
