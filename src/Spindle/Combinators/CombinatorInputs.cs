@@ -79,8 +79,41 @@ internal static class BclRead
 /// <summary>What the two Spindle input kinds share.</summary>
 internal static class SpindleInputs
 {
-    /// <summary>Abandons a pending losing input whose source allows it (<see cref="IDetachableSource.TryAbandon"/>).</summary>
-    public static bool TryAbandon(ISpindleSource? source, short token) => source is IDetachableSource d && d.TryAbandon(token);
+    /// <summary>
+    /// Lets go of a losing input of a WhenAny settled without a combinator: abandons it if it is pending and its source
+    /// allows (<see cref="IDetachableSource.TryAbandon"/>). A signal's wait that completed since the inputs were scanned (a
+    /// set landed as the race was settled) is read now, and a set it took is given back to the signal, as a combinator
+    /// gives back the sets its losers took (<see cref="TakenSets"/>): a set reaches the caller or is kept, never lost.
+    /// False for any other input, which the caller forgets (it is read, and a fault reported, when it finishes).
+    /// </summary>
+    public static bool TryLetGo(ISpindleSource? source, short token)
+    {
+        if (source is not IDetachableSource detachable)
+        {
+            return false;
+        }
+        if (detachable.TryAbandon(token))
+        {
+            return true;
+        }
+        if (source is not Signal signal)
+        {
+            return false;
+        }
+        // The wait has completed, or is completing (a set, its timeout or its token won the core's CAS): the read waits for
+        // a completion in progress, a few stores away. WhenAny holds the wait (its caller handed it over), so the signal
+        // cannot have moved on to another. The read tells what ended the wait: a set (true), or its timeout (false).
+        bool tookSet = QuietRead.Read<bool>(signal, token, out ExceptionDispatchInfo? error);
+        if (error is not null)
+        {
+            CombinatorCore.ReportLoser(error); // a cancellation, which is not reported
+        }
+        else if (tookSet)
+        {
+            signal.Set(); // nothing is held here, and the combined task is not published yet: kept before the caller sees it
+        }
+        return true;
+    }
 }
 
 internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
@@ -99,7 +132,7 @@ internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
 
     public void Forget(SpindleTask input)
     {
-        if (!SpindleInputs.TryAbandon(input._source, input._token))
+        if (!SpindleInputs.TryLetGo(input._source, input._token))
         {
             input.Forget();
         }
@@ -128,7 +161,7 @@ internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
 
     public void Forget(SpindleTask<T> input)
     {
-        if (!SpindleInputs.TryAbandon(input._source, input._token))
+        if (!SpindleInputs.TryLetGo(input._source, input._token))
         {
             input.Forget();
         }

@@ -19,8 +19,10 @@ namespace SpindleLib;
 /// <para>A wait given to <see cref="SpindleTask.WhenAny(System.ReadOnlySpan{SpindleTask})"/> that loses ends when the
 /// race is decided (so does one given to a WhenAll whose token or timeout wins, or to
 /// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/> that times out): the signal is idle again at once, so it
-/// can be waited on again, and a later <see cref="Set"/> is kept for that wait. (A Set that lands while the race is being decided may still go to the losing wait, as a release of
-/// a <c>SemaphoreSlim</c> may go to a wait that <c>Task.WhenAny</c> lost interest in.) Until the WhenAny completes, the wait
+/// can be waited on again, and a later <see cref="Set"/> is kept for that wait. A Set that lands on the losing wait while the race is
+/// being decided is given back to the signal, so it too is kept for the next wait, never lost (for a signal that runs its
+/// continuations asynchronously, as soon as a worker has read the losing wait, which may be just after the WhenAny
+/// completes). Until the WhenAny completes, the wait
 /// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.
 /// A wait that finds the signal set has taken the set when <see cref="WaitAsync(CancellationToken)"/> returns (its task
 /// has completed). A WhenAny reports the first of its inputs that has finished, in order, as <c>Task.WhenAny</c> does, so

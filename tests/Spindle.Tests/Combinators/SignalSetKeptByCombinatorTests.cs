@@ -163,4 +163,73 @@ public class SignalSetKeptByCombinatorTests
         Assert.IsAssignableFrom<OperationCanceledException>(e);
         AssertKept(signal, "the cancellation won, so the set never reached the caller: the signal keeps it");
     }
+
+    /// <summary>
+    /// An input that has finished, and that sets <paramref name="signal"/> the first time the WhenAny looks at it: the
+    /// set lands on the signal's wait (passed first, still pending when it was looked at) while the WhenAny settles
+    /// the race without a combinator, between its scan of the inputs and its letting go of the losers.
+    /// </summary>
+    private sealed class SetsOnLook(Signal signal) : ISpindleSource<bool>
+    {
+        private int _looked;
+
+        public SpindleTaskStatus GetStatus(short token)
+        {
+            if (Interlocked.Exchange(ref _looked, 1) == 0)
+            {
+                signal.Set();
+            }
+            return SpindleTaskStatus.Succeeded;
+        }
+
+        public bool GetResult(short token) => true;
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token) => continuation(state);
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource.GetStatus(short token)
+            => System.Threading.Tasks.Sources.ValueTaskSourceStatus.Succeeded;
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource<bool>.GetStatus(short token)
+            => System.Threading.Tasks.Sources.ValueTaskSourceStatus.Succeeded;
+
+        void System.Threading.Tasks.Sources.IValueTaskSource.GetResult(short token)
+        {
+        }
+
+        void System.Threading.Tasks.Sources.IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags)
+            => continuation(state);
+
+        void System.Threading.Tasks.Sources.IValueTaskSource<bool>.OnCompleted(Action<object?> continuation, object? state, short token, System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags)
+            => continuation(state);
+    }
+
+    /// <summary>
+    /// Found by the mixed soak test (a session's wait raced a delay of 0 ms, which had finished when WhenAny was called):
+    /// a WhenAny whose other input has finished settles without a combinator, and a set that landed on the pending wait
+    /// after the WhenAny looked at it made the wait's abandonment fail; the wait was then forgotten, which read it and
+    /// consumed the set. The set never reached the caller, and the signal's next wait waited for ever.
+    /// </summary>
+    [Fact]
+    public void WhenAnySettledAtOnce_ASetLandingOnThePendingWait_IsKept()
+    {
+        var signal = new Signal();
+        SpindleTask<int> any = SpindleTask.WhenAny(signal.WaitAsync(), new SpindleTask(new SetsOnLook(signal), 0));
+        Assert.Equal(1, any.GetAwaiter().GetResult());
+        Assert.True(signal.IsSet, "the set landed on the losing wait as the WhenAny settled, and was lost");
+        Assert.False(signal.HasWaiter);
+        Assert.True(signal.WaitAsync().IsCompleted);
+    }
+
+    /// <summary>As <see cref="WhenAnySettledAtOnce_ASetLandingOnThePendingWait_IsKept"/>, for a timed wait among typed inputs.</summary>
+    [Fact]
+    public void WhenAnySettledAtOnce_ASetLandingOnAPendingTimedWait_IsKept()
+    {
+        var signal = new Signal();
+        using var wheel = new TimerWheel(new ManualClock());
+        SpindleTask<(int, bool)> any = SpindleTask.WhenAny(
+            [signal.WaitAsync(TimeSpan.FromHours(1), wheel), new SpindleTask<bool>(new SetsOnLook(signal), 0)]);
+        Assert.Equal((1, true), any.GetAwaiter().GetResult());
+        Assert.True(signal.IsSet, "the set landed on the losing timed wait as the WhenAny settled, and was lost");
+        Assert.Equal(0, wheel.PendingCount); // the wait's timer went with it
+    }
 }
