@@ -15,7 +15,8 @@ namespace SpindleLib;
 /// <para>Thread-safety: the <c>TrySet*</c>/<c>Set*</c> methods may race from any threads; exactly one wins.
 /// <see cref="Reset"/> must not race with them or with an await.</para>
 /// <para>The task supports one awaiter at a time. Reading its result does not consume the promise, so a completed
-/// promise's task may be read again until <see cref="Reset"/>, after which the old task's token is stale.</para>
+/// promise's task may be read again until <see cref="Reset"/>, after which the old task's token is stale (for the next
+/// 65,535 resets: the 16-bit token then comes round again; see <see cref="SpindleTask"/>).</para>
 /// </remarks>
 public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource
 {

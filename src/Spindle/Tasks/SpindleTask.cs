@@ -18,6 +18,10 @@ namespace SpindleLib;
 /// <para><b>Await once.</b> A Spindle task is awaited exactly once: reading its result returns its source to the pool.
 /// A second await, or an await after <see cref="Forget"/>, throws <see cref="InvalidOperationException"/>.
 /// Use <see cref="Preserve"/> for a task that is awaited more than once.</para>
+/// <para><b>Stale tasks.</b> The version token is 16 bits, as a <see cref="ValueTask"/>'s is, and it wraps: a task kept
+/// after its use ended is recognised as stale (the await-once error) only until its source has started 65,536 more uses.
+/// A copy kept longer than that (a pooled box reused that often, a promise reset that often) names a later use again,
+/// and reading it reads that use. Do not keep a task once it has been awaited or its source reset.</para>
 /// <para><b>Continuations</b> run on the thread that completes the task. No <see cref="SynchronizationContext"/> is
 /// captured. The <see cref="ExecutionContext"/> flows, so <see cref="AsyncLocal{T}"/> works.</para>
 /// <para><c>default(SpindleTask)</c> is a successfully completed task.</para>
