@@ -111,6 +111,15 @@ internal struct SourceCore<TResult>
     // before it touches the cancellation state.
     private const int ArmingBit = 1 << 19;
 
+    // Async methods' boxes only: the use was forgotten while pending (SpindleTask.Forget, or a combinator letting go of it,
+    // see TryReplaceWaiter), and the box's own observer reads it; nobody else may. Set while Pending (TryMarkForgotten) or
+    // with the waiter's replacement, under the same CAS discipline as the state; carried by every state change (With);
+    // taken by the observer before its read (TryTakeForgotten); dropped by every version step (NextVersion). Invariant:
+    // while it is set, the current use is the forgotten one and only its observer may consume it: a Consume that finds
+    // it is the await-once error. So a misused read of a forgotten task throws instead of racing the observer for the
+    // use, and the observer needs no token of its own (the box stays a field smaller).
+    private const int ForgottenBit = 1 << 20;
+
     private object? _continuation; // the waiter, while Waiting
     private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
     private TResult _result;
@@ -261,9 +270,9 @@ internal struct SourceCore<TResult>
     public TResult Consume(short token, ISpindleSource owner, out ExceptionDispatchInfo? error)
     {
         int w = Volatile.Read(ref _word);
-        if (token != (short)w)
+        if (token != (short)w || (w & ForgottenBit) != 0)
         {
-            ThrowHelper.ThrowStaleToken();
+            ThrowHelper.ThrowStaleToken(); // or the use was forgotten: its observer reads it
         }
         if ((w & StateMask) != Completed)
         {
@@ -550,7 +559,7 @@ internal struct SourceCore<TResult>
     /// the identity check is exact. A registration in progress (Registering) is waited for, so that a registrant that
     /// then looks at its owner's state (a combinator's race) and this caller cannot both miss the registration.
     /// </remarks>
-    public DetachOutcome TryReplaceWaiter(DirectWaiter registered, object? waiter, object? waiterState)
+    public DetachOutcome TryReplaceWaiter(DirectWaiter registered, object? waiter, object? waiterState, bool forgotten = false)
     {
         int w = Volatile.Read(ref _word);
         SpinWait spin = default;
@@ -593,9 +602,70 @@ internal struct SourceCore<TResult>
             }
             _stateOrError = waiterState;
             _continuation = waiter;
-            Volatile.Write(ref _word, w);
+            Volatile.Write(ref _word, forgotten ? w | ForgottenBit : w);
             return DetachOutcome.Detached;
         }
+    }
+
+    /// <summary>
+    /// Marks use <paramref name="token"/> of a box as forgotten while it is pending (see <see cref="ForgottenBit"/>): true,
+    /// and the caller then registers the box's observer. False if the use has completed or is completing: the caller
+    /// reads it now.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The token is stale, or the use already has an awaiter.</exception>
+    public bool TryMarkForgotten(short token)
+    {
+        int w = Volatile.Read(ref _word);
+        SpinWait spin = default;
+        while (true)
+        {
+            if (token != (short)w)
+            {
+                ThrowHelper.ThrowStaleToken();
+            }
+            int current = w & StateMask;
+            if (current >= Completing)
+            {
+                return false;
+            }
+            if (current == Registering)
+            {
+                spin.SpinOnce(); // a registrant about to finish, after which this call is rejected below
+                w = Volatile.Read(ref _word);
+                continue;
+            }
+            if (current != Pending)
+            {
+                ThrowHelper.ThrowAlreadyAwaited();
+            }
+            int prev = Interlocked.CompareExchange(ref _word, w | ForgottenBit, w);
+            if (prev == w)
+            {
+                return true;
+            }
+            w = prev;
+        }
+    }
+
+    /// <summary>
+    /// The forgotten use's observer, once the use has completed: takes the mark (see <see cref="ForgottenBit"/>) and
+    /// returns the use's token, which only this observer may now consume. False if no use is marked (nothing to read).
+    /// </summary>
+    public bool TryTakeForgotten(out short token)
+    {
+        int w = Volatile.Read(ref _word);
+        while ((w & ForgottenBit) != 0)
+        {
+            int prev = Interlocked.CompareExchange(ref _word, w & ~ForgottenBit, w);
+            if (prev == w)
+            {
+                token = (short)w;
+                return true;
+            }
+            w = prev;
+        }
+        token = 0;
+        return false;
     }
 
     /// <summary>

@@ -220,7 +220,10 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         {
             // An async method's box observes itself: no observer object held for as long as the method runs (a
             // forgotten endless loop would otherwise keep one for ever).
-            source.OnCompleted(StateMachineBoxBase.s_observeForgotten, box, token);
+            if (!box.TryObserveWhenCompleted(token))
+            {
+                ReadAndReport(source, token); // it completed since the look above
+            }
             return;
         }
         ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();

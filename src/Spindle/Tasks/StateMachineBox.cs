@@ -12,7 +12,8 @@ internal abstract class StateMachineBoxBase : DirectWaiter
 {
     /// <summary>
     /// The continuation a forgotten box gets instead of a pooled observer (see <see cref="ForgetObserver.Observe"/>): the
-    /// box itself is the state, and its version is still the forgotten task's token, since nobody else may read it.
+    /// box itself is the state, and the forgotten use is marked in its core until the observer takes it (see
+    /// <see cref="SpindleBox{TResult}.ObserveForgotten"/>).
     /// </summary>
     internal static readonly Action<object?> s_observeForgotten = static o => ((StateMachineBoxBase)o!).ObserveForgotten();
 
@@ -40,6 +41,21 @@ internal abstract class StateMachineBoxBase : DirectWaiter
 
     /// <summary>Reads the outcome of a forgotten task (recycling the box) and reports a fault.</summary>
     internal abstract void ObserveForgotten();
+
+    /// <summary>
+    /// Makes the box read its own outcome when use <paramref name="token"/> completes (<see cref="SpindleTask.Forget"/>),
+    /// instead of renting an observer: true; false if the use has completed already, and the caller reads it now.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The token is stale, or the use already has an awaiter.</exception>
+    internal abstract bool TryObserveWhenCompleted(short token);
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs when a forgotten box's observer starts, right after the box's completion was
+    /// published, standing in for another thread that reads the task (the caller's misuse) at that moment.
+    /// </summary>
+    internal static Action<StateMachineBoxBase>? TestHookBeforeObserveForgotten;
+#endif
 
     public sealed override void Execute() => MoveNext();
 
@@ -72,7 +88,33 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 
     protected abstract void ReturnToPool();
 
-    internal sealed override void ObserveForgotten() => ForgetObserver.ReadAndReport(this, _core.Version);
+    /// <summary>
+    /// The forgotten use is marked in the core's word (SourceCore's ForgottenBit) until this observer takes it: a caller
+    /// that reads the forgotten task anyway (misuse) gets the await-once error instead of consuming the use, so the
+    /// observer reads exactly the forgotten use, never the box's next one.
+    /// </summary>
+    internal sealed override void ObserveForgotten()
+    {
+#if DEBUG
+        TestHookBeforeObserveForgotten?.Invoke(this);
+#endif
+        if (_core.TryTakeForgotten(out short token))
+        {
+            ForgetObserver.ReadAndReport(this, token);
+        }
+    }
+
+    internal sealed override bool TryObserveWhenCompleted(short token)
+    {
+        if (!_core.TryMarkForgotten(token))
+        {
+            return false;
+        }
+        // Marked while pending: nobody but the observer may consume the use now, and the registration below cannot be
+        // refused but by a registrant that slipped in first (the caller's misuse, which throws here).
+        _core.OnCompleted(s_observeForgotten, this, token);
+        return true;
+    }
 
     /// <summary>
     /// A waiter that leaves makes the task forgotten: the box reads its own outcome when the method finishes (see
@@ -80,7 +122,7 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
     /// </summary>
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
     {
-        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, s_observeForgotten, this);
+        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, s_observeForgotten, this, forgotten: true);
         return outcome == DetachOutcome.Completed ? DetachOutcome.NotWaiting : outcome;
     }
 

@@ -259,4 +259,72 @@ public class ForgetTests
         Assert.Equal(100, reported.Count);
         Assert.All(reported, e => Assert.Same(error, e));
     }
+
+#if DEBUG
+    /// <summary>
+    /// The caller's misuse (from a review): a forgotten task read anyway, on another thread, at the moment it completes
+    /// (the hook stands in for that thread, between the completion's publication and its observer's read). Before, the
+    /// read consumed the use and the box went back to its pool; the observer then read with the box's version of that
+    /// moment, which named the box's next use: it blocked on a pooled box for ever (or consumed another call's result and
+    /// returned the box to its pool a second time). Now the forgotten use is marked until its observer takes it: the
+    /// misused read is the await-once error, and the observer reads the forgotten use, once.
+    /// </summary>
+    [Fact]
+    public async Task Forget_TaskReadByTheCallerAsItCompletes_IsTheAwaitOnceError_AndTheObserverReadsTheUseOnce()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = default;
+        Exception? misuse = null;
+        StateMachineBoxBase.TestHookBeforeObserveForgotten = _ =>
+        {
+            StateMachineBoxBase.TestHookBeforeObserveForgotten = null;
+            misuse = Record.Exception(() => task.GetAwaiter().GetResult());
+        };
+        ConcurrentQueue<Exception>? reported = null;
+        try
+        {
+            Task completing = TestUtil.RunOnThread(() => reported = Observe(_ =>
+            {
+                task = Box(promise);
+                task.Forget();
+                promise.SetException(new TimeoutException("the forgotten use's own fault")); // runs the box, and its observer, inline
+            }));
+            Task finished = await Task.WhenAny(completing, Task.Delay(TimeSpan.FromSeconds(10)));
+            Assert.True(finished == completing, "the observer of the forgotten task blocked on the box's next use");
+            await completing;
+        }
+        finally
+        {
+            StateMachineBoxBase.TestHookBeforeObserveForgotten = null;
+        }
+        Assert.IsType<InvalidOperationException>(misuse);
+        Assert.Contains("Forget()", misuse!.Message, StringComparison.Ordinal);
+        Assert.Single(reported!, e => e is TimeoutException); // the observer read the forgotten use and reported its fault
+        Assert.DoesNotContain(reported!, e => e is InvalidOperationException);
+        Assert.Equal(7, Box(CompletedPromise(7)).GetAwaiter().GetResult()); // the box's pool still hands out working boxes
+    }
+
+    /// <summary>
+    /// Outside that window the mark changes nothing a caller sees: a blocking read of a pending forgotten task is refused
+    /// at once, as before, and the observer still reads the use when it completes.
+    /// </summary>
+    [Fact]
+    public void Forget_ThenABlockingReadWhilePending_IsTheAwaitOnceErrorAtOnce()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = Box(promise);
+        task.Forget();
+        Assert.Throws<InvalidOperationException>(() => task.GetAwaiter().GetResult());
+        ConcurrentQueue<Exception> reported = Observe(_ => promise.SetResult(1));
+        Assert.Empty(reported); // the observer read it: a success, nothing to report
+        Assert.Equal(7, Box(CompletedPromise(7)).GetAwaiter().GetResult());
+    }
+
+    private static Promise<int> CompletedPromise(int value)
+    {
+        var p = new Promise<int>();
+        p.SetResult(value);
+        return p;
+    }
+#endif
 }
