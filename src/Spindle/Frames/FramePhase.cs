@@ -267,13 +267,17 @@ public sealed class FramePhase
 
     /// <summary>
     /// Runs <c>batch[i..count)</c> and returns where it stopped: at <paramref name="count"/>, or, on netstandard2.1, just
-    /// after an item (or a fault handler) that changed the thread's context.
+    /// after an item (or a fault handler) that changed the thread's context. Each item starts under the host's
+    /// SynchronizationContext (the one the thread had when the batch began): one an item installed and left behind (a
+    /// resumed method that set it and suspended) is taken down after it, as a worker does after each item, or the next
+    /// items and the host would run under it and their BCL awaits would post there.
     /// </summary>
     private int RunItems(Slot[] batch, int i, int count, bool onDefault)
     {
 #if !NET
         System.Threading.ExecutionContext? entered = System.Threading.ExecutionContext.Capture();
 #endif
+        System.Threading.SynchronizationContext? sync = System.Threading.SynchronizationContext.Current;
         while (i < count)
         {
             try
@@ -292,6 +296,7 @@ public sealed class FramePhase
                     {
                         item.Execute();
                     }
+                    ContextFlow.RestoreSynchronizationContext(sync);
 #if !NET
                     if (ContextFlow.HasChanged(entered))
                     {
@@ -311,6 +316,7 @@ public sealed class FramePhase
                 {
                     ContextFlow.RestoreDefaultIfChanged();
                 }
+                ContextFlow.RestoreSynchronizationContext(sync);
 #if !NET
                 if (ContextFlow.HasChanged(entered))
                 {

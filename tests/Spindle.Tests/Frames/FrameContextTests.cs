@@ -109,4 +109,64 @@ public sealed class FrameContextTests
         Assert.All(withValue, v => Assert.Equal("captured", v));
         Assert.All(without, Assert.Null);
     }
+
+    private sealed class MarkerSyncContext : SynchronizationContext
+    {
+    }
+
+    private sealed class HostSyncContext : SynchronizationContext
+    {
+    }
+
+    private static async SpindleTask InstallAfterNextFrame(FrameLoop loop)
+    {
+        await loop.NextFrame();
+        SynchronizationContext.SetSynchronizationContext(new MarkerSyncContext()); // and suspends, leaving it installed
+        await loop.NextFrame();
+    }
+
+    private static async SpindleTask RecordSyncAfterNextFrame(FrameLoop loop, SynchronizationContext?[] seen)
+    {
+        await loop.NextFrame();
+        seen[0] = SynchronizationContext.Current;
+    }
+
+    /// <summary>
+    /// A task resumed by a phase installs a SynchronizationContext and suspends, leaving it on the loop thread. The next
+    /// task in the same phase, and the host after the frame, must find the host's own (none, or the host's), as a worker
+    /// puts its own back after each item and as ExecutionContext.Run does for the BCL: a BCL await in the next task would
+    /// otherwise post its continuation to the leftover context. The host is in the default context, has an AsyncLocal of
+    /// its own (the phase then runs inside ExecutionContext.Run), or has its own SynchronizationContext.
+    /// </summary>
+    [Theory]
+    [InlineData(false, false)]
+    [InlineData(true, false)]
+    [InlineData(false, true)]
+    public async Task ATaskThatInstallsASynchronizationContext_DoesNotLeaveItForTheNextTaskOrTheHost(bool hostValue, bool hostSync)
+    {
+        var seen = new SynchronizationContext?[1];
+        SynchronizationContext? hostSaw = null;
+        SynchronizationContext? host = hostSync ? new HostSyncContext() : null;
+        await TestUtil.WithTimeout(OnDefaultContextThread(() =>
+        {
+            var loop = new FrameLoop();
+            loop.RunFrame();
+            SpindleTask installer = InstallAfterNextFrame(loop); // queued first: runs first
+            SpindleTask recorder = RecordSyncAfterNextFrame(loop, seen);
+            if (hostValue)
+            {
+                s_local.Value = "host";
+            }
+            SynchronizationContext.SetSynchronizationContext(host);
+            loop.RunFrame();
+            hostSaw = SynchronizationContext.Current;
+            SynchronizationContext.SetSynchronizationContext(null);
+            loop.RunFrame();
+            installer.GetAwaiter().GetResult();
+            recorder.GetAwaiter().GetResult();
+        }));
+
+        Assert.Same(host, seen[0]);
+        Assert.Same(host, hostSaw);
+    }
 }
