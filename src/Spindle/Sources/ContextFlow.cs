@@ -189,17 +189,34 @@ internal static class ContextFlow
 #if NET
     /// <summary>
     /// For a thread that runs work inside some other code's context and then restores it (a helping waiter): captures that
-    /// context into <paramref name="before"/>; if the thread suppresses flow (nothing to capture, so nothing to restore),
-    /// runs <paramref name="callback"/> inside Run of the default context instead, whose exit puts the thread's own context
-    /// back whatever the work did (the SynchronizationContext too), and returns true. False: the caller runs the work
-    /// itself, then <see cref="RestoreIfChanged"/>.
+    /// context into <paramref name="before"/>; unless it is the default, runs <paramref name="callback"/> inside Run of the
+    /// default context instead, whose exit puts the thread's own context back whatever the work did (the
+    /// SynchronizationContext too), and returns true. So work that carries no context of its own (a bare continuation,
+    /// a timer batch, a job) runs in the default context, as on a worker's loop, and never sees the waiting code's
+    /// values; nor, where the thread suppresses flow, can it leave its own there. False (the thread is in the default
+    /// context, or there is none): the caller runs the work itself, then <see cref="RestoreIfChanged"/>.
     /// </summary>
-    public static bool TryRunWhereFlowIsSuppressed(ContextCallback callback, object state, out ExecutionContext? before)
+    public static bool TryRunInDefaultContext(ContextCallback callback, object state, out ExecutionContext? before)
     {
         before = ExecutionContext.Capture();
-        if (before is null && s_default is { } defaultContext)
+        if (before != s_default && s_default is { } defaultContext)
         {
             ExecutionContext.Run(defaultContext, callback, state);
+            return true;
+        }
+        return false;
+    }
+#else
+    /// <summary>
+    /// As the .NET build's <c>TryRunInDefaultContext</c>, for a helping waiter on netstandard2.1: unless the thread is in
+    /// the default context (or captures are not stable, where it cannot tell), runs <paramref name="callback"/> inside
+    /// Run of the default context, whose exit puts the thread's own context back, and returns true.
+    /// </summary>
+    public static bool TryRunInDefaultContext(ContextCallback callback, object state)
+    {
+        if (HasChanged(s_default) && ForContextFree() is { } context)
+        {
+            Run(context, callback, state);
             return true;
         }
         return false;

@@ -337,13 +337,15 @@ internal sealed class WorkerPool : Scheduler
 
     /// <summary>
     /// Runs <paramref name="callback"/> on a thread that is helping while it waits, inside some other code's context, and
-    /// puts that context and the thread's SynchronizationContext back afterwards, whatever the callback changed.
+    /// puts that context and the thread's SynchronizationContext back afterwards, whatever the callback changed. The work
+    /// runs in the default context, as on a worker's loop (work with a context of its own enters it): a bare continuation
+    /// or a job must not see the waiting code's AsyncLocal values, which are no more its own than another item's.
     /// </summary>
     private static void RunKeepingContext(ContextCallback callback, object state)
     {
 #if NET
         SynchronizationContext? sync = SynchronizationContext.Current;
-        if (ContextFlow.TryRunWhereFlowIsSuppressed(callback, state, out ExecutionContext? before))
+        if (ContextFlow.TryRunInDefaultContext(callback, state, out ExecutionContext? before))
         {
             return;
         }
@@ -351,7 +353,10 @@ internal sealed class WorkerPool : Scheduler
         ContextFlow.RestoreIfChanged(before);
         ContextFlow.RestoreSynchronizationContext(sync);
 #else
-        ContextFlow.RunRestoring(callback, state);
+        if (!ContextFlow.TryRunInDefaultContext(callback, state))
+        {
+            ContextFlow.RunRestoring(callback, state);
+        }
 #endif
     }
 

@@ -361,6 +361,59 @@ public class WorkerPoolEdgeTests
         }
     }
 
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void ContinuationItemsRunByAHelpingWorker_SeeTheDefaultContext_NotTheWaiters(bool timerBatch)
+    {
+        // A bare continuation queued to the workers carries no context of its own (a BCL method's continuation that
+        // captured none under SuppressFlow, a raw UnsafeOnCompleted callback dispatched by a promise that runs its
+        // continuations asynchronously, the expired timers' batch): on a worker's loop it runs in the default context,
+        // as on the .NET ThreadPool. Run by a worker helping while it waits, it must not see the waiting code's values
+        // either, as a context-free Spindle.Run item does not (ItemsRunByAHelpingWorker_SeeTheirOwnContext_...).
+        var pool = new WorkerPool(1, "edge helping-continuation worker");
+        try
+        {
+            (int seen, int after, bool ran) result = (-1, -1, false);
+            using var done = new ManualResetEventSlim();
+            pool.Queue(new ActionItem(() =>
+            {
+                s_local.Value = 5; // the waiting code's own context
+                Action<object?> record = static o =>
+                {
+                    var box = (StrongBox<int>)o!;
+                    box.Value = s_local.Value;
+                    s_local.Value = 77;
+                };
+                var seen = new StrongBox<int>(-1);
+                WorkItem item;
+                if (timerBatch)
+                {
+                    TimerBatch batch = TimerBatch.Rent();
+                    batch.Add(record, seen);
+                    item = batch;
+                }
+                else
+                {
+                    item = ContinuationWorkItem.Rent(record, seen);
+                }
+                pool.Queue(item); // run-next
+                result.ran = pool.TryRunOne();
+                result.seen = seen.Value;
+                result.after = s_local.Value;
+                done.Set();
+            }));
+            Assert.True(done.Wait(TimeSpan.FromSeconds(10)));
+            Assert.True(result.ran);
+            Assert.Equal(0, result.seen);
+            Assert.Equal(5, result.after);
+        }
+        finally
+        {
+            pool.Dispose();
+        }
+    }
+
     private sealed class MarkerSyncContext : SynchronizationContext
     {
     }
