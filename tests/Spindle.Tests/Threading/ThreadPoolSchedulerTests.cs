@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
@@ -23,6 +24,34 @@ public class ThreadPoolSchedulerTests
         {
             Scheduler.Default = WorkerPool.Shared;
         }
+    }
+
+    public static TheoryData<string, string> ContextCases()
+    {
+        var data = new TheoryData<string, string>();
+        foreach (string kind in Tasks.ContextFlowMatrixTests.Kinds)
+        {
+            // The kinds whose wait or resumption goes through the scheduler.
+            if (kind.StartsWith("Spindle.", StringComparison.Ordinal) || kind.EndsWith(" async", StringComparison.Ordinal) || kind == "JobHandle")
+            {
+                foreach (string style in new[] { "spindle", "bcl", "valuetask" })
+                {
+                    data.Add(kind, style);
+                }
+            }
+        }
+        return data;
+    }
+
+    [Theory]
+    [MemberData(nameof(ContextCases))]
+    public async Task AsyncLocals_OnThreadPoolScheduler_FlowInAndNothingLeaksOut(string kind, string style)
+    {
+        // The ExecutionContext matrix (ContextFlowMatrixTests) for the kinds the scheduler runs, on the .NET ThreadPool.
+        List<string> failures = null!;
+        await WithThreadPoolScheduler(async () => failures = await Tasks.ContextFlowMatrixTests.Run(kind, style));
+
+        Assert.True(failures.Count == 0, string.Join(Environment.NewLine, failures));
     }
 
     [Fact]
