@@ -17,12 +17,22 @@ namespace SpindleLib;
 /// await scope.WaitAsync();</c>. If the block is left without <see cref="WaitAsync"/> (an exception, an early return), disposal
 /// cancels the children still running and waits for them: no child outlives its scope.</para>
 /// <para><b>Failures.</b> Every child failure is kept. <see cref="WaitAsync"/> and <see cref="DisposeAsync"/> rethrow
-/// them: the exception itself when there is one, an <see cref="AggregateException"/> of all of them when there are several.
-/// An <see cref="OperationCanceledException"/> that a child throws because the scope was cancelled is not a failure.</para>
+/// them: the exception itself when there is one, an <see cref="AggregateException"/> of all of them when there are several
+/// (a BCL child that faulted with several exceptions, as a <c>Task.WhenAll</c> does, gives each of them).</para>
+/// <para><b>Cancellation is not failure.</b> An <see cref="OperationCanceledException"/> that a child ends with while the
+/// scope's token is cancelled (whichever token it carries) is not a failure: after a sibling failed, after early disposal,
+/// or after the token given at creation was cancelled. So when that outer token cancels the children and none failed,
+/// <see cref="WaitAsync"/> completes successfully, not as canceled (unlike Kotlin's <c>coroutineScope</c>, or
+/// <c>Parallel.ForEachAsync</c>, which throw): check the outer token after it if you need to know. An
+/// <see cref="OperationCanceledException"/> that a child ends with while the scope's token is not cancelled (its own
+/// timeout, another token) is a failure, and cancels the siblings, as any other exception does (as in Go's errgroup).
+/// A child started while the scope's token is cancelled is still called, with that token.</para>
 /// <para><b>Nesting.</b> Pass a scope's <see cref="Token"/> to a child scope: cancelling the outer scope cancels the inner
 /// one, and the inner scope's failures, rethrown by its WaitAsync inside a child, fail that child of the outer scope.</para>
 /// <para>Thread-safety: <see cref="Run(Func{CancellationToken, SpindleTask})"/> may be called from any thread, including
-/// from inside children, until the scope is closed by <see cref="WaitAsync"/> or disposal.</para>
+/// from inside children, until the scope is closed by <see cref="WaitAsync"/> or disposal. A child must not await its own
+/// scope's <see cref="WaitAsync"/> or <see cref="DisposeAsync"/>: they wait for every child, itself included, so they
+/// would never complete.</para>
 /// </remarks>
 public sealed class TaskScope : IAsyncDisposable
 {
@@ -110,7 +120,7 @@ public sealed class TaskScope : IAsyncDisposable
             ChildFinished(ExceptionDispatchInfo.Capture(ex));
             return;
         }
-        task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(() => ChildFinished(TaskError(task) is { } error ? ExceptionDispatchInfo.Capture(error) : null));
+        task.ConfigureAwait(false).GetAwaiter().UnsafeOnCompleted(() => TaskChildFinished(task));
     }
 
     /// <summary>
@@ -267,16 +277,27 @@ public sealed class TaskScope : IAsyncDisposable
         source.OnCompleted(s_childDone, new ChildObserver(this, source, task._token), task._token);
     }
 
-    private void ChildFinished(ExceptionDispatchInfo? error)
+    private void ChildFinished(ExceptionDispatchInfo? error) => ChildFinished(error, null);
+
+    /// <summary>
+    /// A child has finished, with <paramref name="error"/> (null: it succeeded), or, for a faulted BCL task,
+    /// <paramref name="more"/>: every exception it holds (a Task.WhenAll's may hold several), each a failure of its own,
+    /// in its order, as Task.WhenAll keeps them. Each is judged alone: an <see cref="OperationCanceledException"/> while
+    /// the scope is cancelled is not a failure.
+    /// </summary>
+    private void ChildFinished(ExceptionDispatchInfo? error, IReadOnlyList<Exception>? more)
     {
         bool cancel = false;
         bool complete;
         lock (_lock)
         {
-            if (error is not null && !(error.SourceException is OperationCanceledException && _cts.IsCancellationRequested))
+            if (error is not null)
             {
-                (_errors ??= new List<ExceptionDispatchInfo>()).Add(error);
-                cancel = true;
+                cancel = Keep(error);
+            }
+            for (int i = 0; more is not null && i < more.Count; i++)
+            {
+                cancel |= Keep(ExceptionDispatchInfo.Capture(more[i]));
             }
             _running--;
             complete = _closed && _running == 0;
@@ -341,8 +362,35 @@ public sealed class TaskScope : IAsyncDisposable
         }
     }
 
-    private static Exception? TaskError(Task task)
-        => task.IsCanceled ? new TaskCanceledException(task) : task.IsFaulted ? task.Exception!.InnerExceptions[0] : null;
+    /// <summary>
+    /// Called under the lock: keeps <paramref name="error"/> if it is a child failure (not the answer to the scope's
+    /// cancellation), and returns whether it was.
+    /// </summary>
+    private bool Keep(ExceptionDispatchInfo error)
+    {
+        if (error.SourceException is OperationCanceledException && _cts.IsCancellationRequested)
+        {
+            return false;
+        }
+        (_errors ??= new List<ExceptionDispatchInfo>()).Add(error);
+        return true;
+    }
+
+    /// <summary>
+    /// A BCL child has finished: a canceled task fails with a <see cref="TaskCanceledException"/> (as its await would
+    /// throw), a faulted one with every exception it holds, not only the first that its await would throw.
+    /// </summary>
+    private void TaskChildFinished(Task task)
+    {
+        if (task.IsFaulted)
+        {
+            ChildFinished(null, task.Exception!.InnerExceptions);
+        }
+        else
+        {
+            ChildFinished(task.IsCanceled ? ExceptionDispatchInfo.Capture(new TaskCanceledException(task)) : null);
+        }
+    }
 
     /// <summary>Reads a finished child exactly once and reports its outcome to the scope.</summary>
     [StackTraceHidden]

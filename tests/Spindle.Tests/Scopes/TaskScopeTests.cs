@@ -244,4 +244,24 @@ public sealed class TaskScopeTests
         Exception thrown = await Assert.ThrowsAsync<FormatException>(async () => await scope.DisposeAsync());
         Assert.Same(error, thrown);
     }
+
+    [Fact]
+    public async Task RunTask_ChildFaultsWithSeveralExceptions_EveryOneIsKept()
+    {
+        // A BCL task can fault with several exceptions (a Task.WhenAll, a Parallel.ForEachAsync): Task.WhenAll keeps every
+        // one of them, and so must a scope, which promises that no failure is lost.
+        var a = new FormatException("a");
+        var b = new InvalidCastException("b");
+        var c = new ArithmeticException("c");
+        var scope = new TaskScope();
+        scope.RunTask(_ => Task.WhenAll(Task.FromException(a), Task.FromException(b)));
+        scope.Run(_ => SpindleTask.FromException(c));
+        Exception? thrown = await Record.ExceptionAsync(() => TestUtil.WithTimeout(scope.WaitAsync()));
+        var all = Assert.IsType<AggregateException>(thrown);
+        Assert.Equal(3, all.InnerExceptions.Count);
+        Assert.Contains(a, all.InnerExceptions);
+        Assert.Contains(b, all.InnerExceptions);
+        Assert.Contains(c, all.InnerExceptions);
+        await scope.DisposeAsync();
+    }
 }
