@@ -22,6 +22,12 @@ public readonly struct WhenAllOptions
     /// cancellation, the combined task is cancelled (it throws the first <see cref="OperationCanceledException"/>), as
     /// without this option. Default: false, the BCL's behaviour for <c>await Task.WhenAll</c>.
     /// </summary>
+    /// <remarks>
+    /// Two differences from the BCL's <c>Task.WhenAll(...).Exception</c>: cancellations are included (the BCL's leaves them
+    /// out once an input faulted), and each input gives one exception, the one its await throws, so a BCL task input that
+    /// faulted with several (itself a <c>Task.WhenAll</c>) gives only its first; read that task's own
+    /// <see cref="System.Threading.Tasks.Task.Exception"/> for the rest (it stays readable).
+    /// </remarks>
     public bool AggregateExceptions { get; init; }
 
     /// <summary>
