@@ -30,7 +30,10 @@ namespace SpindleLib;
 /// <para><b>Nesting.</b> Pass a scope's <see cref="Token"/> to a child scope: cancelling the outer scope cancels the inner
 /// one, and the inner scope's failures, rethrown by its WaitAsync inside a child, fail that child of the outer scope.</para>
 /// <para>Thread-safety: <see cref="Run(Func{CancellationToken, SpindleTask})"/> may be called from any thread, including
-/// from inside children, until the scope is closed by <see cref="WaitAsync"/> or disposal. A child must not await its own
+/// from inside children. The scope stays open to new children until it has finished: after <see cref="WaitAsync"/>, a child
+/// still running (or any thread, while one runs) may start more, and the scope waits for them too (a crawler's children
+/// start the next pages' children), as a Trio nursery or Kotlin's <c>coroutineScope</c> does. Once every child has finished
+/// after WaitAsync, or once disposal has begun, Run throws. A child must not await its own
 /// scope's <see cref="WaitAsync"/> or <see cref="DisposeAsync"/>: they wait for every child, itself included, so they
 /// would never complete.</para>
 /// </remarks>
@@ -67,7 +70,7 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>Starts a child. It runs synchronously until its first await, like any async method called directly.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="child"/> is null.</exception>
-    /// <exception cref="InvalidOperationException">The scope was already closed by <see cref="WaitAsync"/> or disposal.</exception>
+    /// <exception cref="InvalidOperationException">The scope has finished (every child had finished after <see cref="WaitAsync"/>), or is being disposed.</exception>
     public void Run(Func<CancellationToken, SpindleTask> child)
     {
         if (child is null)
@@ -102,7 +105,7 @@ public sealed class TaskScope : IAsyncDisposable
     /// overloads, and C# could not choose.)
     /// </summary>
     /// <exception cref="ArgumentNullException"><paramref name="child"/> is null.</exception>
-    /// <exception cref="InvalidOperationException">The scope was already closed by <see cref="WaitAsync"/> or disposal.</exception>
+    /// <exception cref="InvalidOperationException">The scope has finished (every child had finished after <see cref="WaitAsync"/>), or is being disposed.</exception>
     public void RunTask(Func<CancellationToken, Task> child)
     {
         if (child is null)
@@ -124,7 +127,8 @@ public sealed class TaskScope : IAsyncDisposable
     }
 
     /// <summary>
-    /// Closes the scope to new children and waits for every child. Rethrows the children's failures (see the remarks); once
+    /// Waits for every child, including those that children still running start meanwhile; once the last has finished,
+    /// the scope takes no more. Rethrows the children's failures (see the remarks); once
     /// an awaiter has seen them, disposal does not rethrow them again. One awaiter at a time; after it completes, the
     /// result can be read again.
     /// </summary>
@@ -237,13 +241,21 @@ public sealed class TaskScope : IAsyncDisposable
         _outcome.Complete();
     }
 
+    /// <summary>
+    /// Counts a new child in. Open until the scope has finished: before <see cref="WaitAsync"/>, and after it while a
+    /// child still runs (a child may start more, as in a Trio nursery or Kotlin's <c>coroutineScope</c>, and the scope
+    /// waits for them too). Under the lock, the count that reached zero after the close is the scope's end: no child
+    /// enters after it, so <see cref="CompleteScope"/> runs once, and nothing enters once disposal has begun.
+    /// </summary>
     private void Enter()
     {
         lock (_lock)
         {
-            if (_closed)
+            if (_closed && (_running == 0 || Volatile.Read(ref _disposed) != 0))
             {
-                ThrowHelper.ThrowInvalidOperation("The scope no longer accepts children: WaitAsync() or disposal has closed it. Start children before waiting, or create a new scope.");
+                ThrowHelper.ThrowInvalidOperation(
+                    "The scope no longer accepts children: every child had finished after WaitAsync(), or the scope is being disposed. " +
+                    "Start children before the last one finishes (from a running child, for instance), or create a new scope.");
             }
             _running++;
         }

@@ -12,8 +12,8 @@ namespace SpindleLib.Tests.Scopes;
 /// children started after that. Each child waits on its own gate and ends as the program says, or with the
 /// OperationCanceledException of the scope's token when the scope is cancelled first, as a cooperative child does.
 /// After every step the scope is checked against a model of its documented contract: the first child failure, the
-/// outer token or disposal cancels the token; RunningChildren counts the children still running; a closed scope takes
-/// no new child; WaitAsync completes when every child has, rethrowing the failure, or an AggregateException of all of
+/// outer token or disposal cancels the token; RunningChildren counts the children still running; a scope closed by
+/// WaitAsync takes new children only while one still runs; WaitAsync completes when every child has, rethrowing the failure, or an AggregateException of all of
 /// them when there are several, a child's cancellation by the scope not being one; disposal rethrows them unless an
 /// awaited WaitAsync did.
 /// </summary>
@@ -88,8 +88,10 @@ public class TaskScopeModelTests
             {
                 case OpKind.Start:
                     var child = new Child();
-                    if (closed)
+                    if (closed && children.All(static c => c.Ended))
                     {
+                        // WaitAsync closed it and every child has finished: the scope is over (while a child runs, the
+                        // scope still takes more, and waits for them too)
                         Assert.Throws<InvalidOperationException>(() => scope.Run(child.Body));
                         break;
                     }

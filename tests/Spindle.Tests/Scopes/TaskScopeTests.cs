@@ -264,4 +264,87 @@ public sealed class TaskScopeTests
         Assert.Contains(c, all.InnerExceptions);
         await scope.DisposeAsync();
     }
+
+    /// <summary>
+    /// A crawler's shape: the scope is awaited at once, and each child starts the next level's children into the same
+    /// scope. WaitAsync waits for all of them (before, a child started after WaitAsync was refused, which failed the
+    /// scope and cancelled everything); once the last has finished, the scope takes no more.
+    /// </summary>
+    [Fact]
+    public async Task ChildrenStartMoreChildrenAfterWaitAsync_TheScopeWaitsForAll_ThenTakesNoMore()
+    {
+        var scope = new TaskScope();
+        int visited = 0;
+        var gate = new Promise();
+        async SpindleTask Visit(int depth, CancellationToken ct)
+        {
+            await gate.Task.Preserve();
+            Interlocked.Increment(ref visited);
+            if (depth < 5)
+            {
+                scope.Run(c => Visit(depth + 1, c));
+                scope.Run(c => Visit(depth + 1, c));
+            }
+            await Spindle.Yield();
+        }
+        scope.Run(ct => Visit(0, ct));
+        SpindleTask wait = scope.WaitAsync(); // closes the scope before any child has started another
+        Assert.False(wait.IsCompleted);
+        gate.SetResult();
+        await TestUtil.WithTimeout(wait);
+        Assert.Equal(63, Volatile.Read(ref visited)); // 1 + 2 + 4 + 8 + 16 + 32: every level, none refused
+        Assert.Equal(0, scope.RunningChildren);
+        var e = Assert.Throws<InvalidOperationException>(() => scope.Run(_ => SpindleTask.CompletedTask));
+        Assert.Contains("no longer accepts children", e.Message, StringComparison.Ordinal);
+        await scope.DisposeAsync();
+    }
+
+    /// <summary>A child started after WaitAsync that fails is a failure of the scope like any other, and cancels the rest.</summary>
+    [Fact]
+    public async Task AChildStartedAfterWaitAsyncFails_WaitAsyncRethrowsIt_AndTheSiblingsAreCancelled()
+    {
+        var scope = new TaskScope();
+        var gate = new Promise();
+        bool siblingCancelled = false;
+        scope.Run(async ct =>
+        {
+            await gate.Task;
+            scope.Run(async _ =>
+            {
+                await Spindle.Yield();
+                throw new TimeoutException("late child");
+            });
+            try
+            {
+                await Spindle.Delay(TimeSpan.FromMinutes(5), ct);
+            }
+            catch (OperationCanceledException)
+            {
+                siblingCancelled = true;
+                throw;
+            }
+        });
+        SpindleTask wait = scope.WaitAsync();
+        gate.SetResult();
+        var e = await Assert.ThrowsAsync<TimeoutException>(() => TestUtil.WithTimeout(wait));
+        Assert.Equal("late child", e.Message);
+        Assert.True(siblingCancelled);
+        await scope.DisposeAsync();
+    }
+
+    /// <summary>Disposal still closes the scope at once: a child started once it has begun is refused, and never called.</summary>
+    [Fact]
+    public async Task RunWhileDisposing_IsRefused_EvenWithChildrenRunning()
+    {
+        var scope = new TaskScope();
+        var gate = new Promise();
+        scope.Run(async _ => await gate.Task);
+        System.Threading.Tasks.ValueTask disposal = scope.DisposeAsync(); // cancels, then waits for the child
+        bool called = false;
+        var e = Assert.Throws<InvalidOperationException>(() => scope.Run(_ => { called = true; return default; }));
+        Assert.Contains("being disposed", e.Message, StringComparison.Ordinal);
+        Assert.False(called);
+        gate.SetResult();
+        await TestUtil.WithTimeout(disposal.AsTask());
+    }
 }
