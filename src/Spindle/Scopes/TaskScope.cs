@@ -21,9 +21,10 @@ namespace SpindleLib;
 /// (a BCL child that faulted with several exceptions, as a <c>Task.WhenAll</c> does, gives each of them).</para>
 /// <para><b>Cancellation is not failure.</b> An <see cref="OperationCanceledException"/> that a child ends with while the
 /// scope's token is cancelled (whichever token it carries) is not a failure: after a sibling failed, after early disposal,
-/// or after the token given at creation was cancelled. So when that outer token cancels the children and none failed,
-/// <see cref="WaitAsync"/> completes successfully, not as canceled (unlike Kotlin's <c>coroutineScope</c>, or
-/// <c>Parallel.ForEachAsync</c>, which throw): check the outer token after it if you need to know. An
+/// or after the token given at creation was cancelled. When that outer token was cancelled before the last child finished
+/// and no child failed, <see cref="WaitAsync"/> completes as canceled, with an <see cref="OperationCanceledException"/>
+/// carrying the outer token, as <c>Parallel.ForEachAsync</c> and Kotlin's <c>coroutineScope</c> report their
+/// cancellation: the code after it never takes a cancelled scope's work for done (disposal does not throw it). An
 /// <see cref="OperationCanceledException"/> that a child ends with while the scope's token is not cancelled (its own
 /// timeout, another token) is a failure, and cancels the siblings, as any other exception does (as in Go's errgroup).
 /// A child started while the scope's token is cancelled is still called, with that token.</para>
@@ -43,6 +44,8 @@ public sealed class TaskScope : IAsyncDisposable
 
     private readonly CancellationTokenSource _cts;
     private readonly CancellationToken _token; // kept: CancellationTokenSource.Token throws once the source is disposed
+    private readonly CancellationToken _outer; // the token given at creation
+    private bool _canceledFromOutside;           // _outer was cancelled when the last child finished (see CompleteScope)
     private readonly object _lock = new();
     private readonly Promise _completion = new(); // all children done (for disposal)
     private readonly ScopeOutcome _outcome;        // the same moment, with the failures (for WaitAsync)
@@ -57,6 +60,7 @@ public sealed class TaskScope : IAsyncDisposable
     /// <summary>Creates a scope whose children are also cancelled when <paramref name="cancellationToken"/> is.</summary>
     public TaskScope(CancellationToken cancellationToken = default)
     {
+        _outer = cancellationToken;
         _cts = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         _token = _cts.Token;
         _outcome = new ScopeOutcome(this);
@@ -202,17 +206,28 @@ public sealed class TaskScope : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// Rethrows the children's failures (once delivered, disposal does not rethrow them). With none, and
+    /// <paramref name="canceled"/> (WaitAsync's read), a scope that the token given at creation cancelled throws an
+    /// <see cref="OperationCanceledException"/> carrying that token.
+    /// </summary>
     [StackTraceHidden]
-    private void ThrowFailures()
+    private void ThrowFailures(bool canceled = false)
     {
         List<ExceptionDispatchInfo>? errors;
+        bool canceledFromOutside;
         lock (_lock)
         {
             errors = _errors;
+            canceledFromOutside = _canceledFromOutside;
             _failuresDelivered = true;
         }
         if (errors is null)
         {
+            if (canceled && canceledFromOutside)
+            {
+                throw new OperationCanceledException("The token the TaskScope was created with was cancelled before its children had all finished.", _outer);
+            }
             return;
         }
         if (errors.Count == 1)
@@ -234,6 +249,7 @@ public sealed class TaskScope : IAsyncDisposable
         lock (_lock)
         {
             _scopeDone = true;
+            _canceledFromOutside = _outer.IsCancellationRequested;
             later = _laterDisposals;
         }
         later?.TrySetResult(true);
@@ -345,6 +361,10 @@ public sealed class TaskScope : IAsyncDisposable
             {
                 return SpindleTaskStatus.Faulted;
             }
+            if (status == SpindleTaskStatus.Succeeded && _scope.CanceledFromOutside)
+            {
+                return SpindleTaskStatus.Canceled;
+            }
             return status;
         }
 
@@ -354,13 +374,24 @@ public sealed class TaskScope : IAsyncDisposable
         public void GetResult(short token)
         {
             _core.GetResult(token, this);
-            _scope.ThrowFailures();
+            _scope.ThrowFailures(canceled: true);
         }
 
         public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 
         public void OnCompleted(Action<object?> continuation, object? state, short token, System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags)
             => _core.OnCompleted(continuation, state, token, flags);
+    }
+
+    private bool CanceledFromOutside
+    {
+        get
+        {
+            lock (_lock)
+            {
+                return _canceledFromOutside;
+            }
+        }
     }
 
     private bool HasFailures

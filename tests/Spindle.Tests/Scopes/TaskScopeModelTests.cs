@@ -15,7 +15,7 @@ namespace SpindleLib.Tests.Scopes;
 /// outer token or disposal cancels the token; RunningChildren counts the children still running; a scope closed by
 /// WaitAsync takes new children only while one still runs; WaitAsync completes when every child has, rethrowing the failure, or an AggregateException of all of
 /// them when there are several, a child's cancellation by the scope not being one; disposal rethrows them unless an
-/// awaited WaitAsync did.
+/// awaited WaitAsync did; with no failure, a WaitAsync that completed after the outer token was cancelled is canceled.
 /// </summary>
 public class TaskScopeModelTests
 {
@@ -74,7 +74,7 @@ public class TaskScopeModelTests
         var scope = new TaskScope(outer.Token);
         var children = new List<Child>();
         var failures = new List<Exception>();
-        bool cancelled = false, closed = false, delivered = false;
+        bool cancelled = false, closed = false, delivered = false, outerCancelled = false;
         SpindleTask wait = default;
         bool waiting = false;
 
@@ -123,6 +123,7 @@ public class TaskScopeModelTests
                     break;
                 case OpKind.CancelOuter:
                     outer.Cancel();
+                    outerCancelled = true;
                     CancelModel();
                     break;
                 case OpKind.Wait:
@@ -163,7 +164,13 @@ public class TaskScopeModelTests
                 if (running == 0)
                 {
                     Exception? thrown = Record.Exception(() => wait.GetAwaiter().GetResult());
-                    if (failures.Count == 0)
+                    if (failures.Count == 0 && outerCancelled)
+                    {
+                        // Cancelled from outside before the last child finished, with no failure: canceled, with that token.
+                        var oce = Assert.IsAssignableFrom<OperationCanceledException>(thrown);
+                        Assert.True(oce.CancellationToken == outer.Token, $"{at}: WaitAsync's cancellation carries another token than the outer one");
+                    }
+                    else if (failures.Count == 0)
                     {
                         Assert.True(thrown is null, $"{at}: WaitAsync threw {thrown}");
                     }

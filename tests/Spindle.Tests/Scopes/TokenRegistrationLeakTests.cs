@@ -349,9 +349,10 @@ public sealed class TokenRegistrationLeakTests
     }
 
     [Fact]
-    public void TaskScope_ChildCancelledByTheOuterToken_SeesTheScopesToken_AndWaitAsyncSucceeds()
+    public void TaskScope_ChildCancelledByTheOuterToken_SeesTheScopesToken_AndWaitAsyncIsCanceledWithTheOuterToken()
     {
-        // Documented: a child's OperationCanceledException because the scope was cancelled is not a failure.
+        // Documented: a child's OperationCanceledException because the scope was cancelled is not a failure; the scope,
+        // cancelled from outside, reports that cancellation with the outer token, and disposal does not throw it again.
         using var cts = new CancellationTokenSource();
         var scope = new TaskScope(cts.Token);
         var clock = new ManualClock();
@@ -374,7 +375,9 @@ public sealed class TokenRegistrationLeakTests
         Assert.True(seen!.CancellationToken == scope.Token, "the child's exception carries another token than the scope's");
         SpindleTask wait = scope.WaitAsync();
         Assert.True(wait.IsCompleted);
-        wait.GetAwaiter().GetResult();
+        Assert.Equal(SpindleTaskStatus.Canceled, wait.Status);
+        var canceled = Assert.ThrowsAny<OperationCanceledException>(() => wait.GetAwaiter().GetResult());
+        Assert.True(canceled.CancellationToken == cts.Token, "WaitAsync's cancellation carries another token than the outer one");
         Assert.True(scope.DisposeAsync().IsCompletedSuccessfully);
     }
 }
