@@ -501,10 +501,19 @@ internal abstract class CombinatorCore
     /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
     internal static void ReportLoser(ExceptionDispatchInfo? error)
     {
-        if (error is not null)
+        if (error is null)
         {
-            ReportLoser(error.SourceException);
+            return;
         }
+        if (BclRead.AllOf(error) is { } several)
+        {
+            foreach (Exception e in several)
+            {
+                ReportLoser(e); // a BCL task that faulted with several: every one is reported
+            }
+            return;
+        }
+        ReportLoser(error.SourceException);
     }
 
     /// <summary>A losing input's failure is not rethrown, but it is never lost either; cancellation is not a failure.</summary>
@@ -648,7 +657,7 @@ internal abstract class CombinatorCore
             }
             catch (Exception ex)
             {
-                return ExceptionDispatchInfo.Capture(ex);
+                return BclRead.Failure(Kind == InputKind.Task ? Task : null, ex);
             }
             finally
             {
@@ -738,7 +747,15 @@ internal struct WhenAllFailures
         _anyFault |= error.SourceException is not OperationCanceledException;
         if (_aggregate)
         {
-            (_all ??= new List<Exception>()).Add(error.SourceException);
+            _all ??= new List<Exception>();
+            if (BclRead.AllOf(error) is { } several)
+            {
+                _all.AddRange(several); // a BCL task that faulted with several (a Task.WhenAll's): each, as Task.WhenAll gives them
+            }
+            else
+            {
+                _all.Add(error.SourceException);
+            }
         }
     }
 

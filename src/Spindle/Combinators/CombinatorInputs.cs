@@ -1,5 +1,8 @@
 using System;
+using System.Collections.Generic;
+using System.Collections.ObjectModel;
 using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading.Tasks;
 
@@ -42,12 +45,64 @@ internal interface IInputKind<TInput, TValue>
 
 /// <summary>
 /// Reads a finished BCL task or ValueTask through its awaiter, as an await would (the same exception object, a canceled
-/// task's <see cref="TaskCanceledException"/> included), catching what it throws. A task is read as the ValueTask that
-/// wraps it (no allocation; its awaiter reads the task's own).
+/// task's <see cref="TaskCanceledException"/> included), catching what it throws.
 /// </summary>
 [StackTraceHidden]
 internal static class BclRead
 {
+    /// <summary>
+    /// The exceptions of faulted BCL tasks that hold several (a <c>Task.WhenAll</c>'s), keyed by the failure a read
+    /// captured, which is the first of them, as the task's await throws it. A WhenAll that aggregates gives every one,
+    /// as <c>Task.WhenAll</c> does, and a losing input's are all reported: none is lost. Weak: an entry goes with its
+    /// failure. Only tasks with several exceptions are entered, so the usual failure costs no lookup entry.
+    /// </summary>
+    private static readonly ConditionalWeakTable<ExceptionDispatchInfo, ReadOnlyCollection<Exception>> s_several = new();
+
+    /// <summary>
+    /// The failure of finished task <paramref name="task"/> (null: not a BCL task), whose await threw
+    /// <paramref name="thrown"/>, with the rest of its exceptions kept for <see cref="AllOf"/>.
+    /// </summary>
+    public static ExceptionDispatchInfo Failure(Task? task, Exception thrown)
+    {
+        var error = ExceptionDispatchInfo.Capture(thrown);
+        if (task is { IsFaulted: true } && task.Exception!.InnerExceptions is { Count: > 1 } all && ReferenceEquals(all[0], thrown))
+        {
+            s_several.AddOrUpdate(error, all);
+        }
+        return error;
+    }
+
+    /// <summary>Every exception of the BCL task behind <paramref name="error"/>, if it held several; else null.</summary>
+    public static IReadOnlyList<Exception>? AllOf(ExceptionDispatchInfo error)
+        => s_several.TryGetValue(error, out ReadOnlyCollection<Exception>? all) ? all : null;
+
+    public static ExceptionDispatchInfo? Read(Task input)
+    {
+        try
+        {
+            input.GetAwaiter().GetResult();
+            return null;
+        }
+        catch (Exception ex)
+        {
+            return Failure(input, ex);
+        }
+    }
+
+    public static T Read<T>(Task<T> input, out ExceptionDispatchInfo? error)
+    {
+        try
+        {
+            error = null;
+            return input.GetAwaiter().GetResult();
+        }
+        catch (Exception ex)
+        {
+            error = Failure(input, ex);
+            return default!;
+        }
+    }
+
     public static ExceptionDispatchInfo? Read(ValueTask input)
     {
         try
@@ -178,7 +233,7 @@ internal readonly struct TaskInput : IInputKind<Task, VoidResult>
 
     public VoidResult Read(Task input, out ExceptionDispatchInfo? error)
     {
-        error = input.IsCompletedSuccessfully ? null : BclRead.Read(new ValueTask(input));
+        error = input.IsCompletedSuccessfully ? null : BclRead.Read(input);
         return default;
     }
 
@@ -193,7 +248,10 @@ internal readonly struct TaskInput : IInputKind<Task, VoidResult>
         Debug.Assert(input.IsCompleted, "a pending BCL task goes to a combinator");
         if (input.IsFaulted)
         {
-            CombinatorCore.ReportLoser(input.Exception!.InnerExceptions[0]);
+            foreach (Exception e in input.Exception!.InnerExceptions)
+            {
+                CombinatorCore.ReportLoser(e); // every one: a Task.WhenAll's may hold several
+            }
         }
     }
 
@@ -213,7 +271,7 @@ internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
             error = null;
             return input.Result; // does not block or throw once completed successfully
         }
-        return BclRead.Read(new ValueTask<T>(input), out error);
+        return BclRead.Read(input, out error);
     }
 
     public bool ForgetsPending => false;

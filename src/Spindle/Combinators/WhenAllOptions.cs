@@ -23,10 +23,10 @@ public readonly struct WhenAllOptions
     /// without this option. Default: false, the BCL's behaviour for <c>await Task.WhenAll</c>.
     /// </summary>
     /// <remarks>
-    /// Two differences from the BCL's <c>Task.WhenAll(...).Exception</c>: cancellations are included (the BCL's leaves them
-    /// out once an input faulted), and each input gives one exception, the one its await throws, so a BCL task input that
-    /// faulted with several (itself a <c>Task.WhenAll</c>) gives only its first; read that task's own
-    /// <see cref="System.Threading.Tasks.Task.Exception"/> for the rest (it stays readable).
+    /// As the BCL's <c>Task.WhenAll(...).Exception</c>, a <see cref="System.Threading.Tasks.Task"/> input that faulted with
+    /// several exceptions (itself a <c>Task.WhenAll</c>) gives each of them, in its order. One difference: cancellations
+    /// are included (the BCL's leaves them out once an input faulted). A ValueTask input gives the one exception its await
+    /// throws.
     /// </remarks>
     public bool AggregateExceptions { get; init; }
 
