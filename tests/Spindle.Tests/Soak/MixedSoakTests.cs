@@ -8,9 +8,11 @@ namespace SpindleLib.Tests.Soak;
 
 /// <summary>
 /// Every part of Spindle at once, as an application uses them: hundreds of async sessions on the workers, each doing a
-/// random mix of signal waits (set by a dedicated thread), timed waits, delays (some cancelled), <c>Spindle.Run</c> in its
-/// forms, WhenAll (aggregating, with failures), WhenAny that cancels its losers, job chains, hops onto a running frame
-/// loop and back, task scopes whose children fail, preserved tasks and forgotten faults. Each feature has its own stress
+/// random mix of signal waits (set by a dedicated thread; timed, cancelled, raced in a WhenAny), delays (some cancelled),
+/// <c>Spindle.Run</c> in its forms, WhenAll (aggregating, with failures), WhenAny that cancels its losers, reused
+/// promises, WithTimeout and WithCancellation, periodic timers, job chains and parallel-fors, hops onto a running frame
+/// loop (frames, loop-time delays, predicates) and back, the BCL bridges, task scopes whose children fail, preserved
+/// tasks and forgotten faults. Each feature has its own stress
 /// test; this one looks for what only their interaction can break. Each operation checks its own outcome; at the end,
 /// every count must match what the sessions expected (nothing lost, nothing run twice), every session's AsyncLocal must
 /// have flowed through every await, each forgotten fault must have been reported once, and nothing may stay in the
@@ -19,7 +21,7 @@ namespace SpindleLib.Tests.Soak;
 [Collection(SequentialCollection.Name)] // counts the process-wide UnobservedException reports of its own fault type
 public sealed class MixedSoakTests
 {
-    private const int Operations = 12;
+    private const int Operations = 20;
 
     private static readonly AsyncLocal<int> s_session = new();
 
@@ -31,6 +33,13 @@ public sealed class MixedSoakTests
         public StrongBox<long> Counter;
 
         public void Execute() => Interlocked.Increment(ref Counter.Value);
+    }
+
+    private struct CountEach : IJobParallelFor
+    {
+        public StrongBox<long> Counter;
+
+        public void Execute(int index) => Interlocked.Increment(ref Counter.Value);
     }
 
     private sealed class StrongBox<T>
@@ -62,6 +71,7 @@ public sealed class MixedSoakTests
     private sealed class Session(int id, Ledger ledger, FrameLoop loop, ConcurrentQueue<Signal> toSet)
     {
         private readonly Signal _inbox = new();
+        private readonly Promise<int> _reply = new();
         private readonly Random _random = new(id * 7919 + 17);
 
         public async SpindleTask Run(int iterations)
@@ -168,6 +178,76 @@ public sealed class MixedSoakTests
                         await _inbox.WaitAsync(); // the delay won: this round's set is kept by the signal, or still to come
                     }
                     break;
+                case 12: // a reused promise, completed from a worker
+                    _reply.Reset();
+                    int value = _random.Next();
+                    Spindle.Run(() => _reply.SetResult(value)).Forget();
+                    ledger.Check(await _reply.Task == value, id, "a reset promise gave another use's result");
+                    break;
+                case 13: // WithTimeout: a long delay times out; a quick run does not
+                    try
+                    {
+                        await Spindle.Delay(TimeSpan.FromMinutes(5)).WithTimeout(TimeSpan.FromMilliseconds(_random.Next(0, 3)));
+                        ledger.Check(false, id, "a 5-minute delay beat a timeout of a few milliseconds");
+                    }
+                    catch (TimeoutException)
+                    {
+                    }
+                    ledger.Check(await Spindle.Run(() => id).WithTimeout(TimeSpan.FromMinutes(5)) == id, id, "WithTimeout changed a result");
+                    break;
+                case 14: // WithCancellation of a pending promise, cancelled from a worker: the promise stays usable
+                    _reply.Reset();
+                    using (var cts = new CancellationTokenSource())
+                    {
+                        SpindleTask<int> bounded = _reply.Task.WithCancellation(cts.Token);
+                        Spindle.Run(cts.Cancel).Forget();
+                        await ExpectCanceled(bounded, "a cancelled WithCancellation");
+                    }
+                    _reply.Reset();
+                    _reply.SetResult(id);
+                    ledger.Check(await _reply.Task == id, id, "a promise let go of by WithCancellation did not work again");
+                    break;
+                case 15: // a periodic timer's ticks, then disposal
+                    using (var timer = new SpindlePeriodicTimer(TimeSpan.FromMilliseconds(1), TimerWheel.Default))
+                    {
+                        ledger.Check(await timer.WaitForNextTickAsync() && await timer.WaitForNextTickAsync(), id, "a periodic timer stopped ticking");
+                    }
+                    break;
+                case 16: // loop time and a predicate on the frame loop, then back
+                    await Spindle.SwitchTo(loop);
+                    long start = loop.FrameCount;
+                    await loop.Delay(TimeSpan.FromMilliseconds(_random.Next(0, 3)));
+                    await loop.WaitUntil((loop, start), static s => s.loop.FrameCount >= s.start + 2);
+                    ledger.Check(loop.IsLoopThread && loop.FrameCount >= start + 2, id, "WaitUntil resumed before its predicate held, or off the loop");
+                    await Spindle.SwitchToWorker();
+                    break;
+                case 17: // the BCL bridges: AsTask and AsValueTask awaited inside a Spindle method
+                    ledger.Check(await Spindle.Run(() => id).AsTask() == id, id, "AsTask changed a result");
+                    ledger.Check(await Spindle.Run(async () => { await Spindle.Yield(); return id; }).AsValueTask() == id, id, "AsValueTask changed a result");
+                    break;
+                case 18: // a parallel-for, awaited
+                    int indices = _random.Next(1, 200);
+                    Interlocked.Add(ref ledger.JobsExpected, indices);
+                    await new CountEach { Counter = ledger.JobRuns }.Schedule(indices, _random.Next(1, 16));
+                    break;
+                case 19: // a signal wait cancelled from a worker: the signal is idle after it, and the next set is not lost
+                    using (var cts = new CancellationTokenSource())
+                    {
+                        SpindleTask wait = _inbox.WaitAsync(cts.Token);
+                        Spindle.Run(cts.Cancel).Forget();
+                        try
+                        {
+                            await wait;
+                            ledger.Check(false, id, "a cancelled signal wait completed without a set");
+                        }
+                        catch (OperationCanceledException)
+                        {
+                        }
+                    }
+                    ledger.Check(!_inbox.HasWaiter && !_inbox.IsSet, id, "a cancelled wait left its signal waited on, or set");
+                    toSet.Enqueue(_inbox);
+                    await _inbox.WaitAsync();
+                    break;
             }
         }
 
@@ -248,6 +328,8 @@ public sealed class MixedSoakTests
             }
         }
 
+        private SpindleTask ExpectCanceled<T>(SpindleTask<T> task, string what) => ExpectCanceled(task.AsSpindleTask(), what);
+
         private async SpindleTask ExpectCanceled(SpindleTask task, string what)
         {
             try
@@ -270,8 +352,8 @@ public sealed class MixedSoakTests
     [Fact]
     public async Task ManySessions_MixingEveryFeature_LoseAndRepeatNothing()
     {
-        int sessions = TestUtil.Stress(200);
-        const int Iterations = 40;
+        int sessions = TestUtil.Stress(400);
+        const int Iterations = 60;
         var ledger = new Ledger { Current = new int[sessions] };
         long reported = 0;
         void OnUnobserved(Exception e)
