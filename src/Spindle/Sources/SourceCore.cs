@@ -920,19 +920,42 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// Signal only: after a combinator let go of wait <c>Abandoned</c> (<see cref="TryReplaceWaiter"/> or
-    /// <see cref="TryAbandon"/>) and its owner dropped what the wait held, the signal is idle again; a set that landed
-    /// meanwhile (Abandoned to Signaled, the only other way out) is kept.
+    /// After a combinator let go of a use (<c>Abandoned</c>, by <see cref="TryReplaceWaiter"/> or <see cref="TryAbandon"/>):
+    /// ends it, completed and already consumed, in one CAS. A signal is idle again (its owner dropped what the wait held;
+    /// a set that landed meanwhile, Abandoned to Signaled, is kept); a delay is stopped (TimerNode.ReleaseAbandoned). True
+    /// if this call ended it; false if a completer (a set, a timer firing, a cancellation) took the use first.
     /// </summary>
-    public void ReleaseAbandoned()
+    /// <remarks>
+    /// The version moves on in the same CAS that ends the use: the abandoned use never completes for anyone, so its token
+    /// goes stale rather than reading as a success nobody produced. A copy of the task the caller kept (misuse) is the
+    /// await-once error from that moment on, and can never consume a use whose owner still holds what it held (a timer
+    /// node still linked in its wheel).
+    /// </remarks>
+    public bool ReleaseAbandoned()
     {
         int w = Volatile.Read(ref _word);
-        if ((w & StateMask) == Abandoned)
+        return (w & StateMask) == Abandoned && Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) == w;
+    }
+
+    /// <summary>
+    /// Consumes use <paramref name="token"/>, seen completed, as <see cref="Consume"/> does but never throwing and never
+    /// blocking: false if it is not completed or no longer the current use (another reader consumed it first, and holds
+    /// what a reader holds), and then <paramref name="error"/> is null and the caller must not touch the owner again.
+    /// </summary>
+    public bool TryConsumeCompleted(short token, out ExceptionDispatchInfo? error)
+    {
+        int w = Volatile.Read(ref _word);
+        if ((short)w == token && (w & (StateMask | ForgottenBit)) == Completed)
         {
-            // The version moves on: the abandoned wait never completed, so its token goes stale rather than reading as a
-            // success nobody signalled (a second await of it stays the await-once error, as for any abandoned use).
-            Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w);
+            ExceptionDispatchInfo? e = ErrorOnceCompleted;
+            if (Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) == w)
+            {
+                error = e;
+                return true;
+            }
         }
+        error = null;
+        return false;
     }
 
 

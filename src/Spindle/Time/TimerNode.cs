@@ -183,34 +183,61 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// Nobody waits on this delay any more (its use was abandoned): stops it, and lets go of it as its consumer, advancing
     /// the version so that a stale copy of the task is the await-once error.
     /// </summary>
+    /// <remarks>
+    /// Invariant: the abandoned use is never readable through the caller's token while the node may still be linked in
+    /// the wheel. Stopped here, it ends consumed in one CAS (<see cref="SourceCore{TResult}.ReleaseAbandoned"/>): a copy
+    /// the caller kept (misuse) is stale at once, where a success published before the read let such a copy consume it
+    /// and recycle a node still linked in a slot. Fired or cancelled first, it is read without throwing: a misused read
+    /// that consumed it first holds the consumer's part (it recycles a fired node, or lets go of a cancelled one), and
+    /// nothing is left to do here.
+    /// </remarks>
     private void ReleaseAbandoned()
     {
         short token = _core.Version;
         WheelShard? shard = Shard;
-        // Completes the abandoned use with nobody to run, unless it fired or was cancelled first; then its completer may
-        // still be between its claim and its publication, a few stores.
-        bool stoppedHere = _core.TrySetVoidResultDeferred(out _, out _);
-        if (stoppedHere)
+        if (_core.ReleaseAbandoned())
         {
+#if DEBUG
+            TestHookAfterAbandonedSettled?.Invoke(this);
+#endif
             shard?.PushCancel(this); // still linked in a slot: the owner unlinks it and lets go, as for a cancellation
-        }
-        else
-        {
-            SpinWait spin = default;
-            while (!_core.IsCompleted)
+            CancellationRegistrations.Drop(ref _registration);
+            if (Interlocked.Increment(ref _releases) == 2)
             {
-                spin.SpinOnce();
+                Recycle();
             }
+            return;
         }
-        _core.Consume(token, this, out ExceptionDispatchInfo? error);
+        // It fired or was cancelled first; its completer may still be between its claim and its publication, a few stores.
+        SpinWait spin = default;
+        while (!_core.IsCompleted)
+        {
+            spin.SpinOnce();
+        }
+#if DEBUG
+        TestHookAfterAbandonedSettled?.Invoke(this);
+#endif
+        if (!_core.TryConsumeCompleted(token, out ExceptionDispatchInfo? error))
+        {
+            return; // a misused read of the caller's copy consumed it first, and let go of the node as its consumer
+        }
         CancellationRegistrations.Drop(ref _registration);
-        // As in GetResult: a node that fired has left the wheel, so its consumer recycles it at once; one stopped here or
-        // cancelled is still the wheel's until its owner lets go, and the second of the two recycles it.
-        if ((!stoppedHere && error is null) || Interlocked.Increment(ref _releases) == 2)
+        // As in GetResult: a node that fired has left the wheel, so its consumer recycles it at once; one cancelled is
+        // still the wheel's until its owner lets go, and the second of the two recycles it.
+        if (error is null || Interlocked.Increment(ref _releases) == 2)
         {
             Recycle();
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs when <see cref="ReleaseAbandoned"/> has settled the abandoned use (stopped it, or
+    /// seen it fire or be cancelled), before it lets go of the node, standing in for the caller's misused read of a delay
+    /// it gave to a WhenAny at that moment.
+    /// </summary>
+    internal static Action<TimerNode>? TestHookAfterAbandonedSettled;
+#endif
 
     /// <summary>The wheel's owner lets go of a cancelled node. The second of owner and consumer recycles it.</summary>
     public void ReleaseFromWheel()
