@@ -114,7 +114,8 @@ internal struct SourceCore<TResult>
     // Async methods' boxes only: the use was forgotten while pending (SpindleTask.Forget, or a combinator letting go of it,
     // see TryReplaceWaiter), and the box's own observer reads it; nobody else may. Set while Pending (TryMarkForgotten) or
     // with the waiter's replacement, under the same CAS discipline as the state; carried by every state change (With);
-    // taken by the observer before its read (TryTakeForgotten); dropped by every version step (NextVersion). Invariant:
+    // taken by the observer's read, in the CAS that consumes the use (TryConsumeForgotten: taken and then read in two
+    // steps, a misused read between them consumed the use); dropped by every version step (NextVersion). Invariant:
     // while it is set, the current use is the forgotten one and only its observer may consume it: a Consume that finds
     // it is the await-once error. So a misused read of a forgotten task throws instead of racing the observer for the
     // use, and the observer needs no token of its own (the box stays a field smaller).
@@ -649,22 +650,26 @@ internal struct SourceCore<TResult>
 
     /// <summary>
     /// The forgotten use's observer, once the use has completed: takes the mark (see <see cref="ForgottenBit"/>) and
-    /// returns the use's token, which only this observer may now consume. False if no use is marked (nothing to read).
+    /// consumes the use in the same CAS, handing back its failure; the caller then recycles the box. False if no use is
+    /// marked (nothing to read). One CAS, not a take and then a <see cref="Consume"/>: between the two, the use was an
+    /// ordinary completed one, and a misused read of the forgotten task would consume it first.
     /// </summary>
-    public bool TryTakeForgotten(out short token)
+    public bool TryConsumeForgotten(out ExceptionDispatchInfo? error)
     {
         int w = Volatile.Read(ref _word);
         while ((w & ForgottenBit) != 0)
         {
-            int prev = Interlocked.CompareExchange(ref _word, w & ~ForgottenBit, w);
+            Debug.Assert((w & StateMask) == Completed, "the observer runs after the publication");
+            ExceptionDispatchInfo? e = ErrorOnceCompleted;
+            int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w);
             if (prev == w)
             {
-                token = (short)w;
+                error = e;
                 return true;
             }
             w = prev;
         }
-        token = 0;
+        error = null;
         return false;
     }
 

@@ -241,10 +241,13 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ReadAndReport(source, token);
     }
 
-    internal static void ReadAndReport(ISpindleSource source, short token)
+    internal static void ReadAndReport(ISpindleSource source, short token) => Report(QuietRead.Read(source, token));
+
+    /// <summary>Reports a forgotten task's fault, read by its observer (a cancellation is an outcome, not a fault).</summary>
+    internal static void Report(ExceptionDispatchInfo? failure)
     {
-        Exception? error = QuietRead.Read(source, token)?.SourceException;
-        if (error is not null and not OperationCanceledException) // cancellation is an outcome, not a fault
+        Exception? error = failure?.SourceException;
+        if (error is not null and not OperationCanceledException)
         {
             UnobservedExceptions.Report(error);
         }

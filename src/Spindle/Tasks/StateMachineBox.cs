@@ -55,6 +55,12 @@ internal abstract class StateMachineBoxBase : DirectWaiter
     /// published, standing in for another thread that reads the task (the caller's misuse) at that moment.
     /// </summary>
     internal static Action<StateMachineBoxBase>? TestHookBeforeObserveForgotten;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs when a forgotten box's observer has taken the forgotten use (the mark is gone, and
+    /// the use consumed with it), standing in for another thread that reads the task (the caller's misuse) at that moment.
+    /// </summary>
+    internal static Action<StateMachineBoxBase>? TestHookAfterForgottenTaken;
 #endif
 
     public sealed override void Execute() => MoveNext();
@@ -98,9 +104,13 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 #if DEBUG
         TestHookBeforeObserveForgotten?.Invoke(this);
 #endif
-        if (_core.TryTakeForgotten(out short token))
+        if (_core.TryConsumeForgotten(out ExceptionDispatchInfo? error))
         {
-            ForgetObserver.ReadAndReport(this, token);
+            ReturnToPool();
+#if DEBUG
+            TestHookAfterForgottenTaken?.Invoke(this);
+#endif
+            ForgetObserver.Report(error);
         }
     }
 

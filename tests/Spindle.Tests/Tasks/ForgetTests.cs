@@ -320,6 +320,47 @@ public class ForgetTests
         Assert.Equal(7, Box(CompletedPromise(7)).GetAwaiter().GetResult());
     }
 
+    /// <summary>
+    /// The same misuse a moment later: the read lands right after the observer has taken the forgotten use's mark. Before,
+    /// the mark was taken by one CAS and the use consumed by another, so the read between them found an ordinary completed
+    /// use: it consumed the forgotten use and got its outcome with no error, and the observer's own read then failed,
+    /// reporting the await-once error as an unobserved exception instead of the use's outcome. Now the observer takes the
+    /// mark and consumes the use in one CAS.
+    /// </summary>
+    [Fact]
+    public void Forget_TaskReadByTheCallerJustAfterItsObserverTookTheUse_IsTheAwaitOnceError()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = default;
+        Exception? misuse = null;
+        bool ran = false;
+        StateMachineBoxBase.TestHookAfterForgottenTaken = _ =>
+        {
+            StateMachineBoxBase.TestHookAfterForgottenTaken = null;
+            ran = true;
+            misuse = Record.Exception(() => task.GetAwaiter().GetResult());
+        };
+        ConcurrentQueue<Exception> reported;
+        try
+        {
+            reported = Observe(_ =>
+            {
+                task = Box(promise);
+                task.Forget();
+                promise.SetException(new TimeoutException("the forgotten use's own fault")); // runs the box, and its observer, inline
+            });
+        }
+        finally
+        {
+            StateMachineBoxBase.TestHookAfterForgottenTaken = null;
+        }
+        Assert.True(ran);
+        Assert.IsType<InvalidOperationException>(misuse);
+        Assert.Single(reported, e => e is TimeoutException); // the observer read the forgotten use and reported its fault
+        Assert.DoesNotContain(reported, e => e is InvalidOperationException);
+        Assert.Equal(7, Box(CompletedPromise(7)).GetAwaiter().GetResult());
+    }
+
     private static Promise<int> CompletedPromise(int value)
     {
         var p = new Promise<int>();
