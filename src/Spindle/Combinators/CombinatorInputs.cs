@@ -165,7 +165,10 @@ internal static class SpindleInputs
         }
         else if (tookSet)
         {
-            signal.Set(); // nothing is held here, and the combined task is not published yet: kept before the caller sees it
+            // Nothing is held here, and the combined task is not published yet: kept before the caller sees it. The wait's
+            // version moves on with it, so a second copy of the wait among the inputs (the caller's misuse) cannot be read
+            // as the winner that took the same set.
+            signal.GiveBackSet(token);
         }
         return true;
     }

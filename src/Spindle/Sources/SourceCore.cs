@@ -917,6 +917,20 @@ internal struct SourceCore<TResult>
     private static int SignaledFromIdle(int word)
         => (word & StateMask) == Abandoned ? With(NextVersion(word), Signaled) : With(word, Signaled);
 
+    /// <summary>
+    /// Signal only: gives back the set that wait <paramref name="token"/> took, read by a WhenAny that let go of it
+    /// (SpindleInputs.TryLetGo): the signal is set again and the version moves on in the same CAS, so the wait's token is
+    /// stale and no other copy of it reads the set a second time (a second read is the await-once error). False if that
+    /// wait is no longer the signal's idle current one (a second wait started meanwhile, the caller's error): the caller
+    /// then sets the signal as any set does.
+    /// </summary>
+    public bool TryGiveBackSet(short token)
+    {
+        int w = Volatile.Read(ref _word);
+        return (short)w == token && (w & (StateMask | ArmingBit)) == Completed
+            && Interlocked.CompareExchange(ref _word, With(NextVersion(w), Signaled), w) == w;
+    }
+
     /// <summary>Signal only: clears a set signal that no wait has taken. False if it was not set.</summary>
     public bool TryClearSignal()
     {

@@ -276,6 +276,18 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// </summary>
     internal bool TryKeepSet() => _core.TryKeepSignal();
 
+    /// <summary>
+    /// A WhenAny that let go of wait <paramref name="token"/> and read it gives back the set it took: the signal is set
+    /// now, and the wait's token is stale, so another copy of it cannot take the same set again.
+    /// </summary>
+    internal void GiveBackSet(short token)
+    {
+        if (!_core.TryGiveBackSet(token))
+        {
+            Set();
+        }
+    }
+
     /// <summary>Clears the signal if it is set and nobody has consumed it.</summary>
     public void Reset() => _core.TryClearSignal();
 

@@ -232,4 +232,22 @@ public class SignalSetKeptByCombinatorTests
         Assert.True(signal.IsSet, "the set landed on the losing timed wait as the WhenAny settled, and was lost");
         Assert.Equal(0, wheel.PendingCount); // the wait's timer went with it
     }
+    /// <summary>
+    /// The same finished wait passed twice (misuse: a task is read once), to a WhenAny that settles without a combinator:
+    /// the first copy wins and the second is let go of. Letting go read the wait and gave its set back to the signal, and
+    /// the winner's read then took the same set again: the caller was told it won a set that the signal still kept, so
+    /// one Set woke two waits. Now the given-back set moves the wait's version on: the winner's read is the await-once
+    /// error, and the set is kept once.
+    /// </summary>
+    [Fact]
+    public void WhenAnySettledAtOnce_TheSameFinishedWaitTwice_NeverCountsItsSetTwice()
+    {
+        var signal = new Signal();
+        SpindleTask wait = signal.WaitAsync();
+        signal.Set();
+        Exception? e = Record.Exception(() => SpindleTask.WhenAny(wait, wait).GetAwaiter().GetResult());
+        Assert.False(e is null && signal.IsSet, "the WhenAny reported the set to the caller and the signal kept it too");
+        Assert.IsType<InvalidOperationException>(e);
+        Assert.True(signal.IsSet);
+    }
 }
