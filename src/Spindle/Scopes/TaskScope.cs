@@ -45,7 +45,8 @@ public sealed class TaskScope : IAsyncDisposable
     private readonly CancellationTokenSource _cts;
     private readonly CancellationToken _token; // kept: CancellationTokenSource.Token throws once the source is disposed
     private readonly CancellationToken _outer; // the token given at creation
-    private bool _canceledFromOutside;           // _outer was cancelled when the last child finished (see CompleteScope)
+    private bool _canceledFromOutside;           // _outer was cancelled before the last child finished (see CompleteScope)
+    private bool? _outerCanceledWhenIdle;        // _outer's state when the running count last came down to zero
     private readonly object _lock = new();
     private readonly Promise _completion = new(); // all children done (for disposal)
     private readonly ScopeOutcome _outcome;        // the same moment, with the failures (for WaitAsync)
@@ -249,7 +250,7 @@ public sealed class TaskScope : IAsyncDisposable
         lock (_lock)
         {
             _scopeDone = true;
-            _canceledFromOutside = _outer.IsCancellationRequested;
+            _canceledFromOutside = _outerCanceledWhenIdle ?? _outer.IsCancellationRequested; // no child ever ran: now
             later = _laterDisposals;
         }
         later?.TrySetResult(true);
@@ -327,7 +328,12 @@ public sealed class TaskScope : IAsyncDisposable
             {
                 cancel |= Keep(ExceptionDispatchInfo.Capture(more[i]));
             }
-            _running--;
+            if (--_running == 0)
+            {
+                // Sampled here, not when the scope completes: children that had all finished before the outer token was
+                // cancelled did their work, even if WaitAsync is called after the cancellation.
+                _outerCanceledWhenIdle = _outer.IsCancellationRequested;
+            }
             complete = _closed && _running == 0;
         }
         if (cancel)

@@ -185,7 +185,7 @@ public sealed class CancellationModelTests
         Assert.True(run.Started == run.Ended, $"{run.Started} children started, {run.Ended} ended");
 
         // Every failure of a direct child is rethrown, exactly once each, and nothing else; with none, a scope the outer
-        // token cancelled before its children had finished reports that cancellation, with the outer token.
+        // token cancelled before its children had finished may report that cancellation, with the outer token.
         List<Exception> expected = run.OuterFailures.Keys.ToList();
         if (expected.Count == 0 && (tree.Close == Close.CancelOuterThenWait || cancelledByRoot))
         {
@@ -194,11 +194,8 @@ public sealed class CancellationModelTests
                 Assert.True(canceled.CancellationToken == outer.Token, "WaitAsync's cancellation carries another token than the outer one");
                 thrown = null;
             }
-            else
-            {
-                // With the root's late cancel the children may all have finished first: then WaitAsync succeeded.
-                Assert.True(thrown is not null || cancelledByRoot, "the outer token cancelled the scope before its children had finished, with no failure, but WaitAsync succeeded");
-            }
+            // Otherwise the children had all finished before the outer token was cancelled (they run on workers, so the
+            // model cannot tell), and WaitAsync succeeded: the single-threaded TaskScopeModelTests pin that rule down.
         }
         List<Exception> got = thrown is null ? new() : thrown is AggregateException agg && expected.Count != 1 ? agg.InnerExceptions.ToList() : new() { thrown };
         Assert.True(got.Count == expected.Count && got.ToHashSet(ReferenceEqualityComparer.Instance).SetEquals(expected),

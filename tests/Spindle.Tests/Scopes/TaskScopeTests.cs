@@ -347,4 +347,31 @@ public sealed class TaskScopeTests
         gate.SetResult();
         await TestUtil.WithTimeout(disposal.AsTask());
     }
+
+    /// <summary>
+    /// The outer token cancelled after every child had finished, and before WaitAsync: the work was done, so WaitAsync
+    /// succeeds (from a review: the cancellation was sampled when WaitAsync completed the scope, not when the last child
+    /// finished). Cancelled while a child still ran, it is canceled.
+    /// </summary>
+    [Fact]
+    public void OuterTokenCancelledAfterTheLastChildFinished_WaitAsyncSucceeds_CancelledBefore_ItIsCanceled()
+    {
+        using var late = new CancellationTokenSource();
+        var done = new TaskScope(late.Token);
+        done.Run(_ => SpindleTask.CompletedTask);
+        late.Cancel();
+        SpindleTask finished = done.WaitAsync();
+        Assert.Equal(SpindleTaskStatus.Succeeded, finished.Status);
+        finished.GetAwaiter().GetResult();
+
+        using var early = new CancellationTokenSource();
+        var cut = new TaskScope(early.Token);
+        var gate = new Promise();
+        cut.Run(async _ => await gate.Task);
+        early.Cancel();
+        gate.SetResult(); // the child ignores the token and finishes its work, but after the cancellation
+        SpindleTask canceled = cut.WaitAsync();
+        Assert.Equal(SpindleTaskStatus.Canceled, canceled.Status);
+        Assert.ThrowsAny<OperationCanceledException>(() => canceled.GetAwaiter().GetResult());
+    }
 }
