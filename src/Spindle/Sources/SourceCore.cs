@@ -561,7 +561,21 @@ internal struct SourceCore<TResult>
     /// then looks at its owner's state (a combinator's race) and this caller cannot both miss the registration.
     /// </remarks>
     public DetachOutcome TryReplaceWaiter(DirectWaiter registered, object? waiter, object? waiterState, bool forgotten = false)
+        => ReplaceWaiter(registered, waiter, waiterState, forgotten, out _);
+
+    /// <summary>
+    /// As <see cref="TryReplaceWaiter"/> with no replacement (the use is left
+    /// abandoned), handing back the token of the use it abandoned, taken from the word its CAS decided on. A source
+    /// that goes on to release the abandoned use (<see cref="ReleaseAbandoned"/>) must name it by this token, never by
+    /// the version it reads later: once abandoned, the use can complete, be consumed by a misused read and recycled, and
+    /// the version then belongs to the object's next use.
+    /// </summary>
+    public DetachOutcome TryAbandonWaiter(DirectWaiter registered, out short abandoned)
+        => ReplaceWaiter(registered, null, null, false, out abandoned);
+
+    private DetachOutcome ReplaceWaiter(DirectWaiter registered, object? waiter, object? waiterState, bool forgotten, out short token)
     {
+        token = 0;
         int w = Volatile.Read(ref _word);
         SpinWait spin = default;
         while (true)
@@ -595,6 +609,7 @@ internal struct SourceCore<TResult>
                 Volatile.Write(ref _word, w);
                 return DetachOutcome.NotWaiting;
             }
+            token = (short)w;
             if (waiter is null)
             {
                 _continuation = null;
@@ -949,11 +964,27 @@ internal struct SourceCore<TResult>
     /// goes stale rather than reading as a success nobody produced. A copy of the task the caller kept (misuse) is the
     /// await-once error from that moment on, and can never consume a use whose owner still holds what it held (a timer
     /// node still linked in its wheel).
+    /// <para>Invariant: only use <paramref name="token"/>, the one the caller abandoned (the token its abandoning CAS
+    /// decided on: <see cref="TryAbandon"/>'s, or <see cref="TryAbandonWaiter"/>'s), is ended here. Read afresh, the
+    /// version may already be the object's next use's: the abandoned use fired, a misused read consumed it, and the
+    /// pooled object went on to another user.</para>
     /// </remarks>
-    public bool ReleaseAbandoned()
+    public bool ReleaseAbandoned(short token)
     {
         int w = Volatile.Read(ref _word);
-        return (w & StateMask) == Abandoned && Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) == w;
+        return (short)w == token && (w & StateMask) == Abandoned
+            && Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) == w;
+    }
+
+    /// <summary>
+    /// True while use <paramref name="token"/> is the current one and not yet published (abandoned, or a completer is
+    /// between its claim and its publication). False once it is published, or once it is no longer the current use (it
+    /// was consumed: the object may already be another use's, and must not be waited on for this one).
+    /// </summary>
+    public bool IsUnpublishedUse(short token)
+    {
+        int w = Volatile.Read(ref _word);
+        return (short)w == token && (w & StateMask) < Completed;
     }
 
     /// <summary>

@@ -366,10 +366,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// </summary>
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
     {
-        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, null, null);
+        DetachOutcome outcome = _core.TryAbandonWaiter(waiter, out short abandoned);
         if (outcome == DetachOutcome.Detached)
         {
-            EndAbandonedWait();
+            EndAbandonedWait(abandoned);
         }
         return outcome;
     }
@@ -380,7 +380,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         {
             return false;
         }
-        EndAbandonedWait();
+        EndAbandonedWait(token);
         return true;
     }
 
@@ -389,10 +389,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// new wait starts until it is released): drops its cancellation, then makes the signal idle again. A set that landed
     /// meanwhile is kept for the next wait.
     /// </summary>
-    private void EndAbandonedWait()
+    private void EndAbandonedWait(short wait)
     {
         EndWait(_waitState);
-        _core.ReleaseAbandoned();
+        _core.ReleaseAbandoned(wait); // false: a set landed meanwhile (kept, the signal is set), nothing else to do
     }
 
     private static void ThrowSecondWaiter() => ThrowHelper.ThrowInvalidOperation(

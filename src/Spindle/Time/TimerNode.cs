@@ -160,12 +160,12 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// </summary>
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
     {
-        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, null, null);
+        DetachOutcome outcome = _core.TryAbandonWaiter(waiter, out short abandoned);
         if (outcome != DetachOutcome.Detached)
         {
             return outcome == DetachOutcome.Completed ? DetachOutcome.NotWaiting : outcome;
         }
-        ReleaseAbandoned();
+        ReleaseAbandoned(abandoned);
         return DetachOutcome.Detached;
     }
 
@@ -175,7 +175,7 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         {
             return false;
         }
-        ReleaseAbandoned();
+        ReleaseAbandoned(token);
         return true;
     }
 
@@ -191,11 +191,16 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// that consumed it first holds the consumer's part (it recycles a fired node, or lets go of a cancelled one), and
     /// nothing is left to do here.
     /// </remarks>
-    private void ReleaseAbandoned()
+    private void ReleaseAbandoned(short token)
     {
-        short token = _core.Version;
+#if DEBUG
+        TestHookBeforeAbandonedRelease?.Invoke(this);
+#endif
+        // Invariant: token is the abandoned use's, taken by the abandoning CAS, never the version read here: if the use
+        // fired and a misused read consumed it meanwhile, that read holds the consumer's part (it recycled the node, or
+        // will), the node may already be another delay's, and this call must touch nothing (see the remarks).
         WheelShard? shard = Shard;
-        if (_core.ReleaseAbandoned())
+        if (_core.ReleaseAbandoned(token))
         {
 #if DEBUG
             TestHookAfterAbandonedSettled?.Invoke(this);
@@ -209,8 +214,10 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
             return;
         }
         // It fired or was cancelled first; its completer may still be between its claim and its publication, a few stores.
+        // Waited for only while it is still this use: consumed by a misused read, the node goes back to Pending for its
+        // next use, and waiting for "completed" spun until someone else's delay completed on it.
         SpinWait spin = default;
-        while (!_core.IsCompleted)
+        while (_core.IsUnpublishedUse(token))
         {
             spin.SpinOnce();
         }
@@ -237,6 +244,12 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// it gave to a WhenAny at that moment.
     /// </summary>
     internal static Action<TimerNode>? TestHookAfterAbandonedSettled;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs when a combinator has abandoned the use (TryAbandon or TryDetach won), before
+    /// <see cref="ReleaseAbandoned"/> looks at the node: the timer firing and the caller's misused read may both land here.
+    /// </summary>
+    internal static Action<TimerNode>? TestHookBeforeAbandonedRelease;
 #endif
 
     /// <summary>The wheel's owner lets go of a cancelled node. The second of owner and consumer recycles it.</summary>
