@@ -390,6 +390,14 @@ public sealed partial class TimerWheel : IDisposable
         if (shard == _main)
         {
             _driver.Kick();
+            if (_disposed)
+            {
+                // Raced with Dispose, as Insert can: a canceller (or a WhenAny stopping its losing delay) that won the
+                // node's core before the disposing pass pushes it only afterwards, and the disposed driver's kick runs no
+                // pass. Invariant: every node in the cancel inbox is released by a later pass, so one runs here (its
+                // disposing form drains the inbox); without it the node stayed there, never recycled.
+                RequestDrive();
+            }
         }
         else
         {

@@ -87,5 +87,45 @@ public class AbandonedDelayReuseTests
         Assert.True(e is null, "the WhenAny's release of its detached delay consumed the next delay on the same node: " + e?.Message);
         Assert.Equal(0, wheel.PendingCount);
     }
+    /// <summary>
+    /// The wheel disposed just as a WhenAny stops its losing delay (after the stopping CAS, before the node reaches the
+    /// cancel inbox): the disposing pass no longer finds the node to release, and the node's later cancel-inbox entry was
+    /// never taken by anyone, so the node never went back to its pool.
+    /// </summary>
+    [Fact]
+    public void WhenAny_WheelDisposedAsItsDelayLoserIsStopped_TheNodeStillGoesBackToItsPool()
+    {
+        var clock = new ManualClock();
+        var wheel = new TimerWheel(clock);
+        SpindleTask warm = wheel.Delay(1);
+        clock.Advance(TimeSpan.FromMilliseconds(1));
+        warm.GetAwaiter().GetResult();
+
+        SpindleTask delay = wheel.Delay(TimeSpan.FromSeconds(30));
+        var node = (TimerNode)delay._source!;
+        bool ran = false;
+        TimerNode.TestHookAfterAbandonedSettled = _ =>
+        {
+            TimerNode.TestHookAfterAbandonedSettled = null;
+            ran = true;
+            wheel.Dispose();
+        };
+        try
+        {
+            Assert.Equal(0, SpindleTask.WhenAny(SpindleTask.CompletedTask, delay).GetAwaiter().GetResult());
+        }
+        finally
+        {
+            TimerNode.TestHookAfterAbandonedSettled = null;
+        }
+        Assert.True(ran);
+        Assert.Equal(0, wheel.PendingCount);
+        TimerNode? top = ObjectPool<TimerNode>.TryRent();
+        if (top is not null)
+        {
+            ObjectPool<TimerNode>.Return(top);
+        }
+        Assert.True(ReferenceEquals(node, top), "the stopped node was left in a disposed wheel's cancel inbox and never recycled");
+    }
 }
 #endif
