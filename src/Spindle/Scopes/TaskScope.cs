@@ -93,16 +93,7 @@ public sealed class TaskScope : IAsyncDisposable
             ChildFinished(ExceptionDispatchInfo.Capture(ex));
             return;
         }
-        try
-        {
-            ObserveChild(task);
-        }
-        catch (Exception ex)
-        {
-            // The child returned a task that cannot be awaited here (already awaited, or stale): it counts as a child
-            // that failed with that error, or the count it was entered with would never come down.
-            ChildFinished(ExceptionDispatchInfo.Capture(ex));
-        }
+        ObserveChild(task);
     }
 
     /// <summary>
@@ -303,7 +294,20 @@ public sealed class TaskScope : IAsyncDisposable
             ChildFinished(null);
             return;
         }
-        source.OnCompleted(s_childDone, new ChildObserver(this, source, task._token), task._token);
+        var observer = new ChildObserver(this, source, task._token);
+        try
+        {
+            source.OnCompleted(s_childDone, observer, task._token);
+        }
+        catch (Exception ex) when (!observer.HasRun)
+        {
+            // The child returned a task that cannot be awaited here (already awaited, or stale): it counts as a child
+            // that failed with that error, or the count it was entered with would never come down. Only then: once the
+            // observer has run (the child had finished, so it ran inline), the child is counted out, and an exception is
+            // a continuation's that the scope's completion ran inline (a raw awaiter callback of WaitAsync that throws):
+            // it goes to this caller, as from any completer, and the child is not counted out twice.
+            ChildFinished(ExceptionDispatchInfo.Capture(ex));
+        }
     }
 
     private void ChildFinished(ExceptionDispatchInfo? error) => ChildFinished(error, null);
@@ -456,6 +460,13 @@ public sealed class TaskScope : IAsyncDisposable
             _token = token;
         }
 
-        public void Done() => _scope.ChildFinished(QuietRead.Read(_source, _token)); // the child's own failure, with the trace it saved
+        /// <summary>True once <see cref="Done"/> has started: the child is counted out (see <see cref="ObserveChild"/>).</summary>
+        public bool HasRun { get; private set; }
+
+        public void Done()
+        {
+            HasRun = true;
+            _scope.ChildFinished(QuietRead.Read(_source, _token)); // the child's own failure, with the trace it saved
+        }
     }
 }

@@ -374,4 +374,31 @@ public sealed class TaskScopeTests
         Assert.Equal(SpindleTaskStatus.Canceled, canceled.Status);
         Assert.ThrowsAny<OperationCanceledException>(() => canceled.GetAwaiter().GetResult());
     }
+
+    private sealed class ContinuationFault : Exception;
+
+    /// <summary>
+    /// A child started after WaitAsync whose completion is the scope's last (its delegate finished the only other child,
+    /// and it returned at once) completes the scope inside Run, which runs WaitAsync's continuations inline. One that
+    /// throws (a raw awaiter callback) reaches Run's caller, as from any completer, and the child is counted out once:
+    /// before (from a review), Run took that exception for the child's own failure and counted the child out a second
+    /// time (RunningChildren -1, and a failure recorded after the scope had completed).
+    /// </summary>
+    [Fact]
+    public void ContinuationOfTheScopesCompletionThrowsInsideRun_TheChildIsCountedOutOnce()
+    {
+        var scope = new TaskScope();
+        var gate = new Promise();
+        scope.Run(async _ => await gate.Task);
+        SpindleTask wait = scope.WaitAsync();
+        wait.GetAwaiter().UnsafeOnCompleted(() => throw new ContinuationFault());
+        Assert.Throws<ContinuationFault>(() => scope.Run(_ =>
+        {
+            gate.SetResult(); // the other child finishes: this one is now the last
+            return SpindleTask.CompletedTask;
+        }));
+        Assert.Equal(0, scope.RunningChildren);
+        Assert.Equal(SpindleTaskStatus.Succeeded, wait.Status); // no failure recorded after the scope completed
+        wait.GetAwaiter().GetResult();
+    }
 }
