@@ -76,7 +76,12 @@ internal static class BclRead
     public static IReadOnlyList<Exception>? AllOf(ExceptionDispatchInfo error)
         => s_several.TryGetValue(error, out ReadOnlyCollection<Exception>? all) ? all : null;
 
-    public static ExceptionDispatchInfo? Read(Task input)
+    public static ExceptionDispatchInfo? Read(Task input) => Read(new ValueTask(input), input);
+
+    public static T Read<T>(Task<T> input, out ExceptionDispatchInfo? error) => Read(new ValueTask<T>(input), input, out error);
+
+    /// <summary>Reads <paramref name="input"/>, which wraps <paramref name="task"/> if it is a task's (null otherwise).</summary>
+    public static ExceptionDispatchInfo? Read(ValueTask input, Task? task = null)
     {
         try
         {
@@ -85,11 +90,12 @@ internal static class BclRead
         }
         catch (Exception ex)
         {
-            return Failure(input, ex);
+            return Failure(task, ex);
         }
     }
 
-    public static T Read<T>(Task<T> input, out ExceptionDispatchInfo? error)
+    /// <summary>As <see cref="Read(ValueTask, Task?)"/>, keeping the result.</summary>
+    public static T Read<T>(ValueTask<T> input, Task? task, out ExceptionDispatchInfo? error)
     {
         try
         {
@@ -98,34 +104,7 @@ internal static class BclRead
         }
         catch (Exception ex)
         {
-            error = Failure(input, ex);
-            return default!;
-        }
-    }
-
-    public static ExceptionDispatchInfo? Read(ValueTask input)
-    {
-        try
-        {
-            input.GetAwaiter().GetResult();
-            return null;
-        }
-        catch (Exception ex)
-        {
-            return ExceptionDispatchInfo.Capture(ex);
-        }
-    }
-
-    public static T Read<T>(ValueTask<T> input, out ExceptionDispatchInfo? error)
-    {
-        try
-        {
-            error = null;
-            return input.GetAwaiter().GetResult();
-        }
-        catch (Exception ex)
-        {
-            error = ExceptionDispatchInfo.Capture(ex);
+            error = Failure(task, ex);
             return default!;
         }
     }
@@ -320,7 +299,7 @@ internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
 
     public bool IsCompleted(ValueTask<T> input) => input.IsCompleted;
 
-    public T Read(ValueTask<T> input, out ExceptionDispatchInfo? error) => BclRead.Read(input, out error);
+    public T Read(ValueTask<T> input, out ExceptionDispatchInfo? error) => BclRead.Read(input, null, out error);
 
     public bool ForgetsPending => false;
 

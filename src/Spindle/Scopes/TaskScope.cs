@@ -45,8 +45,9 @@ public sealed class TaskScope : IAsyncDisposable
     private readonly CancellationTokenSource _cts;
     private readonly CancellationToken _token; // kept: CancellationTokenSource.Token throws once the source is disposed
     private readonly CancellationToken _outer; // the token given at creation
-    private bool _canceledFromOutside;           // _outer was cancelled before the last child finished (see CompleteScope)
-    private bool? _outerCanceledWhenIdle;        // _outer's state when the running count last came down to zero
+    // _outer's state when the running count last came down to zero (or, if no child ever ran, when the scope completed):
+    // true once the scope has completed means it was cancelled from outside before its work was done.
+    private bool? _outerCanceledWhenIdle;
     private readonly object _lock = new();
     private readonly Promise _completion = new(); // all children done (for disposal)
     private readonly ScopeOutcome _outcome;        // the same moment, with the failures (for WaitAsync)
@@ -211,7 +212,7 @@ public sealed class TaskScope : IAsyncDisposable
         lock (_lock)
         {
             errors = _errors;
-            canceledFromOutside = _canceledFromOutside;
+            canceledFromOutside = _outerCanceledWhenIdle == true;
             _failuresDelivered = true;
         }
         if (errors is null)
@@ -241,7 +242,7 @@ public sealed class TaskScope : IAsyncDisposable
         lock (_lock)
         {
             _scopeDone = true;
-            _canceledFromOutside = _outerCanceledWhenIdle ?? _outer.IsCancellationRequested; // no child ever ran: now
+            _outerCanceledWhenIdle ??= _outer.IsCancellationRequested; // no child ever ran: now
             later = _laterDisposals;
         }
         later?.TrySetResult(true);
@@ -399,7 +400,7 @@ public sealed class TaskScope : IAsyncDisposable
         {
             lock (_lock)
             {
-                return _canceledFromOutside;
+                return _outerCanceledWhenIdle == true;
             }
         }
     }

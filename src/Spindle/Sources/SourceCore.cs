@@ -112,8 +112,9 @@ internal struct SourceCore<TResult>
     private const int ArmingBit = 1 << 19;
 
     // Async methods' boxes only: the use was forgotten while pending (SpindleTask.Forget, or a combinator letting go of it,
-    // see TryReplaceWaiter), and the box's own observer reads it; nobody else may. Set while Pending (TryMarkForgotten) or
-    // with the waiter's replacement, under the same CAS discipline as the state; carried by every state change (With);
+    // see TryReplaceWaiter), and the box's own observer reads it; nobody else may. Set in the store that publishes the
+    // observer's registration (TryRegisterForgotten) or its replacement of a waiter (TryReplaceWaiter), under the state's
+    // own discipline, so no other registrant can slip in between a mark and a registration; carried by every state change (With);
     // taken by the observer's read, in the CAS that consumes the use (TryConsumeForgotten: taken and then read in two
     // steps, a misused read between them consumed the use); dropped by every version step (NextVersion). Invariant:
     // while it is set, the current use is the forgotten one and only its observer may consume it: a Consume that finds
@@ -624,46 +625,6 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// Marks use <paramref name="token"/> of a box as forgotten while it is pending (see <see cref="ForgottenBit"/>): true,
-    /// and the caller then registers the box's observer. False if the use has completed or is completing: the caller
-    /// reads it now.
-    /// </summary>
-    /// <exception cref="InvalidOperationException">The token is stale, or the use already has an awaiter.</exception>
-    public bool TryMarkForgotten(short token)
-    {
-        int w = Volatile.Read(ref _word);
-        SpinWait spin = default;
-        while (true)
-        {
-            if (token != (short)w)
-            {
-                ThrowHelper.ThrowStaleToken();
-            }
-            int current = w & StateMask;
-            if (current >= Completing)
-            {
-                return false;
-            }
-            if (current == Registering)
-            {
-                spin.SpinOnce(); // a registrant about to finish, after which this call is rejected below
-                w = Volatile.Read(ref _word);
-                continue;
-            }
-            if (current != Pending)
-            {
-                ThrowHelper.ThrowAlreadyAwaited();
-            }
-            int prev = Interlocked.CompareExchange(ref _word, w | ForgottenBit, w);
-            if (prev == w)
-            {
-                return true;
-            }
-            w = prev;
-        }
-    }
-
-    /// <summary>
     /// The forgotten use's observer, once the use has completed: takes the mark (see <see cref="ForgottenBit"/>) and
     /// consumes the use in the same CAS, handing back its failure; the caller then recycles the box. False if no use is
     /// marked (nothing to read). One CAS, not a take and then a <see cref="Consume"/>: between the two, the use was an
@@ -675,14 +636,26 @@ internal struct SourceCore<TResult>
         while ((w & ForgottenBit) != 0)
         {
             Debug.Assert((w & StateMask) == Completed, "the observer runs after the publication");
-            ExceptionDispatchInfo? e = ErrorOnceCompleted;
-            int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w);
-            if (prev == w)
+            if (TryConsumeAt(w, out error))
             {
-                error = e;
                 return true;
             }
-            w = prev;
+            w = Volatile.Read(ref _word);
+        }
+        error = null;
+        return false;
+    }
+
+    /// <summary>
+    /// Consumes the completed use of word <paramref name="w"/> in one CAS (the version moves on, still Completed until the
+    /// owner clears the core), reading its failure first: false if the word changed since it was read.
+    /// </summary>
+    private bool TryConsumeAt(int w, out ExceptionDispatchInfo? error)
+    {
+        error = ErrorOnceCompleted;
+        if (Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) == w)
+        {
+            return true;
         }
         error = null;
         return false;
@@ -997,12 +970,7 @@ internal struct SourceCore<TResult>
         int w = Volatile.Read(ref _word);
         if ((short)w == token && (w & (StateMask | ForgottenBit)) == Completed)
         {
-            ExceptionDispatchInfo? e = ErrorOnceCompleted;
-            if (Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) == w)
-            {
-                error = e;
-                return true;
-            }
+            return TryConsumeAt(w, out error);
         }
         error = null;
         return false;
@@ -1015,6 +983,28 @@ internal struct SourceCore<TResult>
         {
             ThrowHelper.ThrowArgumentNull(nameof(continuation));
         }
+        if (!TryRegister(continuation, state, token, 0))
+        {
+            Continuations.Invoke((object)continuation == DirectWaiter.s_moveNext ? state! : continuation, state);
+        }
+    }
+
+    /// <summary>
+    /// Registers a forgotten box's own observer on use <paramref name="token"/>, marking the use forgotten (see
+    /// <see cref="ForgottenBit"/>) in the store that publishes the registration: true. False if the use has completed: the
+    /// caller reads it now (nothing is marked, and the observer is not run).
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The token is stale, or the use already has an awaiter.</exception>
+    public bool TryRegisterForgotten(Action<object?> observer, object state, short token)
+        => TryRegister(observer, state, token, ForgottenBit);
+
+    /// <summary>
+    /// Registers the waiter on use <paramref name="token"/> and publishes it (Waiting, with <paramref name="mark"/>): true.
+    /// False if the use has completed: the caller runs (or reads) it itself. Throws for a stale token or a second waiter.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private bool TryRegister(Action<object?> continuation, object? state, short token, int mark)
+    {
         int w = Volatile.Read(ref _word);
         SpinWait spin = default;
         while (true)
@@ -1043,13 +1033,12 @@ internal struct SourceCore<TResult>
                     _stateOrError = state;
                     _continuation = continuation;
                 }
-                Volatile.Write(ref _word, With(w, Waiting));
-                return;
+                Volatile.Write(ref _word, With(w, Waiting) | mark);
+                return true;
             }
             if (current >= Completed)
             {
-                Continuations.Invoke((object)continuation == DirectWaiter.s_moveNext ? state! : continuation, state);
-                return;
+                return false;
             }
             if (current == Completing || current == Registering)
             {

@@ -114,17 +114,8 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
         }
     }
 
-    internal sealed override bool TryObserveWhenCompleted(short token)
-    {
-        if (!_core.TryMarkForgotten(token))
-        {
-            return false;
-        }
-        // Marked while pending: nobody but the observer may consume the use now, and the registration below cannot be
-        // refused but by a registrant that slipped in first (the caller's misuse, which throws here).
-        _core.OnCompleted(s_observeForgotten, this, token);
-        return true;
-    }
+    /// <summary>The observer is registered and the use marked forgotten in one step: nobody but it may consume the use.</summary>
+    internal sealed override bool TryObserveWhenCompleted(short token) => _core.TryRegisterForgotten(s_observeForgotten, this, token);
 
     /// <summary>
     /// A waiter that leaves makes the task forgotten: the box reads its own outcome when the method finishes (see
