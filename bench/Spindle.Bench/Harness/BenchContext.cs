@@ -79,17 +79,70 @@ public sealed class BenchContext
         for (int r = 0; r < rounds; r++)
         {
             Progress($"{caseName} › {system}: round {r + 1}/{rounds}");
-            Settle();
-            long allocatedBefore = GC.GetTotalAllocatedBytes(true);
-            long start = Stopwatch.GetTimestamp();
-            round();
-            long end = Stopwatch.GetTimestamp();
-            long allocatedAfter = GC.GetTotalAllocatedBytes(true);
-            nanos[r] = (end - start) * 1e9 / Stopwatch.Frequency / operationsPerRound;
-            bytes[r] = (double)(allocatedAfter - allocatedBefore) / operationsPerRound;
+            MeasureRound(round, operationsPerRound, out nanos[r], out bytes[r]);
         }
         Add(caseName, system, timeMetric, nanos);
         Add(caseName, system, bytesMetric, bytes);
+    }
+
+    /// <summary>
+    /// As <see cref="MeasureOperations"/>, for several systems of one case measured side by side: each warms up on its
+    /// own, then their rounds alternate (round r starts with system r mod the count), so that a slow or a fast spell of
+    /// a shared machine falls on every system alike instead of on one system's block of rounds, and the ratios compare
+    /// rounds taken at the same time. Figures are recorded in the order of <paramref name="systems"/>. Only for rounds
+    /// that run on the calling thread and leave nothing running behind them: a system that leaves threads busy changes
+    /// the next system's round (docs/decisions.md, section 5).
+    /// </summary>
+    public void MeasureOperationsSideBySide(string caseName, long operationsPerRound, params (string System, Action Round)[] systems)
+    {
+        if (operationsPerRound <= 0)
+        {
+            throw new ArgumentOutOfRangeException(nameof(operationsPerRound), "A round must perform at least one operation.");
+        }
+        if (systems is null || systems.Length == 0)
+        {
+            throw new ArgumentException("Pass at least one system to measure.", nameof(systems));
+        }
+        foreach ((string system, Action round) in systems)
+        {
+            Progress($"{caseName} › {system}: warm-up");
+            Warmup(round);
+        }
+        int rounds = Rounds;
+        var nanos = new double[systems.Length][];
+        var bytes = new double[systems.Length][];
+        for (int k = 0; k < systems.Length; k++)
+        {
+            nanos[k] = new double[rounds];
+            bytes[k] = new double[rounds];
+        }
+        for (int r = 0; r < rounds; r++)
+        {
+            for (int j = 0; j < systems.Length; j++)
+            {
+                int k = (r + j) % systems.Length;
+                Progress($"{caseName} › {systems[k].System}: round {r + 1}/{rounds} (side by side)");
+                MeasureRound(systems[k].Round, operationsPerRound, out nanos[k][r], out bytes[k][r]);
+            }
+        }
+        for (int k = 0; k < systems.Length; k++)
+        {
+            Add(caseName, systems[k].System, "ns_per_op", nanos[k]);
+            Add(caseName, systems[k].System, "bytes_per_op", bytes[k]);
+        }
+    }
+
+    /// <summary>One measured round, after a settle: its time and its allocations (all threads) per operation.</summary>
+    private static void MeasureRound(Action round, long operationsPerRound, out double nanosPerOp, out double bytesPerOp)
+    {
+        Settle();
+        long allocatedBefore = GC.GetTotalAllocatedBytes(true);
+        long start = Stopwatch.GetTimestamp();
+        round();
+        long end = Stopwatch.GetTimestamp();
+        long allocatedAfter = GC.GetTotalAllocatedBytes(true);
+        nanosPerOp = (end - start) * 1e9 / Stopwatch.Frequency / operationsPerRound;
+        bytesPerOp = (double)(allocatedAfter - allocatedBefore) / operationsPerRound;
     }
 
     /// <summary>

@@ -24,7 +24,7 @@ public sealed class AsyncAwaitScenario : Scenario
         "Task: a new TaskCompletionSource and an `async Task` method. ValueTask: an `async ValueTask` method with PoolingAsyncValueTaskMethodBuilder " +
         "awaiting a reusable ManualResetValueTaskSourceCore source (the BCL's zero-allocation building blocks). Spindle: an `async SpindleTask` " +
         "method awaiting a reused Promise. Case nested: the public cross-library benchmark's shape, 7 async methods (a top, two pairs, four leaves) " +
-        "over 4 sources completed from outside, per operation. Anchors UniTask and ProtoPromise: not available from the package registry this machine reaches.";
+        "over 4 sources completed from outside, per operation. In each case the systems' rounds alternate (side by side), after a warm-up each. Anchors UniTask and ProtoPromise: not available from the package registry this machine reaches.";
 
     public override void Run(BenchContext context)
     {
@@ -37,7 +37,7 @@ public sealed class AsyncAwaitScenario : Scenario
 
     private static void RunSingle(BenchContext context, int ops, AwaitSubjects.ResettableValueTaskSource valueSource, Promise promise)
     {
-        context.MeasureOperations("completed", "Task", ops, () =>
+        Action completedTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -45,8 +45,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 tcs.SetResult();
                 AwaitSubjects.AwaitTask(tcs.Task).GetAwaiter().GetResult();
             }
-        });
-        context.MeasureOperations("completed", "ValueTask", ops, () =>
+        };
+        Action completedValueTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -54,8 +54,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 valueSource.SetResult();
                 AwaitSubjects.AwaitValueTask(valueSource.Task).GetAwaiter().GetResult();
             }
-        });
-        context.MeasureOperations("completed", "Spindle", ops, () =>
+        };
+        Action completedSpindle = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -63,9 +63,10 @@ public sealed class AsyncAwaitScenario : Scenario
                 promise.SetResult();
                 AwaitSubjects.AwaitSpindle(promise.Task).GetAwaiter().GetResult();
             }
-        });
+        };
+        context.MeasureOperationsSideBySide("completed", ops, ("Task", completedTask), ("ValueTask", completedValueTask), ("Spindle", completedSpindle));
 
-        context.MeasureOperations("pending", "Task", ops, () =>
+        Action pendingTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -74,8 +75,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 tcs.SetResult();
                 t.GetAwaiter().GetResult();
             }
-        });
-        context.MeasureOperations("pending", "ValueTask", ops, () =>
+        };
+        Action pendingValueTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -84,8 +85,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 valueSource.SetResult();
                 t.GetAwaiter().GetResult();
             }
-        });
-        context.MeasureOperations("pending", "Spindle", ops, () =>
+        };
+        Action pendingSpindle = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -94,7 +95,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 promise.SetResult();
                 t.GetAwaiter().GetResult();
             }
-        });
+        };
+        context.MeasureOperationsSideBySide("pending", ops, ("Task", pendingTask), ("ValueTask", pendingValueTask), ("Spindle", pendingSpindle));
     }
 
 
@@ -120,7 +122,7 @@ public sealed class AsyncAwaitScenario : Scenario
     private static void RunNested(BenchContext context, int ops)
     {
         const string Case = "nested";
-        context.MeasureOperations(Case, "Task", ops, () =>
+        Action nestedTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -132,8 +134,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 }
                 t.GetAwaiter().GetResult();
             }
-        });
-        context.MeasureOperations(Case, "ValueTask", ops, () =>
+        };
+        Action nestedValueTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -145,8 +147,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 }
                 t.GetAwaiter().GetResult();
             }
-        });
-        context.MeasureOperations(Case, "Spindle", ops, () =>
+        };
+        Action nestedSpindle = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -158,7 +160,8 @@ public sealed class AsyncAwaitScenario : Scenario
                 }
                 t.GetAwaiter().GetResult();
             }
-        });
+        };
+        context.MeasureOperationsSideBySide(Case, ops, ("Task", nestedTask), ("ValueTask", nestedValueTask), ("Spindle", nestedSpindle));
     }
 
     private static async Task TaskTop()

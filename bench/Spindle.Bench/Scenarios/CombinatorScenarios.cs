@@ -26,7 +26,7 @@ public abstract class CombinatorScenario : Scenario
         (IsAny ? "Losers: Task leaves them to the GC (Task.WhenAny removes its continuations from them); Spindle leaves them pending too (WhenAny detaches from " +
                  "its losing promises, which the next operation resets); SpindleOverTask completes them afterwards, because a BCL task's continuation cannot be " +
                  "removed and the pooled combinator waits for it. " : "") +
-        "Input arrays are preallocated for every system. Anchors: not available from the package registry this machine reaches.";
+        "Input arrays are preallocated for every system. The systems' rounds alternate (side by side), after a warm-up each. Anchors: not available from the package registry this machine reaches.";
 
     public override void Run(BenchContext context)
     {
@@ -45,7 +45,7 @@ public abstract class CombinatorScenario : Scenario
         Array.Fill(tasks, Task.CompletedTask);
         var spindle = new SpindleTask[n];
 
-        context.MeasureOperations(caseName, "Task", ops, () =>
+        Action task = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -58,8 +58,8 @@ public abstract class CombinatorScenario : Scenario
                     Task.WhenAll(tasks).GetAwaiter().GetResult();
                 }
             }
-        });
-        context.MeasureOperations(caseName, "Spindle", ops, () =>
+        };
+        Action spindleRound = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -72,8 +72,8 @@ public abstract class CombinatorScenario : Scenario
                     SpindleTask.WhenAll(spindle).GetAwaiter().GetResult();
                 }
             }
-        });
-        context.MeasureOperations(caseName, "SpindleOverTask", ops, () =>
+        };
+        Action overTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -86,7 +86,8 @@ public abstract class CombinatorScenario : Scenario
                     SpindleTask.WhenAll(tasks).GetAwaiter().GetResult();
                 }
             }
-        });
+        };
+        context.MeasureOperationsSideBySide(caseName, ops, ("Task", task), ("Spindle", spindleRound), ("SpindleOverTask", overTask));
     }
 
     private void RunPending(BenchContext context, int n, int ops)
@@ -102,7 +103,7 @@ public abstract class CombinatorScenario : Scenario
         var spindle = new SpindleTask[n];
         int completed = IsAny ? 1 : n;
 
-        context.MeasureOperations(caseName, "Task", ops, () =>
+        Action task = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -118,8 +119,8 @@ public abstract class CombinatorScenario : Scenario
                 }
                 combined.GetAwaiter().GetResult();
             }
-        });
-        context.MeasureOperations(caseName, "Spindle", ops, () =>
+        };
+        Action spindleRound = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -146,8 +147,8 @@ public abstract class CombinatorScenario : Scenario
                     combined.GetAwaiter().GetResult();
                 }
             }
-        });
-        context.MeasureOperations(caseName, "SpindleOverTask", ops, () =>
+        };
+        Action overTask = () =>
         {
             for (int i = 0; i < ops; i++)
             {
@@ -176,7 +177,8 @@ public abstract class CombinatorScenario : Scenario
                     combined.GetAwaiter().GetResult();
                 }
             }
-        });
+        };
+        context.MeasureOperationsSideBySide(caseName, ops, ("Task", task), ("Spindle", spindleRound), ("SpindleOverTask", overTask));
     }
 }
 
