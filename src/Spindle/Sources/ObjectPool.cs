@@ -95,6 +95,9 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static void Return(T item)
     {
+#if DEBUG
+        PoolTestHooks.Returning?.Invoke(item);
+#endif
         ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
         item.Next = (T?)local.Head;
         local.Head = item;
@@ -187,6 +190,19 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         local.Count = 0;
     }
 }
+
+#if DEBUG
+/// <summary>Debug-only hooks on the pools, for tests (a Release build has neither this class nor its calls).</summary>
+internal static class PoolTestHooks
+{
+    /// <summary>
+    /// Called with every object handed to <see cref="ObjectPool{T}.Return"/>, before it is linked into a stack, on the
+    /// returning thread: the pool hygiene tests check there that the object kept nothing of its use. Process-wide, so
+    /// the tests that set it run in the sequential collection.
+    /// </summary>
+    internal static Action<object>? Returning;
+}
+#endif
 
 /// <summary>
 /// Each thread's own stacks of pooled objects, one per pooled type: a non-generic <c>[ThreadStatic]</c> array of
