@@ -365,6 +365,7 @@ public sealed class PoolHygieneTests
         {
             // Boxes: a reference result, a fault, a void method; AsyncLocal set inside and outside.
             s_flowed.Value = new Payload("outer");
+            var captured0 = new Payload("captured by a Run");
             var p1 = new Promise<Payload>();
             SpindleTask<Payload> t1 = SuspendOn(p1.Task, "a");
             p1.SetResult(new Payload("result"));
@@ -454,6 +455,20 @@ public sealed class PoolHygieneTests
             p7b.SetResult();
             await ran.Task.WaitAsync(TimeSpan.FromSeconds(30));
 
+            // BCL awaits of pooled sources with the SynchronizationContext installed: the awaiter's continuation is bound
+            // to that context (and the ExecutionContext) in the source's core while it waits.
+            var p8 = new Promise<Payload>();
+            Task<Payload> bclOfBox = AwaitAsBcl(SuspendOn(p8.Task, "sc").AsValueTask());
+            p8.SetResult(new Payload("through a box"));
+            Assert.Equal("through a box sc", (await bclOfBox.WaitAsync(TimeSpan.FromSeconds(30))).Name);
+            var p9 = new Promise<Payload>();
+            Task<Payload[]> bclOfCombinator = AwaitAsBcl(SpindleTask.WhenAll(new[] { p9.Task }.AsSpan()).AsValueTask());
+            p9.SetResult(new Payload("through a combinator"));
+            await bclOfCombinator.WaitAsync(TimeSpan.FromSeconds(30));
+            await AwaitAsBcl(Spindle.Delay(1).AsValueTask()).WaitAsync(TimeSpan.FromSeconds(30));
+            await AwaitAsBcl(Spindle.Run(() => captured0).AsValueTask()).WaitAsync(TimeSpan.FromSeconds(30));
+            await BclYield().WaitAsync(TimeSpan.FromSeconds(30));
+
             // Spindle.Run, every form: reference results, faults, cancellable tokens, cancelled tokens.
             var captured = new Payload("captured");
             await Spindle.Run(() => { _ = captured.Name; });
@@ -501,7 +516,16 @@ public sealed class PoolHygieneTests
         AssertClean(checker, "StateMachineBox", "ForgetObserver", "BlockingWait", "ContinuationWorkItem", "RunItem");
     }
 
-    private static async Task<Payload> AwaitAsBcl(ValueTask<Payload> task) => await task;
+    private static async Task<T> AwaitAsBcl<T>(ValueTask<T> task) => await task;
+
+    private static async Task AwaitAsBcl(ValueTask task) => await task;
+
+    private static async Task BclYield()
+    {
+        s_flowed.Value = new Payload("bcl yield");
+        await Spindle.Yield();
+        await Spindle.SwitchToWorker();
+    }
 
     // ---- combinators: WhenAll / WhenAny over every input kind, with options, tokens, timeouts and producers ----
 
@@ -863,20 +887,24 @@ public sealed class PoolHygieneTests
             await TestUtil.WithTimeout(new RefJob { Payload = payload, Out = new int[1] }.Schedule().AsSpindleTask());
             await SwallowAsync(async () => await AwaitJob(new FaultingJob { Payload = payload }.Schedule()));
 
-            // A blocking Complete on a job that runs for a while (the waiter registers on it).
-            var release = new ManualResetEventSlim();
-            var started = new ManualResetEventSlim();
-            JobHandle longJob = new WaitingJob { Payload = payload, Started = started, Release = release }.Schedule();
-            JobHandle.ScheduleBatchedJobs();
-            Assert.True(started.Wait(TimeSpan.FromSeconds(30)), "the job did not start on a worker");
-            var releaser = new Thread(() =>
+            // A blocking Complete on a job that runs for a while (the waiter registers on it once its helping rounds are
+            // over; tried again if a descheduled test thread only got there after the job had finished).
+            for (int attempt = 0; attempt < 5 && !checker.Seen.ContainsKey("BlockingWait"); attempt++)
             {
-                Thread.Sleep(200);
-                release.Set();
-            });
-            releaser.Start();
-            longJob.Complete();
-            releaser.Join();
+                var release = new ManualResetEventSlim();
+                var started = new ManualResetEventSlim();
+                JobHandle longJob = new WaitingJob { Payload = payload, Started = started, Release = release }.Schedule();
+                JobHandle.ScheduleBatchedJobs();
+                Assert.True(started.Wait(TimeSpan.FromSeconds(30)), "the job did not start on a worker");
+                var releaser = new Thread(() =>
+                {
+                    Thread.Sleep(300);
+                    release.Set();
+                });
+                releaser.Start();
+                longJob.Complete();
+                releaser.Join();
+            }
 
             // A blocking Complete on a job that is still waiting for a dependency.
             var gate = new Promise();
