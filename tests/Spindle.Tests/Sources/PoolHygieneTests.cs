@@ -775,6 +775,48 @@ public sealed class PoolHygieneTests
                 await Fails(producedVoid); // the faulting producer wins
                 live.Cancel(); // the Task.Delay losers above
             }
+            // Decided while async methods, delays and signal waits are pending: they are let go of (detached, forgotten).
+            {
+                using var cancel = new CancellationTokenSource();
+                var a = new Promise<Payload>();
+                var sig = new Signal(false);
+                SpindleTask all = SpindleTask.WhenAll(new[] { SuspendOn(a.Task, "detached").AsSpindleTask(), wheel.Delay(TimeSpan.FromSeconds(10)), sig.WaitAsync() }.AsSpan(), cancel.Token);
+                cancel.Cancel();
+                await Fails(all);
+                a.SetResult(R("after the WhenAll was cancelled"));
+                sig.Set();
+
+                var b = new Promise<Payload>();
+                var sig2 = new Signal(false);
+                SpindleTask<int> any = SpindleTask.WhenAny(new[] { SuspendOn(b.Task, "loser").AsSpindleTask(), wheel.Delay(TimeSpan.FromSeconds(10)), sig2.WaitAsync(TimeSpan.FromSeconds(10), wheel).AsSpindleTask() }.AsSpan());
+                sig2.Set();
+                await Wait(any);
+                b.SetException(new PayloadException("loser's fault after the race"));
+
+                using var cancelAny = new CancellationTokenSource();
+                var c = new Promise<Payload>();
+                SpindleTask<int> anyCancelled = SpindleTask.WhenAny(new[] { SuspendOn(c.Task, "cancelled race").AsSpindleTask(), wheel.Delay(TimeSpan.FromSeconds(10)) }.AsSpan(), cancelAny.Token);
+                cancelAny.Cancel();
+                await Fails(anyCancelled);
+                c.SetResult(R("after the race was cancelled"));
+
+                var d = new Promise<Payload>();
+                SpindleTask<Payload> timedOut = SuspendOn(d.Task, "timed out").WithTimeout(TimeSpan.FromSeconds(1), wheel);
+                clock.Advance(TimeSpan.FromSeconds(2));
+                await Fails(timedOut);
+                d.SetException(new PayloadException("after the timeout"));
+            }
+
+            // A task scope: children that succeed, fail, and are cancelled by a sibling's failure.
+            {
+                var scopeState = new Payload("scope state");
+                var scope = new TaskScope();
+                scope.Run(ct => SuspendOnVoid(wheel.Delay(TimeSpan.FromSeconds(5), ct), scopeState.Name));
+                scope.Run(_ => Faulting(SpindleTask.CompletedTask, "scope child").AsSpindleTask());
+                scope.RunTask(ct => Task.Delay(Timeout.Infinite, ct));
+                await Fails(scope.WaitAsync());
+                await SwallowAsync(async () => await scope.DisposeAsync());
+            }
             Eventually(() => wheel.PendingCount == 0);
         }
         finally
