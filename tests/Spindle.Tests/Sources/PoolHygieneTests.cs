@@ -1,5 +1,4 @@
 using System;
-using System.Collections;
 using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Linq;
@@ -80,7 +79,10 @@ public sealed class PoolHygieneTests
         Add("Combinator", "_aggregate", "scalar, set by Rent for every use");
         Add("Combinator", "_timeout", "scalar, set by Rent for every use (read only when _timed)");
         Add("Combinator", "_inputsLeft", "scalar, set when _countsInputs is set (read only then)");
-        Add("Combinator", "_producerSource", "an uncancelled token source is TryReset and kept for the next use (ReleaseProducerSource); a cancelled one is dropped");
+        // Kept on purpose and tested (CancelLosersTests.TokenSource_KeptWhenNothingWasCancelled, zero allocations). Not a
+        // leak (TryReset unregisters every callback), but a token that a producer kept past its own use is the next use's
+        // token too, and is cancelled when that use cancels its losers: left as designed, reported for a decision.
+        Add("Combinator", "_producerSource", "an uncancelled token source is TryReset (which unregisters every callback) and kept for the next use (ReleaseProducerSource); a cancelled one is dropped");
         Add("Slot", "Owner", "readonly back-reference to the combinator that owns the slot");
         Add("Slot", "Index", "readonly position of the slot in its combinator");
         Add("Slot", "_taskContinuation", "delegate to the slot's own Complete, made on the slot's first BCL input and kept (Slot.TaskContinuation)");
