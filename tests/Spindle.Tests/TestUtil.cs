@@ -398,6 +398,22 @@ internal static class FrameUtil
         Assert.True(done(), "The condition did not hold within " + maxFrames + " frames.");
     }
 
+    /// <summary>
+    /// Runs frames until <paramref name="done"/> holds, for work that reaches the loop from other threads (a thread-pool
+    /// thread or a worker that has to start first): bounded by time, not by a count of frames, which an idle loop runs
+    /// through in a few hundred milliseconds. Fails after <paramref name="within"/>.
+    /// </summary>
+    public static void RunUntil(this FrameLoop loop, Func<bool> done, TimeSpan within)
+    {
+        var clock = Stopwatch.StartNew();
+        while (!done() && clock.Elapsed < within)
+        {
+            loop.RunFrame();
+            Thread.Yield(); // let the other thread run on a busy machine
+        }
+        Assert.True(done(), "The condition did not hold within " + within.TotalSeconds + " s of frames.");
+    }
+
     /// <summary>Where the loop is now, as "frame/phase" (for example "3/Update"; the phase is "-" outside one).</summary>
     public static string Where(this FrameLoop loop) => loop.FrameCount + "/" + (loop.CurrentPhase?.Name ?? "-");
 

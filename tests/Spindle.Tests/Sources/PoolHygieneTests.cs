@@ -1141,7 +1141,7 @@ public sealed class PoolHygieneTests
             await noToken;
 
             SpindleTask crossing = FromWorker(loop, live.Token);
-            loop.RunUntil(() => crossing.IsCompleted, 100_000);
+            loop.RunUntil(() => crossing.IsCompleted, TimeSpan.FromSeconds(30));
             await crossing;
 
             // Cancelled while pending: every kind of wait.
@@ -1175,10 +1175,10 @@ public sealed class PoolHygieneTests
             loop.RunUntil(() => bclNoToken.IsCompleted, 1000);
             await bclNoToken;
             Task bclOffLoop = Task.Run(() => BclFrameUser(loop, default));
-            loop.RunUntil(() => bclOffLoop.IsCompleted, 1_000_000);
+            loop.RunUntil(() => bclOffLoop.IsCompleted, TimeSpan.FromSeconds(30));
             await bclOffLoop;
             SpindleTask offLoop = Spindle.Run(() => FrameUser(loop, live.Token));
-            loop.RunUntil(() => offLoop.IsCompleted, 1_000_000);
+            loop.RunUntil(() => offLoop.IsCompleted, TimeSpan.FromSeconds(30));
             await offLoop;
 
             // A predicate that throws.
