@@ -21,7 +21,9 @@ namespace SpindleLib;
 /// in the old list, which nothing references any more: it cannot keep a box alive, and turning tracking on again starts
 /// a new, empty list. A returning box removes itself from whatever list is current (a no-op if it is not in it). An
 /// entry never refers to a later use of its box: it is added before the box is visible to other threads, and removed
-/// before the box goes back to its pool.</para>
+/// before the box goes back to its pool. A snapshot that found an entry just before its removal reads the box's
+/// status for the entry's own use (its token, kept in the entry) and skips it if that use is over, so it never reports
+/// a later use's state as the entry's (up to a 16-bit token wrap: 65,536 uses of one box during one snapshot).</para>
 /// </remarks>
 internal static class TaskTracker
 {
@@ -31,6 +33,10 @@ internal static class TaskTracker
     /// <summary>What is recorded about a box when it is rented.</summary>
     private sealed class Entry
     {
+        public Entry(short version) => Version = version;
+
+        /// <summary>The token of the use this entry records: the box's later uses have others.</summary>
+        public readonly short Version;
         public readonly long StartedAt = Stopwatch.GetTimestamp();
         public readonly int ThreadId = Environment.CurrentManagedThreadId;
         public StackTrace? Stack;
@@ -72,7 +78,7 @@ internal static class TaskTracker
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static void Track(ConcurrentDictionary<StateMachineBoxBase, Entry> live, StateMachineBoxBase box)
     {
-        var entry = new Entry();
+        var entry = new Entry(box.VersionForDiagnostics);
         if (s_captureStackTraces)
         {
             // Every frame: which of this tracker's and the builder's frames exist depends on what the JIT inlined, so the
@@ -99,17 +105,43 @@ internal static class TaskTracker
         {
             return Array.Empty<TrackedTask>();
         }
-        long now = Stopwatch.GetTimestamp();
-        var list = new List<TrackedTask>();
+#if DEBUG
+        TestHookInSnapshot?.Invoke(null);
+#endif
+        var seen = new List<(Entry Entry, string Method, SpindleTaskStatus Status)>();
         foreach (KeyValuePair<StateMachineBoxBase, Entry> pair in live)
         {
-            Entry e = pair.Value;
-            TimeSpan age = TimeSpan.FromSeconds((now - e.StartedAt) / (double)Stopwatch.Frequency);
-            list.Add(new TrackedTask(pair.Key.MethodName, pair.Key.StatusForDiagnostics, age, e.ThreadId, e.Stack is null ? null : StartAtAsyncMethod(e.Stack.ToString())));
+#if DEBUG
+            TestHookInSnapshot?.Invoke(pair.Key);
+#endif
+            // The pair may be stale by now: the use it records may have been read, and the box pooled or rented again
+            // for another call (its entry removed, and maybe a new one added). The box's status is read for the entry's
+            // own use only; a use that is over is not listed, rather than reported with a later use's state.
+            if (pair.Key.TryGetStatusForDiagnostics(pair.Value.Version, out SpindleTaskStatus status))
+            {
+                seen.Add((pair.Value, pair.Key.MethodName, status));
+            }
+        }
+        // The clock is read after the walk: an entry added during it started before now, so no age is negative.
+        long now = Stopwatch.GetTimestamp();
+        var list = new List<TrackedTask>(seen.Count);
+        foreach ((Entry e, string method, SpindleTaskStatus status) in seen)
+        {
+            TimeSpan age = TimeSpan.FromSeconds(Math.Max(0, now - e.StartedAt) / (double)Stopwatch.Frequency);
+            list.Add(new TrackedTask(method, status, age, e.ThreadId, e.Stack is null ? null : StartAtAsyncMethod(e.Stack.ToString())));
         }
         list.Sort(static (a, b) => b.Age.CompareTo(a.Age));
         return list;
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs in <see cref="Snapshot"/> with null before it enumerates the list, and with each
+    /// listed box before its status is read, standing in for other threads that start, finish or read tracked methods
+    /// at those moments.
+    /// </summary>
+    internal static Action<StateMachineBoxBase?>? TestHookInSnapshot;
+#endif
 
     /// <summary>The frames a captured stack starts with that are Spindle's plumbing, not the async method's.</summary>
     private static readonly string[] s_plumbing = { "SpindleLib.TaskTracker.", "SpindleLib.BuilderCore.", "SpindleLib.SpindleTaskMethodBuilder" };

@@ -215,29 +215,34 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// The status, read by a thread that holds no token and may race the owner's reuse of the source (the task tracker's
-    /// snapshot): never throws, and is at worst stale. The failure slot holds a waiter's state outside the completed
-    /// states, so it is read with a type test, and the word is read again: a change means the use was consumed (and maybe
+    /// The status of use <paramref name="token"/>, read by a thread that may race the owner's reading and reuse of the
+    /// source (the task tracker's snapshot): never throws, and is at worst stale. False when that use is over (its
+    /// result was read, so the version moved on): whatever the core holds then belongs to no use, or to a later one, and
+    /// must not be reported as this one's. The failure slot holds a waiter's state outside the completed states, so it
+    /// is read with a type test, and the word is read again: a change means the use was consumed (and maybe the source
     /// reused) between the two reads, and the slot may belong to the next use.
     /// </summary>
-    public SpindleTaskStatus StatusRacy
+    public bool TryGetStatusRacy(short token, out SpindleTaskStatus status)
     {
-        get
+        status = SpindleTaskStatus.Pending;
+        int w = Volatile.Read(ref _word);
+        if ((short)w != token)
         {
-            int w = Volatile.Read(ref _word);
-            if ((w & StateMask) < Completed)
-            {
-                return SpindleTaskStatus.Pending;
-            }
-            object? slot = Volatile.Read(ref _stateOrError);
-            if (Volatile.Read(ref _word) != w)
-            {
-                return SpindleTaskStatus.Pending; // consumed meanwhile: whatever is read now is not this use's
-            }
-            return slot is not ExceptionDispatchInfo e ? SpindleTaskStatus.Succeeded
-                : e.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
-                : SpindleTaskStatus.Faulted;
+            return false;
         }
+        if ((w & StateMask) < Completed)
+        {
+            return true;
+        }
+        object? slot = Volatile.Read(ref _stateOrError);
+        if (Volatile.Read(ref _word) != w)
+        {
+            return false; // consumed meanwhile: the use is over, and the slot may be the next use's
+        }
+        status = slot is not ExceptionDispatchInfo e ? SpindleTaskStatus.Succeeded
+            : e.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
+            : SpindleTaskStatus.Faulted;
+        return true;
     }
 
     /// <summary>

@@ -73,8 +73,14 @@ internal abstract class StateMachineBoxBase : DirectWaiter
     /// <summary>The async method this box runs, for the task tracker.</summary>
     internal virtual string MethodName => GetType().Name;
 
-    /// <summary>Its task's status, read without a token, for the task tracker (a snapshot that may be stale at once).</summary>
-    internal abstract SpindleTaskStatus StatusForDiagnostics { get; }
+    /// <summary>The token of the box's current use, for the task tracker to tell that use from the box's later ones.</summary>
+    internal abstract short VersionForDiagnostics { get; }
+
+    /// <summary>
+    /// The status of use <paramref name="version"/>, for the task tracker (a snapshot that may be stale at once); false
+    /// if that use is over (its result was read, and the box may be in its pool or running a later use).
+    /// </summary>
+    internal abstract bool TryGetStatusForDiagnostics(short version, out SpindleTaskStatus status);
 }
 
 /// <summary>A box that is also the source of the async method's task.</summary>
@@ -85,7 +91,10 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
 
     public short Version => _core.Version;
 
-    internal sealed override SpindleTaskStatus StatusForDiagnostics => _core.StatusRacy;
+    internal sealed override short VersionForDiagnostics => _core.Version;
+
+    internal sealed override bool TryGetStatusForDiagnostics(short version, out SpindleTaskStatus status)
+        => _core.TryGetStatusRacy(version, out status);
 
     public void SetResult(TResult result) => _core.TrySetResult(result);
 

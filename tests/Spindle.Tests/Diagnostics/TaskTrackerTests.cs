@@ -16,6 +16,9 @@ public sealed class TaskTrackerTests : IDisposable
 
     public void Dispose()
     {
+#if DEBUG
+        TaskTracker.TestHookInSnapshot = null;
+#endif
         SpindleDiagnostics.CaptureStackTraces = false;
         SpindleDiagnostics.TrackTasks = false;
     }
@@ -28,6 +31,12 @@ public sealed class TaskTrackerTests : IDisposable
     {
         await promise.Task;
         return 41;
+    }
+
+    private static async SpindleTask<int> FailAfter(Promise promise, Exception error)
+    {
+        await promise.Task;
+        throw error;
     }
 
     private static TrackedTask[] Tracked(string method)
@@ -226,6 +235,193 @@ public sealed class TaskTrackerTests : IDisposable
 
         promise.SetResult();
         task.GetAwaiter().GetResult();
+    }
+
+#if DEBUG
+    /// <summary>
+    /// A snapshot that reaches a listed box after its use was read (the box back in its pool) read the box's status
+    /// without knowing which use it looked at: a finished and read task was listed as Pending, with its old age. A use
+    /// that is over is not listed. (Found by a review.)
+    /// </summary>
+    [Fact]
+    public void GetTrackedTasks_AUseReadWhileTheSnapshotReachesIt_IsNotListed()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        var promise = new Promise();
+        SpindleTask task = WaitFor(promise);
+        bool read = false;
+        TaskTracker.TestHookInSnapshot = box =>
+        {
+            if (box is not null && !read && box.MethodName == Prefix + nameof(WaitFor))
+            {
+                read = true;
+                promise.SetResult();
+                task.GetAwaiter().GetResult(); // the box goes back to its pool
+            }
+        };
+
+        TrackedTask[] tracked = Tracked(nameof(WaitFor));
+
+        Assert.True(read);
+        Assert.Empty(tracked);
+    }
+
+    /// <summary>
+    /// As above, and the box is rented again at once for a new call: the snapshot must not report the new use's state
+    /// under the old use's entry (its age, its thread, its stack).
+    /// </summary>
+    [Fact]
+    public void GetTrackedTasks_ABoxReusedWhileTheSnapshotReachesIt_DoesNotReportTheNewUseAsTheOld()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        var first = new Promise();
+        SpindleTask task = WaitFor(first);
+        Thread.Sleep(300); // the first use is now clearly older than anything started in the hook
+        var second = new Promise();
+        SpindleTask next = default;
+        bool reused = false;
+        TaskTracker.TestHookInSnapshot = box =>
+        {
+            if (box is not null && !reused && box.MethodName == Prefix + nameof(WaitFor))
+            {
+                reused = true;
+                first.SetResult();
+                task.GetAwaiter().GetResult();
+                next = WaitFor(second); // rents from the pool: the same box, on this thread
+            }
+        };
+
+        TrackedTask[] tracked = Tracked(nameof(WaitFor));
+        TaskTracker.TestHookInSnapshot = null;
+
+        Assert.True(reused);
+        Assert.DoesNotContain(tracked, t => t.Age >= TimeSpan.FromMilliseconds(200));
+        Assert.Single(Tracked(nameof(WaitFor))); // the second use, seen by a later snapshot
+        second.SetResult();
+        next.GetAwaiter().GetResult();
+    }
+
+    /// <summary>
+    /// The snapshot read the clock before it walked the list, so a method that first suspended meanwhile had a negative
+    /// age ("how long ago it first suspended"). (Found by a review.)
+    /// </summary>
+    [Fact]
+    public void GetTrackedTasks_AMethodThatSuspendsWhileTheSnapshotIsTaken_HasNoNegativeAge()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        var promise = new Promise();
+        SpindleTask task = default;
+        bool started = false;
+        TaskTracker.TestHookInSnapshot = box =>
+        {
+            if (box is null && !started)
+            {
+                started = true;
+                task = WaitFor(promise);
+            }
+        };
+
+        TrackedTask[] tracked = SpindleDiagnostics.GetTrackedTasks().ToArray();
+        TaskTracker.TestHookInSnapshot = null;
+
+        Assert.True(started);
+        Assert.All(tracked, t => Assert.True(t.Age >= TimeSpan.Zero, t.ToString()));
+        promise.SetResult();
+        task.GetAwaiter().GetResult();
+    }
+#endif
+
+    [Fact]
+    public void On_AFinishedTaskNobodyReadsIsListedAsFaultedOrCanceled()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        var first = new Promise();
+        var second = new Promise();
+        SpindleTask<int> faulted = FailAfter(first, new InvalidTimeZoneException("leaked fault"));
+        SpindleTask<int> canceled = FailAfter(second, new OperationCanceledException("leaked cancellation"));
+        first.SetResult();
+        second.SetResult();
+
+        Assert.Equal(
+            new[] { SpindleTaskStatus.Canceled, SpindleTaskStatus.Faulted }.OrderBy(s => s),
+            Tracked(nameof(FailAfter)).Select(t => t.Status).OrderBy(s => s));
+
+        Assert.Throws<InvalidTimeZoneException>(() => faulted.GetAwaiter().GetResult());
+        Assert.Throws<OperationCanceledException>(() => canceled.GetAwaiter().GetResult());
+        Assert.Empty(Tracked(nameof(FailAfter)));
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static WeakReference LeakATrackedTask()
+    {
+        var promise = new Promise();
+        _ = WaitFor(promise); // never completed, never read: only its box (and the tracker) refer to the promise
+        return new WeakReference(promise);
+    }
+
+    /// <summary>The tracker keeps what it lists alive while it is on, and "turning it off drops the list, and what it kept".</summary>
+    [Fact]
+    public void TurningItOff_LetsTheCollectorTakeALeakedTaskItKept()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        WeakReference leaked = LeakATrackedTask();
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+        Assert.True(leaked.IsAlive);
+        Assert.Single(Tracked(nameof(WaitFor)));
+
+        SpindleDiagnostics.TrackTasks = false;
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+        Assert.False(leaked.IsAlive);
+    }
+
+    /// <summary>
+    /// Tracking switched on and off over and over while threads suspend and finish methods: whichever list an entry
+    /// lands in, once every method has been read, the list in force is empty, and no snapshot throws.
+    /// </summary>
+    [Fact]
+    public void TurningItOnAndOffWhileMethodsSuspendAndFinish_LeavesNoEntryInTheFinalList()
+    {
+        int stop = 0;
+        Exception? failure = null;
+        var threads = Enumerable.Range(0, 2).Select(_ => new Thread(() =>
+        {
+            try
+            {
+                while (Volatile.Read(ref stop) == 0)
+                {
+                    var promise = new Promise();
+                    SpindleTask task = WaitFor(promise);
+                    promise.SetResult();
+                    task.GetAwaiter().GetResult();
+                    var forgotten = new Promise();
+                    WaitFor(forgotten).Forget();
+                    forgotten.SetResult();
+                }
+            }
+            catch (Exception ex)
+            {
+                failure = ex;
+            }
+        })).ToList();
+        threads.ForEach(t => t.Start());
+        var sw = System.Diagnostics.Stopwatch.StartNew();
+        while (sw.Elapsed < TimeSpan.FromSeconds(TestUtil.IsStress ? 30 : 2))
+        {
+            SpindleDiagnostics.TrackTasks = true;
+            SpindleDiagnostics.GetTrackedTasks();
+            SpindleDiagnostics.TrackTasks = false;
+            SpindleDiagnostics.TrackTasks = true;
+        }
+        Volatile.Write(ref stop, 1);
+        threads.ForEach(t => t.Join());
+
+        Assert.Null(failure);
+        Assert.True(SpindleDiagnostics.TrackTasks);
+        Assert.Empty(Tracked(nameof(WaitFor)));
     }
 
     [Theory]
