@@ -10,18 +10,14 @@ internal static class UnobservedExceptions
     public static void Report(Exception exception)
     {
         SpindleMetrics.ExceptionReported();
+        // The handlers attached now get this report: one attached or detached meanwhile (even by a handler) changes only
+        // later reports. A field-like event's add and remove are lock-free and publish a new delegate, so this read is a
+        // consistent list.
         Action<Exception>? handlers = Handlers;
         if (handlers is null)
         {
             // Never swallowed: with no handler attached, the fault is written to standard error.
-            try
-            {
-                Console.Error.WriteLine("Spindle: unobserved exception (attach a handler to Spindle.UnobservedException to handle these): " + exception);
-            }
-            catch (Exception)
-            {
-                // Standard error itself failed; there is nowhere left to report to.
-            }
+            WriteToStandardError("Spindle: unobserved exception (attach a handler to Spindle.UnobservedException to handle these): " + exception);
             return;
         }
         foreach (Action<Exception> handler in handlers.GetInvocationList())
@@ -30,10 +26,26 @@ internal static class UnobservedExceptions
             {
                 handler(exception);
             }
-            catch (Exception)
+            catch (Exception handlerFailure)
             {
-                // A failing handler must not stop the others or kill the reporting thread.
+                // A failing handler must not stop the others or kill the reporting thread (a worker's loop, the finalizer
+                // thread), but neither its failure nor the fault it may not have recorded may vanish: both go where a
+                // fault goes with no handler.
+                WriteToStandardError("Spindle: a Spindle.UnobservedException handler threw " + handlerFailure
+                    + Environment.NewLine + "while handling this unobserved exception: " + exception);
             }
+        }
+    }
+
+    private static void WriteToStandardError(string message)
+    {
+        try
+        {
+            Console.Error.WriteLine(message);
+        }
+        catch (Exception)
+        {
+            // Standard error itself failed; there is nowhere left to report to.
         }
     }
 }

@@ -15,7 +15,11 @@ public static partial class Spindle
     /// <summary>
     /// Raised for a fault that nobody awaits: a forgotten task that failed, or a work item that threw with nobody to
     /// tell. When no handler is attached the exception is written to standard error; it is never swallowed.
-    /// Handlers run on the thread that observed the fault and must not block.
+    /// Each fault is reported once, to the handlers attached when the report starts (one attached or detached meanwhile,
+    /// even by a handler, sees the next report). A handler that throws does not stop the others, nor reach the thread
+    /// that reports; its exception is written to standard error with the fault. Handlers run on the thread that observed
+    /// the fault (a worker, a timer's or a frame loop's thread, the finalizer thread) and must not block. A null handler
+    /// is ignored, as for any event.
     /// </summary>
     public static event Action<Exception>? UnobservedException
     {

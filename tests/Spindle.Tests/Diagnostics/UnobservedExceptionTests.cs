@@ -1,0 +1,201 @@
+using System;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.IO;
+using System.Linq;
+using System.Threading;
+
+namespace SpindleLib.Tests.Diagnostics;
+
+/// <summary>
+/// Spindle.UnobservedException as a reporting channel: each fault reaches each handler once, from any number of threads,
+/// while handlers come and go; a failing handler neither stops the others nor disappears without a trace. Process-wide
+/// (the event, standard error), so run alone.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class UnobservedExceptionTests
+{
+    /// <summary>Runs <paramref name="action"/> with standard error captured, and returns what was written to it.</summary>
+    private static string CaptureStandardError(Action action)
+    {
+        TextWriter previous = Console.Error;
+        using var sink = new StringWriter();
+        Console.SetError(TextWriter.Synchronized(sink));
+        try
+        {
+            action();
+        }
+        finally
+        {
+            Console.SetError(previous);
+        }
+        return sink.ToString();
+    }
+
+    /// <summary>
+    /// A handler that throws is skipped so the others still run, but its exception vanished: with it the only handler,
+    /// neither the fault nor the handler's own failure was seen anywhere, against "it is never swallowed". Both go to
+    /// standard error now. (Found by a review.)
+    /// </summary>
+    [Fact]
+    public void AHandlerThatThrows_ItsFailureAndTheFaultGoToStandardError()
+    {
+        Action<Exception> throwing = _ => throw new InvalidProgramException("the handler's own bug");
+        Spindle.UnobservedException += throwing;
+        string written;
+        try
+        {
+            written = CaptureStandardError(() => SpindleTask.FromException(new TimeZoneNotFoundException("the fault")).Forget());
+        }
+        finally
+        {
+            Spindle.UnobservedException -= throwing;
+        }
+
+        Assert.Contains("the handler's own bug", written, StringComparison.Ordinal);
+        Assert.Contains("the fault", written, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void AHandlerThatDoesNotThrow_WritesNothingToStandardError()
+    {
+        int seen = 0;
+        Action<Exception> handler = _ => seen++;
+        Spindle.UnobservedException += handler;
+        string written;
+        try
+        {
+            written = CaptureStandardError(() => SpindleTask.FromException(new TimeZoneNotFoundException("handled")).Forget());
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+
+        Assert.Equal(1, seen);
+        Assert.DoesNotContain("handled", written, StringComparison.Ordinal);
+    }
+
+    /// <summary>
+    /// Many threads report at once while another thread attaches and detaches a second handler: the handler attached
+    /// throughout sees every fault exactly once, and the other sees none twice.
+    /// </summary>
+    [Fact]
+    public void ReportsFromManyThreadsWhileHandlersComeAndGo_EachFaultReachesAHandlerOnce()
+    {
+        const int Threads = 4;
+        int perThread = TestUtil.Stress(5000);
+        var steady = new ConcurrentDictionary<Exception, int>();
+        var transient = new ConcurrentDictionary<Exception, int>();
+        Action<Exception> steadyHandler = e => steady.AddOrUpdate(e, 1, (_, n) => n + 1);
+        Action<Exception> transientHandler = e => transient.AddOrUpdate(e, 1, (_, n) => n + 1);
+        var faults = Enumerable.Range(0, Threads).Select(t => Enumerable.Range(0, perThread)
+            .Select(i => (Exception)new TimeZoneNotFoundException($"fault {t}.{i}")).ToArray()).ToArray();
+        Spindle.UnobservedException += steadyHandler;
+        int stop = 0;
+        try
+        {
+            var churn = new Thread(() =>
+            {
+                while (Volatile.Read(ref stop) == 0)
+                {
+                    Spindle.UnobservedException += transientHandler;
+                    Spindle.UnobservedException -= transientHandler;
+                }
+            });
+            churn.Start();
+            var reporters = faults.Select(mine => new Thread(() =>
+            {
+                foreach (Exception e in mine)
+                {
+                    SpindleTask.FromException(e).Forget();
+                }
+            })).ToList();
+            reporters.ForEach(t => t.Start());
+            reporters.ForEach(t => t.Join());
+            Volatile.Write(ref stop, 1);
+            churn.Join();
+        }
+        finally
+        {
+            Spindle.UnobservedException -= steadyHandler;
+            Spindle.UnobservedException -= transientHandler;
+        }
+
+        Exception[] all = faults.SelectMany(f => f).ToArray();
+        Assert.All(all, e => Assert.Equal(1, steady.TryGetValue(e, out int n) ? n : 0));
+        Assert.All(transient, kv => Assert.Equal(1, kv.Value));
+    }
+
+    /// <summary>
+    /// A handler that attaches another handler, or detaches itself, while a fault is being reported: the report goes to
+    /// the handlers attached when it started, and the next one to those attached then.
+    /// </summary>
+    [Fact]
+    public void AHandlerThatAttachesOrDetachesDuringAReport_ChangesOnlyLaterReports()
+    {
+        int late = 0;
+        int once = 0;
+        Action<Exception> lateHandler = _ => late++;
+        Action<Exception>? onceHandler = null;
+        onceHandler = _ =>
+        {
+            once++;
+            Spindle.UnobservedException -= onceHandler;
+            Spindle.UnobservedException += lateHandler;
+        };
+        Spindle.UnobservedException += onceHandler;
+        try
+        {
+            SpindleTask.FromException(new TimeZoneNotFoundException("first")).Forget();
+            Assert.Equal((1, 0), (once, late));
+
+            SpindleTask.FromException(new TimeZoneNotFoundException("second")).Forget();
+            Assert.Equal((1, 1), (once, late));
+        }
+        finally
+        {
+            Spindle.UnobservedException -= onceHandler;
+            Spindle.UnobservedException -= lateHandler;
+        }
+    }
+
+    /// <summary>Attaching a null handler changes nothing, as for any .NET event: with no real handler, standard error still gets the fault.</summary>
+    [Fact]
+    public void ANullHandler_IsIgnored()
+    {
+        Spindle.UnobservedException += null;
+        string written = CaptureStandardError(() => SpindleTask.FromException(new TimeZoneNotFoundException("no real handler")).Forget());
+        Spindle.UnobservedException -= null;
+
+        Assert.Contains("no real handler", written, StringComparison.Ordinal);
+    }
+
+    /// <summary>A worker's work item that throws with nobody to tell is reported once, and the worker carries on.</summary>
+    [Fact]
+    public void AWorkItemThatThrows_IsReportedOnceAndTheWorkerCarriesOn()
+    {
+        var error = new TimeZoneNotFoundException("thrown on a worker");
+        var seen = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = e =>
+        {
+            if (e == error)
+            {
+                seen.Enqueue(e);
+            }
+        };
+        Spindle.UnobservedException += handler;
+        try
+        {
+            Spindle.Run(() => throw error).Forget();
+            TestUtil.SpinUntil(() => !seen.IsEmpty);
+            Spindle.Run(() => { }).GetAwaiter().GetResult(); // the workers still run work
+            Thread.Sleep(50);
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        Assert.Single(seen);
+    }
+}
