@@ -54,7 +54,11 @@ internal static class SpindleMetrics
         {
             return System.Array.Empty<Measurement<int>>();
         }
-        int idle = System.Math.Min(pool.IdleWorkers, pool.WorkerCount);
+        // Idle is parked or looking for work (spinning before it parks): a spinning worker has nothing to run, and
+        // counting it busy showed busy workers in a pool with nothing to do after every burst. The two counts are
+        // disjoint (a worker stops spinning before it announces itself parked) but read at different moments, so the
+        // sum is clamped to the pool's size.
+        int idle = System.Math.Min(pool.IdleWorkers + pool.SpinningWorkers, pool.WorkerCount);
         return Split("spindle.worker.state", "idle", idle, "busy", pool.WorkerCount - idle);
     }
 

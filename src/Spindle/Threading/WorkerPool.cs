@@ -117,6 +117,20 @@ internal sealed class WorkerPool : Scheduler
     /// </summary>
     public int IdleWorkers => Math.Max(0, _idle.Count);
 
+    /// <summary>
+    /// Workers looking for work before they park (spinning), as far as the racy count tells. Disjoint from
+    /// <see cref="IdleWorkers"/>: a worker stops counting as spinning before it announces itself parked.
+    /// </summary>
+    internal int SpinningWorkers => Math.Max(0, Volatile.Read(ref _spinning));
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs on a worker that has run out of work, right after it counts itself spinning,
+    /// standing in for a metrics collection at that moment.
+    /// </summary>
+    internal static Action? TestHookStartedSpinning;
+#endif
+
     /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
     internal static WorkerPool? SharedIfCreated => s_shared.IfCreated;
 
@@ -536,6 +550,9 @@ internal sealed class WorkerPool : Scheduler
             // Spin: look again for a while before parking. A worker just woken for work starts here too, so that, like
             // a spinner, it passes the wake-up on only after it has taken an item (Go's woken M is a spinning M).
             Interlocked.Increment(ref _spinning);
+#if DEBUG
+            TestHookStartedSpinning?.Invoke();
+#endif
             item = null;
             for (int round = 0; round < SpinRounds; round++)
             {

@@ -135,6 +135,45 @@ public sealed class MetricsTests
         Assert.All(measurements, m => Assert.InRange(m.Value, 0, WorkerPool.Shared.WorkerCount));
     }
 
+#if DEBUG
+    /// <summary>
+    /// "idle (parked or looking for work)": a worker that ran out of work and spins, looking for more before it parks,
+    /// was counted busy, so a pool with nothing to do showed busy workers after every burst. (Found by a review.)
+    /// </summary>
+    [NetBuildFact(NoMeter)]
+    public void WorkerCount_AWorkerLookingForWork_IsIdleNotBusy()
+    {
+        CreateEverything();
+        using var recorder = new Recorder("spindle.worker.count");
+        List<(string Name, double Value, KeyValuePair<string, object?>[] Tags)>? seen = null;
+        int taken = 0;
+        WorkerPool.TestHookStartedSpinning = () =>
+        {
+            if (Interlocked.Exchange(ref taken, 1) == 0)
+            {
+                seen = recorder.Observe("spindle.worker.count");
+            }
+        };
+        try
+        {
+            Thread.Sleep(100); // let every worker park
+            var ran = new ManualResetEventSlim();
+            Spindle.Run(ran.Set).Forget();
+            Assert.True(ran.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            TestUtil.SpinUntil(() => Volatile.Read(ref taken) == 1);
+            TestUtil.SpinUntil(() => Volatile.Read(ref seen) is not null);
+        }
+        finally
+        {
+            WorkerPool.TestHookStartedSpinning = null;
+        }
+
+        // The measuring worker spins (the hook runs in its spin); nothing else runs: every worker is idle.
+        Assert.Equal(0, seen!.Single(m => m.Tags.Any(t => (string?)t.Value == "busy")).Value);
+        Assert.Equal(WorkerPool.Shared.WorkerCount, seen!.Single(m => m.Tags.Any(t => (string?)t.Value == "idle")).Value);
+    }
+#endif
+
     [NetBuildFact(NoMeter)]
     public void JobCount_CountsEveryFinishedJobWhateverItsOutcomeButNotCombinedHandles()
     {
