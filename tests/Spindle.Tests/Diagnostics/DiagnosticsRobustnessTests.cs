@@ -131,6 +131,69 @@ public sealed class DiagnosticsRobustnessTests : IDisposable
         Assert.Null(later);
     }
 
+    private struct NoOpJob : IJob
+    {
+        public readonly void Execute()
+        {
+        }
+    }
+
+    /// <summary>
+    /// The jobs count is summed from per-thread counts, and a thread's count moves to a retired total when the thread
+    /// ends: with threads that finish jobs and end all the time, and a reader summing meanwhile, the sum never goes down
+    /// and none is lost.
+    /// </summary>
+    [Fact]
+    public void JobsCompleted_WhileThreadsThatCountComeAndGo_NeverGoesDownAndLosesNothing()
+    {
+        _ = WorkerPool.Shared;
+        long before = ThreadCounters.TotalJobsCompleted;
+        int rounds = TestUtil.Stress(40);
+        const int ThreadsPerRound = 4;
+        const int JobsPerThread = 50;
+        int stop = 0;
+        long lastSeen = before;
+        bool wentDown = false;
+        var reader = new Thread(() =>
+        {
+            while (Volatile.Read(ref stop) == 0)
+            {
+                long total = ThreadCounters.TotalJobsCompleted;
+                if (total < lastSeen)
+                {
+                    wentDown = true;
+                }
+                lastSeen = total;
+            }
+        });
+        reader.Start();
+        for (int r = 0; r < rounds; r++)
+        {
+            var threads = new Thread[ThreadsPerRound];
+            for (int i = 0; i < threads.Length; i++)
+            {
+                threads[i] = new Thread(() =>
+                {
+                    for (int j = 0; j < JobsPerThread; j++)
+                    {
+                        new NoOpJob().Schedule().Complete();
+                    }
+                });
+                threads[i].Start();
+            }
+            foreach (Thread t in threads)
+            {
+                t.Join();
+            }
+        }
+        Volatile.Write(ref stop, 1);
+        reader.Join();
+
+        Assert.False(wentDown);
+        TestUtil.SpinUntil(() => ThreadCounters.TotalJobsCompleted >= before + (long)rounds * ThreadsPerRound * JobsPerThread);
+        Assert.Equal(before + (long)rounds * ThreadsPerRound * JobsPerThread, ThreadCounters.TotalJobsCompleted);
+    }
+
     /// <summary>
     /// ManualClock.Advance(TimeSpan.MaxValue) once the clock has moved: the target used to wrap to the past, so nothing
     /// fired and time stood still. It saturates: what is due fires once, and time reaches the end of the range.
