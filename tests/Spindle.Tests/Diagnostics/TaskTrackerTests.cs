@@ -351,6 +351,39 @@ public sealed class TaskTrackerTests : IDisposable
         Assert.Empty(Tracked(nameof(FailAfter)));
     }
 
+    /// <summary>"Setting it on again while on keeps the list."</summary>
+    [Fact]
+    public void TurningItOnWhileOn_KeepsTheList()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        var promise = new Promise();
+        SpindleTask task = WaitFor(promise);
+
+        SpindleDiagnostics.TrackTasks = true;
+
+        Assert.Single(Tracked(nameof(WaitFor)));
+        promise.SetResult();
+        task.GetAwaiter().GetResult();
+        Assert.Empty(Tracked(nameof(WaitFor)));
+    }
+
+    /// <summary>A forgotten method that never finishes is a leak the tracker shows: listed, pending, for as long as it waits.</summary>
+    [Fact]
+    public void On_AForgottenMethodThatNeverFinishes_StaysListedAsPending()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        var promise = new Promise();
+        WaitFor(promise).Forget();
+        Thread.Sleep(20);
+
+        TrackedTask tracked = Assert.Single(Tracked(nameof(WaitFor)));
+        Assert.Equal(SpindleTaskStatus.Pending, tracked.Status);
+        Assert.True(tracked.Age >= TimeSpan.FromMilliseconds(15), tracked.ToString());
+
+        promise.SetResult(); // the forgotten task reads itself and leaves the list
+        Assert.Empty(Tracked(nameof(WaitFor)));
+    }
+
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static WeakReference LeakATrackedTask()
     {
