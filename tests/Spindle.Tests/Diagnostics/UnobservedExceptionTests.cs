@@ -127,6 +127,72 @@ public sealed class UnobservedExceptionTests
         Assert.All(transient, kv => Assert.Equal(1, kv.Value));
     }
 
+    private static async SpindleTask FailAfter(Promise promise, Exception error)
+    {
+        await promise.Task;
+        throw error;
+    }
+
+    /// <summary>
+    /// Forgotten async methods that fault when another thread completes what they wait for, with the task tracker
+    /// switched on and off meanwhile: each fault is reported exactly once, none lost, none twice.
+    /// </summary>
+    [Fact]
+    public void ForgottenMethodsFaultingOnOtherThreadsWhileTrackingToggles_EachFaultIsReportedExactlyOnce()
+    {
+        const int Threads = 2;
+        int perThread = TestUtil.Stress(3000);
+        var counts = new ConcurrentDictionary<Exception, int>();
+        Action<Exception> handler = e => counts.AddOrUpdate(e, 1, (_, n) => n + 1);
+        var faults = Enumerable.Range(0, Threads).Select(t => Enumerable.Range(0, perThread)
+            .Select(i => (Exception)new TimeZoneNotFoundException($"fault {t}.{i}")).ToArray()).ToArray();
+        var toComplete = new BlockingCollection<Promise>();
+        Spindle.UnobservedException += handler;
+        int stop = 0;
+        try
+        {
+            var completer = new Thread(() =>
+            {
+                foreach (Promise p in toComplete.GetConsumingEnumerable())
+                {
+                    p.SetResult();
+                }
+            });
+            var toggler = new Thread(() =>
+            {
+                while (Volatile.Read(ref stop) == 0)
+                {
+                    SpindleDiagnostics.TrackTasks = !SpindleDiagnostics.TrackTasks;
+                    SpindleDiagnostics.GetTrackedTasks();
+                }
+            });
+            completer.Start();
+            toggler.Start();
+            var starters = faults.Select(mine => new Thread(() =>
+            {
+                foreach (Exception e in mine)
+                {
+                    var promise = new Promise();
+                    FailAfter(promise, e).Forget();
+                    toComplete.Add(promise);
+                }
+            })).ToList();
+            starters.ForEach(t => t.Start());
+            starters.ForEach(t => t.Join());
+            toComplete.CompleteAdding();
+            completer.Join();
+            Volatile.Write(ref stop, 1);
+            toggler.Join();
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+            SpindleDiagnostics.TrackTasks = false;
+        }
+
+        Assert.All(faults.SelectMany(f => f), e => Assert.Equal(1, counts.TryGetValue(e, out int n) ? n : 0));
+    }
+
     /// <summary>
     /// A handler that attaches another handler, or detaches itself, while a fault is being reported: the report goes to
     /// the handlers attached when it started, and the next one to those attached then.
