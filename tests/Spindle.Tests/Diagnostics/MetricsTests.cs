@@ -304,6 +304,31 @@ public sealed class MetricsTests
         Assert.Equal(0, SpindleMetrics.FrameStarted()); // the listener is gone: frames are not timed
     }
 
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static WeakReference RunFramesAndDropTheLoop()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        loop.RunFrame();
+        return new WeakReference(loop);
+    }
+
+    /// <summary>The meter holds no reference to what it measures: a frame loop timed under a listener is collected once dropped.</summary>
+    [NetBuildFact(NoMeter)]
+    public void FrameDuration_TheMeterKeepsNoLoopAlive()
+    {
+        using var recorder = new Recorder();
+        WeakReference loop = RunFramesAndDropTheLoop();
+        Assert.Equal(2, recorder.Recorded("spindle.frame.duration").Count);
+        recorder.Observe("spindle.worker.count");
+
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+
+        Assert.False(loop.IsAlive);
+    }
+
     [NetBuildFact(NoMeter)]
     public void UnobservedExceptionCount_CountsEachReportedFault()
     {
