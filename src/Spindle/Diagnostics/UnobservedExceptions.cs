@@ -17,7 +17,7 @@ internal static class UnobservedExceptions
         if (handlers is null)
         {
             // Never swallowed: with no handler attached, the fault is written to standard error.
-            WriteToStandardError("Spindle: unobserved exception (attach a handler to Spindle.UnobservedException to handle these): " + exception);
+            WriteToStandardError("Spindle: unobserved exception (attach a handler to Spindle.UnobservedException to handle these): " + Describe(exception));
             return;
         }
         foreach (Action<Exception> handler in handlers.GetInvocationList())
@@ -31,9 +31,25 @@ internal static class UnobservedExceptions
                 // A failing handler must not stop the others or kill the reporting thread (a worker's loop, the finalizer
                 // thread), but neither its failure nor the fault it may not have recorded may vanish: both go where a
                 // fault goes with no handler.
-                WriteToStandardError("Spindle: a Spindle.UnobservedException handler threw " + handlerFailure
-                    + Environment.NewLine + "while handling this unobserved exception: " + exception);
+                WriteToStandardError("Spindle: a Spindle.UnobservedException handler threw " + Describe(handlerFailure)
+                    + Environment.NewLine + "while handling this unobserved exception: " + Describe(exception));
             }
+        }
+    }
+
+    /// <summary>
+    /// The exception's text, or its type's name if making the text throws (a ToString or Message override may): this
+    /// runs on the reporting thread, a worker's loop or the finalizer thread, which nothing may throw into.
+    /// </summary>
+    private static string Describe(Exception exception)
+    {
+        try
+        {
+            return exception.ToString();
+        }
+        catch (Exception)
+        {
+            return exception.GetType().FullName + " (its text could not be made: its ToString threw)";
         }
     }
 

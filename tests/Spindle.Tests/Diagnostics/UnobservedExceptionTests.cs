@@ -193,6 +193,44 @@ public sealed class UnobservedExceptionTests
         Assert.All(faults.SelectMany(f => f), e => Assert.Equal(1, counts.TryGetValue(e, out int n) ? n : 0));
     }
 
+    /// <summary>An exception whose text cannot be made: writing it to standard error must not throw into the reporter.</summary>
+    private sealed class UnprintableException : Exception
+    {
+        public override string ToString() => throw new InvalidOperationException("ToString failed");
+
+        public override string Message => throw new InvalidOperationException("Message failed");
+    }
+
+    [Fact]
+    public void AFaultThatCannotBePrinted_WithNoHandler_DoesNotThrowIntoTheReporter()
+    {
+        Exception? thrown = null;
+        CaptureStandardError(() => thrown = Record.Exception(() => SpindleTask.FromException(new UnprintableException()).Forget()));
+        Assert.Null(thrown);
+    }
+
+    [Fact]
+    public void AHandlerThatThrowsAnExceptionThatCannotBePrinted_DoesNotThrowIntoTheReporterNorStopTheOthers()
+    {
+        int others = 0;
+        Action<Exception> throwing = _ => throw new UnprintableException();
+        Action<Exception> counting = _ => others++;
+        Spindle.UnobservedException += throwing;
+        Spindle.UnobservedException += counting;
+        Exception? thrown = null;
+        try
+        {
+            CaptureStandardError(() => thrown = Record.Exception(() => SpindleTask.FromException(new UnprintableException()).Forget()));
+        }
+        finally
+        {
+            Spindle.UnobservedException -= throwing;
+            Spindle.UnobservedException -= counting;
+        }
+        Assert.Null(thrown);
+        Assert.Equal(1, others);
+    }
+
     /// <summary>
     /// A handler that attaches another handler, or detaches itself, while a fault is being reported: the report goes to
     /// the handlers attached when it started, and the next one to those attached then.
