@@ -156,8 +156,9 @@ public readonly partial struct SpindleTask
     /// <para><b>Cost.</b> The combinator is pooled. Cancelling the losers cancels a <see cref="CancellationTokenSource"/>,
     /// which can never be reset, so a call that has losers to cancel allocates one; a call with none (every producer
     /// finished synchronously) keeps it for the next call (on .NET 6 and later: <c>TryReset</c>; on netstandard2.1 a
-    /// source is allocated per call). The token is valid for this call only: a producer must not keep a registration on
-    /// it after its task has finished.</para>
+    /// source is allocated per call). The token is valid for this call only: a producer must not keep it, nor a
+    /// registration on it, after its task has finished, since a later call may hand out the same source's token again
+    /// and cancel it when that call's race is decided.</para>
     /// </remarks>
     /// <param name="producers">Delegates that each start one task with the token they are given.</param>
     /// <param name="cancellationToken">Cancels the wait and the producers.</param>

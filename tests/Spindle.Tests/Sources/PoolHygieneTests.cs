@@ -81,7 +81,8 @@ public sealed class PoolHygieneTests
         Add("Combinator", "_inputsLeft", "scalar, set when _countsInputs is set (read only then)");
         // Kept on purpose and tested (CancelLosersTests.TokenSource_KeptWhenNothingWasCancelled, zero allocations). Not a
         // leak (TryReset unregisters every callback), but a token that a producer kept past its own use is the next use's
-        // token too, and is cancelled when that use cancels its losers: left as designed, reported for a decision.
+        // token too, and is cancelled when that use cancels its losers: the documented contract of WhenAny over producers ("the
+        // token is valid for this call only"), the price of allocating nothing when every producer finished at once.
         Add("Combinator", "_producerSource", "an uncancelled token source is TryReset (which unregisters every callback) and kept for the next use (ReleaseProducerSource); a cancelled one is dropped");
         Add("Slot", "Owner", "readonly back-reference to the combinator that owns the slot");
         Add("Slot", "Index", "readonly position of the slot in its combinator");
