@@ -116,6 +116,19 @@ internal static class TestUtil
     /// <summary>True when the calling thread is one of the default worker pool's threads.</summary>
     public static bool OnSpindleWorker => Thread.CurrentThread.Name?.StartsWith("Spindle worker", StringComparison.Ordinal) == true;
 
+    /// <summary>
+    /// Moves the caller off the Spindle workers: a test that runs a frame loop, or blocks, must not run on one (a test can
+    /// start on a worker when the previous one ended there, and a worker that runs a loop's frames cannot also run the
+    /// work those frames wait for when it is the only one, on one processor).
+    /// </summary>
+    public static async Task LeaveSpindleWorkers()
+    {
+        while (OnSpindleWorker)
+        {
+            await Task.Yield(); // a worker has no SynchronizationContext of its own: this resumes on a thread-pool thread
+        }
+    }
+
     /// <summary>An async method that completes without suspending (it would only suspend for a negative input).</summary>
     internal static async SpindleTask CompletesSynchronously(int x)
     {

@@ -360,8 +360,6 @@ public sealed class PoolHygieneTests
     public async Task AsyncMethods_Forget_BlockingReads_Run_ReturnCleared()
     {
         using var checker = new Checker();
-        SynchronizationContext? before = SynchronizationContext.Current;
-        SynchronizationContext.SetSynchronizationContext(new InlineSyncContext());
         Action<Exception> swallow = static _ => { };
         Spindle.UnobservedException += swallow;
         try
@@ -444,7 +442,7 @@ public sealed class PoolHygieneTests
             // A continuation dispatched by a promise that runs continuations asynchronously: a pooled work item carrying
             // a delegate and its state (a BCL await of the promise's ValueTask).
             var p7 = new Promise<Payload>(runContinuationsAsynchronously: true);
-            Task<Payload> bcl = AwaitAsBcl(p7.Task.AsValueTask());
+            Task<Payload> bcl = WithInlineContext(() => AwaitAsBcl(p7.Task.AsValueTask()));
             p7.SetResult(new Payload("dispatched"));
             Assert.Equal("dispatched", (await bcl.WaitAsync(TimeSpan.FromSeconds(30))).Name);
             var p7b = new Promise(runContinuationsAsynchronously: true);
@@ -461,16 +459,16 @@ public sealed class PoolHygieneTests
             // BCL awaits of pooled sources with the SynchronizationContext installed: the awaiter's continuation is bound
             // to that context (and the ExecutionContext) in the source's core while it waits.
             var p8 = new Promise<Payload>();
-            Task<Payload> bclOfBox = AwaitAsBcl(SuspendOn(p8.Task, "sc").AsValueTask());
+            Task<Payload> bclOfBox = WithInlineContext(() => AwaitAsBcl(SuspendOn(p8.Task, "sc").AsValueTask()));
             p8.SetResult(new Payload("through a box"));
             Assert.Equal("through a box sc", (await bclOfBox.WaitAsync(TimeSpan.FromSeconds(30))).Name);
             var p9 = new Promise<Payload>();
-            Task<Payload[]> bclOfCombinator = AwaitAsBcl(SpindleTask.WhenAll(new[] { p9.Task }.AsSpan()).AsValueTask());
+            Task<Payload[]> bclOfCombinator = WithInlineContext(() => AwaitAsBcl(SpindleTask.WhenAll(new[] { p9.Task }.AsSpan()).AsValueTask()));
             p9.SetResult(new Payload("through a combinator"));
             await bclOfCombinator.WaitAsync(TimeSpan.FromSeconds(30));
-            await AwaitAsBcl(Spindle.Delay(1).AsValueTask()).WaitAsync(TimeSpan.FromSeconds(30));
-            await AwaitAsBcl(Spindle.Run(() => captured0).AsValueTask()).WaitAsync(TimeSpan.FromSeconds(30));
-            await BclYield().WaitAsync(TimeSpan.FromSeconds(30));
+            await WithInlineContext(() => AwaitAsBcl(Spindle.Delay(1).AsValueTask())).WaitAsync(TimeSpan.FromSeconds(30));
+            await WithInlineContext(() => AwaitAsBcl(Spindle.Run(() => captured0).AsValueTask())).WaitAsync(TimeSpan.FromSeconds(30));
+            await WithInlineContext(BclYield).WaitAsync(TimeSpan.FromSeconds(30));
 
             // Spindle.Run, every form: reference results, faults, cancellable tokens, cancelled tokens.
             var captured = new Payload("captured");
@@ -513,10 +511,29 @@ public sealed class PoolHygieneTests
         finally
         {
             Spindle.UnobservedException -= swallow;
-            SynchronizationContext.SetSynchronizationContext(before);
             s_flowed.Value = null;
         }
         AssertClean(checker, "StateMachineBox", "ForgetObserver", "BlockingWait", "ContinuationWorkItem", "RunItem");
+    }
+
+    /// <summary>
+    /// Starts a BCL async method with <see cref="InlineSyncContext"/> installed, so that its awaits capture it, and puts
+    /// the caller's context back on the same thread before anything is awaited: installed for the whole test, it stayed
+    /// on the xunit thread (the test ends on another thread after its awaits) and ran the next tests' continuations inline
+    /// on whatever thread completed them, a Spindle worker included.
+    /// </summary>
+    private static T WithInlineContext<T>(Func<T> start)
+    {
+        SynchronizationContext? before = SynchronizationContext.Current;
+        SynchronizationContext.SetSynchronizationContext(new InlineSyncContext());
+        try
+        {
+            return start();
+        }
+        finally
+        {
+            SynchronizationContext.SetSynchronizationContext(before);
+        }
     }
 
     private static async Task<T> AwaitAsBcl<T>(ValueTask<T> task) => await task;
@@ -898,6 +915,7 @@ public sealed class PoolHygieneTests
     [Fact]
     public async Task Jobs_ReturnCleared()
     {
+        await TestUtil.LeaveSpindleWorkers(); // this test runs frames and blocks: see LeaveSpindleWorkers
         using var checker = new Checker();
         Action<Exception> swallow = static _ => { };
         Spindle.UnobservedException += swallow;
@@ -932,35 +950,41 @@ public sealed class PoolHygieneTests
             await TestUtil.WithTimeout(new RefJob { Payload = payload, Out = new int[1] }.Schedule().AsSpindleTask());
             await SwallowAsync(async () => await AwaitJob(new FaultingJob { Payload = payload }.Schedule()));
 
-            // A blocking Complete on a job that runs for a while (the waiter registers on it once its helping rounds are
-            // over; tried again if a descheduled test thread only got there after the job had finished).
-            for (int attempt = 0; attempt < 5 && !checker.Seen.ContainsKey("BlockingWait"); attempt++)
+            // The blocking waits run on a thread of their own: after the awaits above the test may be running on a Spindle
+            // worker (a job's completion resumes its awaiter inline), and a worker blocked in a plain wait for a job that
+            // only a worker can start waits for ever when it is the only one (one processor).
+            await TestUtil.RunOnThread(() =>
             {
-                var release = new ManualResetEventSlim();
-                var started = new ManualResetEventSlim();
-                JobHandle longJob = new WaitingJob { Payload = payload, Started = started, Release = release }.Schedule();
-                JobHandle.ScheduleBatchedJobs();
-                Assert.True(started.Wait(TimeSpan.FromSeconds(30)), "the job did not start on a worker");
-                var releaser = new Thread(() =>
+                // A blocking Complete on a job that runs for a while (the waiter registers on it once its helping rounds are
+                // over; tried again if a descheduled test thread only got there after the job had finished).
+                for (int attempt = 0; attempt < 5 && !checker.Seen.ContainsKey("BlockingWait"); attempt++)
                 {
-                    Thread.Sleep(300);
-                    release.Set();
-                });
-                releaser.Start();
-                longJob.Complete();
-                releaser.Join();
-            }
+                    var release = new ManualResetEventSlim();
+                    var started = new ManualResetEventSlim();
+                    JobHandle longJob = new WaitingJob { Payload = payload, Started = started, Release = release }.Schedule();
+                    JobHandle.ScheduleBatchedJobs();
+                    Assert.True(started.Wait(TimeSpan.FromSeconds(30)), "the job did not start on a worker");
+                    var releaser = new Thread(() =>
+                    {
+                        Thread.Sleep(300);
+                        release.Set();
+                    });
+                    releaser.Start();
+                    longJob.Complete();
+                    releaser.Join();
+                }
 
-            // A blocking Complete on a job that is still waiting for a dependency.
-            var gate = new Promise();
-            var blockers = new JobHandle[4];
-            var slow = new RefJob { Payload = payload, Out = new int[1] }.Schedule();
-            for (int i = 0; i < blockers.Length; i++)
-            {
-                blockers[i] = new ForJob { Payload = payload, Out = new int[4096] }.Schedule(4096, 1, slow);
-            }
-            JobHandle.CombineDependencies(blockers.AsSpan()).Complete();
-            gate.SetResult();
+                // A blocking Complete on a job that is still waiting for a dependency.
+                var gate = new Promise();
+                var blockers = new JobHandle[4];
+                var slow = new RefJob { Payload = payload, Out = new int[1] }.Schedule();
+                for (int i = 0; i < blockers.Length; i++)
+                {
+                    blockers[i] = new ForJob { Payload = payload, Out = new int[4096] }.Schedule(4096, 1, slow);
+                }
+                JobHandle.CombineDependencies(blockers.AsSpan()).Complete();
+                gate.SetResult();
+            });
         }
         finally
         {
@@ -1126,6 +1150,7 @@ public sealed class PoolHygieneTests
     [Fact]
     public async Task FrameLoop_ReturnCleared()
     {
+        await TestUtil.LeaveSpindleWorkers(); // this test runs frames and blocks: see LeaveSpindleWorkers
         using var checker = new Checker();
         Action<Exception> swallow = static _ => { };
         Spindle.UnobservedException += swallow;
@@ -1162,6 +1187,10 @@ public sealed class PoolHygieneTests
                 ];
                 cancel.Cancel();
                 loop.RunFrames(3);
+                // Every wait ends before it is awaited (a cancellation may resume its waiter on a worker): an await that
+                // suspended here would carry the rest of the test, the loop's frames included, onto a worker, and a loop
+                // run by the only worker (one processor) could never let a worker run the work it waits for.
+                loop.RunUntil(() => waits.All(w => w.IsCompleted), TimeSpan.FromSeconds(30));
                 foreach (SpindleTask w in waits)
                 {
                     await SwallowAsync(async () => await w);
