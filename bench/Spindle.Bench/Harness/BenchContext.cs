@@ -66,10 +66,7 @@ public sealed class BenchContext
         string timeMetric = "ns_per_op",
         string bytesMetric = "bytes_per_op")
     {
-        if (operationsPerRound <= 0)
-        {
-            throw new ArgumentOutOfRangeException(nameof(operationsPerRound), "A round must perform at least one operation.");
-        }
+        RequireOperations(operationsPerRound);
         Progress($"{caseName} › {system}: warm-up");
         Warmup(round);
 
@@ -95,10 +92,7 @@ public sealed class BenchContext
     /// </summary>
     public void MeasureOperationsSideBySide(string caseName, long operationsPerRound, params (string System, Action Round)[] systems)
     {
-        if (operationsPerRound <= 0)
-        {
-            throw new ArgumentOutOfRangeException(nameof(operationsPerRound), "A round must perform at least one operation.");
-        }
+        RequireOperations(operationsPerRound);
         if (systems is null || systems.Length == 0)
         {
             throw new ArgumentException("Pass at least one system to measure.", nameof(systems));
@@ -129,6 +123,14 @@ public sealed class BenchContext
         {
             Add(caseName, systems[k].System, "ns_per_op", nanos[k]);
             Add(caseName, systems[k].System, "bytes_per_op", bytes[k]);
+        }
+    }
+
+    private static void RequireOperations(long operationsPerRound)
+    {
+        if (operationsPerRound <= 0)
+        {
+            throw new ArgumentOutOfRangeException(nameof(operationsPerRound), "A round must perform at least one operation.");
         }
     }
 

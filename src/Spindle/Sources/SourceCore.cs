@@ -207,12 +207,15 @@ internal struct SourceCore<TResult>
             {
                 return SpindleTaskStatus.Pending;
             }
-            ExceptionDispatchInfo? e = ErrorOnceCompleted;
-            return e is null ? SpindleTaskStatus.Succeeded
-                : e.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
-                : SpindleTaskStatus.Faulted;
+            return StatusOf(ErrorOnceCompleted);
         }
     }
+
+    /// <summary>The status of a completed operation whose failure is <paramref name="failure"/> (null: it succeeded).</summary>
+    internal static SpindleTaskStatus StatusOf(ExceptionDispatchInfo? failure)
+        => failure is null ? SpindleTaskStatus.Succeeded
+            : failure.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
+            : SpindleTaskStatus.Faulted;
 
     /// <summary>
     /// The status of use <paramref name="token"/>, read by a thread that may race the owner's reading and reuse of the
@@ -239,9 +242,7 @@ internal struct SourceCore<TResult>
         {
             return false; // consumed meanwhile: the use is over, and the slot may be the next use's
         }
-        status = slot is not ExceptionDispatchInfo e ? SpindleTaskStatus.Succeeded
-            : e.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
-            : SpindleTaskStatus.Faulted;
+        status = StatusOf(slot as ExceptionDispatchInfo);
         return true;
     }
 

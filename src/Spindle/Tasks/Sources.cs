@@ -18,7 +18,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
     public CompletedSource(ExceptionDispatchInfo error) => _error = error;
 
     public SpindleTaskStatus GetStatus(short token)
-        => _error.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled : SpindleTaskStatus.Faulted;
+        => SourceCore<VoidResult>.StatusOf(_error);
 
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
 
@@ -133,9 +133,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
                 return SpindleTaskStatus.Pending;
             }
         }
-        return _error is null ? SpindleTaskStatus.Succeeded
-            : _error.SourceException is OperationCanceledException ? SpindleTaskStatus.Canceled
-            : SpindleTaskStatus.Faulted;
+        return SourceCore<VoidResult>.StatusOf(_error);
     }
 
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);

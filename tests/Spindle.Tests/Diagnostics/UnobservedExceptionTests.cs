@@ -16,6 +16,20 @@ namespace SpindleLib.Tests.Diagnostics;
 public sealed class UnobservedExceptionTests
 {
     /// <summary>Runs <paramref name="action"/> with standard error captured, and returns what was written to it.</summary>
+    /// <summary>Forgets a task faulted with <paramref name="message"/> while only <paramref name="handler"/> is attached; returns what went to standard error.</summary>
+    private static string ForgetFaultWith(Action<Exception> handler, string message)
+    {
+        Spindle.UnobservedException += handler;
+        try
+        {
+            return CaptureStandardError(() => SpindleTask.FromException(new TimeZoneNotFoundException(message)).Forget());
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+    }
+
     private static string CaptureStandardError(Action action)
     {
         TextWriter previous = Console.Error;
@@ -40,17 +54,7 @@ public sealed class UnobservedExceptionTests
     [Fact]
     public void AHandlerThatThrows_ItsFailureAndTheFaultGoToStandardError()
     {
-        Action<Exception> throwing = _ => throw new InvalidProgramException("the handler's own bug");
-        Spindle.UnobservedException += throwing;
-        string written;
-        try
-        {
-            written = CaptureStandardError(() => SpindleTask.FromException(new TimeZoneNotFoundException("the fault")).Forget());
-        }
-        finally
-        {
-            Spindle.UnobservedException -= throwing;
-        }
+        string written = ForgetFaultWith(_ => throw new InvalidProgramException("the handler's own bug"), "the fault");
 
         Assert.Contains("the handler's own bug", written, StringComparison.Ordinal);
         Assert.Contains("the fault", written, StringComparison.Ordinal);
@@ -60,17 +64,7 @@ public sealed class UnobservedExceptionTests
     public void AHandlerThatDoesNotThrow_WritesNothingToStandardError()
     {
         int seen = 0;
-        Action<Exception> handler = _ => seen++;
-        Spindle.UnobservedException += handler;
-        string written;
-        try
-        {
-            written = CaptureStandardError(() => SpindleTask.FromException(new TimeZoneNotFoundException("handled")).Forget());
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
+        string written = ForgetFaultWith(_ => seen++, "handled");
 
         Assert.Equal(1, seen);
         Assert.DoesNotContain("handled", written, StringComparison.Ordinal);

@@ -915,7 +915,6 @@ public sealed class PoolHygieneTests
     [Fact]
     public async Task Jobs_ReturnCleared()
     {
-        await TestUtil.LeaveSpindleWorkers(); // this test runs frames and blocks: see LeaveSpindleWorkers
         using var checker = new Checker();
         Action<Exception> swallow = static _ => { };
         Spindle.UnobservedException += swallow;
@@ -1150,7 +1149,7 @@ public sealed class PoolHygieneTests
     [Fact]
     public async Task FrameLoop_ReturnCleared()
     {
-        await TestUtil.LeaveSpindleWorkers(); // this test runs frames and blocks: see LeaveSpindleWorkers
+        await TestUtil.LeaveSpindleWorkers(); // this test runs a frame loop: see LeaveSpindleWorkers
         using var checker = new Checker();
         Action<Exception> swallow = static _ => { };
         Spindle.UnobservedException += swallow;
