@@ -50,8 +50,11 @@ public interface ISpindleSource<T> : ISpindleSource, IValueTaskSource<T>
     /// <exception cref="InvalidOperationException">The token is stale: the task was already awaited.</exception>
     new SpindleTaskStatus GetStatus(short token);
 
-    /// <summary>Gets the result of the operation identified by <paramref name="token"/>, consuming it.</summary>
-    /// <exception cref="InvalidOperationException">The token is stale, or the operation has not completed.</exception>
+    /// <summary>
+    /// Gets the result of the operation identified by <paramref name="token"/>, consuming it. Spindle's own sources block
+    /// until the operation completes if it has not yet.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The token is stale: the task was already awaited.</exception>
     new T GetResult(short token);
 }
 
