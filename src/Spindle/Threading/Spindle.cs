@@ -152,14 +152,12 @@ public static partial class Spindle
         return cancellationToken.CanBeCanceled ? Unwrap(Run<SpindleTask<T>>(function, cancellationToken)) : RunAsync(function);
     }
 
-    [StackTraceHidden]
     private static async SpindleTask RunAsync(Func<SpindleTask> function)
     {
         await Yield();
         await function();
     }
 
-    [StackTraceHidden]
     private static async SpindleTask<T> RunAsync<T>(Func<SpindleTask<T>> function)
     {
         await Yield();

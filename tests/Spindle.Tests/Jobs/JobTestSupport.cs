@@ -214,7 +214,7 @@ internal static class JobTestUtil
 }
 
 /// <summary>
-/// A fact that needs at least two Spindle workers: one held by a gated job (or a spinning continuation that must not
+/// A theory that needs at least two Spindle workers: one held by a gated job (or a spinning continuation that must not
 /// help, to prove what it checks) while another runs the rest. Skipped, with the reason, where there is one worker (one
 /// processor, or SPINDLE_WORKERS=1).
 /// </summary>
