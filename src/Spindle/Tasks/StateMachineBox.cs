@@ -23,6 +23,26 @@ internal abstract class StateMachineBoxBase : DirectWaiter
     protected ExecutionContext? _context;
 
     /// <summary>
+    /// The SynchronizationContext of the thread that is running the method now, as it was when the method resumed
+    /// (<see cref="NoteResumedUnder"/>): the method's completion puts it back before it runs the awaiting code, which may
+    /// run inline, on this thread (see <see cref="SpindleBox{TResult}.SetResult"/>).
+    /// </summary>
+    protected SynchronizationContext? _resumedUnder;
+
+    /// <summary>
+    /// Called on every entry into the method's code after its first suspension (each MoveNext): notes the thread's
+    /// SynchronizationContext, unless it is the one noted last (usually none), which spares the store's GC write barrier.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    protected void NoteResumedUnder(SynchronizationContext? sync)
+    {
+        if (sync != _resumedUnder)
+        {
+            _resumedUnder = sync;
+        }
+    }
+
+    /// <summary>
     /// A delegate for awaiters that are not Spindle's (Task, ValueTask, custom ones). Created on first need and kept
     /// with the box through its pooled lives, so steady state allocates nothing.
     /// </summary>
@@ -96,10 +116,29 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
     internal sealed override bool TryGetStatusForDiagnostics(short version, out SpindleTaskStatus status)
         => _core.TryGetStatusRacy(version, out status);
 
-    public void SetResult(TResult result) => _core.TrySetResult(result);
+    /// <summary>
+    /// Completes the task. A SynchronizationContext the method installed and left behind is taken down first (the one
+    /// the thread had when the method resumed is put back), as <c>RunItem</c> does for a <c>Spindle.Run</c> delegate:
+    /// the completion may run the awaiting code inline, and that code must not find another task's context (its BCL
+    /// awaits would post there). The BCL never shows it either: it queues a continuation rather than run it inline
+    /// under a SynchronizationContext. Called only from the method's code, which after its first suspension (the only
+    /// time there is a box) runs inside MoveNext, which noted the context.
+    /// </summary>
+    public void SetResult(TResult result)
+    {
+        ContextFlow.RestoreSynchronizationContext(_resumedUnder);
+        _core.TrySetResult(result);
+    }
 
-    /// <summary>Fails the task; an <see cref="OperationCanceledException"/> makes its status Canceled (the original object is kept).</summary>
-    public void SetException(Exception exception) => _core.TrySetException(exception);
+    /// <summary>
+    /// Fails the task; an <see cref="OperationCanceledException"/> makes its status Canceled (the original object is
+    /// kept). Takes down a SynchronizationContext the method left behind first, as <see cref="SetResult"/> does.
+    /// </summary>
+    public void SetException(Exception exception)
+    {
+        ContextFlow.RestoreSynchronizationContext(_resumedUnder);
+        _core.TrySetException(exception);
+    }
 
     protected abstract void ReturnToPool();
 
@@ -221,6 +260,10 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
     public override void MoveNext()
     {
         ExecutionContext? context = _context ?? ContextFlow.ForContextFree();
+        // The thread's SynchronizationContext now: the one the method's completion puts back (SetResult). ContextFlow.Run
+        // keeps it (on .NET a context carries none), so the method runs under it in every branch.
+        SynchronizationContext? sync = SynchronizationContext.Current;
+        NoteResumedUnder(sync);
         if (context is null)
         {
             StateMachine.MoveNext();
@@ -229,7 +272,6 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         {
             // As ExecutionContext.Run would: neither the AsyncLocals nor a SynchronizationContext the method installed
             // before it suspended or returned may stay on the thread that resumed it.
-            SynchronizationContext? sync = SynchronizationContext.Current;
             StateMachine.MoveNext();
             ContextFlow.RestoreDefaultIfChanged();
             ContextFlow.RestoreSynchronizationContext(sync);
@@ -245,6 +287,8 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
     internal override void MoveNextOnDefaultContext()
     {
 #if NET
+        // None on a worker's loop; a frame phase's host may have one (see MoveNext).
+        NoteResumedUnder(SynchronizationContext.Current);
         ExecutionContext? context = _context;
         if (ContextFlow.RunsAsIsOnDefault(context))
         {
@@ -262,9 +306,10 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
     protected override void ReturnToPool()
     {
         // Clear everything a use left behind: the state machine (its locals and awaiters), the ExecutionContext
-        // (AsyncLocal values), and the core's result, exception and continuation.
+        // (AsyncLocal values), the SynchronizationContext it last resumed under, and the core's result, exception and continuation.
         StateMachine = default!;
         _context = null;
+        _resumedUnder = null;
         _core.ClearForPool();
         TaskTracker.OnReturned(this);
         ObjectPool<StateMachineBox<TStateMachine, TResult>>.Return(this);
