@@ -102,4 +102,32 @@ public sealed class ContextLeftBehindTests
         Assert.True(completerAfter == completerOwn,
             $"the completing thread had {completerAfter?.GetType().Name ?? "none"} afterwards, expected its own ({completerOwn?.GetType().Name ?? "none"})");
     }
+
+    /// <summary>
+    /// A worker that blocks helps: the items it runs meanwhile (here the one it just queued, in its run-next slot) run
+    /// with no SynchronizationContext, as on its loop, not under the one the blocked code installed.
+    /// </summary>
+    [Fact]
+    public async Task WorkerBlockedUnderAContext_TheItemsItRunsWhileHelpingDoNotFindIt()
+    {
+        (SynchronizationContext? seen, SynchronizationContext? after, bool onWorker) = await TestUtil.WithTimeout(Spindle.Run(() =>
+        {
+            var mine = new LeftBehindContext();
+            SynchronizationContext.SetSynchronizationContext(mine);
+            SynchronizationContext? inner = mine;
+            var done = new Promise();
+            _ = Spindle.Run(() =>
+            {
+                inner = SynchronizationContext.Current;
+                done.SetResult();
+            });
+            done.Task.GetAwaiter().GetResult(); // helps: runs the item above, most often itself
+            SynchronizationContext? kept = SynchronizationContext.Current;
+            SynchronizationContext.SetSynchronizationContext(null);
+            return (inner, kept == mine ? null : kept, TestUtil.OnSpindleWorker);
+        }));
+        Assert.True(onWorker);
+        Assert.True(seen is null, $"an item run by a helping worker saw {seen?.GetType().Name}");
+        Assert.True(after is null, "the blocked code did not get its own SynchronizationContext back");
+    }
 }
