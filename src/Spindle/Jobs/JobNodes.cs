@@ -33,6 +33,7 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
             return next; // a dependency failed: this job does not run, it fails with the same exception
         }
         Exception? error = null;
+        SynchronizationContext? sync = SynchronizationContext.Current;
         try
         {
             _job.Execute(); // a constrained call on the struct: specialised and inlinable, no boxing
@@ -41,6 +42,10 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         {
             error = ex;
         }
+        // A SynchronizationContext the job installed and left behind is taken down before its finish runs the awaiting
+        // code inline, and before the dependent this returns runs on this thread (RunChain), as RunItem does for a
+        // Spindle.Run delegate: neither may find another job's context.
+        ContextFlow.RestoreSynchronizationContext(sync);
         return Finish(error);
     }
 
@@ -200,6 +205,9 @@ internal abstract class ParallelNode : JobNode
     public void RunBatches()
     {
         bool first = true;
+        // Put back after each batch: a SynchronizationContext a batch installed and left behind must reach neither the
+        // next batch nor, through the finish, the awaiting code it runs inline (as in JobNode<TJob>.RunAndFinish).
+        SynchronizationContext? sync = SynchronizationContext.Current;
         while (true)
         {
             long start = Interlocked.Add(ref _cursor, BatchSize) - BatchSize;
@@ -228,6 +236,7 @@ internal abstract class ParallelNode : JobNode
                         UnobservedExceptions.Report(ex);
                     }
                 }
+                ContextFlow.RestoreSynchronizationContext(sync);
             }
             if (Interlocked.Decrement(ref _remaining) == 0)
             {

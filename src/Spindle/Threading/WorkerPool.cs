@@ -352,26 +352,27 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>
     /// Runs <paramref name="callback"/> on a thread that is helping while it waits, inside some other code's context, and
     /// puts that context and the thread's SynchronizationContext back afterwards, whatever the callback changed. The work
-    /// runs in the default context, as on a worker's loop (work with a context of its own enters it): a bare continuation
-    /// or a job must not see the waiting code's AsyncLocal values, which are no more its own than another item's.
+    /// runs in the default context and with no SynchronizationContext, as on a worker's loop (work with a context of its
+    /// own enters it): a bare continuation, another task's resumed code or a job must not see the waiting code's
+    /// AsyncLocal values, nor the SynchronizationContext it installed, which are no more its own than another item's.
     /// </summary>
     private static void RunKeepingContext(ContextCallback callback, object state)
     {
-#if NET
         SynchronizationContext? sync = SynchronizationContext.Current;
-        if (ContextFlow.TryRunInDefaultContext(callback, state, out ExecutionContext? before))
+        ContextFlow.RestoreSynchronizationContext(null);
+#if NET
+        if (!ContextFlow.TryRunInDefaultContext(callback, state, out ExecutionContext? before))
         {
-            return;
+            callback(state);
+            ContextFlow.RestoreIfChanged(before);
         }
-        callback(state);
-        ContextFlow.RestoreIfChanged(before);
-        ContextFlow.RestoreSynchronizationContext(sync);
 #else
         if (!ContextFlow.TryRunInDefaultContext(callback, state))
         {
             ContextFlow.RunRestoring(callback, state);
         }
 #endif
+        ContextFlow.RestoreSynchronizationContext(sync);
     }
 
     /// <summary>
