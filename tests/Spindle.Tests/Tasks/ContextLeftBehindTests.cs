@@ -103,6 +103,53 @@ public sealed class ContextLeftBehindTests
             $"the completing thread had {completerAfter?.GetType().Name ?? "none"} afterwards, expected its own ({completerOwn?.GetType().Name ?? "none"})");
     }
 
+    private sealed class OuterOwnContext : SynchronizationContext
+    {
+    }
+
+    /// <summary>
+    /// Resumed under the completing thread's context, takes it down, completes <paramref name="inner"/> (which resumes
+    /// the inner chain inline under none), then installs a context of its own and completes.
+    /// </summary>
+    private static async SpindleTask OuterResumesInnerUnderNone(Promise gate, Promise inner)
+    {
+        await gate.Task;
+        SynchronizationContext.SetSynchronizationContext(null);
+        inner.SetResult();
+        SynchronizationContext.SetSynchronizationContext(new OuterOwnContext());
+    }
+
+    /// <summary>
+    /// Nested inline resumptions each put back the context their own method resumed under: the completing thread's for
+    /// the outer method, none for the inner one, which resumed inside the outer's code after it took the context down.
+    /// (The resumed-under context is kept per thread while a method runs, and the outer value put back after it.)
+    /// </summary>
+    [Fact]
+    public async Task NestedInlineResumptions_EachCompletionPutsBackTheContextItsOwnMethodResumedUnder()
+    {
+        var innerSeen = new Seen();
+        var outerSeen = new Seen();
+        var host = new HostContext();
+        SynchronizationContext? completerAfter = null;
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+        {
+            SynchronizationContext.SetSynchronizationContext(host);
+            var gate = new Promise();
+            var innerGate = new Promise();
+            SpindleTask innerAwaiting = Awaits(InstallsAndCompletes(innerGate, fault: false), innerSeen);
+            SpindleTask outerAwaiting = Awaits(OuterResumesInnerUnderNone(gate, innerGate), outerSeen);
+            gate.SetResult(); // the whole chain runs here, inline
+            completerAfter = SynchronizationContext.Current;
+            SynchronizationContext.SetSynchronizationContext(null);
+            innerAwaiting.GetAwaiter().GetResult();
+            outerAwaiting.GetAwaiter().GetResult();
+        }));
+        Assert.True(innerSeen.Resumed && outerSeen.Resumed);
+        Assert.True(innerSeen.Sync is null, $"the inner method's awaiter ran under {innerSeen.Sync?.GetType().Name}, expected none");
+        Assert.True(outerSeen.Sync == host, $"the outer method's awaiter ran under {outerSeen.Sync?.GetType().Name ?? "none"}, expected the host's");
+        Assert.True(completerAfter == host, $"the completing thread had {completerAfter?.GetType().Name ?? "none"} afterwards");
+    }
+
     /// <summary>
     /// A worker that blocks helps: the items it runs meanwhile (here the one it just queued, in its run-next slot) run
     /// with no SynchronizationContext, as on its loop, not under the one the blocked code installed.
