@@ -426,12 +426,27 @@ internal abstract class JobNode : WorkItem
     /// a dependent chain stays on one thread without going through the queues. The run is bounded so that one chain
     /// cannot hold a thread for ever; the rest is queued.
     /// </summary>
+    /// <remarks>
+    /// Jobs carry no ExecutionContext (as Unity's do not): each runs in the one the thread has. So that an AsyncLocal
+    /// value one job sets does not reach the dependent run after it here, the thread's context is put back between them
+    /// if a job changed it (one read when none did); whatever the last one leaves, the caller's loop or helping wait
+    /// puts back, as after any item. netstandard2.1 cannot restore a context: there a dependent may see it.
+    /// </remarks>
     protected static void RunChain(JobNode first)
     {
         JobNode? next = first;
+#if NET
+        ExecutionContext? context = ExecutionContext.Capture();
+#endif
         for (int i = 0; i < MaxInlineChain && next is not null; i++)
         {
             next = next.RunAndFinish();
+#if NET
+            if (next is not null)
+            {
+                ContextFlow.RestoreIfChanged(context);
+            }
+#endif
         }
         next?.OnReady();
     }

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -93,5 +94,39 @@ public sealed class JobContextLeftBehindTests
         }
         Assert.Equal(1, seen.Count);
         Assert.True(seen.Sync is null, $"the {(shape == "dependent job" ? "dependent" : "awaiting code")} ran on {seen.Where} under {seen.Sync?.GetType().Name}");
+    }
+
+    private static readonly AsyncLocal<int> s_local = new();
+
+    private readonly struct SettingJob(Flag go) : IJob
+    {
+        public void Execute()
+        {
+            Assert.True(go.Wait());
+            s_local.Value = 99;
+        }
+    }
+
+    private readonly struct ReadingJob(StrongBox<int> seen) : IJob
+    {
+        public void Execute() => seen.Value = s_local.Value;
+    }
+
+    /// <summary>
+    /// Jobs carry no ExecutionContext (as Unity's): an AsyncLocal value one job sets is not seen by a dependent run after
+    /// it on the same thread (a finishing job runs the dependent it made ready inline), as it is not by the next item a
+    /// worker's loop runs.
+    /// </summary>
+    [NetBuildFact("netstandard2.1 cannot restore an ExecutionContext: a dependent run inline may see it (JobNode.RunChain)")]
+    public async Task JobThatSetsAnAsyncLocal_ADependentRunAfterItDoesNotSeeIt()
+    {
+        var go = new Flag();
+        var seen = new StrongBox<int>(-1);
+        JobHandle first = new SettingJob(go).Schedule();
+        JobHandle second = new ReadingJob(seen).Schedule(first);
+        JobHandle.ScheduleBatchedJobs();
+        go.Set();
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(second.Complete));
+        Assert.Equal(0, seen.Value);
     }
 }
