@@ -21,7 +21,9 @@ namespace SpindleLib;
 /// <para>The wheel on <see cref="TimeProvider.System"/> (including <see cref="Default"/>) is driven by a dedicated
 /// background thread and runs the continuations of expired timers on Spindle's workers, in batches. A wheel on any
 /// other <see cref="TimeProvider"/> (such as <see cref="ManualClock"/>) is driven by that provider's timer, and runs the
-/// continuations on the thread that drives it, which makes tests on a manual clock deterministic.</para>
+/// continuations on the thread that drives it, which makes tests on a manual clock deterministic. If that provider's
+/// clock or timer throws during a pass, the exception goes to <see cref="Spindle.UnobservedException"/> and the wheel's
+/// next timer or cancellation arms the provider's timer again; no timer is lost.</para>
 /// <para>The design follows the hashed and hierarchical timing wheels of Varghese and Lauck (1987), as Kafka and
 /// Tokio use them (Tokio: 64 slots per level, 1 ms, occupancy bitmaps); the lock-free inboxes in front of a
 /// single-owner wheel are Spindle's own arrangement.</para>
@@ -56,7 +58,9 @@ public sealed partial class TimerWheel : IDisposable
 
     // Invariant: the number of drive requests not yet covered by a pass. The thread that moves it from 0 owns the main
     // shard until it brings it back to 0, and runs one more full pass for every request counted while it ran (the
-    // "work-in-progress counter" drain loop of RxJava; D. Karnok, "Operator concurrency primitives", 2015).
+    // "work-in-progress counter" drain loop of RxJava; D. Karnok, "Operator concurrency primitives", 2015). It brings it
+    // back to 0 even when a pass throws (a provider whose clock or timer fails): a count left above 0 made every later
+    // request return at once, and the wheel never ran a pass again.
     private int _driveRequests;
     private long _passes;
     private volatile bool _disposed;
@@ -367,7 +371,7 @@ public sealed partial class TimerWheel : IDisposable
             long seen = Interlocked.CompareExchange(ref _wakeAt, deadline, wakeAt);
             if (seen == wakeAt)
             {
-                _driver.Kick();
+                Kick();
                 break;
             }
             wakeAt = seen;
@@ -389,7 +393,7 @@ public sealed partial class TimerWheel : IDisposable
     {
         if (shard == _main)
         {
-            _driver.Kick();
+            Kick();
             if (_disposed)
             {
                 // Raced with Dispose, as Insert can: a canceller (or a WhenAny stopping its losing delay) that won the
@@ -418,13 +422,22 @@ public sealed partial class TimerWheel : IDisposable
         int seen = 1;
         while (true)
         {
-            if (_disposed)
+            try
             {
-                CancelEverything();
+                if (_disposed)
+                {
+                    CancelEverything();
+                }
+                else
+                {
+                    DriveAndPlan();
+                }
             }
-            else
+            catch (Exception ex)
             {
-                DriveAndPlan();
+                // Only the provider can throw here (its clock read at the start of a pass, its timer armed at the end;
+                // continuations are reported as they run): see OnDriverFailed. The drive is still handed back below.
+                OnDriverFailed(ex);
             }
             int left = Interlocked.Add(ref _driveRequests, -seen);
             if (left == 0)
@@ -433,6 +446,40 @@ public sealed partial class TimerWheel : IDisposable
             }
             seen = left;
         }
+    }
+
+    /// <summary>
+    /// Asks the driver for a pass. A provider whose timer throws instead gets none: the pass then runs here, on the
+    /// calling thread (as a <see cref="ManualClock"/>'s timer runs it for a due time of zero), so the timer just pushed,
+    /// or the cancellation just queued, is not left in an inbox that no pass is coming for.
+    /// </summary>
+    private void Kick()
+    {
+        try
+        {
+            _driver.Kick();
+        }
+        catch (Exception ex)
+        {
+            OnDriverFailed(ex);
+            RequestDrive();
+        }
+    }
+
+    /// <summary>
+    /// The provider failed to read its clock or to arm its timer: the failure goes to <see cref="Spindle.UnobservedException"/>
+    /// (it may have happened on the provider's own timer thread, where an exception would end the process, or in a call
+    /// that has already put its timer in the wheel), and the wheel forgets its plan, so that the next timer added wakes it
+    /// again and its pass arms the provider's timer again.
+    /// </summary>
+    /// <remarks>
+    /// Forgetting the plan only raises <see cref="_wakeAt"/>: a producer then kicks when it need not, never the other way
+    /// round, so the Dekker invariant on <see cref="_wakeAt"/> still holds.
+    /// </remarks>
+    private void OnDriverFailed(Exception exception)
+    {
+        Interlocked.Exchange(ref _wakeAt, long.MaxValue);
+        UnobservedExceptions.Report(exception);
     }
 
     /// <summary>
@@ -481,8 +528,15 @@ public sealed partial class TimerWheel : IDisposable
             return;
         }
         _disposed = true;
-        _driver.Dispose();
-        RequestDrive();
+        try
+        {
+            _driver.Dispose();
+        }
+        finally
+        {
+            // Even if the provider's timer throws as it is disposed: every pending delay still completes as canceled.
+            RequestDrive();
+        }
     }
 
     /// <summary>The disposing pass: cancels everything in the main shard and its inboxes. Owner only.</summary>
