@@ -45,6 +45,10 @@ public sealed partial class TimerWheel : IDisposable
     private readonly long _timestampsPerTimeSpanTick; // > 0 when the clock's frequency is a multiple of 10 MHz
     private readonly double _timeSpanTicksPerTimestamp;
     private readonly TimerDriver _driver;
+    // True for a wheel made with the public constructor, the only kind whose Dispose users call: its infinite delays wait
+    // in its main shard (never due, not counted), so that Dispose cancels them as it cancels every other delay. Default
+    // cannot be disposed, and a frame loop never disposes its wheels: their infinite delays stay out of the wheel.
+    private readonly bool _keepsInfiniteDelays;
 
     // The main shard, owned by whoever holds the drive (see RequestDrive); and, for Default only, one shard per Spindle
     // worker, each owned by its worker (see WheelShard).
@@ -73,6 +77,7 @@ public sealed partial class TimerWheel : IDisposable
     public TimerWheel(TimeProvider timeProvider)
         : this(timeProvider, workerShards: false)
     {
+        _keepsInfiniteDelays = true;
     }
 
     /// <summary>
@@ -193,7 +198,7 @@ public sealed partial class TimerWheel : IDisposable
     /// A task that completes after <paramref name="delay"/>. The deadline is rounded up to the wheel's 1 ms tick, so the
     /// task never completes early. Allocates nothing in steady state.
     /// </summary>
-    /// <param name="delay">The delay. <see cref="TimeSpan.Zero"/> completes at once; <see cref="Timeout.InfiniteTimeSpan"/> waits until <paramref name="cancellationToken"/> fires.</param>
+    /// <param name="delay">The delay. <see cref="TimeSpan.Zero"/> completes at once; <see cref="Timeout.InfiniteTimeSpan"/> waits until <paramref name="cancellationToken"/> fires (or the wheel is disposed).</param>
     /// <param name="cancellationToken">Cancels the delay: the task completes as canceled and nothing stays registered. A token already cancelled completes the task as canceled at once.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
@@ -214,7 +219,7 @@ public sealed partial class TimerWheel : IDisposable
         }
         if (!finite)
         {
-            return InfiniteDelay(cancellationToken);
+            return InfiniteDelay(_keepsInfiniteDelays ? this : null, cancellationToken);
         }
         TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
@@ -270,11 +275,19 @@ public sealed partial class TimerWheel : IDisposable
         return shard;
     };
 
-    private static SpindleTask InfiniteDelay(CancellationToken cancellationToken)
+    /// <summary>
+    /// A delay that never fires: only its token (and, on <paramref name="wheel"/>, the wheel's Dispose) completes it; as
+    /// with <c>Task.Delay</c>, without a token it never completes. With a <paramref name="wheel"/> (one that can be
+    /// disposed), the node waits in its main shard's list of timers that are never due (<see cref="WheelShard.Never"/>):
+    /// no kick and no pass, not counted as pending, and released by the pass its cancellation kicks, as any delay's is.
+    /// Without one it is never in a wheel. An infinite delay used to be in no wheel at all, so disposing its wheel left it
+    /// pending, where Dispose completes every pending delay as canceled.
+    /// </summary>
+    private static SpindleTask InfiniteDelay(TimerWheel? wheel, CancellationToken cancellationToken)
     {
-        // Never in the wheel: only the token can complete it (and, as with Task.Delay, without a token it never completes).
-        TimerNode node = TimerNode.Rent(null);
+        TimerNode node = TimerNode.Rent(wheel);
         short token = node.Version;
+        wheel?.Insert(node, WheelShard.Never); // before the token, as for every delay (see TimerNode's ordering)
         if (cancellationToken.CanBeCanceled)
         {
             node.RegisterCancellation(cancellationToken);
