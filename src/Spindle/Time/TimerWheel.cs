@@ -324,11 +324,31 @@ public sealed partial class TimerWheel : IDisposable
     internal long DeadlineAfter(TimeSpan delay) => DeadlineAfter(delay, out _);
 
     /// <summary>As <see cref="DeadlineAfter(TimeSpan)"/>, also giving the tick the delay started in.</summary>
+    /// <remarks>
+    /// A deadline past the end of a long of clock ticks (a <see cref="ManualClock"/> advanced to its end, which
+    /// <c>Advance(TimeSpan.MaxValue)</c> does) can never be reached: it is <see cref="WheelShard.Never"/> due. It used to
+    /// wrap to a large negative tick, and the delay, timeout or periodic tick fired at once, early.
+    /// </remarks>
     private long DeadlineAfter(TimeSpan delay, out long startTick)
     {
         long start = ElapsedTimeSpanTicks(roundUp: true);
         startTick = start / TimeSpan.TicksPerMillisecond;
-        return (start + delay.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+        return TickAtOrAfter(start, delay.Ticks);
+    }
+
+    /// <summary>
+    /// The tick in which <paramref name="ticks"/> (non-negative <see cref="TimeSpan"/> ticks) after <paramref name="from"/>
+    /// (in the same unit, since the wheel's origin) falls, rounded up to the next whole millisecond; <see cref="WheelShard.Never"/>
+    /// when that is past the range of a long, which no clock reaches.
+    /// </summary>
+    internal static long TickAtOrAfter(long from, long ticks)
+    {
+        if (ticks > long.MaxValue - (TimeSpan.TicksPerMillisecond - 1))
+        {
+            return WheelShard.Never;
+        }
+        long end = ticks + (TimeSpan.TicksPerMillisecond - 1);
+        return from > long.MaxValue - end ? WheelShard.Never : (from + end) / TimeSpan.TicksPerMillisecond;
     }
 
     /// <summary>How long until tick <paramref name="tick"/> begins (zero if it has).</summary>
