@@ -135,9 +135,17 @@ internal sealed class ProviderTimerDriver : TimerDriver
     /// </summary>
     private void OnFired()
     {
-        if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0 && _wheel.Elapsed() < Volatile.Read(ref _armedFor))
+        try
         {
-            _firesEarly = true;
+            if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0 && _wheel.Elapsed() < Volatile.Read(ref _armedFor))
+            {
+                _firesEarly = true;
+            }
+        }
+        catch (Exception)
+        {
+            // The provider's clock failed: this runs on its timer's thread, where an exception may end the process. The
+            // pass below reads the clock too, and reports the failure (TimerWheel.OnDriverFailed).
         }
         _wheel.RequestDrive();
     }

@@ -68,6 +68,35 @@ public class ThrowingProviderTests
         Assert.Equal(new[] { FlakyClock.KickFailure }, reported.ToArray());
     }
 
+    /// <summary>
+    /// The provider's clock throws as its timer fires the wheel's pass: nothing escapes into the provider's timer thread
+    /// (for a real timer, an unhandled exception there ends the process; here it came out of <c>Advance</c>), the failure
+    /// is reported, and the overdue delay fires at the wheel's next pass.
+    /// </summary>
+    [Fact]
+    public void ProviderClock_ThatThrowsWhenTheTimerFires_IsReported_AndTheNextPassCatchesUp()
+    {
+        var clock = new FlakyClock();
+        using var wheel = new TimerWheel(clock);
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            SpindleTask first = wheel.Delay(10);
+            clock.FailReads = 2; // the timer's callback reads the clock, and so does the pass it runs
+            clock.Inner.Advance(Ms(10));
+            Assert.Equal(0, clock.FailReads);
+            Assert.False(first.IsCompleted);
+
+            SpindleTask second = wheel.Delay(5); // the next timer wakes the wheel: its pass fires the overdue one
+            Assert.Equal(SpindleTaskStatus.Succeeded, first.Status);
+            first.GetAwaiter().GetResult();
+            clock.Inner.Advance(Ms(5));
+            Assert.Equal(SpindleTaskStatus.Succeeded, second.Status);
+            second.GetAwaiter().GetResult();
+            Assert.Equal(0, wheel.PendingCount);
+        });
+        Assert.Equal(new[] { FlakyClock.ReadFailure }, reported.ToArray());
+    }
+
     [Fact]
     public void ProviderTimer_ThatThrowsAsItIsDisposed_TheWheelStillCancelsEveryPendingDelay()
     {
@@ -101,19 +130,29 @@ public class ThrowingProviderTests
         return reported;
     }
 
-    /// <summary>A <see cref="ManualClock"/> whose timers throw on demand: when kicked (a due time of zero), armed, or disposed.</summary>
+    /// <summary>A <see cref="ManualClock"/> whose timers throw on demand (when kicked, a due time of zero; armed; disposed), and whose clock does.</summary>
     private sealed class FlakyClock : TimeProvider
     {
         public static readonly InvalidOperationException ArmFailure = new("the provider's timer failed to arm");
         public static readonly InvalidOperationException KickFailure = new("the provider's timer failed to fire at once");
         public static readonly InvalidOperationException DisposeFailure = new("the provider's timer failed to dispose");
+        public static readonly InvalidOperationException ReadFailure = new("the provider's clock failed");
 
         public readonly ManualClock Inner = new();
         public int FailArms;
         public int FailKicks;
         public bool FailDispose;
+        public int FailReads;
 
-        public override long GetTimestamp() => Inner.GetTimestamp();
+        public override long GetTimestamp()
+        {
+            if (FailReads > 0)
+            {
+                FailReads--;
+                throw ReadFailure;
+            }
+            return Inner.GetTimestamp();
+        }
 
         public override long TimestampFrequency => Inner.TimestampFrequency;
 
