@@ -61,8 +61,21 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
 
     public TimeSpan Period => _period;
 
-    /// <summary>The wheel tick of tick <paramref name="k"/>: start + k * period, rounded up to the millisecond.</summary>
-    private long DeadlineOf(long k) => _startTick + (k * _period.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+    /// <summary>
+    /// The wheel tick of tick <paramref name="k"/>: start + k * period, rounded up to the millisecond. Never due
+    /// (<see cref="WheelShard.Never"/>) for an infinite period, and past the range of a long, which no clock reaches (a
+    /// <see cref="ManualClock"/> advanced to its end): that product wrapped to a tick in the past, and every wait returned
+    /// true at once.
+    /// </summary>
+    private long DeadlineOf(long k)
+    {
+        if (_period == Timeout.InfiniteTimeSpan)
+        {
+            return WheelShard.Never; // a timer that never ticks: its waits end with their token or a Dispose
+        }
+        long ms = k > long.MaxValue / _period.Ticks ? WheelShard.Never : TimerWheel.TickAtOrAfter(0, k * _period.Ticks);
+        return ms == WheelShard.Never || _startTick > WheelShard.Never - ms ? WheelShard.Never : _startTick + ms;
+    }
 
     /// <summary>The first tick after wheel tick <paramref name="now"/>: the least k with start + ceil(k * period) > now.</summary>
     private long FirstTickAfter(long now) => (now - _startTick) * TimeSpan.TicksPerMillisecond / _period.Ticks + 1;

@@ -36,21 +36,25 @@ public sealed class SpindlePeriodicTimer : IDisposable
     private readonly PeriodicTimerSource _source;
 
     /// <summary>Creates a periodic timer that ticks every <paramref name="period"/>, starting now.</summary>
-    /// <param name="period">The time between ticks: at least 1 ms (the wheel's tick), at most <see cref="TimerWheel.MaxDelay"/>.</param>
+    /// <param name="period">
+    /// The time between ticks: at least 1 ms (the wheel's tick), at most <see cref="TimerWheel.MaxDelay"/>; or
+    /// <see cref="Timeout.InfiniteTimeSpan"/>, as the BCL's <c>PeriodicTimer</c> accepts it, for a timer that never ticks:
+    /// a wait on it ends only with its token, <see cref="Dispose"/>, or the wheel's disposal.
+    /// </param>
     /// <param name="timers">The wheel that drives it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test deterministically.</param>
-    /// <exception cref="ArgumentOutOfRangeException"><paramref name="period"/> is shorter than 1 ms (zero, negative or <see cref="Timeout.InfiniteTimeSpan"/> included) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="period"/> is shorter than 1 ms (zero or negative, other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
     public SpindlePeriodicTimer(TimeSpan period, TimerWheel? timers = null)
     {
-        if (period < TimeSpan.FromMilliseconds(1) || period > TimerWheel.MaxDelay)
+        if ((period < TimeSpan.FromMilliseconds(1) || period > TimerWheel.MaxDelay) && period != Timeout.InfiniteTimeSpan)
         {
             throw new ArgumentOutOfRangeException(nameof(period), period,
-                "A period must be between 1 ms (the timer wheel's tick) and TimerWheel.MaxDelay (about 49.7 days).");
+                "A period must be between 1 ms (the timer wheel's tick) and TimerWheel.MaxDelay (about 49.7 days), or Timeout.InfiniteTimeSpan for a timer that never ticks.");
         }
         _source = new PeriodicTimerSource(TimerWheel.ForTimeouts(timers), period);
     }
 
-    /// <summary>The time between ticks.</summary>
+    /// <summary>The time between ticks (<see cref="Timeout.InfiniteTimeSpan"/>: the timer never ticks).</summary>
     public TimeSpan Period => _source.Period;
 
     /// <summary>

@@ -100,10 +100,18 @@ internal sealed class ProviderTimerDriver : TimerDriver
     private readonly TimerWheel _wheel;
     private readonly ITimer _timer;
 
+    // The wheel's elapsed time (TimeSpan ticks) the timer was last armed for by a relative Change, and whether a kick
+    // (a due time of zero) may be what fires it next; see OnFired. Heuristics only: a pass always reads the clock.
+    private long _armedFor = long.MinValue;
+    private int _kicked;
+    // Set once the provider's timer has fired before the time it was armed for: from then on a relative due time is
+    // rounded up to a whole millisecond (see Arm).
+    private volatile bool _firesEarly;
+
     public ProviderTimerDriver(TimerWheel wheel, TimeProvider provider)
     {
         _wheel = wheel;
-        _timer = provider.CreateTimer(static o => ((TimerWheel)o!).RequestDrive(), wheel, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
+        _timer = provider.CreateTimer(static o => ((ProviderTimerDriver)o!).OnFired(), this, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
     }
 
     public override bool DispatchesContinuations => false;
@@ -111,7 +119,36 @@ internal sealed class ProviderTimerDriver : TimerDriver
     // Change calls are atomic with respect to each other, and the owner arms before it re-checks the inbox, so a
     // kick is either seen by that re-check or lands after the arm; it is never overwritten by a later plan. (A kick that
     // lands between two of Arm's Changes is overwritten, but its push came before it, so the re-check sees that.)
-    public override void Kick() => _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+    public override void Kick()
+    {
+        Volatile.Write(ref _kicked, 1);
+        _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+    }
+
+    /// <summary>
+    /// The provider's timer fired: runs a pass. A timer that fires before the time it was armed for, with no kick since,
+    /// is one that truncates due times to whole milliseconds, as <see cref="System.Threading.Timer"/> does, and so the
+    /// timer of every provider that does not override <see cref="TimeProvider.CreateTimer"/>: its pass finds nothing due,
+    /// and arming it for the fraction of a millisecond left gave a due time of zero, so it fired again at once, and
+    /// again, until the clock reached the tick (a busy loop of up to a millisecond per deadline; for ever on a clock that
+    /// only moves when told to). Once seen, <see cref="Arm"/> rounds up.
+    /// </summary>
+    private void OnFired()
+    {
+        try
+        {
+            if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0 && _wheel.Elapsed() < Volatile.Read(ref _armedFor))
+            {
+                _firesEarly = true;
+            }
+        }
+        catch (Exception)
+        {
+            // The provider's clock failed: this runs on its timer's thread, where an exception may end the process. The
+            // pass below reads the clock too, and reports the failure (TimerWheel.OnDriverFailed).
+        }
+        _wheel.RequestDrive();
+    }
 
     // How many times Arm arms a relative timer again when the clock moved meanwhile (see there).
     private const int MaxReArms = 3;
@@ -138,9 +175,15 @@ internal sealed class ProviderTimerDriver : TimerDriver
             return;
         }
         long seen = _wheel.Elapsed();
+        Volatile.Write(ref _armedFor, next * TimeSpan.TicksPerMillisecond);
         for (int rearms = 0; ; rearms++)
         {
             TimeSpan due = TimerWheel.TimeUntil(next, seen);
+            if (_firesEarly && due.Ticks % TimeSpan.TicksPerMillisecond != 0)
+            {
+                // A timer that truncates would take the fraction as zero: a late pass (within the tick) instead of a spin.
+                due = TimeSpan.FromTicks((due.Ticks / TimeSpan.TicksPerMillisecond + 1) * TimeSpan.TicksPerMillisecond);
+            }
             _timer.Change(due, Timeout.InfiniteTimeSpan);
             if (due == TimeSpan.Zero || rearms == MaxReArms)
             {

@@ -21,7 +21,9 @@ namespace SpindleLib;
 /// <para>The wheel on <see cref="TimeProvider.System"/> (including <see cref="Default"/>) is driven by a dedicated
 /// background thread and runs the continuations of expired timers on Spindle's workers, in batches. A wheel on any
 /// other <see cref="TimeProvider"/> (such as <see cref="ManualClock"/>) is driven by that provider's timer, and runs the
-/// continuations on the thread that drives it, which makes tests on a manual clock deterministic.</para>
+/// continuations on the thread that drives it, which makes tests on a manual clock deterministic. If that provider's
+/// clock or timer throws during a pass, the exception goes to <see cref="Spindle.UnobservedException"/> and the wheel's
+/// next timer or cancellation arms the provider's timer again; no timer is lost.</para>
 /// <para>The design follows the hashed and hierarchical timing wheels of Varghese and Lauck (1987), as Kafka and
 /// Tokio use them (Tokio: 64 slots per level, 1 ms, occupancy bitmaps); the lock-free inboxes in front of a
 /// single-owner wheel are Spindle's own arrangement.</para>
@@ -43,6 +45,10 @@ public sealed partial class TimerWheel : IDisposable
     private readonly long _timestampsPerTimeSpanTick; // > 0 when the clock's frequency is a multiple of 10 MHz
     private readonly double _timeSpanTicksPerTimestamp;
     private readonly TimerDriver _driver;
+    // True for a wheel made with the public constructor, the only kind whose Dispose users call: its infinite delays wait
+    // in its main shard (never due, not counted), so that Dispose cancels them as it cancels every other delay. Default
+    // cannot be disposed, and a frame loop never disposes its wheels: their infinite delays stay out of the wheel.
+    private readonly bool _keepsInfiniteDelays;
 
     // The main shard, owned by whoever holds the drive (see RequestDrive); and, for Default only, one shard per Spindle
     // worker, each owned by its worker (see WheelShard).
@@ -56,7 +62,9 @@ public sealed partial class TimerWheel : IDisposable
 
     // Invariant: the number of drive requests not yet covered by a pass. The thread that moves it from 0 owns the main
     // shard until it brings it back to 0, and runs one more full pass for every request counted while it ran (the
-    // "work-in-progress counter" drain loop of RxJava; D. Karnok, "Operator concurrency primitives", 2015).
+    // "work-in-progress counter" drain loop of RxJava; D. Karnok, "Operator concurrency primitives", 2015). It brings it
+    // back to 0 even when a pass throws (a provider whose clock or timer fails): a count left above 0 made every later
+    // request return at once, and the wheel never ran a pass again.
     private int _driveRequests;
     private long _passes;
     private volatile bool _disposed;
@@ -69,6 +77,7 @@ public sealed partial class TimerWheel : IDisposable
     public TimerWheel(TimeProvider timeProvider)
         : this(timeProvider, workerShards: false)
     {
+        _keepsInfiniteDelays = true;
     }
 
     /// <summary>
@@ -189,7 +198,7 @@ public sealed partial class TimerWheel : IDisposable
     /// A task that completes after <paramref name="delay"/>. The deadline is rounded up to the wheel's 1 ms tick, so the
     /// task never completes early. Allocates nothing in steady state.
     /// </summary>
-    /// <param name="delay">The delay. <see cref="TimeSpan.Zero"/> completes at once; <see cref="Timeout.InfiniteTimeSpan"/> waits until <paramref name="cancellationToken"/> fires.</param>
+    /// <param name="delay">The delay. <see cref="TimeSpan.Zero"/> completes at once; <see cref="Timeout.InfiniteTimeSpan"/> waits until <paramref name="cancellationToken"/> fires (or the wheel is disposed).</param>
     /// <param name="cancellationToken">Cancels the delay: the task completes as canceled and nothing stays registered. A token already cancelled completes the task as canceled at once.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
@@ -210,7 +219,7 @@ public sealed partial class TimerWheel : IDisposable
         }
         if (!finite)
         {
-            return InfiniteDelay(cancellationToken);
+            return InfiniteDelay(_keepsInfiniteDelays ? this : null, cancellationToken);
         }
         TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
@@ -266,11 +275,19 @@ public sealed partial class TimerWheel : IDisposable
         return shard;
     };
 
-    private static SpindleTask InfiniteDelay(CancellationToken cancellationToken)
+    /// <summary>
+    /// A delay that never fires: only its token (and, on <paramref name="wheel"/>, the wheel's Dispose) completes it; as
+    /// with <c>Task.Delay</c>, without a token it never completes. With a <paramref name="wheel"/> (one that can be
+    /// disposed), the node waits in its main shard's list of timers that are never due (<see cref="WheelShard.Never"/>):
+    /// no kick and no pass, not counted as pending, and released by the pass its cancellation kicks, as any delay's is.
+    /// Without one it is never in a wheel. An infinite delay used to be in no wheel at all, so disposing its wheel left it
+    /// pending, where Dispose completes every pending delay as canceled.
+    /// </summary>
+    private static SpindleTask InfiniteDelay(TimerWheel? wheel, CancellationToken cancellationToken)
     {
-        // Never in the wheel: only the token can complete it (and, as with Task.Delay, without a token it never completes).
-        TimerNode node = TimerNode.Rent(null);
+        TimerNode node = TimerNode.Rent(wheel);
         short token = node.Version;
+        wheel?.Insert(node, WheelShard.Never); // before the token, as for every delay (see TimerNode's ordering)
         if (cancellationToken.CanBeCanceled)
         {
             node.RegisterCancellation(cancellationToken);
@@ -307,11 +324,31 @@ public sealed partial class TimerWheel : IDisposable
     internal long DeadlineAfter(TimeSpan delay) => DeadlineAfter(delay, out _);
 
     /// <summary>As <see cref="DeadlineAfter(TimeSpan)"/>, also giving the tick the delay started in.</summary>
+    /// <remarks>
+    /// A deadline past the end of a long of clock ticks (a <see cref="ManualClock"/> advanced to its end, which
+    /// <c>Advance(TimeSpan.MaxValue)</c> does) can never be reached: it is <see cref="WheelShard.Never"/> due. It used to
+    /// wrap to a large negative tick, and the delay, timeout or periodic tick fired at once, early.
+    /// </remarks>
     private long DeadlineAfter(TimeSpan delay, out long startTick)
     {
         long start = ElapsedTimeSpanTicks(roundUp: true);
         startTick = start / TimeSpan.TicksPerMillisecond;
-        return (start + delay.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
+        return TickAtOrAfter(start, delay.Ticks);
+    }
+
+    /// <summary>
+    /// The tick in which <paramref name="ticks"/> (non-negative <see cref="TimeSpan"/> ticks) after <paramref name="from"/>
+    /// (in the same unit, since the wheel's origin) falls, rounded up to the next whole millisecond; <see cref="WheelShard.Never"/>
+    /// when that is past the range of a long, which no clock reaches.
+    /// </summary>
+    internal static long TickAtOrAfter(long from, long ticks)
+    {
+        if (ticks > long.MaxValue - (TimeSpan.TicksPerMillisecond - 1))
+        {
+            return WheelShard.Never;
+        }
+        long end = ticks + (TimeSpan.TicksPerMillisecond - 1);
+        return from > long.MaxValue - end ? WheelShard.Never : (from + end) / TimeSpan.TicksPerMillisecond;
     }
 
     /// <summary>How long until tick <paramref name="tick"/> begins (zero if it has).</summary>
@@ -367,7 +404,7 @@ public sealed partial class TimerWheel : IDisposable
             long seen = Interlocked.CompareExchange(ref _wakeAt, deadline, wakeAt);
             if (seen == wakeAt)
             {
-                _driver.Kick();
+                Kick();
                 break;
             }
             wakeAt = seen;
@@ -389,7 +426,7 @@ public sealed partial class TimerWheel : IDisposable
     {
         if (shard == _main)
         {
-            _driver.Kick();
+            Kick();
             if (_disposed)
             {
                 // Raced with Dispose, as Insert can: a canceller (or a WhenAny stopping its losing delay) that won the
@@ -418,13 +455,22 @@ public sealed partial class TimerWheel : IDisposable
         int seen = 1;
         while (true)
         {
-            if (_disposed)
+            try
             {
-                CancelEverything();
+                if (_disposed)
+                {
+                    CancelEverything();
+                }
+                else
+                {
+                    DriveAndPlan();
+                }
             }
-            else
+            catch (Exception ex)
             {
-                DriveAndPlan();
+                // Only the provider can throw here (its clock read at the start of a pass, its timer armed at the end;
+                // continuations are reported as they run): see OnDriverFailed. The drive is still handed back below.
+                OnDriverFailed(ex);
             }
             int left = Interlocked.Add(ref _driveRequests, -seen);
             if (left == 0)
@@ -433,6 +479,40 @@ public sealed partial class TimerWheel : IDisposable
             }
             seen = left;
         }
+    }
+
+    /// <summary>
+    /// Asks the driver for a pass. A provider whose timer throws instead gets none: the pass then runs here, on the
+    /// calling thread (as a <see cref="ManualClock"/>'s timer runs it for a due time of zero), so the timer just pushed,
+    /// or the cancellation just queued, is not left in an inbox that no pass is coming for.
+    /// </summary>
+    private void Kick()
+    {
+        try
+        {
+            _driver.Kick();
+        }
+        catch (Exception ex)
+        {
+            OnDriverFailed(ex);
+            RequestDrive();
+        }
+    }
+
+    /// <summary>
+    /// The provider failed to read its clock or to arm its timer: the failure goes to <see cref="Spindle.UnobservedException"/>
+    /// (it may have happened on the provider's own timer thread, where an exception would end the process, or in a call
+    /// that has already put its timer in the wheel), and the wheel forgets its plan, so that the next timer added wakes it
+    /// again and its pass arms the provider's timer again.
+    /// </summary>
+    /// <remarks>
+    /// Forgetting the plan only raises <see cref="_wakeAt"/>: a producer then kicks when it need not, never the other way
+    /// round, so the Dekker invariant on <see cref="_wakeAt"/> still holds.
+    /// </remarks>
+    private void OnDriverFailed(Exception exception)
+    {
+        Interlocked.Exchange(ref _wakeAt, long.MaxValue);
+        UnobservedExceptions.Report(exception);
     }
 
     /// <summary>
@@ -481,8 +561,15 @@ public sealed partial class TimerWheel : IDisposable
             return;
         }
         _disposed = true;
-        _driver.Dispose();
-        RequestDrive();
+        try
+        {
+            _driver.Dispose();
+        }
+        finally
+        {
+            // Even if the provider's timer throws as it is disposed: every pending delay still completes as canceled.
+            RequestDrive();
+        }
     }
 
     /// <summary>The disposing pass: cancels everything in the main shard and its inboxes. Owner only.</summary>

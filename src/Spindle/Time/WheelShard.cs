@@ -27,8 +27,9 @@ internal sealed class WheelShard : WorkerTimers
     private readonly bool _dispatch;
     // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
     // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
-    private readonly TimerNode?[] _slots = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
-    private readonly TimerNode?[] _tails = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
+    // One more list after the wheel's slots, NeverSlot, holds the timers that are never due (see Never).
+    private readonly TimerNode?[] _slots = new TimerNode?[NeverSlot + 1];
+    private readonly TimerNode?[] _tails = new TimerNode?[NeverSlot + 1];
     private readonly ulong[] _occupied = new ulong[TimerWheel.Levels];
     private long _elapsed;
     private TimerBatch? _batch;
@@ -58,10 +59,20 @@ internal sealed class WheelShard : WorkerTimers
         _dispatch = dispatch;
     }
 
+    /// <summary>
+    /// The deadline of a timer that is never due: an infinite delay on a wheel that can be disposed, kept only so that the
+    /// wheel's Dispose cancels it as it cancels every pending delay. It is linked in <see cref="NeverSlot"/>, outside the
+    /// wheel's levels and bitmaps, and is not counted in <see cref="PendingCount"/> (nothing will ever fire it).
+    /// </summary>
+    public const long Never = long.MaxValue;
+
+    /// <summary>The list of the timers that are never due, after the wheel's 6 × 64 slots.</summary>
+    internal const int NeverSlot = TimerWheel.Levels * TimerWheel.SlotsPerLevel;
+
     /// <summary>The shard's elapsed time in ticks: everything due up to it has fired. Owner only.</summary>
     public long Elapsed => _elapsed;
 
-    /// <summary>Timers linked as of the owner's last change, plus those in the insert inbox.</summary>
+    /// <summary>Timers linked as of the owner's last change, plus those in the insert inbox (neither counting those that are <see cref="Never"/> due).</summary>
     public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
 
     /// <summary>True when a producer has added a timer, or cancelled one, and the owner has not taken it yet.</summary>
@@ -77,7 +88,8 @@ internal sealed class WheelShard : WorkerTimers
         while (true)
         {
             node.Next = head;
-            node.InboxDepth = head is null ? 1 : head.InboxDepth + 1;
+            int below = head is null ? 0 : head.InboxDepth;
+            node.InboxDepth = node.Deadline == Never ? below : below + 1;
             TimerNode? seen = Interlocked.CompareExchange(ref _inbox, node, head);
             if (seen == head)
             {
@@ -394,9 +406,15 @@ internal sealed class WheelShard : WorkerTimers
 
     private void Link(TimerNode node)
     {
-        int level = LevelFor(_elapsed, node.Deadline);
-        int slot = (int)((node.Deadline >> (level * TimerWheel.SlotBits)) & TimerWheel.SlotMask);
-        int index = level * TimerWheel.SlotsPerLevel + slot;
+        int index = NeverSlot;
+        if (node.Deadline != Never)
+        {
+            int level = LevelFor(_elapsed, node.Deadline);
+            int slot = (int)((node.Deadline >> (level * TimerWheel.SlotBits)) & TimerWheel.SlotMask);
+            index = level * TimerWheel.SlotsPerLevel + slot;
+            _occupied[level] |= 1UL << slot;
+            _linkedOwner++;
+        }
         TimerNode? tail = _tails[index];
         node.Next = null;
         node.Prev = tail;
@@ -410,8 +428,6 @@ internal sealed class WheelShard : WorkerTimers
         }
         _tails[index] = node;
         node.Slot = index;
-        _occupied[level] |= 1UL << slot;
-        _linkedOwner++;
     }
 
     public void Unlink(TimerNode node)
@@ -426,7 +442,7 @@ internal sealed class WheelShard : WorkerTimers
         else
         {
             _slots[index] = next;
-            if (next is null)
+            if (next is null && index != NeverSlot)
             {
                 _occupied[index >> TimerWheel.SlotBits] &= ~(1UL << (index & TimerWheel.SlotMask));
             }
@@ -442,7 +458,10 @@ internal sealed class WheelShard : WorkerTimers
         node.Next = null;
         node.Prev = null;
         node.Slot = -1;
-        _linkedOwner--;
+        if (index != NeverSlot)
+        {
+            _linkedOwner--;
+        }
     }
 
     /// <summary>Fires a node whose deadline has passed; its continuation runs inline or joins the batch. Owner only.</summary>
@@ -481,7 +500,7 @@ internal sealed class WheelShard : WorkerTimers
     }
 
 
-    /// <summary>Unlinks and cancels every linked timer, and releases the cancelled ones. Owner only.</summary>
+    /// <summary>Unlinks and cancels every linked timer (those <see cref="Never"/> due too), and releases the cancelled ones. Owner only.</summary>
     public void CancelEverything()
     {
         DrainInboxes(_elapsed);

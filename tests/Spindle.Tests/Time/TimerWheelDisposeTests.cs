@@ -96,4 +96,40 @@ public class TimerWheelDisposeTests
         }
         Assert.True(lost == 0, $"{lost} delays never ended, over {wheels} disposed wheels");
     }
+
+    /// <summary>
+    /// Dispose completes every pending delay as canceled, infinite ones too (found by a review of the time layer,
+    /// 2026-11-28): an infinite delay was in no wheel at all, so it stayed pending after its wheel was disposed, until its
+    /// token (if it had one) was cancelled. It is still never counted as pending, and its token still ends it.
+    /// </summary>
+    [Fact]
+    public void Dispose_InfiniteDelays_CompleteAsCanceled_AndTheirTokensStillWork()
+    {
+        var clock = new ManualClock();
+        var wheel = new TimerWheel(clock);
+        using var cts = new CancellationTokenSource();
+        using var other = new CancellationTokenSource();
+        SpindleTask withToken = wheel.Delay(Timeout.InfiniteTimeSpan, cts.Token);
+        SpindleTask withTokenMs = wheel.Delay(Timeout.Infinite, cts.Token);
+        SpindleTask withoutToken = wheel.Delay(Timeout.InfiniteTimeSpan);
+        SpindleTask cancelledFirst = wheel.Delay(Timeout.InfiniteTimeSpan, other.Token);
+        SpindleTask finite = wheel.Delay(10);
+        clock.Advance(TimeSpan.FromDays(100));
+        Assert.Equal(SpindleTaskStatus.Succeeded, finite.Status);
+        finite.GetAwaiter().GetResult();
+        Assert.Equal(0, wheel.PendingCount);
+        other.Cancel();
+        Assert.ThrowsAny<OperationCanceledException>(() => cancelledFirst.GetAwaiter().GetResult());
+
+        wheel.Dispose();
+
+        foreach (SpindleTask delay in new[] { withToken, withTokenMs, withoutToken })
+        {
+            Assert.Equal(SpindleTaskStatus.Canceled, delay.Status);
+            OperationCanceledException e = Assert.ThrowsAny<OperationCanceledException>(() => delay.GetAwaiter().GetResult());
+            Assert.Contains("disposed", e.Message);
+        }
+        cts.Cancel(); // their registrations were dropped as they were read: nothing happens
+        Assert.Equal(0, wheel.PendingCount);
+    }
 }

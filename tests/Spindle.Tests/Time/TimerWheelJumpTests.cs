@@ -61,4 +61,45 @@ public class TimerWheelJumpTests
         Assert.True(far.IsCompleted, "the longest delay did not fire after its delay");
         far.GetAwaiter().GetResult();
     }
+
+    /// <summary>
+    /// A <see cref="ManualClock"/> advanced to the end of its range (<c>Advance(TimeSpan.MaxValue)</c>, documented as the
+    /// way to fire every timer) can go no further, so a timer started then can never fall due, and must never fire (found
+    /// by a review of the time layer, 2026-11-28): its deadline wrapped past the end of a long to a tick in the past, so
+    /// a delay, a timeout and every wait on a periodic timer completed at once. They now wait, and the wheel's Dispose
+    /// (or the input, or the periodic timer's Dispose) ends them as it ends any pending timer.
+    /// </summary>
+    [Fact]
+    public void ManualClock_AdvancedToItsEnd_TimersStartedThenNeverFire()
+    {
+        var clock = new ManualClock();
+        var wheel = new TimerWheel(clock);
+        using var periodic = new SpindlePeriodicTimer(TimeSpan.FromMilliseconds(10), wheel);
+        SpindleTask before = wheel.Delay(TimeSpan.FromDays(40));
+        AssertReturns(() => clock.Advance(TimeSpan.MaxValue));
+        Assert.Equal(SpindleTaskStatus.Succeeded, before.Status);
+        before.GetAwaiter().GetResult();
+        Assert.True(periodic.WaitForNextTickAsync().GetAwaiter().GetResult(), "the ticks missed on the way count as one");
+
+        SpindleTask delay = wheel.Delay(10);
+        var input = new Promise();
+        SpindleTask timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(10), wheel);
+        SpindleTask<bool> tick = periodic.WaitForNextTickAsync();
+        using var lateStart = new SpindlePeriodicTimer(TimeSpan.FromMilliseconds(10), wheel);
+        SpindleTask<bool> lateTick = lateStart.WaitForNextTickAsync();
+        AssertReturns(() => clock.Advance(TimeSpan.MaxValue));
+        Assert.False(delay.IsCompleted, "a delay fired though its deadline is past the end of the clock");
+        Assert.False(timed.IsCompleted, "a timeout fired though its deadline is past the end of the clock");
+        Assert.False(tick.IsCompleted, "a periodic tick past the end of the clock was delivered");
+        Assert.False(lateTick.IsCompleted, "a periodic tick past the end of the clock was delivered");
+
+        input.SetResult();
+        timed.GetAwaiter().GetResult();
+        periodic.Dispose();
+        Assert.False(tick.GetAwaiter().GetResult());
+        wheel.Dispose();
+        Assert.ThrowsAny<OperationCanceledException>(() => delay.GetAwaiter().GetResult());
+        Assert.False(lateTick.GetAwaiter().GetResult());
+        Assert.Equal(0, wheel.PendingCount);
+    }
 }
