@@ -414,9 +414,14 @@ internal abstract class CombinatorCore
     protected bool LetGo(Slot slot, ref TakenSets taken)
     {
         // Source first, with an acquire (see AddSource), then the rest of the use. It is cleared by the slot's own read:
-        // null means the input was read already, or is not published yet (its registrant will let go of it).
+        // null means the input was read already, or is being read by its own callback, or is not published yet (its
+        // registrant will let go of it).
         if (Volatile.Read(ref slot.Source) is not IDetachableSource source || slot.Kind != InputKind.Spindle)
         {
+            // A callback that claimed the read clears Source before it reports the failure it read: wait for that read
+            // to end, as ReadLoserNow does when it loses the claim, so that a losing fault is reported before the combined
+            // task completes whichever side read it.
+            AwaitClaimedRead(slot);
             return false;
         }
         switch (source.TryDetach(slot))
@@ -442,15 +447,12 @@ internal abstract class CombinatorCore
     /// </summary>
     private static Signal? ReadLoserNow(Slot slot)
     {
-        SpinWait spin = default;
         if (!slot.TryClaimRead())
         {
-            while (Volatile.Read(ref slot.ReadState) != Slot.Read)
-            {
-                spin.SpinOnce();
-            }
+            AwaitClaimedRead(slot);
             return null; // the slot's own callback read it, and deals with a set it took
         }
+        SpinWait spin = default;
         if (Volatile.Read(ref slot.Source) is not { } source)
         {
             // The slot's registration failed (the caller's error) and its source was withdrawn after this thread met it:
@@ -465,6 +467,20 @@ internal abstract class CombinatorCore
         ReportLoser(slot.ReadInput(out Signal? taken));
         slot.EndRead();
         return taken;
+    }
+
+    /// <summary>
+    /// Waits while the slot's own callback holds the claim on its read (<see cref="Slot.Reading"/>): the read, and the
+    /// report of a failure it read, are a few instructions and the handlers away. Returns at once if nobody claimed it,
+    /// or its read has ended.
+    /// </summary>
+    private static void AwaitClaimedRead(Slot slot)
+    {
+        SpinWait spin = default;
+        while (Volatile.Read(ref slot.ReadState) == Slot.Reading)
+        {
+            spin.SpinOnce();
+        }
     }
 
     private static bool HasSettled(ISpindleSource source, short token)
