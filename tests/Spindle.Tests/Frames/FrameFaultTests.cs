@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Threading.Tasks;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Frames;
 
@@ -12,22 +13,6 @@ namespace SpindleLib.Tests.Frames;
 [Collection(SequentialCollection.Name)]
 public sealed class FrameFaultTests
 {
-    private static ConcurrentQueue<Exception> Observe(Action body)
-    {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
-        {
-            body();
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        return reported;
-    }
-
     [Fact]
     public void DelegateContinuationThatThrows_IsReported_AndThePhaseGoesOn()
     {

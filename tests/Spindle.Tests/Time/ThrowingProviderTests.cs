@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Time;
 
@@ -112,22 +113,6 @@ public class ThrowingProviderTests
         Assert.ThrowsAny<OperationCanceledException>(() => pending.GetAwaiter().GetResult());
         Assert.Equal(0, wheel.PendingCount);
         Assert.Throws<ObjectDisposedException>(() => wheel.Delay(10));
-    }
-
-    private static ConcurrentQueue<Exception> Observe(Action body)
-    {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
-        {
-            body();
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        return reported;
     }
 
     /// <summary>A <see cref="ManualClock"/> whose timers throw on demand (when kicked, a due time of zero; armed; disposed), and whose clock does.</summary>
