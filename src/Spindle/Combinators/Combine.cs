@@ -84,10 +84,12 @@ internal static class Combine
             throw new ArgumentException(NoInputMessage, nameof(tasks));
         }
         // A losing Spindle task can be left to finish on its own (Forget), so the first finished input settles the race at
-        // once with no need to look further: seed 002's fast path. Other kinds settle without a combinator only when all
-        // have finished, so that a pending loser is still read exactly once, by a slot.
+        // once: seed 002's fast path. Other kinds settle without a combinator only when all have finished, so that a
+        // pending loser is still read exactly once, by a slot. Either way every input is validated first: settling lets go
+        // of the losers (an async method is forgotten, a signal's wait ends, a delay leaves its wheel), so a stale input
+        // found while letting go would throw with the inputs before it already taken from the caller.
         bool settleAtFirst = default(TKind).ForgetsPending && !cancellationToken.IsCancellationRequested;
-        int completed = Scan<TInput, TValue, TKind>(tasks, settleAtFirst, out int first);
+        int completed = Scan<TInput, TValue, TKind>(tasks, out int first);
         if (first >= 0 && !cancellationToken.IsCancellationRequested && (settleAtFirst || completed == tasks.Length))
         {
             return SettleNow<TInput, TValue, TKind, TResult>(tasks, first, fromWinner);
@@ -149,16 +151,14 @@ internal static class Combine
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
     private static bool AllCompleted<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, TValue>
-        => Scan<TInput, TValue, TKind>(tasks, stopAtFirstCompleted: false, out _) == tasks.Length && !cancellationToken.IsCancellationRequested;
+        => Scan<TInput, TValue, TKind>(tasks, out _) == tasks.Length && !cancellationToken.IsCancellationRequested;
 
     /// <summary>
-    /// Validates the inputs before any is consumed (a null one is rejected, naming its index; a Spindle task already
-    /// consumed throws the await-once error), counts the finished ones, and finds the first of them. With
-    /// <paramref name="stopAtFirstCompleted"/> (only for Spindle tasks, which are never null, and whose Forget rejects a
-    /// consumed one), it stops there.
+    /// Validates every input before any is consumed or let go of (a null one is rejected, naming its index; a Spindle task
+    /// already consumed throws the await-once error), counts the finished ones, and finds the first of them.
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
-    private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, bool stopAtFirstCompleted, out int firstCompleted)
+    private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, out int firstCompleted)
         where TKind : struct, IInputKind<TInput, TValue>
     {
         firstCompleted = -1;
@@ -169,16 +169,9 @@ internal static class Combine
             {
                 throw NullInput(i);
             }
-            if (default(TKind).IsCompleted(tasks[i]))
+            if (default(TKind).IsCompleted(tasks[i]) && completed++ == 0)
             {
-                if (completed++ == 0)
-                {
-                    firstCompleted = i;
-                    if (stopAtFirstCompleted)
-                    {
-                        break;
-                    }
-                }
+                firstCompleted = i;
             }
         }
         return completed;

@@ -188,6 +188,53 @@ public class CombinatorBadInputTests
         AssertAwaitOnceError(() => SpindleTask.WhenAny(input));
     }
 
+    /// <summary>A pooled task whose one read has been made: stale, so any look at it is the await-once error.</summary>
+    private static SpindleTask<int> Consumed()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = Await(promise);
+        promise.SetResult(0);
+        task.GetAwaiter().GetResult();
+        return task;
+    }
+
+    [Fact]
+    public void WhenAny_StaleInputBehindAFinishedOne_ThrowsBeforeLettingGoOfTheInputsBeforeIt()
+    {
+        // A finished input settles a WhenAny of Spindle tasks at once, letting go of the losers. A stale input further on
+        // must be rejected before that: it threw while being let go of, after the pending inputs before it had been
+        // taken from the caller (the async method forgotten, the signal's wait ended, the delay taken out of its wheel).
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var gate = new Promise();
+        SpindleTask method = Await(gate);
+        var signal = new Signal();
+        SpindleTask wait = signal.WaitAsync();
+        SpindleTask delay = wheel.Delay(TimeSpan.FromSeconds(1));
+        AssertAwaitOnceError(() => SpindleTask.WhenAny(SpindleTask.CompletedTask, method, wait, delay, Consumed()));
+        AssertAwaitOnceError(() => SpindleTask.WhenAny(new List<SpindleTask> { SpindleTask.CompletedTask, method, wait, delay, Consumed() }));
+
+        Assert.True(signal.HasWaiter, "the signal's wait was ended");
+        Assert.Equal(1, wheel.PendingCount);
+        gate.SetResult();
+        signal.Set();
+        clock.Advance(TimeSpan.FromSeconds(1));
+        method.GetAwaiter().GetResult(); // each is still the caller's, to await once
+        wait.GetAwaiter().GetResult();
+        delay.GetAwaiter().GetResult();
+        Assert.False(signal.IsSet, "the caller's wait took the set");
+    }
+
+    [Fact]
+    public void WhenAnyTyped_StaleInputBehindAFinishedOne_ThrowsBeforeLettingGoOfTheInputsBeforeIt()
+    {
+        var gate = new Promise<int>();
+        SpindleTask<int> method = Await(gate);
+        AssertAwaitOnceError(() => SpindleTask.WhenAny(new[] { SpindleTask.FromResult(1), method, Consumed() }));
+        gate.SetResult(7);
+        Assert.Equal(7, method.GetAwaiter().GetResult());
+    }
+
     [Fact]
     public void NewInputKinds_EmptyWhenAny_ThrowsArgumentException_EmptyWhenAll_CompletesAtOnce()
     {
