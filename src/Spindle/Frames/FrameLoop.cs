@@ -303,11 +303,11 @@ public sealed partial class FrameLoop
     public void RunFrame(TimeSpan deltaTime)
     {
         ValidateDelta(deltaTime, nameof(deltaTime));
-        Enter();
+        long scaledTicks = EnterFrame(deltaTime.Ticks);
         long started = SpindleMetrics.FrameStarted();
         try
         {
-            BeginFrameCore(deltaTime.Ticks);
+            BeginFrameCore(deltaTime.Ticks, scaledTicks);
             long frame = _frameCount;
             FramePhase[] phases = Volatile.Read(ref _phases);
             for (int i = 0; i < phases.Length; i++)
@@ -335,10 +335,10 @@ public sealed partial class FrameLoop
     public void BeginFrame(TimeSpan deltaTime)
     {
         ValidateDelta(deltaTime, nameof(deltaTime));
-        Enter();
+        long scaledTicks = EnterFrame(deltaTime.Ticks);
         try
         {
-            BeginFrameCore(deltaTime.Ticks);
+            BeginFrameCore(deltaTime.Ticks, scaledTicks);
         }
         finally
         {
@@ -399,6 +399,37 @@ public sealed partial class FrameLoop
     /// <summary>Claims the loop for one step on the calling thread, which becomes the loop thread.</summary>
     private void Enter()
     {
+        Claim();
+        TakeLoopThread();
+    }
+
+    /// <summary>
+    /// As <see cref="Enter"/>, for a frame that moves loop time by <paramref name="deltaTicks"/>: the frame is checked to
+    /// fit in loop time (<see cref="ScaledDelta"/>) once the loop is claimed, since only the thread inside a step reads
+    /// loop time, and before the calling thread becomes the loop thread, so that a refused frame changes nothing (a thread
+    /// whose frame was refused took the loop over, and an await of SwitchTo() there resumed at once, on a thread that runs
+    /// no frames). Returns the frame's scaled delta.
+    /// </summary>
+    private long EnterFrame(long deltaTicks)
+    {
+        Claim();
+        long scaledTicks;
+        try
+        {
+            scaledTicks = ScaledDelta(deltaTicks);
+        }
+        catch
+        {
+            Exit();
+            throw;
+        }
+        TakeLoopThread();
+        return scaledTicks;
+    }
+
+    /// <summary>Claims the loop for one step on the calling thread; nothing else changes (<see cref="TakeLoopThread"/> follows).</summary>
+    private void Claim()
+    {
         int me = Environment.CurrentManagedThreadId;
         int runner = Volatile.Read(ref _runThreadId);
         if (runner != 0 && runner != me)
@@ -411,6 +442,11 @@ public sealed partial class FrameLoop
                 ? "RunFrame, BeginFrame or RunPhase was called from inside a frame (a continuation running on this loop). A frame cannot run another; await loop.NextFrame() instead."
                 : "Another thread is running a frame of this FrameLoop. A loop runs on one thread at a time.");
         }
+    }
+
+    /// <summary>The thread that has claimed the loop becomes the thread inside the step, and the loop thread.</summary>
+    private void TakeLoopThread()
+    {
         Thread current = Thread.CurrentThread;
         Volatile.Write(ref _owner, current);
         if (Volatile.Read(ref _loopThread) != current)
@@ -443,10 +479,14 @@ public sealed partial class FrameLoop
     /// </summary>
     private static readonly long s_maxLoopTicks = TimeSpan.MaxValue.Ticks - TimerWheel.MaxDelay.Ticks - TimeSpan.TicksPerMillisecond;
 
-    private void BeginFrameCore(long deltaTicks)
+    /// <summary>
+    /// The scaled step of a frame of <paramref name="deltaTicks"/>, checked before anything changes: a frame that would
+    /// take loop time past its range is refused (it wrapped to a large negative time, stranding or firing early the
+    /// delays in the loop's wheels). Called by the thread that has claimed the loop, which alone moves loop time.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">The frame would take loop time past its range.</exception>
+    private long ScaledDelta(long deltaTicks)
     {
-        // Checked before anything changes: a frame that would take loop time past its range is refused (it wrapped to a
-        // large negative time, stranding or firing early the delays in the loop's wheels).
         double scale = Volatile.Read(ref _timeScale);
         double product = deltaTicks * scale;
         long scaledTicks = scale == 1.0 ? deltaTicks : product < s_maxLoopTicks ? (long)Math.Round(product) : long.MaxValue;
@@ -456,7 +496,12 @@ public sealed partial class FrameLoop
                 "This frame would take loop time (" + TimeSpan.FromTicks(_unscaledTimeTicks) + " unscaled, " + TimeSpan.FromTicks(_timeTicks) +
                 " scaled, time scale " + scale + ") past " + TimeSpan.FromTicks(s_maxLoopTicks) + ", the furthest it can go. Use a smaller delta or time scale.");
         }
+        return scaledTicks;
+    }
 
+    /// <summary>Begins a frame of <paramref name="deltaTicks"/>, <paramref name="scaledTicks"/> scaled (<see cref="ScaledDelta"/>).</summary>
+    private void BeginFrameCore(long deltaTicks, long scaledTicks)
+    {
         // Hand-offs first, as if they had been made on the loop thread just before this frame.
         _inbox.Drain();
 

@@ -1,5 +1,6 @@
 using System;
 using System.Threading;
+using System.Threading.Tasks;
 
 namespace SpindleLib.Tests.Frames;
 
@@ -74,6 +75,42 @@ public sealed class FrameTimeEdgeTests
             }
             Assert.True(loop.Time >= time, $"Time went back from {time.Ticks} to {loop.Time.Ticks} ticks");
         }
+    }
+
+    /// <summary>
+    /// A refused frame changes nothing, and that includes the loop thread: a thread whose frame was refused has run no
+    /// frame and must not take the loop over (an await of <see cref="FrameLoop.SwitchTo(CancellationToken)"/> there would
+    /// resume at once, on a thread that runs no frames, while the real loop thread runs them).
+    /// </summary>
+    [Fact]
+    public async Task RefusedFrame_OnAnotherThread_DoesNotMakeItTheLoopThread()
+    {
+        string? failure = null;
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+        {
+            FrameLoop loop = FrameUtil.NewBoundLoop(); // this thread is the loop thread
+            var other = new Thread(() =>
+            {
+                Exception? frame = Record.Exception(() => loop.RunFrame(TimeSpan.MaxValue));
+                Exception? begin = Record.Exception(() => loop.BeginFrame(TimeSpan.MaxValue));
+                if (frame is not ArgumentOutOfRangeException || begin is not ArgumentOutOfRangeException)
+                {
+                    failure = $"the frames were not refused: {frame?.GetType().Name ?? "none"}, {begin?.GetType().Name ?? "none"}";
+                }
+                else if (loop.IsLoopThread || loop.SwitchTo().GetAwaiter().IsCompleted)
+                {
+                    failure = "a thread whose frames were refused became the loop thread";
+                }
+            }) { IsBackground = true };
+            other.Start();
+            other.Join();
+            if (failure is null && !loop.IsLoopThread)
+            {
+                failure = "the thread that ran the loop's frames is no longer its loop thread";
+            }
+            loop.RunFrame(); // and it goes on running them
+        }));
+        Assert.Null(failure);
     }
 
     /// <summary>
