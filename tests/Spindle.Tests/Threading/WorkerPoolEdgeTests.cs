@@ -839,6 +839,40 @@ public class WorkerPoolEdgeSequentialTests
         }
     }
 
+    [Fact]
+    public async Task TwoWorkersBlockedOnEachOthersHandOffs_BothFinish_AndEachHandOffRunsOnce()
+    {
+        // Each of two workers puts a run in its own run-next slot and then blocks (GetResult, helping) on the run the other
+        // worker queued: neither may wait for the other for ever, and no run may be lost or run twice, whichever takes it
+        // (its owner's helper, or the other's as a thief). Needs two workers at once (with one, nothing to check).
+        await TestUtil.LeaveSpindleWorkers();
+        if (WorkerPool.Shared.WorkerCount < 2)
+        {
+            return;
+        }
+        int rounds = TestUtil.Stress(300);
+        for (int round = 0; round < rounds; round++)
+        {
+            var handOffs = new SpindleTask<int>[2];
+            var runs = new int[2];
+            using var both = new Barrier(2);
+            SpindleTask<int> Side(int me) => Spindle.Run(() =>
+            {
+                handOffs[me] = Spindle.Run(() => Interlocked.Increment(ref runs[me]) * 10 + me);
+                if (!both.SignalAndWait(TimeSpan.FromSeconds(10)))
+                {
+                    throw new TimeoutException("the other side never started");
+                }
+                return handOffs[1 - me].GetAwaiter().GetResult();
+            });
+            SpindleTask<int> first = Side(0);
+            SpindleTask<int> second = Side(1);
+            Assert.Equal(11, await TestUtil.WithTimeout(first, 10));
+            Assert.Equal(10, await TestUtil.WithTimeout(second, 10));
+            Assert.True(runs[0] == 1 && runs[1] == 1, $"round {round}: the hand-offs ran {runs[0]} and {runs[1]} times");
+        }
+    }
+
     private static int s_reachabilityRan;
 
     /// <summary>Queues <paramref name="count"/> items from a worker, as hand-offs and displaced items, and returns weak references to them.</summary>
