@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Diagnostics.CodeAnalysis;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -311,7 +312,10 @@ internal sealed class WorkerPool : Scheduler
         {
             return false;
         }
-        WorkItem? item = FindWork(w, stealRunNext: true);
+        // Its fair looks too, as its loop takes them: a helper that always took its run-next slot first ran a yield loop (or
+        // a long run of inline awaits) it had started for as long as that went on, and never the injection queue or its own
+        // deque, where the result it waited for could be (found by review, with a test).
+        WorkItem? item = FindWorkTakingTurns(w, stealRunNext: true);
         if (item is null)
         {
             // A worker blocked on a result still runs its own due timers: the result may be waiting for one of them.
@@ -388,12 +392,22 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// How often a busy worker's loop looks at the queues a run-next chain would hold back (the jobs' queue, the
-    /// injection queue and the oldest item of its own deque) before its run-next slot: a chain that always refills the slot
-    /// (a yield loop, a long run of awaited runs) would otherwise starve them for ever on a pool whose workers all run
-    /// such chains. Go's scheduler looks at its global queue every 61 ticks for the same reason.
+    /// How often a busy worker looks at the queues a run-next chain would hold back (the jobs' queue, the injection queue
+    /// and the oldest item of its own deque) before its run-next slot, on its loop and while it helps in a blocking wait:
+    /// a chain that always refills the slot (a yield loop, a long run of awaited runs) would otherwise starve them for ever
+    /// on a pool whose workers all run such chains, or block on a result waiting there. Go's scheduler looks at its global
+    /// queue every 61 ticks for the same reason.
     /// </summary>
     private const int FairLookInterval = 61;
+
+    /// <summary>
+    /// The next item for a worker, on its loop or while it helps in a blocking wait (<see cref="TryRunOne"/>): its fair look
+    /// (<see cref="FindWorkFairly"/>) every <see cref="FairLookInterval"/> looks and after a declined take-back, else
+    /// <see cref="FindWork"/>.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private WorkItem? FindWorkTakingTurns(Worker self, bool stealRunNext)
+        => (--self.UntilFairLook <= 0 || self.LookFairlyNext ? FindWorkFairly(self) : null) ?? FindWork(self, stealRunNext);
 
     private WorkItem? FindWorkFairly(Worker self)
     {
@@ -523,8 +537,7 @@ internal sealed class WorkerPool : Scheduler
             WorkItem? item;
             if (!woken)
             {
-                item = --self.UntilFairLook <= 0 || self.LookFairlyNext ? FindWorkFairly(self) : null;
-                item ??= FindWork(self, stealRunNext: false);
+                item = FindWorkTakingTurns(self, stealRunNext: false);
                 if (item is not null)
                 {
                     Execute(item);

@@ -127,6 +127,68 @@ public class WorkerPoolEdgeTests
         }
     }
 
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void ItemBehindAYieldLoop_Runs_WhileTheOnlyWorkerHelpsInABlockingWait(bool displacedIntoTheDeque)
+    {
+        // The worker's loop takes its fair look every 61 items (decisions.md section 9); a worker blocked on a result helps
+        // instead (TryRunOne), and must be as fair: here it waits for an item queued from outside (the injection queue) or
+        // displaced into its own deque, while a yield loop it started keeps refilling its run-next slot. One worker, so
+        // nobody else can take the item: a helper that always takes the run-next slot first waits until the loop ends.
+        var pool = new WorkerPool(1, "edge helping yield-loop worker");
+        int itemRan = 0;
+        YieldLoop? loop = null;
+        using var helping = new ManualResetEventSlim();
+        using var finished = new ManualResetEventSlim();
+        try
+        {
+            using var ran = new ManualResetEventSlim();
+            var item = new ActionItem(() =>
+            {
+                Volatile.Write(ref itemRan, 1);
+                ran.Set();
+            });
+            loop = new YieldLoop(pool, () => Volatile.Read(ref itemRan) != 0, TimeSpan.FromSeconds(6));
+            YieldLoop theLoop = loop;
+            pool.Queue(new ActionItem(() =>
+            {
+                if (displacedIntoTheDeque)
+                {
+                    pool.Queue(item);
+                }
+                pool.Queue(theLoop); // into this worker's run-next slot (displacing the item into the deque)
+                helping.Set();
+                // Blocks as BlockingWait does on a worker: helps until what it waits for has happened (bounded here).
+                long limit = Stopwatch.GetTimestamp() + 10 * Stopwatch.Frequency;
+                while (Volatile.Read(ref itemRan) == 0 && Stopwatch.GetTimestamp() < limit)
+                {
+                    if (!pool.TryRunOne())
+                    {
+                        Thread.Sleep(1);
+                    }
+                }
+                finished.Set();
+            }));
+            Assert.True(helping.Wait(TimeSpan.FromSeconds(10)), "the helping item did not start");
+            if (!displacedIntoTheDeque)
+            {
+                TestUtil.SpinUntil(() => Volatile.Read(ref theLoop.Rounds) > 1000, 10); // the worker is deep in the loop
+                pool.Queue(item); // from outside: the injection queue
+            }
+            Assert.True(ran.Wait(TimeSpan.FromSeconds(3)),
+                $"an item {(displacedIntoTheDeque ? "displaced into the deque" : "queued from outside")} waited 3 s while the only worker, " +
+                $"blocked on it, helped with a yield loop ({Volatile.Read(ref theLoop.Rounds)} rounds; {pool.Describe()})");
+        }
+        finally
+        {
+            Volatile.Write(ref itemRan, 1);
+            loop?.Ended.Wait(TimeSpan.FromSeconds(10));
+            finished.Wait(TimeSpan.FromSeconds(15));
+            pool.Dispose();
+        }
+    }
+
     [Fact]
     public void ItemQueuedFromOutside_AsTheOnlyWorkerGoesFromSpinningToParked_IsNeverMissed()
     {
@@ -700,6 +762,114 @@ public class WorkerPoolEdgeSequentialTests
         {
             Volatile.Write(ref stop, 1);
             await TestUtil.WithTimeout(Task.WhenAll(loops), 15);
+        }
+    }
+
+    [Fact]
+    public Task SpindleRun_FromOutside_Runs_WhileEveryWorkerBlocksOnItAndAwaitsYieldInALoop()
+        // The public form of the helper's starvation: every shared worker blocks in GetResult (and so helps) while an
+        // async method it started loops on Spindle.Yield, and the result comes from a Spindle.Run queued from outside.
+        => AssertRunFromOutsideReachesBlockedWorkers("looped on Spindle.Yield", YieldOnce);
+
+    [NetBuildFact("nothing is run inline on netstandard2.1")]
+    public Task SpindleRun_FromOutside_Runs_WhileEveryWorkerBlocksOnItAndAwaitsItsOwnRunsInALoop()
+        // As above with a long run of inline awaits (decisions.md section 9's budget) on each blocked worker.
+        => AssertRunFromOutsideReachesBlockedWorkers("looped on awaits of their own runs", static () => Spindle.Run(static () => { }));
+
+    /// <summary>
+    /// Every shared worker starts a loop on <paramref name="step"/> (for at most 6 s) and then blocks on a promise that
+    /// only a Spindle.Run queued from outside sets: that run must get through within 3 s.
+    /// </summary>
+    private static async Task AssertRunFromOutsideReachesBlockedWorkers(string what, Func<SpindleTask> step)
+    {
+        await TestUtil.LeaveSpindleWorkers(); // the Spindle.Run calls below must queue from outside
+        int workers = WorkerPool.Shared.WorkerCount;
+        int stop = 0;
+        var promises = new Promise[workers];
+        var blockers = new Task[workers];
+        var loopThreads = new System.Collections.Concurrent.ConcurrentDictionary<int, byte>();
+        long deadline = Stopwatch.GetTimestamp() + 6 * Stopwatch.Frequency;
+        using var started = new CountdownEvent(workers);
+        try
+        {
+            for (int i = 0; i < workers; i++)
+            {
+                var promise = promises[i] = new Promise();
+                blockers[i] = TestUtil.AwaitAsync(Spindle.Run(() =>
+                {
+                    started.Signal();
+                    // Every worker takes one blocker before any loop starts (a helper could take a second blocker itself).
+                    started.Wait(TimeSpan.FromSeconds(10));
+                    SpindleTask loop = Loop();
+                    promise.Task.GetAwaiter().GetResult(); // blocks, helping
+                    Volatile.Write(ref stop, 1);
+                    loop.GetAwaiter().GetResult();
+                }));
+            }
+            Assert.True(started.Wait(TimeSpan.FromSeconds(10)), "not every worker took a blocking item");
+            TestUtil.SpinUntil(() => loopThreads.Count == workers, 3);
+            Task probe = TestUtil.AwaitAsync(Spindle.Run(() =>
+            {
+                foreach (Promise p in promises)
+                {
+                    p.TrySetResult();
+                }
+            }));
+            Task first = await Task.WhenAny(probe, Task.Delay(TimeSpan.FromSeconds(3)));
+            Assert.True(first == probe,
+                $"Spindle.Run from outside did not run in 3 s while {workers} worker(s), blocked on it, {what} ({WorkerPool.Shared.Describe()})");
+        }
+        finally
+        {
+            Volatile.Write(ref stop, 1);
+            foreach (Promise p in promises)
+            {
+                p?.TrySetResult();
+            }
+            await TestUtil.WithTimeout(Task.WhenAll(blockers), 15);
+        }
+
+        async SpindleTask Loop()
+        {
+            while (Volatile.Read(ref stop) == 0 && Stopwatch.GetTimestamp() < deadline)
+            {
+                loopThreads.TryAdd(Environment.CurrentManagedThreadId, 0);
+                await step();
+            }
+        }
+    }
+
+    [Fact]
+    public async Task TwoWorkersBlockedOnEachOthersHandOffs_BothFinish_AndEachHandOffRunsOnce()
+    {
+        // Each of two workers puts a run in its own run-next slot and then blocks (GetResult, helping) on the run the other
+        // worker queued: neither may wait for the other for ever, and no run may be lost or run twice, whichever takes it
+        // (its owner's helper, or the other's as a thief). Needs two workers at once (with one, nothing to check).
+        await TestUtil.LeaveSpindleWorkers();
+        if (WorkerPool.Shared.WorkerCount < 2)
+        {
+            return;
+        }
+        int rounds = TestUtil.Stress(300);
+        for (int round = 0; round < rounds; round++)
+        {
+            var handOffs = new SpindleTask<int>[2];
+            var runs = new int[2];
+            using var both = new Barrier(2);
+            SpindleTask<int> Side(int me) => Spindle.Run(() =>
+            {
+                handOffs[me] = Spindle.Run(() => Interlocked.Increment(ref runs[me]) * 10 + me);
+                if (!both.SignalAndWait(TimeSpan.FromSeconds(10)))
+                {
+                    throw new TimeoutException("the other side never started");
+                }
+                return handOffs[1 - me].GetAwaiter().GetResult();
+            });
+            SpindleTask<int> first = Side(0);
+            SpindleTask<int> second = Side(1);
+            Assert.Equal(11, await TestUtil.WithTimeout(first, 10));
+            Assert.Equal(10, await TestUtil.WithTimeout(second, 10));
+            Assert.True(runs[0] == 1 && runs[1] == 1, $"round {round}: the hand-offs ran {runs[0]} and {runs[1]} times");
         }
     }
 
