@@ -55,6 +55,13 @@ internal static class TestUtil
     public static Task<T> WithTimeout<T>(SpindleTask<T> task, int seconds = DefaultTimeoutSeconds) => WithTimeout(AwaitAsync(task), seconds);
 
     /// <summary>
+    /// Runs <paramref name="action"/> (a clock's advance, a pass, a frame: something that must return) on a pool thread,
+    /// failing with <paramref name="message"/> if it has not returned within the default timeout.
+    /// </summary>
+    public static void AssertReturns(Action action, string message)
+        => Assert.True(Task.Run(action).Wait(TimeSpan.FromSeconds(DefaultTimeoutSeconds)), message);
+
+    /// <summary>
     /// Runs <paramref name="body"/> on a new dedicated thread (never a Spindle worker or a pool thread), and returns a
     /// task that completes when it returns, faulted if it threw.
     /// </summary>

@@ -654,18 +654,21 @@ public sealed partial class FrameLoop
 
     /// <summary>
     /// Runs the loop with a fixed timestep on a dedicated thread (named "Spindle FrameLoop"), which becomes the loop
-    /// thread, until <paramref name="cancellationToken"/> is cancelled. Each frame advances loop time by exactly
-    /// 1 / <paramref name="framesPerSecond"/>; frames start on that schedule in real time, and a loop that falls more
-    /// than a few frames behind (a frame took too long) drops the backlog instead of running frames back to back.
+    /// thread, until <paramref name="cancellationToken"/> is cancelled. Each frame advances loop time by
+    /// 1 / <paramref name="framesPerSecond"/>, rounded to the nearest <see cref="TimeSpan"/> tick (100 ns); frames start
+    /// on the exact schedule in real time, and a loop that falls more than a few frames behind (a frame took too long)
+    /// drops the backlog instead of running frames back to back. A rate the thread cannot keep up with runs frames back to
+    /// back, keeping one core busy.
     /// </summary>
-    /// <param name="framesPerSecond">Frames per second: the timestep's inverse.</param>
+    /// <param name="framesPerSecond">Frames per second: the timestep's inverse. At most 10,000,000 (a 100 ns timestep).</param>
     /// <param name="cancellationToken">Stops the loop after the frame in progress.</param>
     /// <returns>
     /// A task that completes when the loop has stopped (successfully: stopping is the normal end), or faults if the loop
     /// itself failed. Continuations still waiting stay queued; <see cref="RunFrame()"/> or a new Run carries on with them.
     /// </returns>
-    /// <exception cref="ArgumentOutOfRangeException"><paramref name="framesPerSecond"/> is not a positive finite number, or is
-    /// so small that one timestep would not fit in loop time.</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="framesPerSecond"/> is not a positive finite number, is
+    /// so small that one timestep would not fit in loop time, or is above 10,000,000, so that one timestep would be shorter
+    /// than a <see cref="TimeSpan"/> tick.</exception>
     /// <exception cref="InvalidOperationException">The loop is already being run by Run.</exception>
     public Task Run(double framesPerSecond, CancellationToken cancellationToken)
     {
@@ -677,6 +680,12 @@ public sealed partial class FrameLoop
         {
             throw new ArgumentOutOfRangeException(nameof(framesPerSecond), framesPerSecond,
                 "Frames per second is so low that one frame's timestep would not fit in loop time (about 29,000 years).");
+        }
+        if (framesPerSecond > TimeSpan.TicksPerSecond)
+        {
+            // A timestep under a tick was taken as one tick: loop time moved up to many times further per frame than asked.
+            throw new ArgumentOutOfRangeException(nameof(framesPerSecond), framesPerSecond,
+                "Frames per second is above 10,000,000: one frame's timestep would be shorter than a TimeSpan tick (100 ns), the least loop time can move. Use 10,000,000 or fewer.");
         }
         if (Interlocked.CompareExchange(ref _runThreadId, -1, 0) != 0)
         {
@@ -702,7 +711,7 @@ public sealed partial class FrameLoop
             // Not the loop thread yet: its first frame's Enter makes it so. A frame another thread is still running
             // refuses that Enter (and so this Run), and must not lose the loop thread to a Run that never ran a frame.
             TimeProvider clock = TimeProvider.System;
-            var step = TimeSpan.FromTicks(Math.Max(1, (long)Math.Round(TimeSpan.TicksPerSecond / framesPerSecond)));
+            var step = TimeSpan.FromTicks((long)Math.Round(TimeSpan.TicksPerSecond / framesPerSecond)); // at least a tick (checked above)
             double timestampsPerFrame = clock.TimestampFrequency / framesPerSecond;
             using var wake = new ManualResetEventSlim(false);
             using CancellationTokenRegistration registration = cancellationToken.Register(static o => ((ManualResetEventSlim)o!).Set(), wake);

@@ -17,7 +17,11 @@ namespace SpindleLib;
 /// <para>Deadlines are rounded up to the next millisecond, so nothing fires early, and a due timer fires within one
 /// millisecond of its deadline (plus the time its driver takes to wake up). Timers fire in deadline order, even when
 /// one pass covers many milliseconds (a clock that jumps, a late pass); timers due at the same millisecond fire in the
-/// order they were started (on one shard: delays started on different workers go to different workers' wheels).</para>
+/// order they were started (on one shard: delays started on different workers go to different workers' wheels). A
+/// provider whose timestamp steps back (one that is not monotonic) takes the wheel back with it: a timer fires when the
+/// clock reads its deadline, whether it was started before the step or after it (the wheel follows a step of up to about
+/// 745 days; a timer started after a longer one, due before the point the wheel stopped at, fires at the wheel's next tick
+/// from there).</para>
 /// <para>The wheel on <see cref="TimeProvider.System"/> (including <see cref="Default"/>) is driven by a dedicated
 /// background thread and runs the continuations of expired timers on Spindle's workers, in batches. A wheel on any
 /// other <see cref="TimeProvider"/> (such as <see cref="ManualClock"/>) is driven by that provider's timer, and runs the

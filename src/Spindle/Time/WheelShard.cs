@@ -218,6 +218,10 @@ internal sealed class WheelShard : WorkerTimers
     /// </remarks>
     public void DrainInboxes(long now)
     {
+        if (now < _elapsed)
+        {
+            Rewind(now); // the clock went back: rare, and only on a provider whose timestamp is not monotonic
+        }
         TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
         TimerNode? added = Interlocked.Exchange(ref _inbox, null);
         TimerNode? later = null; // oldest first: the walk below goes newest first, and pushes
@@ -254,10 +258,75 @@ internal sealed class WheelShard : WorkerTimers
             node.Next = null;
             if (!node.IsCompleted) // else cancelled before it was linked; its cancel-inbox entry releases it
             {
+                if (node.Deadline <= _elapsed)
+                {
+                    // Only after a step back further than Rewind can follow: the wheel cannot link a time it has passed,
+                    // so the timer waits for the next tick of the wheel's own time (late, never early).
+                    node.Deadline = _elapsed + 1;
+                }
                 Link(node);
             }
         }
         ReleaseCancelled(cancelled);
+    }
+
+    /// <summary>
+    /// How far back the wheel's time can follow its clock: a linked deadline is less than 2^32 ms (over
+    /// <see cref="TimerWheel.MaxDelay"/>) past the time its timer was started, at or before <see cref="_elapsed"/>, so a
+    /// wheel taken back by at most this still has every deadline within its span (2^36 ms).
+    /// </summary>
+    internal const long MaxRewind = TimerWheel.WheelSpan - (1L << 32);
+
+    /// <summary>
+    /// Takes the wheel's time back to <paramref name="now"/>, a reading of a clock that stepped back (a provider whose
+    /// timestamp is not monotonic), and links every timer again relative to it. Owner only.
+    /// </summary>
+    /// <remarks>
+    /// <para>A slot is placed by the bits a deadline shares with the wheel's time, so a deadline the wheel's time has passed
+    /// has no slot: a timer started after the step, due before the time the wheel had reached, was linked in a slot behind
+    /// it, which the wheel took for one a whole rotation of its level ahead, and whose cascade moved it up a level instead
+    /// of down (found by a review, <c>BackwardClockTests</c>: a 2 ms delay after a 5 ms step back fired 64 ms late; after a
+    /// 1 s step it had not fired 795 days later, when the pass cascaded it into its own slot for ever; in a Debug build the
+    /// pass failed its assertion and the delay never fired). Taken back, the wheel fires
+    /// every timer when the clock reads its deadline, as it does on a monotonic clock; the timers started before the step
+    /// keep their deadlines, which the clock reaches again later.</para>
+    /// <para>It goes back at most <see cref="MaxRewind"/> (about 745 days), and not before the wheel's origin; a new timer
+    /// due before the point it stops at waits for the wheel's next tick (see <see cref="DrainInboxes"/>). No user code runs
+    /// here, and each slot's timers are linked again in their order, so timers due at the same millisecond keep firing in
+    /// the order they were started. The timers that are never due stay where they are.</para>
+    /// </remarks>
+    private void Rewind(long now)
+    {
+        long to = Math.Max(Math.Max(now, 0), _elapsed - MaxRewind);
+        if (to >= _elapsed)
+        {
+            return;
+        }
+        TimerNode? head = null;
+        TimerNode? tail = null;
+        for (int index = 0; index < NeverSlot; index++)
+        {
+            while (_slots[index] is { } node)
+            {
+                Unlink(node);
+                if (tail is null)
+                {
+                    head = node;
+                }
+                else
+                {
+                    tail.Next = node;
+                }
+                tail = node;
+            }
+        }
+        _elapsed = to;
+        while (head is not null)
+        {
+            TimerNode node = head;
+            head = node.Next;
+            Link(node);
+        }
     }
 
     private TimerNode?[] _dueNodes = Array.Empty<TimerNode?>();

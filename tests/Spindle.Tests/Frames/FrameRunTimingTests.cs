@@ -318,4 +318,46 @@ public sealed class FrameRunTimingTests
         Assert.Equal(0, loop.FrameCount);
         Assert.Equal(TimeSpan.Zero, loop.UnscaledTime);
     }
+
+    /// <summary>
+    /// The other end (found by a review of the time layer, 2026-11-29): a frame rate above 10,000,000 has a timestep
+    /// shorter than a TimeSpan tick (100 ns), which loop time cannot take either. Accepted, every frame moved loop time
+    /// by one tick: at 50,000,000 frames a second, five times the 20 ns timestep asked for.
+    /// </summary>
+    [Theory]
+    [InlineData(1.5e7)]
+    [InlineData(5e7)]
+    [InlineData(double.MaxValue)]
+    public async Task Run_FpsWhoseStepIsShorterThanATick_IsRefusedAtOnce(double fps)
+    {
+        var loop = new FrameLoop();
+        using var cts = new CancellationTokenSource();
+        Task? run = null;
+        try
+        {
+            Assert.Throws<ArgumentOutOfRangeException>(() => { run = loop.Run(fps, cts.Token); });
+        }
+        finally
+        {
+            cts.Cancel();
+            if (run is not null)
+            {
+                await TestUtil.WithTimeout(run);
+            }
+        }
+        Assert.Equal(0, loop.FrameCount);
+        Assert.Equal(TimeSpan.Zero, loop.UnscaledTime);
+    }
+
+    [Fact]
+    public async Task Run_AtTenMillionFps_StepsLoopTimeByOneTick()
+    {
+        var loop = new FrameLoop();
+        using var cts = new CancellationTokenSource();
+        Task run = loop.Run(1e7, cts.Token); // a 100 ns timestep: the shortest there is
+        TestUtil.SpinUntil(() => loop.FrameCount >= 3);
+        cts.Cancel();
+        await TestUtil.WithTimeout(run);
+        Assert.Equal(TimeSpan.FromTicks(loop.FrameCount), loop.UnscaledTime);
+    }
 }

@@ -41,8 +41,7 @@ public class TruncatingProviderTests
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    private static void AssertReturns(Action advance)
-        => Assert.True(Task.Run(advance).Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the advance never returned: the wheel's timer spins");
+    private static void AssertReturns(Action advance) => TestUtil.AssertReturns(advance, "the advance never returned: the wheel's timer spins");
 
     /// <summary>A <see cref="ManualClock"/> whose timers take whole milliseconds only, truncating, as <see cref="System.Threading.Timer"/>'s do.</summary>
     private sealed class TruncatingClock : TimeProvider
