@@ -292,43 +292,19 @@ public sealed class FrameRunTimingTests
     /// <summary>
     /// A frame rate whose timestep is longer than the whole TimeSpan range (1 / 1e-300 s) cannot advance loop time by
     /// "exactly 1 / fps": it is bad input, and gets an immediate ArgumentOutOfRangeException like 0, NaN and infinity.
-    /// Accepted, the first frame moves loop time to TimeSpan.MaxValue (and the next one wraps it negative).
+    /// Accepted, the first frame moves loop time to TimeSpan.MaxValue (and the next one wraps it negative). The other end
+    /// (found by a review of the time layer, 2026-11-28): a frame rate above 10,000,000 has a timestep shorter than a
+    /// TimeSpan tick (100 ns), which loop time cannot take either. Accepted, every frame moved loop time by one tick: at
+    /// 50,000,000 frames a second, five times the 20 ns timestep asked for.
     /// </summary>
     [Theory]
     [InlineData(1e-300)]
     [InlineData(double.Epsilon)]
     [InlineData(1e-12)] // a step of about 31,700 years: more than TimeSpan.MaxValue
-    public async Task Run_FpsWhoseStepDoesNotFitInATimeSpan_IsRefusedAtOnce(double fps)
-    {
-        var loop = new FrameLoop();
-        using var cts = new CancellationTokenSource();
-        Task? run = null;
-        try
-        {
-            Assert.Throws<ArgumentOutOfRangeException>(() => { run = loop.Run(fps, cts.Token); });
-        }
-        finally
-        {
-            cts.Cancel();
-            if (run is not null)
-            {
-                await TestUtil.WithTimeout(run);
-            }
-        }
-        Assert.Equal(0, loop.FrameCount);
-        Assert.Equal(TimeSpan.Zero, loop.UnscaledTime);
-    }
-
-    /// <summary>
-    /// The other end (found by a review of the time layer, 2026-11-29): a frame rate above 10,000,000 has a timestep
-    /// shorter than a TimeSpan tick (100 ns), which loop time cannot take either. Accepted, every frame moved loop time
-    /// by one tick: at 50,000,000 frames a second, five times the 20 ns timestep asked for.
-    /// </summary>
-    [Theory]
     [InlineData(1.5e7)]
     [InlineData(5e7)]
     [InlineData(double.MaxValue)]
-    public async Task Run_FpsWhoseStepIsShorterThanATick_IsRefusedAtOnce(double fps)
+    public async Task Run_FpsWhoseStepDoesNotFitInATimeSpan_IsRefusedAtOnce(double fps)
     {
         var loop = new FrameLoop();
         using var cts = new CancellationTokenSource();

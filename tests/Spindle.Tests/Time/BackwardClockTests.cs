@@ -8,7 +8,7 @@ namespace SpindleLib.Tests.Time;
 
 /// <summary>
 /// A wheel on a <see cref="TimeProvider"/> whose timestamp steps back (a provider that derives it from a wall clock an
-/// NTP step sets back, or any clock that is not monotonic). Found by a review of the time layer (2026-11-29): a delay
+/// NTP step sets back, or any clock that is not monotonic). Found by a review of the time layer (2026-11-28): a delay
 /// started after the step, due before the time the wheel had already reached, was linked into a slot behind the wheel's
 /// time. The wheel took that slot for one a whole rotation of its level ahead, and its cascade moved the timer up a level
 /// instead of down: a 2 ms delay after a 5 ms step back fired 64 ms late, and after a 1 s step it had not fired 795 days
