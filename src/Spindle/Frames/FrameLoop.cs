@@ -123,7 +123,26 @@ public sealed partial class FrameLoop
         _phases = new[] { EarlyUpdate, FixedUpdate, Update, LateUpdate };
         Renumber(_phases);
         _phasesView = Array.AsReadOnly(_phases);
+        SynchronizationContext = new FrameSynchronizationContext(this);
     }
+
+    /// <summary>
+    /// The loop's <see cref="System.Threading.SynchronizationContext"/>, as Unity's and Godot's main-thread contexts are to
+    /// their engines: installed on the loop thread, it makes a BCL await there (a <c>Task</c>, a <c>ValueTask</c>,
+    /// <c>Task.Yield()</c>) resume on the loop thread, in <see cref="Update"/>, instead of on a thread-pool thread where it
+    /// would race with the loop's code. <see cref="Run"/> installs it on its thread; a host that runs frames itself
+    /// (<see cref="RunFrame()"/>) installs it with <c>SynchronizationContext.SetSynchronizationContext</c> if it wants it.
+    /// Spindle's own awaits capture no context, as everywhere: they resume where their source completes.
+    /// </summary>
+    /// <remarks>
+    /// A post goes where <see cref="SwitchTo(CancellationToken)"/> goes: from another thread, or from the loop thread between frames, to
+    /// <see cref="Update"/> of the next frame to begin (a thread-safe hand-off, never lost); from inside a frame, to
+    /// <see cref="Update"/>'s next run. Posts from one thread run in the order they were made, each in the
+    /// <see cref="ExecutionContext"/> of its post, and a post allocates nothing in steady state. A callback that throws does
+    /// not stop the loop: its exception goes to <see cref="Spindle.UnobservedException"/>. <c>Send</c> runs the callback at
+    /// once on the loop thread, and throws <see cref="NotSupportedException"/> on any other (it could wait for ever).
+    /// </remarks>
+    public SynchronizationContext SynchronizationContext { get; }
 
     /// <summary>The first default phase: input, and anything that must see the frame before the game logic does.</summary>
     public FramePhase EarlyUpdate { get; }
@@ -658,7 +677,8 @@ public sealed partial class FrameLoop
     /// 1 / <paramref name="framesPerSecond"/>, rounded to the nearest <see cref="TimeSpan"/> tick (100 ns); frames start
     /// on the exact schedule in real time, and a loop that falls more than a few frames behind (a frame took too long)
     /// drops the backlog instead of running frames back to back. A rate the thread cannot keep up with runs frames back to
-    /// back, keeping one core busy.
+    /// back, keeping one core busy. The thread runs under the loop's <see cref="SynchronizationContext"/>, so a BCL await in
+    /// loop code resumes on the loop.
     /// </summary>
     /// <param name="framesPerSecond">Frames per second: the timestep's inverse. At most 10,000,000 (a 100 ns timestep).</param>
     /// <param name="cancellationToken">Stops the loop after the frame in progress.</param>
@@ -708,6 +728,9 @@ public sealed partial class FrameLoop
         try
         {
             Volatile.Write(ref _runThreadId, Environment.CurrentManagedThreadId);
+            // The loop's own thread runs under the loop's context, as an engine's main thread runs under the engine's: a
+            // BCL await in loop code resumes on the loop.
+            SynchronizationContext.SetSynchronizationContext(SynchronizationContext);
             // Not the loop thread yet: its first frame's Enter makes it so. A frame another thread is still running
             // refuses that Enter (and so this Run), and must not lose the loop thread to a Run that never ran a frame.
             TimeProvider clock = TimeProvider.System;
