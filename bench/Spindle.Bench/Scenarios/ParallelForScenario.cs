@@ -21,7 +21,7 @@ public sealed class ParallelForScenario : Scenario
     public override string Baseline => "Loop";
 
     public override string Notes =>
-        "Kernel per element: a degree-6 polynomial by Horner's rule and a square root (13 floating-point operations), reading one float array and " +
+        "Kernel per element: a degree-6 polynomial by Horner's rule (12 floating-point operations), then sqrt(p × p + 1) (3 more), reading one float array and " +
         "writing another. Loop: a plain for loop on one thread. ParallelFor: Parallel.For(0, n, i => kernel). Spindle: an IJobParallelFor struct, " +
         $"batches of {BatchSize} indices, Schedule + Complete (the calling thread helps). Every system writes the same results: each round's last element " +
         "is checked (and cleared for the next round) inside the timed region; after its measured rounds each system computes once more, untimed, into an " +
