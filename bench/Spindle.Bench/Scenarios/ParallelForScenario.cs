@@ -21,52 +21,79 @@ public sealed class ParallelForScenario : Scenario
     public override string Baseline => "Loop";
 
     public override string Notes =>
-        "Kernel per element: a degree-6 polynomial by Horner's rule and a square root (13 floating-point operations), reading one float array and " +
+        "Kernel per element: a degree-6 polynomial by Horner's rule (12 floating-point operations), then sqrt(p × p + 1) (3 more), reading one float array and " +
         "writing another. Loop: a plain for loop on one thread. ParallelFor: Parallel.For(0, n, i => kernel). Spindle: an IJobParallelFor struct, " +
-        $"batches of {BatchSize} indices, Schedule + Complete (the calling thread helps). Every system writes the same results, checked after each round.";
+        $"batches of {BatchSize} indices, Schedule + Complete (the calling thread helps). Every system writes the same results: each round's last element " +
+        "is checked (and cleared for the next round) inside the timed region; after its measured rounds each system computes once more, untimed, into an " +
+        "output filled with NaN, and every element is compared with the kernel's own result.";
 
     public override void Run(BenchContext context)
     {
         int n = context.Pick(64 * 1024, 4 * 1024 * 1024, 4 * 1024 * 1024);
         var input = new float[n];
         var output = new float[n];
+        var expected = new float[n];
         for (int i = 0; i < n; i++)
         {
             input[i] = (i % 1000) * 0.001f;
+            expected[i] = Kernel(input[i]);
         }
-        float expectedLast = Kernel(input[n - 1]);
         string caseName = $"n={n}";
 
-        context.MeasureOperations(caseName, "Loop", n, () =>
+        Measure(context, caseName, "Loop", output, expected, () =>
         {
             for (int i = 0; i < input.Length; i++)
             {
                 output[i] = Kernel(input[i]);
             }
-            Check(output, expectedLast);
-        }, "ns_per_element", "bytes_per_op");
+        });
 
-        context.MeasureOperations(caseName, "ParallelFor", n, () =>
-        {
-            Parallel.For(0, input.Length, i => output[i] = Kernel(input[i]));
-            Check(output, expectedLast);
-        }, "ns_per_element", "bytes_per_op");
+        Measure(context, caseName, "ParallelFor", output, expected, () => Parallel.For(0, input.Length, i => output[i] = Kernel(input[i])));
 
         var job = new KernelJob { Input = input, Output = output };
-        context.MeasureOperations(caseName, "Spindle", n, () =>
-        {
-            job.Schedule(input.Length, BatchSize).Complete();
-            Check(output, expectedLast);
-        }, "ns_per_element", "bytes_per_op");
+        Measure(context, caseName, "Spindle", output, expected, () => job.Schedule(input.Length, BatchSize).Complete());
     }
 
-    private static void Check(float[] output, float expectedLast)
+    /// <summary>
+    /// Measures one system's <paramref name="compute"/> (each round checks and clears the last element, an O(1) check
+    /// every system pays alike), then, untimed, runs it once more into an output filled with NaN and checks every
+    /// element, so that a system that skipped part of the range cannot pass.
+    /// </summary>
+    private static void Measure(BenchContext context, string caseName, string system, float[] output, float[] expected, Action compute)
+    {
+        float expectedLast = expected[^1];
+        context.MeasureOperations(caseName, system, output.Length, () =>
+        {
+            compute();
+            CheckLast(system, output, expectedLast);
+        }, "ns_per_element", "bytes_per_op");
+
+        Array.Fill(output, float.NaN);
+        compute();
+        Check(system, output, expected);
+    }
+
+    /// <summary>The per-round check: the last element was computed; it is cleared so that the next round must compute it again.</summary>
+    private static void CheckLast(string system, float[] output, float expectedLast)
     {
         if (output[^1] != expectedLast)
         {
-            throw new InvalidOperationException("parallel-for: the last element was not computed.");
+            throw new InvalidOperationException($"parallel-for: {system} did not compute the last element.");
         }
         Array.Clear(output, output.Length - 1, 1);
+    }
+
+    /// <summary>The full check: every element of <paramref name="output"/> equals <paramref name="expected"/>'s.</summary>
+    internal static void Check(string system, float[] output, float[] expected)
+    {
+        for (int i = 0; i < expected.Length; i++)
+        {
+            if (output[i] != expected[i])
+            {
+                throw new InvalidOperationException(
+                    $"parallel-for: {system} wrote {output[i]} at index {i} of {expected.Length}, not {expected[i]}: part of the range was not computed.");
+            }
+        }
     }
 
     private static float Kernel(float x)
