@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Concurrent;
 using System.Threading.Tasks;
 using SpindleLib.Bench.Harness;
 
@@ -22,7 +23,8 @@ public sealed class ParallelForScenario : Scenario
 
     public override string Notes =>
         "Kernel per element: a degree-6 polynomial by Horner's rule (12 floating-point operations), then sqrt(p × p + 1) (3 more), reading one float array and " +
-        "writing another. Loop: a plain for loop on one thread. ParallelFor: Parallel.For(0, n, i => kernel). Spindle: an IJobParallelFor struct, " +
+        "writing another. Loop: a plain for loop on one thread. ParallelFor: Parallel.For(0, n, i => kernel), the idiom (a delegate call per element). " +
+        $"ParallelForRanges: the BCL's fastest form, Parallel.ForEach over Partitioner.Create(0, n, {BatchSize}) with a plain loop over each range. Spindle: an IJobParallelFor struct, " +
         $"batches of {BatchSize} indices, Schedule + Complete (the calling thread helps). Every system writes the same results: each round's last element " +
         "is checked (and cleared for the next round) inside the timed region; after its measured rounds each system computes once more, untimed, into an " +
         "output filled with NaN, and every element is compared with the kernel's own result.";
@@ -49,6 +51,15 @@ public sealed class ParallelForScenario : Scenario
         });
 
         Measure(context, caseName, "ParallelFor", output, expected, () => Parallel.For(0, input.Length, i => output[i] = Kernel(input[i])));
+
+        // The BCL at its best: ranges of Spindle's batch size, so a delegate call per range, not per element.
+        Measure(context, caseName, "ParallelForRanges", output, expected, () => Parallel.ForEach(Partitioner.Create(0, input.Length, BatchSize), range =>
+        {
+            for (int i = range.Item1; i < range.Item2; i++)
+            {
+                output[i] = Kernel(input[i]);
+            }
+        }));
 
         var job = new KernelJob { Input = input, Output = output };
         Measure(context, caseName, "Spindle", output, expected, () => job.Schedule(input.Length, BatchSize).Complete());
