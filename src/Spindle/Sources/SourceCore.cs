@@ -265,6 +265,10 @@ internal struct SourceCore<TResult>
         if (!IsCompleted)
         {
             BlockingWait.Wait(owner, token);
+            // Woken by the completion, which may have returned, and its owner reset the source for the next use, before
+            // this thread ran again: that use's cleared outcome is not this one's (a reset promise read as a success with
+            // a default result). As for an awaiting continuation that runs after a reset, it is the await-once error.
+            ValidateToken(token);
         }
         error = ErrorOnceCompleted;
         return _result;
