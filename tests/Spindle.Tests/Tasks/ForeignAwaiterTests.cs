@@ -171,7 +171,9 @@ public sealed class ForeignAwaiterTests
     {
     }
 
-    private static async SpindleTask AwaitValueTask(ValueTask task) => await task;
+    // ConfigureAwait(false): the test's own thread may have a SynchronizationContext (xunit's), where a plain await of a
+    // ValueTask would resume by posting, not inline, and the status checks below would race that post.
+    private static async SpindleTask AwaitValueTask(ValueTask task) => await task.ConfigureAwait(false);
 
     [Fact]
     public void ValueTaskOfASpindleTaskThatAlreadyHasAnAwaiter_AwaitedInASpindleMethod_FaultsThatMethodWithTheAwaitOnceError()
