@@ -265,6 +265,10 @@ internal struct SourceCore<TResult>
         if (!IsCompleted)
         {
             BlockingWait.Wait(owner, token);
+            // Woken by the completion, which may have returned, and its owner reset the source for the next use, before
+            // this thread ran again: that use's cleared outcome is not this one's (a reset promise read as a success with
+            // a default result). As for an awaiting continuation that runs after a reset, it is the await-once error.
+            ValidateToken(token);
         }
         error = ErrorOnceCompleted;
         return _result;
@@ -1125,8 +1129,14 @@ internal sealed class ContextContinuation
     /// allocates; a Spindle task awaited directly never captures a scheduling context (DESIGN: continuations run where
     /// their source completes).
     /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null: refused here, before it could be
+    /// wrapped into a binding that a source would accept and then fail to run in its completer's SetResult.</exception>
     public static void Apply(ref Action<object?> continuation, ref object? state, ValueTaskSourceOnCompletedFlags flags)
     {
+        if (continuation is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(continuation));
+        }
         ExecutionContext? ec = (flags & ValueTaskSourceOnCompletedFlags.FlowExecutionContext) != 0 ? ExecutionContext.Capture() : null;
         object? scheduling = null;
         if ((flags & ValueTaskSourceOnCompletedFlags.UseSchedulingContext) != 0)

@@ -12,12 +12,34 @@ internal static class ThrowHelper
         "This Spindle task was already awaited, or was passed to Forget(). A pooled Spindle task can be awaited exactly once, " +
         "because its source returns to the pool when its result is read. Call Preserve() on the task to get one that can be awaited many times.";
 
-    [DoesNotReturn]
-    public static void ThrowStaleToken() => throw new InvalidOperationException(AwaitOnceMessage);
+    /// <summary>
+    /// The last await-once error this thread threw (<see cref="ThrowStaleToken"/>, <see cref="ThrowAlreadyAwaited"/>): a
+    /// Spindle source throws them before it registers anything, so an async method's builder that catches one from an
+    /// awaiter's OnCompleted knows that no continuation was left behind (<see cref="IsRefusedRegistration"/>). Written
+    /// only on those throw paths.
+    /// </summary>
+    [ThreadStatic]
+    private static Exception? t_lastRefusal;
 
     [DoesNotReturn]
-    public static void ThrowAlreadyAwaited() => throw new InvalidOperationException(
-        "This Spindle task already has an awaiter. A Spindle task supports one await at a time; call Preserve() on the task to await it from several places.");
+    public static void ThrowStaleToken() => throw Refusal(new InvalidOperationException(AwaitOnceMessage));
+
+    [DoesNotReturn]
+    public static void ThrowAlreadyAwaited() => throw Refusal(new InvalidOperationException(
+        "This Spindle task already has an awaiter. A Spindle task supports one await at a time; call Preserve() on the task to await it from several places."));
+
+    private static Exception Refusal(Exception exception) => t_lastRefusal = exception;
+
+    /// <summary>
+    /// True if <paramref name="exception"/> is the await-once error a Spindle source threw on this thread, before
+    /// registering anything (the registration was refused, so no continuation is left registered). Clears the mark.
+    /// </summary>
+    public static bool IsRefusedRegistration(Exception exception)
+    {
+        bool refused = ReferenceEquals(exception, t_lastRefusal);
+        t_lastRefusal = null;
+        return refused;
+    }
 
     [DoesNotReturn]
     public static void ThrowNotCompleted() => throw new InvalidOperationException(

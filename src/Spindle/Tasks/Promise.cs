@@ -104,8 +104,9 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource
     /// TrySet* racing the reset may land on either use.
     /// <para>Reset a completed use only once the code awaiting it has read it. Usually that code runs inside the Set*
     /// call, so it has. It has not yet when the promise runs its continuations asynchronously, nor when Set* is called
-    /// from more than 32 continuations deep (Spindle then queues the next continuation to bound the stack): that code,
-    /// or a WhenAll still waiting for its other inputs, reads the use later, and after a reset it meets the next use and
+    /// from more than 32 continuations deep (Spindle then queues the next continuation to bound the stack), nor when it
+    /// is a thread blocked in <c>GetAwaiter().GetResult()</c>, which Set* only wakes: that code, or a WhenAll still
+    /// waiting for its other inputs, reads the use later, and after a reset it meets the next use and
     /// gets the await-once <see cref="InvalidOperationException"/> instead of the outcome. Reset it when the awaiting
     /// code says it has finished, or use a new promise.</para>
     /// </remarks>

@@ -365,6 +365,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     {
         BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
         source.OnCompleted(s_set, waiter, token);
+#if DEBUG
+        TestHookRegistered?.Invoke();
+#endif
         Scheduler scheduler = Scheduler.Default;
         ManualResetEventSlim ev = waiter._event;
         int idleRounds = 0;
@@ -393,5 +396,21 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
         }
         ev.Reset();
         ObjectPool<BlockingWait>.Return(waiter);
+#if DEBUG
+        TestHookWoke?.Invoke();
+#endif
     }
+
+#if DEBUG
+    /// <summary>Tests only (a Debug build): runs on the blocked thread once its waiter is registered on the source.</summary>
+    [ThreadStatic]
+    internal static Action? TestHookRegistered;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs on the blocked thread after it woke and before its caller reads the source,
+    /// standing in for the owner that resets the source at that moment.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? TestHookWoke;
+#endif
 }

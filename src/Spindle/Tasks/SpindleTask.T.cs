@@ -53,7 +53,10 @@ public readonly partial struct SpindleTask<T>
     /// <summary>Gets the awaiter. Awaiting consumes the task.</summary>
     public Awaiter GetAwaiter() => new(this);
 
-    /// <summary>Returns a task that can be awaited any number of times. This consumes the original task.</summary>
+    /// <summary>
+    /// Returns a task that can be awaited any number of times. This consumes the original task. A fault that no awaiter
+    /// of the returned task ever reads is not reported (see <see cref="SpindleTask.Preserve"/>).
+    /// </summary>
     public SpindleTask<T> Preserve()
     {
         ISpindleSource<T>? s = _source;

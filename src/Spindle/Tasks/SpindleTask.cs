@@ -64,6 +64,9 @@ public readonly partial struct SpindleTask
     /// <summary>
     /// Returns a task that can be awaited any number of times, by any number of awaiters. This consumes the original
     /// task: await the returned one instead. It allocates one object when the task has not yet completed successfully.
+    /// The preserved task keeps the outcome, not the original's source (a pooled one goes back to its pool once, when
+    /// the original completes). A fault that no awaiter of it ever reads is not reported: pass the preserved task to
+    /// <see cref="Forget"/> to have it reported.
     /// </summary>
     public SpindleTask Preserve()
     {

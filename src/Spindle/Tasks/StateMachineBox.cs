@@ -375,7 +375,14 @@ internal static class BuilderCore
         }
         else
         {
-            awaiter.UnsafeOnCompleted(box.MoveNextAction);
+            try
+            {
+                awaiter.UnsafeOnCompleted(box.MoveNextAction);
+            }
+            catch (Exception ex) when (!ThrowHelper.IsRefusedRegistration(ex))
+            {
+                OnForeignRegistrationFailed(ex);
+            }
         }
     }
 
@@ -383,8 +390,27 @@ internal static class BuilderCore
         where TAwaiter : INotifyCompletion
     {
         box.CaptureContext();
-        awaiter.OnCompleted(box.MoveNextAction);
+        try
+        {
+            awaiter.OnCompleted(box.MoveNextAction);
+        }
+        catch (Exception ex) when (!ThrowHelper.IsRefusedRegistration(ex))
+        {
+            OnForeignRegistrationFailed(ex);
+        }
     }
+
+    /// <summary>
+    /// An awaiter that is not Spindle's threw from OnCompleted. Nobody can tell whether it registered the continuation
+    /// first, so the exception must not reach the state machine: its catch would complete the method, and a registered
+    /// continuation would then run the finished state machine again (from its first line), or, once the box was back in
+    /// its pool, another call's. As the BCL's builders do, the method stays suspended (it resumes if the awaiter calls
+    /// back) and the exception goes elsewhere: to <see cref="Spindle.UnobservedException"/>, not to a crashed process.
+    /// Spindle's own sources refuse a registration before touching anything (<see cref="ThrowHelper.IsRefusedRegistration"/>),
+    /// so their await-once error, reached through a ValueTask, still faults the method.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void OnForeignRegistrationFailed(Exception exception) => UnobservedExceptions.Report(exception);
 
     public static void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
     {

@@ -1,0 +1,85 @@
+using System;
+using System.Collections.Concurrent;
+using System.Threading;
+using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib.Tests.Tasks;
+
+/// <summary>
+/// The public sources used through <see cref="IValueTaskSource"/> directly (as a ValueTask's awaiter uses them): a null
+/// continuation is refused at the call with every flag combination, as Spindle's own awaiters refuse it. With
+/// FlowExecutionContext or UseSchedulingContext it was wrapped into a context binding and accepted: the completer's
+/// SetResult then threw a NullReferenceException, far from the bad call (found by the bridges review). Sequential: it
+/// watches Spindle.UnobservedException.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class ValueTaskSourceMisuseTests
+{
+    private static readonly ValueTaskSourceOnCompletedFlags[] s_flags =
+    [
+        ValueTaskSourceOnCompletedFlags.None,
+        ValueTaskSourceOnCompletedFlags.FlowExecutionContext,
+        ValueTaskSourceOnCompletedFlags.UseSchedulingContext,
+        ValueTaskSourceOnCompletedFlags.FlowExecutionContext | ValueTaskSourceOnCompletedFlags.UseSchedulingContext,
+    ];
+
+    /// <summary>A context that is not the base class, so UseSchedulingContext captures it.</summary>
+    private sealed class PostingContext : SynchronizationContext
+    {
+        public override void Post(SendOrPostCallback d, object? state) => d(state);
+    }
+
+    private static void UnderContext(Action body)
+    {
+        SynchronizationContext? before = SynchronizationContext.Current;
+        SynchronizationContext.SetSynchronizationContext(new PostingContext());
+        try
+        {
+            body();
+        }
+        finally
+        {
+            SynchronizationContext.SetSynchronizationContext(before);
+        }
+    }
+
+    [Fact]
+    public void NullContinuation_WithAnyFlags_IsRefusedAtTheCall_AndTheSourceStillCompletesAndReads()
+    {
+        var reported = new ConcurrentQueue<Exception>();
+        Action<Exception> handler = reported.Enqueue;
+        Spindle.UnobservedException += handler;
+        try
+        {
+            foreach (ValueTaskSourceOnCompletedFlags flags in s_flags)
+            {
+                var promise = new Promise();
+                short token = promise.Task._token;
+                UnderContext(() => Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(
+                    () => ((IValueTaskSource)promise).OnCompleted(null!, null, token, flags)).ParamName));
+                promise.SetResult(); // the call left nothing registered: nothing runs, nothing throws
+                promise.Task.GetAwaiter().GetResult();
+
+                var typed = new Promise<int>();
+                short typedToken = typed.Task._token;
+                UnderContext(() => Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(
+                    () => ((IValueTaskSource<int>)typed).OnCompleted(null!, null, typedToken, flags)).ParamName));
+                typed.SetResult(3);
+                Assert.Equal(3, typed.Task.GetAwaiter().GetResult());
+
+                var signal = new Signal();
+                SpindleTask wait = signal.WaitAsync();
+                UnderContext(() => Assert.Equal("continuation", Assert.Throws<ArgumentNullException>(
+                    () => ((IValueTaskSource)signal).OnCompleted(null!, null, wait._token, flags)).ParamName));
+                signal.Set();
+                wait.GetAwaiter().GetResult();
+            }
+        }
+        finally
+        {
+            Spindle.UnobservedException -= handler;
+        }
+        Assert.True(reported.IsEmpty, "reported: " + string.Join(" | ", reported));
+    }
+}
