@@ -113,7 +113,9 @@ internal struct GateJob : IJob
 /// <summary>Marks itself started (if given a flag), spins (bounded) until released, then marks itself done.</summary>
 internal struct HeldJob : IJob
 {
+#pragma warning disable CS0649 // set only by Debug-only tests (ParallelForRunnerTests' hooks); a Release build of the tests compiles too
     public Flag? Started;
+#pragma warning restore CS0649
     public Flag Release;
     public Flag Done;
 

@@ -8,6 +8,7 @@ using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
 
+#if DEBUG // the pools' return hook exists only in a Debug build of the library (PoolTestHooks)
 namespace SpindleLib.Tests.Sources;
 
 /// <summary>
@@ -1232,3 +1233,4 @@ public sealed class PoolHygieneTests
         AssertClean(checker, "PhaseWaiter", "PredicateWaiter", "StateMachineBox", "ContinuationWorkItem", "TimerNode");
     }
 }
+#endif
