@@ -169,6 +169,10 @@ internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
 
     public void Forget(SpindleTask input)
     {
+        if (input._source is null)
+        {
+            return; // finished without a source (a result, a completed task): nothing to let go of or to observe
+        }
         if (!SpindleInputs.TryLetGo(input._source, input._token))
         {
             input.Forget();
@@ -198,6 +202,10 @@ internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
 
     public void Forget(SpindleTask<T> input)
     {
+        if (input._source is null)
+        {
+            return; // finished without a source (a result, a completed task): nothing to let go of or to observe
+        }
         if (!SpindleInputs.TryLetGo(input._source, input._token))
         {
             input.Forget();
