@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Tasks;
 
@@ -63,22 +64,6 @@ public sealed class ForeignAwaiterTests
         Interlocked.Increment(ref counts[0]);
         await awaitable; // the first suspension: the state machine is still the caller's copy on the stack
         Interlocked.Increment(ref counts[1]);
-    }
-
-    private static ConcurrentQueue<Exception> Observe(Action body)
-    {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
-        {
-            body();
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        return reported;
     }
 
     [Fact]
