@@ -114,6 +114,19 @@ internal static class BclRead
 internal static class SpindleInputs
 {
     /// <summary>
+    /// Both kinds' <c>Forget</c>: a loser that finished without a source (a result, a completed task) has nothing to let
+    /// go of or to observe; any other is let go of (<see cref="TryLetGo"/>) or, failing that, forgotten (read, and a fault
+    /// reported, when it finishes).
+    /// </summary>
+    public static void LetGoOrForget(ISpindleSource? source, short token)
+    {
+        if (source is not null && !TryLetGo(source, token))
+        {
+            ForgetObserver.Observe(source, token);
+        }
+    }
+
+    /// <summary>
     /// Lets go of a losing input of a WhenAny settled without a combinator: abandons it if it is pending and its source
     /// allows (<see cref="IDetachableSource.TryAbandon"/>). A signal's wait that completed since the inputs were scanned (a
     /// set landed as the race was settled) is read now, and a set it took is given back to the signal, as a combinator
@@ -167,17 +180,7 @@ internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
 
     public bool ForgetsPending => true;
 
-    public void Forget(SpindleTask input)
-    {
-        if (input._source is null)
-        {
-            return; // finished without a source (a result, a completed task): nothing to let go of or to observe
-        }
-        if (!SpindleInputs.TryLetGo(input._source, input._token))
-        {
-            input.Forget();
-        }
-    }
+    public void Forget(SpindleTask input) => SpindleInputs.LetGoOrForget(input._source, input._token);
 
     public void Add(CombinatorCore combinator, int index, SpindleTask input) => combinator.Add(index, input);
 }
@@ -200,17 +203,7 @@ internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
 
     public bool ForgetsPending => true;
 
-    public void Forget(SpindleTask<T> input)
-    {
-        if (input._source is null)
-        {
-            return; // finished without a source (a result, a completed task): nothing to let go of or to observe
-        }
-        if (!SpindleInputs.TryLetGo(input._source, input._token))
-        {
-            input.Forget();
-        }
-    }
+    public void Forget(SpindleTask<T> input) => SpindleInputs.LetGoOrForget(input._source, input._token);
 
     public void Add(CombinatorCore combinator, int index, SpindleTask<T> input) => combinator.Add(index, input);
 }

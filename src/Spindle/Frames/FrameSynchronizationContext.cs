@@ -4,20 +4,10 @@ using System.Threading;
 namespace SpindleLib;
 
 /// <summary>
-/// A <see cref="FrameLoop"/>'s <see cref="SynchronizationContext"/> (<see cref="FrameLoop.SynchronizationContext"/>): what
-/// Unity's and Godot's main-thread contexts are to their engines. Installed on the loop thread, it makes a BCL await there
-/// (a <c>Task</c>, a <c>ValueTask</c>, <c>Task.Yield()</c>) resume on the loop thread, in <see cref="FrameLoop.Update"/>,
-/// instead of on a thread-pool thread, where it would race with the loop's own code.
+/// The context behind <see cref="FrameLoop.SynchronizationContext"/>, whose documentation says what it does: a post
+/// takes the path of <see cref="FrameLoop.SwitchTo(CancellationToken)"/> to <see cref="FrameLoop.Update"/>, on a pooled
+/// <see cref="PostedCallback"/>.
 /// </summary>
-/// <remarks>
-/// A post goes where <see cref="FrameLoop.SwitchTo(CancellationToken)"/> goes, by the same path: from another thread (or from the loop thread
-/// between frames) through the loop's thread-safe hand-off to <see cref="FrameLoop.Update"/> of the next frame to begin,
-/// never lost; from inside a frame to <see cref="FrameLoop.Update"/>'s next run (later in this frame if it has not started,
-/// else the next). Posts from one thread run in the order they were made. Each runs in the
-/// <see cref="ExecutionContext"/> of its post (AsyncLocal values flow, as with the base context's post to the thread
-/// pool), on a pooled item, so a post allocates nothing in steady state. A callback that throws does not stop the loop:
-/// its exception goes to <see cref="Spindle.UnobservedException"/>, as for any continuation a frame runs.
-/// </remarks>
 internal sealed class FrameSynchronizationContext : SynchronizationContext
 {
     private readonly FrameLoop _loop;
