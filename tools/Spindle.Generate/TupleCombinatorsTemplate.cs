@@ -58,8 +58,8 @@ internal static class TupleCombinatorsTemplate
 
         w.Line("    /// <summary>");
         w.Line($"    /// A task that completes when {(n == 2 ? "both tasks have" : $"all {n} tasks have")}, with their results as a tuple, in argument order. Allocates nothing");
-        w.Line("    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is");
-        w.Line("    /// observed), as <see cref=\"WhenAll(ReadOnlySpan{SpindleTask})\"/> does.");
+        w.Line("    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first");
+        w.Line("    /// cancellation if none faulted (every failure is observed), as <see cref=\"WhenAll(ReadOnlySpan{SpindleTask})\"/> does.");
         w.Line("    /// </summary>");
         SignatureDocs(w, n, withOptions: false, isAny: false);
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, CancellationToken cancellationToken = default)");

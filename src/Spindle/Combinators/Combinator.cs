@@ -729,8 +729,8 @@ internal abstract class CombinatorCore
 }
 
 /// <summary>
-/// Collects the failures of a WhenAll's inputs, in input order: the first one (as the BCL's <c>await Task.WhenAll</c>
-/// rethrows), or with <see cref="WhenAllOptions.AggregateExceptions"/> all of them.
+/// Collects the failures of a WhenAll's inputs, in input order: the one the BCL's <c>await Task.WhenAll</c> rethrows (the
+/// first fault, else the first cancellation), or with <see cref="WhenAllOptions.AggregateExceptions"/> all of them.
 /// </summary>
 /// <remarks>
 /// Failures are kept as the inputs' own <see cref="ExceptionDispatchInfo"/>s: the one rethrown is thrown with the trace its
@@ -741,16 +741,16 @@ internal abstract class CombinatorCore
 internal struct WhenAllFailures
 {
     private readonly bool _aggregate;
-    private ExceptionDispatchInfo? _first;
+    private ExceptionDispatchInfo? _firstFault;
+    private ExceptionDispatchInfo? _firstCancellation;
     private List<Exception>? _all;
-    private bool _anyFault;
 
     public WhenAllFailures(bool aggregate)
     {
         _aggregate = aggregate;
-        _first = null;
+        _firstFault = null;
+        _firstCancellation = null;
         _all = null;
-        _anyFault = false;
     }
 
     public void Add(ExceptionDispatchInfo? error)
@@ -759,8 +759,14 @@ internal struct WhenAllFailures
         {
             return;
         }
-        _first ??= error;
-        _anyFault |= error.SourceException is not OperationCanceledException;
+        if (error.SourceException is OperationCanceledException)
+        {
+            _firstCancellation ??= error;
+        }
+        else
+        {
+            _firstFault ??= error;
+        }
         if (_aggregate)
         {
             _all ??= new List<Exception>();
@@ -776,12 +782,13 @@ internal struct WhenAllFailures
     }
 
     /// <summary>
-    /// Null when every input succeeded. Otherwise the lowest index's failure; when aggregating and at least one input
-    /// faulted, an <see cref="AggregateException"/> of every failure (cancellations included) in input order. Inputs that
-    /// were only cancelled give the first cancellation, so the combined task is cancelled rather than faulted.
+    /// Null when every input succeeded. Otherwise, as the BCL's <c>Task.WhenAll</c>: faulted if any input faulted, with the
+    /// lowest index's fault (cancellations before it passed over), or, when aggregating, an <see cref="AggregateException"/>
+    /// of every failure (cancellations included) in input order; cancelled, with the first cancellation, if every failed
+    /// input was cancelled.
     /// </summary>
     public readonly ExceptionDispatchInfo? Result
-        => _first is null ? null : _aggregate && _anyFault ? ExceptionDispatchInfo.Capture(new AggregateException(_all!)) : _first;
+        => _firstFault is null ? _firstCancellation : _aggregate ? ExceptionDispatchInfo.Capture(new AggregateException(_all!)) : _firstFault;
 }
 
 /// <summary>
@@ -803,7 +810,7 @@ internal struct WhenAllFailures
 /// producers' start loop reads; see below.) For WhenAll, the reference count decides: the input whose completion brings
 /// it down to 1 (only the consumer's reference left) is the last one, and completes the combined task (a WhenAll with a
 /// token or a timeout, whose consumer may let go first, counts its inputs separately in <c>_inputsLeft</c>). If inputs failed,
-/// it rethrows the failure of the lowest index, as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever
+/// it rethrows the fault of the lowest index (or, if no input faulted, its first cancellation), as the BCL's <c>await Task.WhenAll(...)</c> does (deterministic, whatever
 /// order the inputs finished in), or an <see cref="AggregateException"/> of all of them when asked to. Every input that
 /// finishes while registered is read exactly once, by its slot, so pooled inputs go back to their pools. A losing input's
 /// fault is reported to <see cref="Spindle.UnobservedException"/>: it is not lost, and it is not rethrown.</para>

@@ -10,8 +10,8 @@ public readonly partial struct SpindleTask
 {
     /// <summary>
     /// A task that completes when both tasks have, with their results as a tuple, in argument order. Allocates nothing
-    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is
-    /// observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
+    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
+    /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -95,8 +95,8 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// A task that completes when all 3 tasks have, with their results as a tuple, in argument order. Allocates nothing
-    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is
-    /// observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
+    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
+    /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -192,8 +192,8 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// A task that completes when all 4 tasks have, with their results as a tuple, in argument order. Allocates nothing
-    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is
-    /// observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
+    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
+    /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -301,8 +301,8 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// A task that completes when all 5 tasks have, with their results as a tuple, in argument order. Allocates nothing
-    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is
-    /// observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
+    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
+    /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -422,8 +422,8 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// A task that completes when all 6 tasks have, with their results as a tuple, in argument order. Allocates nothing
-    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is
-    /// observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
+    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
+    /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -555,8 +555,8 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// A task that completes when all 7 tasks have, with their results as a tuple, in argument order. Allocates nothing
-    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is
-    /// observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
+    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
+    /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
@@ -700,8 +700,8 @@ public readonly partial struct SpindleTask
 
     /// <summary>
     /// A task that completes when all 8 tasks have, with their results as a tuple, in argument order. Allocates nothing
-    /// in steady state. If tasks fail, awaiting rethrows the failure of the first failed argument (every failure is
-    /// observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
+    /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
+    /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>

@@ -8,8 +8,10 @@ namespace SpindleLib;
 public readonly partial struct SpindleTask
 {
     /// <summary>
-    /// A task that completes when every input has. An empty input completes at once. If inputs fail, awaiting rethrows
-    /// the failure of the lowest index (as the BCL's <c>await Task.WhenAll</c> does); every input's failure is observed.
+    /// A task that completes when every input has. An empty input completes at once. If inputs fail, it fails as the BCL's
+    /// <c>Task.WhenAll</c> does: faulted if any input faulted, and awaiting rethrows the fault of the lowest index (a
+    /// cancellation does not hide a fault, wherever it stands); canceled if every failed input was canceled. Every input's
+    /// failure is observed.
     /// Allocates nothing in steady state, for any count; inputs that have all completed already take a path with no
     /// combinator at all.
     /// </summary>

@@ -18,7 +18,7 @@ public readonly struct WhenAllOptions
 
     /// <summary>
     /// When true, a WhenAll whose inputs failed throws an <see cref="AggregateException"/> holding every failed input's
-    /// exception, in input order (cancellations included), instead of only the lowest index's. If every failure is a
+    /// exception, in input order (cancellations included), instead of only the lowest index's fault. If every failure is a
     /// cancellation, the combined task is cancelled (it throws the first <see cref="OperationCanceledException"/>), as
     /// without this option. Default: false, the BCL's behaviour for <c>await Task.WhenAll</c>.
     /// </summary>
