@@ -1092,7 +1092,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 return; // an input won first
             }
             // Captured before the core is claimed (see SourceCore.TrySetException).
-            var canceled = ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken));
+            var canceled = ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken));
             if (_core.TryBeginCompletion(out object? waiter))
             {
                 _winner = CancelledRace;
@@ -1118,7 +1118,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         if (!_core.IsCompletingOrCompleted)
         {
-            DecideAllEarly(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+            DecideAllEarly(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
         }
     }
 

@@ -12,7 +12,7 @@ public enum SpindleTaskStatus
     Succeeded = 1,
     /// <summary>The operation completed with an exception.</summary>
     Faulted = 2,
-    /// <summary>The operation was canceled.</summary>
+    /// <summary>The operation was canceled: its result throws an <see cref="System.OperationCanceledException"/> (a <see cref="System.Threading.Tasks.TaskCanceledException"/> when Spindle canceled it for a token, as a canceled <see cref="System.Threading.Tasks.Task"/>'s await throws).</summary>
     Canceled = 3,
 }
 

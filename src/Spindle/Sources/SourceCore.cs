@@ -447,7 +447,7 @@ internal struct SourceCore<TResult>
         {
             return false;
         }
-        return TryComplete(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+        return TryComplete(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
     }
 
     /// <summary>Completes with a failure captured beforehand; false if already completed.</summary>

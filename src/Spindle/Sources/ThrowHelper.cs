@@ -1,6 +1,7 @@
 using System;
 using System.Diagnostics;
 using System.Diagnostics.CodeAnalysis;
+using System.Threading;
 
 namespace SpindleLib;
 
@@ -40,6 +41,17 @@ internal static class ThrowHelper
         t_lastRefusal = null;
         return refused;
     }
+
+    /// <summary>
+    /// The exception a Spindle task canceled by <paramref name="cancellationToken"/> throws: a
+    /// <see cref="System.Threading.Tasks.TaskCanceledException"/> (an <see cref="OperationCanceledException"/>) carrying
+    /// the token, as the await of a canceled BCL task throws (<c>Task.Delay</c>, <c>WaitAsync</c>,
+    /// <c>TaskCompletionSource.SetCanceled</c>), so code that catches either type behaves as it did over Task.
+    /// </summary>
+    public static OperationCanceledException Canceled(CancellationToken cancellationToken)
+        => new System.Threading.Tasks.TaskCanceledException(CanceledMessage, null, cancellationToken);
+
+    private const string CanceledMessage = "A task was canceled.";
 
     [DoesNotReturn]
     public static void ThrowNotCompleted() => throw new InvalidOperationException(

@@ -356,7 +356,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         short version = cancel.Version;
         if (IsPendingWait(version))
         {
-            EndWaitEarly(version, ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+            EndWaitEarly(version, ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
         }
     }
 

@@ -151,13 +151,13 @@ public readonly partial struct SpindleTask
     /// <summary>As <see cref="FromFailure(ExceptionDispatchInfo)"/>, for a task with a result.</summary>
     internal static SpindleTask<T> FromFailure<T>(ExceptionDispatchInfo failure) => new(new CompletedSource<T>(failure), 0);
 
-    /// <summary>Creates a task that has been canceled.</summary>
+    /// <summary>Creates a task that has been canceled: its await throws a <see cref="TaskCanceledException"/> carrying <paramref name="cancellationToken"/>, as for <c>Task.FromCanceled</c>.</summary>
     public static SpindleTask FromCanceled(CancellationToken cancellationToken = default)
-        => FromFailure(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+        => FromFailure(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
 
-    /// <summary>Creates a task that has been canceled.</summary>
+    /// <summary>Creates a task that has been canceled: its await throws a <see cref="TaskCanceledException"/> carrying <paramref name="cancellationToken"/>, as for <c>Task.FromCanceled</c>.</summary>
     public static SpindleTask<T> FromCanceled<T>(CancellationToken cancellationToken = default)
-        => FromFailure<T>(ExceptionDispatchInfo.Capture(new OperationCanceledException(cancellationToken)));
+        => FromFailure<T>(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
 
     /// <summary>Creates a task that has completed with <paramref name="result"/>. Allocates nothing.</summary>
     public static SpindleTask<T> FromResult<T>(T result) => new(result);

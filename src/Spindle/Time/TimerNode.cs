@@ -94,7 +94,7 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         {
             return;
         }
-        Cancel(new OperationCanceledException(cancellationToken));
+        Cancel(ThrowHelper.Canceled(cancellationToken));
     }
 
     /// <summary>

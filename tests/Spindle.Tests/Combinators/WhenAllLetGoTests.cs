@@ -34,7 +34,7 @@ public sealed class WhenAllLetGoTests
                 using var cts = new CancellationTokenSource();
                 SpindleTask all = SpindleTask.WhenAll([a.Task, b.Task], cts.Token);
                 cts.Cancel();
-                Assert.Throws<OperationCanceledException>(() => all.GetAwaiter().GetResult());
+                Assert.ThrowsAny<OperationCanceledException>(() => all.GetAwaiter().GetResult());
                 b.Reset(); // let go of: not awaited any more (before, "an await on it is still pending")
                 a.SetException(error); // abandoned: nobody reads it, so the promise reports the fault itself
                 a.Reset();
@@ -55,7 +55,7 @@ public sealed class WhenAllLetGoTests
                 using var cts = new CancellationTokenSource();
                 SpindleTask all = SpindleTask.WhenAll([signal.WaitAsync()], cts.Token);
                 cts.Cancel();
-                Assert.Throws<OperationCanceledException>(() => all.GetAwaiter().GetResult());
+                Assert.ThrowsAny<OperationCanceledException>(() => all.GetAwaiter().GetResult());
                 Assert.False(signal.HasWaiter);
 
                 signal.Set(); // nobody waits: kept for the next wait
@@ -104,7 +104,7 @@ public sealed class WhenAllLetGoTests
             SpindleTask all = SpindleTask.WhenAll([a.Task, b.Task], cts.Token);
             a.SetException(error); // read by its slot and kept for the combined failure...
             cts.Cancel();          // ...which the cancellation wins: the kept fault is reported, not lost
-            Assert.Throws<OperationCanceledException>(() => all.GetAwaiter().GetResult());
+            Assert.ThrowsAny<OperationCanceledException>(() => all.GetAwaiter().GetResult());
             b.Reset();
         });
         Assert.Equal(new Exception[] { error }, reported.ToArray());
@@ -121,7 +121,7 @@ public sealed class WhenAllLetGoTests
         {
             // The token's callback runs as the token is registered, before any input is: each registrant lets go of its own.
             SpindleTask all = SpindleTask.WhenAll([a.Task, Await(b)], cts.Token);
-            Assert.Throws<OperationCanceledException>(() => all.GetAwaiter().GetResult());
+            Assert.ThrowsAny<OperationCanceledException>(() => all.GetAwaiter().GetResult());
             a.Reset(); // not awaited any more
             b.SetResult(1); // the async method was forgotten: it reads its own outcome
             b.Reset();
