@@ -54,6 +54,12 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource
     public bool TrySetResult() => _core.TrySetResult(default);
 
     /// <summary>Completes the task with an exception. Returns false if it was already completed.</summary>
+    /// <remarks>
+    /// An <see cref="OperationCanceledException"/> makes the task Canceled, not Faulted, as it does for the BCL's
+    /// <c>ManualResetValueTaskSourceCore</c> (a pooled ValueTask) and for an async method that throws one; a
+    /// <c>TaskCompletionSource</c> would make it Faulted. To forward a cancellation-type exception as a failure (an
+    /// HTTP timeout, say), wrap it in an exception of another type.
+    /// </remarks>
     /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
     public bool TrySetException(Exception exception)
     {
@@ -78,6 +84,12 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource
     }
 
     /// <summary>Completes the task with an exception.</summary>
+    /// <remarks>
+    /// An <see cref="OperationCanceledException"/> makes the task Canceled, not Faulted, as it does for the BCL's
+    /// <c>ManualResetValueTaskSourceCore</c> (a pooled ValueTask) and for an async method that throws one; a
+    /// <c>TaskCompletionSource</c> would make it Faulted. To forward a cancellation-type exception as a failure (an
+    /// HTTP timeout, say), wrap it in an exception of another type.
+    /// </remarks>
     /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
     public void SetException(Exception exception)
     {

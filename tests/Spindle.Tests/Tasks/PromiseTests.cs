@@ -73,6 +73,25 @@ public class PromiseTests
     }
 
     [Fact]
+    public void SetException_WithACancellationTypeException_IsCanceled_AsThePooledValueTaskCoreHasIt()
+    {
+        // The documented rule (Promise.SetException's remarks) is the BCL's ManualResetValueTaskSourceCore's.
+        var exception = new OperationCanceledException("forwarded");
+        var core = new System.Threading.Tasks.Sources.ManualResetValueTaskSourceCore<int>();
+        core.SetException(exception);
+        var promise = new Promise<int>();
+
+        promise.SetException(exception);
+
+        Assert.Equal(System.Threading.Tasks.Sources.ValueTaskSourceStatus.Canceled, core.GetStatus(core.Version));
+        Assert.Equal(SpindleTaskStatus.Canceled, promise.Task.Status);
+        Assert.Same(exception, Assert.ThrowsAny<OperationCanceledException>(() => promise.Task.GetAwaiter().GetResult()));
+        var wrapped = new Promise();
+        wrapped.SetException(new InvalidOperationException("forwarded as a failure", exception));
+        Assert.Equal(SpindleTaskStatus.Faulted, wrapped.Task.Status);
+    }
+
+    [Fact]
     public void Reset_AfterCompletion_PendingAgainAndThePreviousTaskIsStale()
     {
         var promise = new Promise<int>();
