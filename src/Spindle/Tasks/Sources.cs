@@ -227,7 +227,19 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();
         observer._source = source;
         observer._token = token;
-        source.OnCompleted(s_onCompleted, observer, token);
+        try
+        {
+            source.OnCompleted(s_onCompleted, observer, token);
+        }
+        catch (Exception ex) when (ThrowHelper.IsRefusedRegistration(ex))
+        {
+            // Refused before anything was registered (the task already has an awaiter): the observer can never run, so
+            // it goes back to its pool, cleared. Any other exception (a foreign source's) may follow a registration that
+            // will still call it back: that observer is left to the GC, never pooled under a live registration.
+            observer._source = null;
+            ObjectPool<ForgetObserver>.Return(observer);
+            throw;
+        }
     }
 
     private void OnCompleted()
@@ -364,7 +376,18 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void Wait(ISpindleSource source, short token)
     {
         BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
-        source.OnCompleted(s_set, waiter, token);
+        try
+        {
+            source.OnCompleted(s_set, waiter, token);
+        }
+        catch (Exception ex) when (ThrowHelper.IsRefusedRegistration(ex))
+        {
+            // Refused before anything was registered (the use already has an awaiter, or the token is stale): nothing
+            // will set the event, so the waiter goes back to its pool as it came. A waiter that may still be set by a
+            // registration that did happen is never pooled (its next use would wake early).
+            ObjectPool<BlockingWait>.Return(waiter);
+            throw;
+        }
 #if DEBUG
         TestHookRegistered?.Invoke();
 #endif
