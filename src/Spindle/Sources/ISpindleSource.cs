@@ -85,3 +85,18 @@ internal interface IDetachableSource
     /// </summary>
     bool TryAbandon(short token);
 }
+
+/// <summary>
+/// A source whose completed use a read does not consume (a promise, a preserved task, a task made failed), so that
+/// <see cref="SpindleTask.Forget"/> can meet the same completion more than once: its fault is reported once per
+/// completion, by whichever report claims it first.
+/// </summary>
+internal interface IRereadableSource
+{
+    /// <summary>
+    /// Claims the report of use <paramref name="token"/>'s fault: true the first time, false once it was claimed (its
+    /// fault was reported already). True when the use is no longer current (reset meanwhile): nothing is left to compare
+    /// with, and a fault is never dropped on a guess.
+    /// </summary>
+    bool TryClaimFaultReport(short token);
+}

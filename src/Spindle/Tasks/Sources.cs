@@ -10,9 +10,10 @@ namespace SpindleLib;
 
 /// <summary>A source that completed with an exception when it was made (FromException, FromCanceled). Not pooled; awaitable any number of times.</summary>
 [StackTraceHidden]
-internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
+internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource
 {
     private readonly ExceptionDispatchInfo _error;
+    private int _faultReported; // 1 once a Forget() reported the fault (IRereadableSource)
 
     /// <summary>A source failed with <paramref name="error"/>, rethrown with the trace it saved.</summary>
     public CompletedSource(ExceptionDispatchInfo error) => _error = error;
@@ -40,6 +41,8 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
 
     ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token) => _error;
 
+    bool IRereadableSource.TryClaimFaultReport(short token) => Interlocked.Exchange(ref _faultReported, 1) == 0;
+
     public void OnCompleted(Action<object?> continuation, object? state, short token) => Continuations.Invoke(continuation, state);
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
@@ -54,7 +57,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
 /// awaiters read it. Continuations registered before completion are kept in a list under a lock (this is not a hot path).
 /// </summary>
 [StackTraceHidden]
-internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
+internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource
 {
     private static readonly Action<object?> s_onSourceCompleted = static o => ((PreservedSource<T>)o!).OnSourceCompleted();
 
@@ -65,6 +68,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
     private T _result = default!;
     private ExceptionDispatchInfo? _error;
     private List<(Action<object?> Continuation, object? State)>? _waiters;
+    private bool _faultReported; // under the lock: a Forget() reported the fault (IRereadableSource)
 
     public PreservedSource(ISpindleSource source, short token)
     {
@@ -170,6 +174,16 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);
 
+    bool IRereadableSource.TryClaimFaultReport(short token)
+    {
+        lock (_lock)
+        {
+            bool first = !_faultReported;
+            _faultReported = true;
+            return first;
+        }
+    }
+
     public void OnCompleted(Action<object?> continuation, object? state, short token)
     {
         if (continuation is null)
@@ -251,7 +265,19 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ReadAndReport(source, token);
     }
 
-    internal static void ReadAndReport(ISpindleSource source, short token) => Report(QuietRead.Read(source, token));
+    /// <summary>
+    /// Reads a forgotten task's completed use and reports its fault; for a source a read does not consume (a promise), only
+    /// if no report of the same completion came first (a second Forget, or the report of an abandoned use).
+    /// </summary>
+    internal static void ReadAndReport(ISpindleSource source, short token)
+    {
+        Exception? error = QuietRead.Read(source, token)?.SourceException;
+        if (error is not null and not OperationCanceledException
+            && (source is not IRereadableSource rereadable || rereadable.TryClaimFaultReport(token)))
+        {
+            UnobservedExceptions.Report(error);
+        }
+    }
 
     /// <summary>Reports a forgotten task's fault, read by its observer (a cancellation is an outcome, not a fault).</summary>
     internal static void Report(ExceptionDispatchInfo? failure)
