@@ -87,7 +87,8 @@ internal interface IDetachableSource
 }
 
 /// <summary>
-/// A source whose completed use a read does not consume (a promise, a preserved task, a task made failed), so that
+/// A source whose completed use a read does not consume (a promise, a preserved task, a task made failed, a task
+/// scope's wait), so that
 /// <see cref="SpindleTask.Forget"/> can meet the same completion more than once: its fault is reported once per
 /// completion, by whichever report claims it first.
 /// </summary>

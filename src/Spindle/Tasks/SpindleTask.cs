@@ -89,8 +89,9 @@ public readonly partial struct SpindleTask
     /// continuations asynchronously: the outcome is read as the task completes, before its source can be reused);
     /// cancellation is not a fault and is not reported. The task must not be awaited afterwards.
     /// A fault is reported once per completion: a task that a read does not consume (a <see cref="Promise"/>'s, a
-    /// preserved one, one made by <see cref="FromException(Exception)"/>) forgotten again reports nothing more, nor does
-    /// a promise's use whose fault was reported when a WhenAny let go of it.
+    /// preserved one, one made by <see cref="FromException(Exception)"/>, a <see cref="TaskScope"/>'s
+    /// <see cref="TaskScope.WaitAsync"/>) forgotten again reports nothing more, nor does a promise's use whose fault was
+    /// reported when a WhenAny let go of it.
     /// </summary>
     public void Forget()
     {
