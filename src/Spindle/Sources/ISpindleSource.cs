@@ -101,3 +101,15 @@ internal interface IRereadableSource
     /// </summary>
     bool TryClaimFaultReport(short token);
 }
+
+/// <summary>The one rule for every report of a fault read from a Spindle source nobody else reads (a forgotten task, a combinator's loser).</summary>
+internal static class FaultReport
+{
+    /// <summary>
+    /// True if the fault of <paramref name="source"/>'s use <paramref name="token"/> is to be reported now: always, unless
+    /// a read does not consume the source (<see cref="IRereadableSource"/>) and the same completion was reported already.
+    /// Call it only for a fault that is reported (not a cancellation), so that a claim is never spent on nothing.
+    /// </summary>
+    public static bool Claim(ISpindleSource? source, short token)
+        => source is not IRereadableSource rereadable || rereadable.TryClaimFaultReport(token);
+}

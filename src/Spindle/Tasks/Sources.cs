@@ -273,7 +273,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     {
         Exception? error = QuietRead.Read(source, token)?.SourceException;
         if (error is not null and not OperationCanceledException
-            && (source is not IRereadableSource rereadable || rereadable.TryClaimFaultReport(token)))
+            && FaultReport.Claim(source, token))
         {
             UnobservedExceptions.Report(error);
         }
