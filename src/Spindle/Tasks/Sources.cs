@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.Diagnostics.CodeAnalysis;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -271,23 +272,25 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     /// </summary>
     internal static void ReadAndReport(ISpindleSource source, short token)
     {
-        Exception? error = QuietRead.Read(source, token)?.SourceException;
-        if (error is not null and not OperationCanceledException
-            && FaultReport.Claim(source, token))
+        ExceptionDispatchInfo? failure = QuietRead.Read(source, token);
+        if (IsFault(failure) && FaultReport.Claim(source, token))
         {
-            UnobservedExceptions.Report(error);
+            UnobservedExceptions.Report(failure.SourceException);
         }
     }
 
     /// <summary>Reports a forgotten task's fault, read by its observer (a cancellation is an outcome, not a fault).</summary>
     internal static void Report(ExceptionDispatchInfo? failure)
     {
-        Exception? error = failure?.SourceException;
-        if (error is not null and not OperationCanceledException)
+        if (IsFault(failure))
         {
-            UnobservedExceptions.Report(error);
+            UnobservedExceptions.Report(failure.SourceException);
         }
     }
+
+    /// <summary>True for a failure that is reported: a fault, not a cancellation (an outcome).</summary>
+    private static bool IsFault([NotNullWhen(true)] ExceptionDispatchInfo? failure)
+        => failure is not null && failure.SourceException is not OperationCanceledException;
 }
 
 /// <summary>Bridges a Spindle source to a <see cref="Task"/> (allocates: a Task is an object).</summary>
