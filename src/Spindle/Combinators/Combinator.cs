@@ -464,8 +464,25 @@ internal abstract class CombinatorCore
         {
             spin.SpinOnce(); // its completer is between its claim and its publication: a few stores
         }
-        ReportLoser(slot.ReadInput(out Signal? taken));
+        Signal? taken = ReadAndReportLoser(slot);
         slot.EndRead();
+        return taken;
+    }
+
+    /// <summary>
+    /// Reads a losing slot's input (the caller holds its read claim) and reports its failure. A promise's task is not
+    /// consumed by the read, and the caller may still forget it: its fault is reported once per completion
+    /// (<see cref="FaultReport.Claim"/>), whichever report comes first.
+    /// </summary>
+    private static Signal? ReadAndReportLoser(Slot slot)
+    {
+        ISpindleSource? source = slot.Kind == InputKind.Spindle ? Volatile.Read(ref slot.Source) : null;
+        short token = slot.Token;
+        ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
+        if (error is not null && (error.SourceException is OperationCanceledException || FaultReport.Claim(source, token)))
+        {
+            ReportLoser(error);
+        }
         return taken;
     }
 
@@ -504,7 +521,7 @@ internal abstract class CombinatorCore
         var taken = default(TakenSets);
         if (slot.TryClaimRead())
         {
-            ReportLoser(slot.ReadInput(out Signal? set));
+            Signal? set = ReadAndReportLoser(slot);
             // A losing wait's set never reached the caller: kept before the read ends, so before a decider waiting for
             // this read publishes (see TakenSets).
             taken.Add(set);

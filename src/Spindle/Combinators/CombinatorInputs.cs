@@ -41,6 +41,12 @@ internal interface IInputKind<TInput, TValue>
 
     /// <summary>Registers the input as input <paramref name="index"/> of <paramref name="combinator"/>.</summary>
     void Add(CombinatorCore combinator, int index, TInput input);
+
+    /// <summary>True for the kinds whose inputs may have a Spindle source (<see cref="SourceOf"/>): a constant, so the repeat check costs other kinds nothing.</summary>
+    bool HasSources { get; }
+
+    /// <summary>The input's Spindle source and token, by which a repeated input is recognised; null for an input without one (a task finished without a source, a BCL task).</summary>
+    ISpindleSource? SourceOf(TInput input, out short token);
 }
 
 /// <summary>
@@ -183,6 +189,14 @@ internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
     public void Forget(SpindleTask input) => SpindleInputs.LetGoOrForget(input._source, input._token);
 
     public void Add(CombinatorCore combinator, int index, SpindleTask input) => combinator.Add(index, input);
+
+    public bool HasSources => true;
+
+    public ISpindleSource? SourceOf(SpindleTask input, out short token)
+    {
+        token = input._token;
+        return input._source;
+    }
 }
 
 internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
@@ -206,6 +220,14 @@ internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
     public void Forget(SpindleTask<T> input) => SpindleInputs.LetGoOrForget(input._source, input._token);
 
     public void Add(CombinatorCore combinator, int index, SpindleTask<T> input) => combinator.Add(index, input);
+
+    public bool HasSources => true;
+
+    public ISpindleSource? SourceOf(SpindleTask<T> input, out short token)
+    {
+        token = input._token;
+        return input._source;
+    }
 }
 
 internal readonly struct TaskInput : IInputKind<Task, VoidResult>
@@ -239,6 +261,14 @@ internal readonly struct TaskInput : IInputKind<Task, VoidResult>
     }
 
     public void Add(CombinatorCore combinator, int index, Task input) => combinator.Add(index, input);
+
+    public bool HasSources => false;
+
+    public ISpindleSource? SourceOf(Task input, out short token)
+    {
+        token = 0;
+        return null;
+    }
 }
 
 internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
@@ -262,6 +292,14 @@ internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
     public void Forget(Task<T> input) => TaskInput.ForgetTask(input);
 
     public void Add(CombinatorCore combinator, int index, Task<T> input) => combinator.Add(index, input);
+
+    public bool HasSources => false;
+
+    public ISpindleSource? SourceOf(Task<T> input, out short token)
+    {
+        token = 0;
+        return null;
+    }
 }
 
 internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
@@ -292,6 +330,14 @@ internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
     }
 
     public void Add(CombinatorCore combinator, int index, ValueTask input) => combinator.Add(index, input);
+
+    public bool HasSources => false;
+
+    public ISpindleSource? SourceOf(ValueTask input, out short token)
+    {
+        token = 0;
+        return null;
+    }
 }
 
 internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
@@ -307,4 +353,12 @@ internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
     public void Forget(ValueTask<T> input) => ValueTaskInput.ForgetByReading<ValueTask<T>, T, ValueTaskInput<T>>(input);
 
     public void Add(CombinatorCore combinator, int index, ValueTask<T> input) => combinator.Add(index, input);
+
+    public bool HasSources => false;
+
+    public ISpindleSource? SourceOf(ValueTask<T> input, out short token)
+    {
+        token = 0;
+        return null;
+    }
 }

@@ -1,4 +1,5 @@
 using System;
+using System.Buffers;
 using System.Collections.Generic;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
@@ -21,6 +22,7 @@ internal static class Combine
     {
         if (AllCompleted<TInput, VoidResult, TKind>(tasks, cancellationToken))
         {
+            RejectRepeats<TInput, VoidResult, TKind>(tasks);
             ExceptionDispatchInfo? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, options.AggregateExceptions);
             return failure is null ? default : SpindleTask.FromFailure(failure);
         }
@@ -34,6 +36,7 @@ internal static class Combine
     {
         if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
         {
+            RejectRepeats<TInput, T, TKind>(tasks);
             T[] values = tasks.IsEmpty ? Array.Empty<T>() : new T[tasks.Length];
             ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, values, options.AggregateExceptions);
             return failure is null ? new SpindleTask<T[]>(values) : SpindleTask.FromFailure<T[]>(failure);
@@ -55,6 +58,7 @@ internal static class Combine
         }
         if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
         {
+            RejectRepeats<TInput, T, TKind>(tasks);
             ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, options.AggregateExceptions);
             return failure is null ? default : SpindleTask.FromFailure(failure);
         }
@@ -92,6 +96,7 @@ internal static class Combine
         int completed = Scan<TInput, TValue, TKind>(tasks, out int first);
         if (first >= 0 && !cancellationToken.IsCancellationRequested && (settleAtFirst || completed == tasks.Length))
         {
+            RejectRepeats<TInput, TValue, TKind>(tasks);
             return SettleNow<TInput, TValue, TKind, TResult>(tasks, first, fromWinner);
         }
         var c = Combinator<TResult>.RentAny(tasks.Length, compose);
@@ -176,6 +181,118 @@ internal static class Combine
         }
         return completed;
     }
+
+    /// <summary>
+    /// Before a path with no combinator reads or lets go of any input (every input finished, for a WhenAll; a WhenAny
+    /// settled at once), rejects a Spindle task passed twice: its first read would consume it (a pooled source goes back
+    /// to its pool) and the second read fail, so the misuse became the combined task's failure, or hid behind an earlier
+    /// input's, with the inputs read meanwhile consumed. A task that a read does not consume (a promise's, a preserved
+    /// one: <see cref="IRereadableSource"/>) may be passed twice, as before. The cost: a null test per input, and a
+    /// search only when two or more inputs have a source (<see cref="FindRepeat"/>). The paths with a combinator need
+    /// none: a repeated pending input's second registration is refused, and the combinator undoes what it took.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">A Spindle task that a read consumes is passed more than once (the message names both indices).</exception>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
+    private static void RejectRepeats<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        if (!default(TKind).HasSources)
+        {
+            return;
+        }
+        bool one = false;
+        for (int i = 0; i < tasks.Length; i++)
+        {
+            if (default(TKind).SourceOf(tasks[i], out _) is not null)
+            {
+                if (one)
+                {
+                    FindRepeat<TInput, TValue, TKind>(tasks);
+                    return;
+                }
+                one = true;
+            }
+        }
+    }
+
+    /// <summary>Up to this many inputs, a repeat is looked for pair by pair (at most 120 reference compares); past it, with a hash table.</summary>
+    private const int PairwiseLimit = 16;
+
+    /// <summary>
+    /// Finds an input whose source and token are an earlier input's, and throws naming both. Pair by pair for a few
+    /// inputs; past <see cref="PairwiseLimit"/>, through an open-addressing table of input indices (rented from the
+    /// shared array pool and returned, so nothing is allocated in steady state), keyed by the source's identity hash
+    /// and the token: linear in the input count.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void FindRepeat<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        if (tasks.Length <= PairwiseLimit)
+        {
+            for (int i = 1; i < tasks.Length; i++)
+            {
+                ISpindleSource? source = default(TKind).SourceOf(tasks[i], out short token);
+                if (source is null)
+                {
+                    continue;
+                }
+                for (int j = 0; j < i; j++)
+                {
+                    if (ReferenceEquals(default(TKind).SourceOf(tasks[j], out short other), source) && other == token
+                        && source is not IRereadableSource)
+                    {
+                        throw RepeatedInput(i, j);
+                    }
+                }
+            }
+            return;
+        }
+        int bits = 5;
+        while ((1 << bits) < 2 * tasks.Length)
+        {
+            bits++;
+        }
+        int mask = (1 << bits) - 1;
+        int[] table = ArrayPool<int>.Shared.Rent(1 << bits); // entries: input index + 1; 0 is empty
+        try
+        {
+            Array.Clear(table, 0, 1 << bits);
+            for (int i = 0; i < tasks.Length; i++)
+            {
+                ISpindleSource? source = default(TKind).SourceOf(tasks[i], out short token);
+                if (source is null)
+                {
+                    continue;
+                }
+                int h = (int)(unchecked((uint)(RuntimeHelpers.GetHashCode(source) ^ (token << 16)) * 0x9E3779B1u) >> (32 - bits));
+                while (true)
+                {
+                    int entry = table[h];
+                    if (entry == 0)
+                    {
+                        table[h] = i + 1;
+                        break;
+                    }
+                    if (ReferenceEquals(default(TKind).SourceOf(tasks[entry - 1], out short other), source) && other == token
+                        && source is not IRereadableSource)
+                    {
+                        throw RepeatedInput(i, entry - 1);
+                    }
+                    h = (h + 1) & mask;
+                }
+            }
+        }
+        finally
+        {
+            ArrayPool<int>.Shared.Return(table);
+        }
+    }
+
+    private static InvalidOperationException RepeatedInput(int index, int earlier)
+        => new($"The task at index {index} is the same task as the one at index {earlier}. A Spindle task is read once (a pooled " +
+            "one goes back to its pool when it is read), so a combinator cannot take it twice: pass it once, or call Preserve() " +
+            "on it and pass the preserved task as many times as needed.");
 
     /// <summary>Reads every (finished) input, in order, into <paramref name="values"/> if it has room; returns the combined failure.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup

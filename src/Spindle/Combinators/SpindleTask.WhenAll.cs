@@ -16,7 +16,7 @@ public readonly partial struct SpindleTask
     /// combinator at all.
     /// </summary>
     /// <remarks>Each input is awaited by the combinator, so it is consumed: do not await the inputs yourself.</remarks>
-    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error), or a pooled task is passed twice.</exception>
     public static SpindleTask WhenAll(params ReadOnlySpan<SpindleTask> tasks)
         => Combine.All<SpindleTask, SpindleInput>(tasks, default(WhenAllOptions), default);
 
@@ -100,7 +100,7 @@ public readonly partial struct SpindleTask
     /// <see cref="WhenAll{T}(ReadOnlySpan{SpindleTask{T}}, Memory{T}, WhenAllOptions, CancellationToken)"/>, or the tuple
     /// forms for 2 to 8 tasks.
     /// </summary>
-    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error), or a pooled task is passed twice.</exception>
     public static SpindleTask<T[]> WhenAll<T>(params ReadOnlySpan<SpindleTask<T>> tasks)
         => Combine.AllValues<SpindleTask<T>, T, SpindleInput<T>>(tasks, default(WhenAllOptions), default);
 

@@ -27,7 +27,7 @@ public readonly partial struct SpindleTask
     /// (see <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>; pooled too, so it allocates nothing in steady state).</para>
     /// </remarks>
     /// <exception cref="ArgumentException">The input is empty, as for <c>Task.WhenAny</c>.</exception>
-    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error), or a pooled task is passed twice.</exception>
     public static SpindleTask<int> WhenAny(params ReadOnlySpan<SpindleTask> tasks)
         => Combine.Any<SpindleTask, SpindleInput>(tasks, default);
 
@@ -91,7 +91,7 @@ public readonly partial struct SpindleTask
     /// and their failures reported). Allocates nothing in steady state.
     /// </summary>
     /// <exception cref="ArgumentException">The input is empty.</exception>
-    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error), or a pooled task is passed twice.</exception>
     public static SpindleTask<(int Index, T Result)> WhenAny<T>(params ReadOnlySpan<SpindleTask<T>> tasks)
         => Combine.AnyValue<SpindleTask<T>, T, SpindleInput<T>>(tasks, default);
 

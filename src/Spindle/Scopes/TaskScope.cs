@@ -356,10 +356,11 @@ public sealed class TaskScope : IAsyncDisposable
     /// its result is read, which is when they count as delivered. Not pooled (one per scope), never reset.
     /// </summary>
     [StackTraceHidden]
-    private sealed class ScopeOutcome : ISpindleSource
+    private sealed class ScopeOutcome : ISpindleSource, IRereadableSource
     {
         private readonly TaskScope _scope;
         private SourceCore<VoidResult> _core;
+        private int _faultReported; // 1 once a Forget() reported the failures (IRereadableSource: read again, never consumed)
 
         public ScopeOutcome(TaskScope scope) => _scope = scope;
 
@@ -392,6 +393,8 @@ public sealed class TaskScope : IAsyncDisposable
 
         public void OnCompleted(Action<object?> continuation, object? state, short token, System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags)
             => _core.OnCompleted(continuation, state, token, flags);
+
+        bool IRereadableSource.TryClaimFaultReport(short token) => Interlocked.Exchange(ref _faultReported, 1) == 0;
     }
 
     private bool CanceledFromOutside

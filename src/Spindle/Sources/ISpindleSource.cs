@@ -85,3 +85,31 @@ internal interface IDetachableSource
     /// </summary>
     bool TryAbandon(short token);
 }
+
+/// <summary>
+/// A source whose completed use a read does not consume (a promise, a preserved task, a task made failed, a task
+/// scope's wait), so that
+/// <see cref="SpindleTask.Forget"/> can meet the same completion more than once: its fault is reported once per
+/// completion, by whichever report claims it first.
+/// </summary>
+internal interface IRereadableSource
+{
+    /// <summary>
+    /// Claims the report of use <paramref name="token"/>'s fault: true the first time, false once it was claimed (its
+    /// fault was reported already). True when the use is no longer current (reset meanwhile): nothing is left to compare
+    /// with, and a fault is never dropped on a guess.
+    /// </summary>
+    bool TryClaimFaultReport(short token);
+}
+
+/// <summary>The one rule for every report of a fault read from a Spindle source nobody else reads (a forgotten task, a combinator's loser).</summary>
+internal static class FaultReport
+{
+    /// <summary>
+    /// True if the fault of <paramref name="source"/>'s use <paramref name="token"/> is to be reported now: always, unless
+    /// a read does not consume the source (<see cref="IRereadableSource"/>) and the same completion was reported already.
+    /// Call it only for a fault that is reported (not a cancellation), so that a claim is never spent on nothing.
+    /// </summary>
+    public static bool Claim(ISpindleSource? source, short token)
+        => source is not IRereadableSource rereadable || rereadable.TryClaimFaultReport(token);
+}

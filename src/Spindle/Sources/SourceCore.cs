@@ -122,6 +122,13 @@ internal struct SourceCore<TResult>
     // use, and the observer needs no token of its own (the box stays a field smaller).
     private const int ForgottenBit = 1 << 20;
 
+    // A completed use's fault was reported to Spindle.UnobservedException (TryClaimFaultReport). Set only on a Completed
+    // word, by the report that claims it: a Forget() of a source that a read does not consume (a promise), or the report
+    // of an abandoned use's fault (EndCompletion); in practice only a promise's core ever has it, since only a promise's
+    // abandoned use can fault. Carried by every state change (With) and dropped by every version step (NextVersion, so a
+    // Reset), it keeps one completion's fault from being reported twice, and the next use's is reported again.
+    private const int ReportedBit = 1 << 21;
+
     private object? _continuation; // the waiter, while Waiting
     private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
     private TResult _result;
@@ -524,11 +531,13 @@ internal struct SourceCore<TResult>
         _continuation = null;
         // The publication point: from here on the operation is complete to every reader, and the core is not touched.
         // Only the completer writes the word while it is Completing, so this read is the word it set.
-        Volatile.Write(ref _word, With(_word, Completed));
+        int published = With(_word, Completed);
+        Volatile.Write(ref _word, published);
         if (waiter == s_abandoned)
         {
-            // Nobody waits any more: a fault nobody will read is reported, never lost (a cancellation is an outcome).
-            if (error is not null && error.SourceException is not OperationCanceledException)
+            // Nobody waits any more: a fault nobody will read is reported, never lost (a cancellation is an outcome);
+            // once, should a Forget() of the same completed use come first.
+            if (error is not null && error.SourceException is not OperationCanceledException && TryClaimFaultReport((short)published))
             {
                 UnobservedExceptions.Report(error.SourceException);
             }
@@ -697,6 +706,33 @@ internal struct SourceCore<TResult>
                 return false;
             }
             int prev = Interlocked.CompareExchange(ref _word, With(w, Abandoned), w);
+            if (prev == w)
+            {
+                return true;
+            }
+            w = prev;
+        }
+    }
+
+    /// <summary>
+    /// Claims the report of completed use <paramref name="token"/>'s fault (<see cref="ReportedBit"/>): true the first
+    /// time, false once claimed. True when the use is not the current completed one (reset meanwhile, or not published
+    /// yet): the caller reports, as before there was a claim, rather than drop a fault.
+    /// </summary>
+    public bool TryClaimFaultReport(short token)
+    {
+        int w = Volatile.Read(ref _word);
+        while (true)
+        {
+            if ((short)w != token || (w & StateMask) != Completed)
+            {
+                return true;
+            }
+            if ((w & ReportedBit) != 0)
+            {
+                return false;
+            }
+            int prev = Interlocked.CompareExchange(ref _word, w | ReportedBit, w);
             if (prev == w)
             {
                 return true;

@@ -10,7 +10,7 @@ namespace SpindleLib;
 /// A resettable completion source for a <see cref="SpindleTask{T}"/>. See <see cref="Promise"/> for the rules.
 /// </summary>
 /// <typeparam name="T">The result type.</typeparam>
-public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSource<T>
+public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSource<T>, IRereadableSource
 {
     private SourceCore<T> _core;
 
@@ -120,6 +120,8 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
 
     bool IDetachableSource.TryAbandon(short token) => _core.TryAbandon(token);
+
+    bool IRereadableSource.TryClaimFaultReport(short token) => _core.TryClaimFaultReport(token);
 
     /// <inheritdoc/>
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);

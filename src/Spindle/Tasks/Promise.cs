@@ -16,9 +16,10 @@ namespace SpindleLib;
 /// <see cref="Reset"/> must not race with them or with an await.</para>
 /// <para>The task supports one awaiter at a time. Reading its result does not consume the promise, so a completed
 /// promise's task may be read again until <see cref="Reset"/>, after which the old task's token is stale (for the next
-/// 65,535 resets: the 16-bit token then comes round again; see <see cref="SpindleTask"/>).</para>
+/// 65,535 resets: the 16-bit token then comes round again; see <see cref="SpindleTask"/>). Passing it to
+/// <see cref="SpindleTask.Forget"/> again reports a fault no second time: a fault is reported once per completion.</para>
 /// </remarks>
-public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource
+public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource
 {
     private SourceCore<VoidResult> _core;
 
@@ -128,6 +129,8 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
 
     bool IDetachableSource.TryAbandon(short token) => _core.TryAbandon(token);
+
+    bool IRereadableSource.TryClaimFaultReport(short token) => _core.TryClaimFaultReport(token);
 
     internal static void ThrowAlreadyCompleted() => ThrowHelper.ThrowInvalidOperation(
         "The promise was already completed. Call Reset() to start a new use, or use the TrySet* methods, which return false instead of throwing.");

@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.Diagnostics.CodeAnalysis;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -10,9 +11,10 @@ namespace SpindleLib;
 
 /// <summary>A source that completed with an exception when it was made (FromException, FromCanceled). Not pooled; awaitable any number of times.</summary>
 [StackTraceHidden]
-internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
+internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource
 {
     private readonly ExceptionDispatchInfo _error;
+    private int _faultReported; // 1 once a Forget() reported the fault (IRereadableSource)
 
     /// <summary>A source failed with <paramref name="error"/>, rethrown with the trace it saved.</summary>
     public CompletedSource(ExceptionDispatchInfo error) => _error = error;
@@ -40,6 +42,8 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
 
     ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token) => _error;
 
+    bool IRereadableSource.TryClaimFaultReport(short token) => Interlocked.Exchange(ref _faultReported, 1) == 0;
+
     public void OnCompleted(Action<object?> continuation, object? state, short token) => Continuations.Invoke(continuation, state);
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
@@ -54,7 +58,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>
 /// awaiters read it. Continuations registered before completion are kept in a list under a lock (this is not a hot path).
 /// </summary>
 [StackTraceHidden]
-internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
+internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource
 {
     private static readonly Action<object?> s_onSourceCompleted = static o => ((PreservedSource<T>)o!).OnSourceCompleted();
 
@@ -65,6 +69,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
     private T _result = default!;
     private ExceptionDispatchInfo? _error;
     private List<(Action<object?> Continuation, object? State)>? _waiters;
+    private bool _faultReported; // under the lock: a Forget() reported the fault (IRereadableSource)
 
     public PreservedSource(ISpindleSource source, short token)
     {
@@ -170,6 +175,16 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);
 
+    bool IRereadableSource.TryClaimFaultReport(short token)
+    {
+        lock (_lock)
+        {
+            bool first = !_faultReported;
+            _faultReported = true;
+            return first;
+        }
+    }
+
     public void OnCompleted(Action<object?> continuation, object? state, short token)
     {
         if (continuation is null)
@@ -227,7 +242,19 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();
         observer._source = source;
         observer._token = token;
-        source.OnCompleted(s_onCompleted, observer, token);
+        try
+        {
+            source.OnCompleted(s_onCompleted, observer, token);
+        }
+        catch (Exception ex) when (ThrowHelper.IsRefusedRegistration(ex))
+        {
+            // Refused before anything was registered (the task already has an awaiter): the observer can never run, so
+            // it goes back to its pool, cleared. Any other exception (a foreign source's) may follow a registration that
+            // will still call it back: that observer is left to the GC, never pooled under a live registration.
+            observer._source = null;
+            ObjectPool<ForgetObserver>.Return(observer);
+            throw;
+        }
     }
 
     private void OnCompleted()
@@ -239,17 +266,31 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ReadAndReport(source, token);
     }
 
-    internal static void ReadAndReport(ISpindleSource source, short token) => Report(QuietRead.Read(source, token));
+    /// <summary>
+    /// Reads a forgotten task's completed use and reports its fault; for a source a read does not consume (a promise), only
+    /// if no report of the same completion came first (a second Forget, or the report of an abandoned use).
+    /// </summary>
+    internal static void ReadAndReport(ISpindleSource source, short token)
+    {
+        ExceptionDispatchInfo? failure = QuietRead.Read(source, token);
+        if (IsFault(failure) && FaultReport.Claim(source, token))
+        {
+            UnobservedExceptions.Report(failure.SourceException);
+        }
+    }
 
     /// <summary>Reports a forgotten task's fault, read by its observer (a cancellation is an outcome, not a fault).</summary>
     internal static void Report(ExceptionDispatchInfo? failure)
     {
-        Exception? error = failure?.SourceException;
-        if (error is not null and not OperationCanceledException)
+        if (IsFault(failure))
         {
-            UnobservedExceptions.Report(error);
+            UnobservedExceptions.Report(failure.SourceException);
         }
     }
+
+    /// <summary>True for a failure that is reported: a fault, not a cancellation (an outcome).</summary>
+    private static bool IsFault([NotNullWhen(true)] ExceptionDispatchInfo? failure)
+        => failure is not null && failure.SourceException is not OperationCanceledException;
 }
 
 /// <summary>Bridges a Spindle source to a <see cref="Task"/> (allocates: a Task is an object).</summary>
@@ -364,7 +405,18 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void Wait(ISpindleSource source, short token)
     {
         BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
-        source.OnCompleted(s_set, waiter, token);
+        try
+        {
+            source.OnCompleted(s_set, waiter, token);
+        }
+        catch (Exception ex) when (ThrowHelper.IsRefusedRegistration(ex))
+        {
+            // Refused before anything was registered (the use already has an awaiter, or the token is stale): nothing
+            // will set the event, so the waiter goes back to its pool as it came. A waiter that may still be set by a
+            // registration that did happen is never pooled (its next use would wake early).
+            ObjectPool<BlockingWait>.Return(waiter);
+            throw;
+        }
 #if DEBUG
         TestHookRegistered?.Invoke();
 #endif

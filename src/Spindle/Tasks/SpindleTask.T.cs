@@ -71,7 +71,10 @@ public readonly partial struct SpindleTask<T>
         return new SpindleTask<T>(new PreservedSource<T>(s, _token), 0);
     }
 
-    /// <summary>Lets the task run with nobody awaiting it; a fault goes to <see cref="Spindle.UnobservedException"/>.</summary>
+    /// <summary>
+    /// Lets the task run with nobody awaiting it; a fault goes to <see cref="Spindle.UnobservedException"/>, once per
+    /// completion (see <see cref="SpindleTask.Forget"/>).
+    /// </summary>
     public void Forget()
     {
         if (_source is { } s)

@@ -88,6 +88,10 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, on the thread that completes the task (even for a source that runs its
     /// continuations asynchronously: the outcome is read as the task completes, before its source can be reused);
     /// cancellation is not a fault and is not reported. The task must not be awaited afterwards.
+    /// A fault is reported once per completion: a task that a read does not consume (a <see cref="Promise"/>'s, a
+    /// preserved one, one made by <see cref="FromException(Exception)"/>, a <see cref="TaskScope"/>'s
+    /// <see cref="TaskScope.WaitAsync"/>) forgotten again reports nothing more, nor does a promise's use whose fault was
+    /// reported when a WhenAny let go of it.
     /// </summary>
     public void Forget()
     {

@@ -1,3 +1,4 @@
+using System;
 using System.Threading;
 
 namespace SpindleLib;
@@ -21,6 +22,26 @@ internal abstract class WorkItem
     /// <see cref="Execute"/>.
     /// </summary>
     public virtual void ExecuteOnDefaultContext() => Execute();
+
+#if NET
+    /// <summary>
+    /// The .NET ThreadPool's entry (<see cref="ThreadPoolScheduler"/>): an exception that escapes the work is reported to
+    /// <c>Spindle.UnobservedException</c>, as Spindle's own workers report it, instead of reaching the ThreadPool, which
+    /// would crash the process (a continuation that throws, run by a <see cref="ContinuationWorkItem"/>). Spindle's
+    /// workers call <see cref="Execute"/> directly, inside their own catch, so this adds nothing to their loop.
+    /// </summary>
+    void IThreadPoolWorkItem.Execute()
+    {
+        try
+        {
+            Execute();
+        }
+        catch (Exception ex)
+        {
+            UnobservedExceptions.Report(ex);
+        }
+    }
+#endif
 }
 
 /// <summary>Where work items go. <see cref="Default"/> is Spindle's own worker pool unless a test or benchmark swaps it.</summary>

@@ -235,6 +235,92 @@ public class CombinatorBadInputTests
         Assert.Equal(7, method.GetAwaiter().GetResult());
     }
 
+    /// <summary>A pooled task (an async method's box) that has finished and not been read: readable exactly once.</summary>
+    private static SpindleTask<int> Finished(int value)
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = Await(promise);
+        promise.SetResult(value);
+        return task;
+    }
+
+    private static SpindleTask<int> FinishedFaulted(Exception error)
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> task = Await(promise);
+        promise.SetException(error);
+        return task;
+    }
+
+    private static void AssertRepeatedInput(int index, int earlier, Action call)
+    {
+        InvalidOperationException ex = Assert.Throws<InvalidOperationException>(call);
+        Assert.Contains($"index {index}", ex.Message, StringComparison.Ordinal);
+        Assert.Contains($"index {earlier}", ex.Message, StringComparison.Ordinal);
+        Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void WhenAll_SameFinishedPooledTaskTwice_ThrowsAtTheCall_AndConsumesNothing()
+    {
+        // Every input finished: no combinator. The first copy was read (consumed: the box went back to its pool), and the
+        // second copy's await-once error became the combined task's failure, or hid behind an earlier input's failure.
+        var error = new FormatException("the earlier input's own fault");
+        SpindleTask<int> faulted = FinishedFaulted(error);
+        SpindleTask<int> value = Finished(1);
+        SpindleTask<int> twice = Finished(2);
+        AssertRepeatedInput(2, 1, () => SpindleTask.WhenAll(value.AsSpindleTask(), twice.AsSpindleTask(), twice.AsSpindleTask()));
+        AssertRepeatedInput(2, 1, () => SpindleTask.WhenAll(new[] { faulted, twice, twice }));
+        AssertRepeatedInput(2, 1, () => SpindleTask.WhenAll(new[] { value, twice, twice }, new int[3]));
+        AssertRepeatedInput(1, 0, () => SpindleTask.WhenAll(new List<SpindleTask> { twice, twice }));
+
+        // Nothing was read: each task is still the caller's, to read once.
+        Assert.Equal(1, value.GetAwaiter().GetResult());
+        Assert.Equal(2, twice.GetAwaiter().GetResult());
+        Assert.Same(error, Assert.Throws<FormatException>(() => faulted.GetAwaiter().GetResult()));
+    }
+
+    [Fact]
+    public void WhenAll_ManyFinishedInputs_OneRepeated_ThrowsAtTheCall_AndConsumesNothing()
+    {
+        // Past the pairwise look (more than 16 inputs with a source), the repeat is found as well.
+        SpindleTask<int>[] tasks = Enumerable.Range(0, 40).Select(Finished).ToArray();
+        SpindleTask<int> kept = tasks[37];
+        tasks[37] = tasks[5];
+        AssertRepeatedInput(37, 5, () => SpindleTask.WhenAll(tasks));
+        AssertRepeatedInput(37, 5, () => SpindleTask.WhenAny(tasks));
+        tasks[37] = kept;
+        Assert.Equal(Enumerable.Range(0, 40).ToArray(), SpindleTask.WhenAll(tasks).GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void WhenAny_SameTaskTwiceBehindAFinishedInput_ThrowsAtTheCall_AndLetsGoOfNothing()
+    {
+        // Settled at once by a finished input: a finished repeat was read twice (the second read's error became the
+        // result when it was the winner), and a pending repeat was forgotten by its first copy before the second threw.
+        SpindleTask<int> twice = Finished(2);
+        AssertRepeatedInput(1, 0, () => SpindleTask.WhenAny(new[] { twice, twice }));
+        var gate = new Promise<int>();
+        SpindleTask<int> pending = Await(gate);
+        AssertRepeatedInput(2, 1, () => SpindleTask.WhenAny(new[] { SpindleTask.FromResult(0), pending, pending }));
+
+        Assert.Equal(2, twice.GetAwaiter().GetResult());
+        gate.SetResult(7);
+        Assert.Equal(7, pending.GetAwaiter().GetResult()); // not forgotten: still the caller's
+    }
+
+    [Fact]
+    public void WhenAll_SameFinishedPromiseTaskTwice_StillReadsItTwice()
+    {
+        // A promise's task is not consumed by a read: passing a finished one twice is allowed, as before.
+        var promise = new Promise<int>();
+        promise.SetResult(5);
+        Assert.Equal(new[] { 5, 5 }, SpindleTask.WhenAll(new[] { promise.Task, promise.Task }).GetAwaiter().GetResult());
+        Assert.Equal((0, 5), SpindleTask.WhenAny(new[] { promise.Task, promise.Task }).GetAwaiter().GetResult());
+        SpindleTask<int> preserved = Finished(3).Preserve();
+        Assert.Equal(new[] { 3, 3 }, SpindleTask.WhenAll(new[] { preserved, preserved }).GetAwaiter().GetResult());
+    }
+
     [Fact]
     public void NewInputKinds_EmptyWhenAny_ThrowsArgumentException_EmptyWhenAll_CompletesAtOnce()
     {

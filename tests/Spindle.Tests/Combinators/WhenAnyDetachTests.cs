@@ -278,6 +278,50 @@ public class WhenAnyDetachTests
     }
 
     /// <summary>
+    /// As above, and the caller then forgets the losing promise's task (a completed promise's task may be read again):
+    /// the WhenAny's early read had reported the loser's fault already, and the Forget reported it a second time for the
+    /// same completion. The same holds for the slot's own late read, and the other way round (forgotten first).
+    /// </summary>
+    [Fact]
+    public void WhenAny_LoserWhoseFaultTheRaceReported_ForgottenAfterwards_IsNotReportedAgain()
+    {
+        var manual = new ManualScheduler();
+        Scheduler previous = Scheduler.Default;
+        Scheduler.Default = manual;
+        try
+        {
+            var error = new InvalidTimeZoneException("the loser's fault");
+            var other = new InvalidTimeZoneException("forgotten first");
+            ConcurrentQueue<Exception> reported = Observe(() =>
+            {
+                var winner = new Promise();
+                var loser = new Promise(runContinuationsAsynchronously: true);
+                SpindleTask<int> any = SpindleTask.WhenAny(winner.Task, loser.Task);
+                loser.SetException(error);  // the slot is queued, not yet run
+                winner.SetResult();         // wins, and reads the completed loser at once: its fault is reported
+                Assert.Equal(0, any.GetAwaiter().GetResult());
+                manual.RunAll();
+                loser.Task.Forget();        // the same completion: nothing more to report
+
+                var winner2 = new Promise();
+                var loser2 = new Promise(runContinuationsAsynchronously: true);
+                SpindleTask<int> any2 = SpindleTask.WhenAny(winner2.Task, loser2.Task);
+                loser2.SetException(other); // queued
+                loser2.Task.Forget();       // completed: read and reported here first
+                winner2.SetResult();        // the race's early read of the same completion
+                Assert.Equal(0, any2.GetAwaiter().GetResult());
+                manual.RunAll();
+            });
+            Assert.Single(reported, e => ReferenceEquals(e, error));
+            Assert.Single(reported, e => ReferenceEquals(e, other));
+        }
+        finally
+        {
+            Scheduler.Default = previous;
+        }
+    }
+
+    /// <summary>
     /// The delay's node went back to the calling thread's pool, once: a return keeps the object just returned on top of
     /// the thread's own stack, so the next rent here gets it, and the one after must be another object. (Counting the
     /// pools instead was not robust: a return that spills a chunk past the pool's cap drops 16 objects to the GC.)

@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -64,5 +65,24 @@ public sealed class TaskScopeFaultTests
         Assert.Contains("Preserve", failure.Message, StringComparison.Ordinal);
         Assert.True(scope.Token.IsCancellationRequested); // the failure cancelled the (absent) siblings, as any child failure does
         await scope.DisposeAsync();
+    }
+
+    /// <summary>
+    /// A scope's WaitAsync can be read again once it has completed, so Forget() may meet its one completion twice (two
+    /// calls forgetting the scope's wait). Each reported the child's failure again; it is reported once, as a promise's
+    /// fault is (Forget's contract: once per completion).
+    /// </summary>
+    [Fact]
+    public void WaitAsync_ForgottenTwiceAfterAChildFailed_ReportsTheFailureOnce()
+    {
+        var error = new InvalidTimeZoneException("the child's failure");
+        var scope = new TaskScope();
+        scope.Run(_ => SpindleTask.FromException(error));
+        ConcurrentQueue<Exception> reported = Combinators.CombinatorTestSupport.Observe(() =>
+        {
+            scope.WaitAsync().Forget();
+            scope.WaitAsync().Forget();
+        });
+        Assert.Single(reported, e => ReferenceEquals(e, error));
     }
 }

@@ -518,6 +518,35 @@ public sealed class PoolHygieneTests
     }
 
     /// <summary>
+    /// A registration the source refuses (the task already has its one awaiter) throws to the caller of Forget() or of a
+    /// blocking GetResult(); the observer or waiter rented for it goes back to its pool, cleared, instead of being left to
+    /// the GC. Each is put on top of this thread's stack first, so the rent takes it, and the next rent must hand it out
+    /// again. The task's real awaiter is untouched.
+    /// </summary>
+    [Fact]
+    public void RefusedRegistration_ForgetAndBlockingRead_ReturnTheirObjectCleared()
+    {
+        var promise = new Promise<Payload>();
+        SpindleTask<Payload> task = promise.Task;
+        bool resumed = false;
+        task.GetAwaiter().OnCompleted(() => resumed = true); // the task's one awaiter
+        var observer = new ForgetObserver();
+        ObjectPool<ForgetObserver>.Return(observer); // on top of this thread's stack: Forget rents it
+        var waiter = new BlockingWait();
+        ObjectPool<BlockingWait>.Return(waiter);
+        using (var checker = new Checker())
+        {
+            Assert.Throws<InvalidOperationException>(() => task.Forget());
+            Assert.Throws<InvalidOperationException>(() => task.GetAwaiter().GetResult());
+            Assert.Same(observer, ObjectPool<ForgetObserver>.TryRent());
+            Assert.Same(waiter, ObjectPool<BlockingWait>.TryRent());
+            AssertClean(checker, "ForgetObserver", "BlockingWait");
+        }
+        promise.SetResult(new Payload("for the one awaiter"));
+        Assert.True(resumed);
+    }
+
+    /// <summary>
     /// Starts a BCL async method with <see cref="InlineSyncContext"/> installed, so that its awaits capture it, and puts
     /// the caller's context back on the same thread before anything is awaited: installed for the whole test, it stayed
     /// on the xunit thread (the test ends on another thread after its awaits) and ran the next tests' continuations inline

@@ -133,6 +133,97 @@ public class ForgetTests
         Assert.Empty(reported);
     }
 
+    private static async SpindleTask FailsAfter(Promise gate, Exception error)
+    {
+        await gate.Task;
+        throw error;
+    }
+
+    /// <summary>
+    /// A promise's task is not consumed by a read, so Forget() may meet the same completed use more than once (twice
+    /// forgotten, or forgotten while pending and again once its observer had read it). Each Forget reported the fault
+    /// again: one failure, two reports. One completion's fault is reported once; it can still be read by an await, and a
+    /// new use's fault is reported again.
+    /// </summary>
+    [Fact]
+    public void Forget_TwiceOnTheSameCompletedPromiseUse_ReportsItsFaultOnce()
+    {
+        var error = new InvalidTimeZoneException("one completion");
+        var next = new InvalidTimeZoneException("the next use");
+        var promise = new Promise();
+        var typed = new Promise<int>();
+
+        ConcurrentQueue<Exception> reported = Observe(_ =>
+        {
+            promise.SetException(error);
+            promise.Task.Forget();
+            promise.Task.Forget();
+            typed.Task.Forget(); // pending: its observer reads it when it completes
+            typed.SetException(error);
+            typed.Task.Forget();
+        });
+
+        Assert.Equal(2, reported.Count(e => ReferenceEquals(e, error)));
+        Assert.Same(error, Assert.Throws<InvalidTimeZoneException>(() => promise.Task.GetAwaiter().GetResult())); // still readable
+        promise.Reset();
+        reported = Observe(_ =>
+        {
+            promise.SetException(next);
+            promise.Task.Forget();
+            promise.Task.Forget();
+        });
+        Assert.Single(reported, e => ReferenceEquals(e, next));
+    }
+
+    /// <summary>
+    /// The other tasks a read does not consume: a preserved task and one made by FromException. Forgotten twice, each
+    /// reported its one fault twice.
+    /// </summary>
+    [Fact]
+    public void Forget_TwiceOnAPreservedOrAFromExceptionTask_ReportsItsFaultOnce()
+    {
+        var error = new InvalidTimeZoneException("preserved");
+        var made = new InvalidTimeZoneException("made failed");
+        var gate = new Promise();
+
+        ConcurrentQueue<Exception> reported = Observe(_ =>
+        {
+            SpindleTask preserved = FailsAfter(gate, error).Preserve();
+            preserved.Forget(); // pending: reported when it faults
+            gate.SetResult();
+            preserved.Forget();
+            SpindleTask<int> failed = SpindleTask.FromException<int>(made);
+            failed.Forget();
+            failed.Forget();
+        });
+
+        Assert.Single(reported, e => ReferenceEquals(e, error));
+        Assert.Single(reported, e => ReferenceEquals(e, made));
+    }
+
+    /// <summary>
+    /// A promise a WhenAny let go of (another input won) reports its own later fault, since nobody waits for it any more.
+    /// A Forget of the same completed use afterwards reported it a second time.
+    /// </summary>
+    [Fact]
+    public void Forget_OfAPromiseUseThatReportedItsFaultWhenLetGoOf_DoesNotReportItAgain()
+    {
+        var error = new InvalidTimeZoneException("abandoned loser");
+        var winner = new Promise();
+        var loser = new Promise();
+
+        ConcurrentQueue<Exception> reported = Observe(_ =>
+        {
+            SpindleTask<int> any = SpindleTask.WhenAny(winner.Task, loser.Task);
+            winner.SetResult();
+            Assert.Equal(0, any.GetAwaiter().GetResult());
+            loser.SetException(error); // reported: the loser was let go of
+            loser.Task.Forget();
+        });
+
+        Assert.Single(reported, e => ReferenceEquals(e, error));
+    }
+
     [Fact]
     public void Forget_ThenAwaitPendingPooledTask_ThrowsNamingPreserve()
     {

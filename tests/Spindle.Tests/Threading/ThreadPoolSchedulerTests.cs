@@ -1,8 +1,10 @@
 using System;
+using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Threading;
 
@@ -124,6 +126,35 @@ public class ThreadPoolSchedulerTests
         });
 
         Assert.Equal(0, counters.Count(c => c != 1));
+    }
+
+    /// <summary>
+    /// A continuation that throws, run by a work item: Spindle's workers report the exception to
+    /// Spindle.UnobservedException and go on; on the ThreadPool scheduler it escaped the item's
+    /// <see cref="IThreadPoolWorkItem.Execute"/> into the ThreadPool, which crashes the process. The item is first run
+    /// here as the ThreadPool runs it (its interface method), so that the defect fails an assertion rather than the test
+    /// host; then a dispatching promise's throwing continuation goes through the ThreadPool scheduler for real.
+    /// </summary>
+    [Fact]
+    public async Task AContinuationThatThrows_OnThreadPoolScheduler_IsReported_NotLetEscapeIntoTheThreadPool()
+    {
+        var error = new InvalidTimeZoneException("a continuation's fault on the pool");
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            IThreadPoolWorkItem item = ContinuationWorkItem.Rent(static o => throw (Exception)o!, error);
+            Assert.Null(Record.Exception(() => item.Execute()));
+        });
+        Assert.Same(error, Assert.Single(reported));
+
+        await WithThreadPoolScheduler(async () => reported = await ObserveAsync(queue =>
+        {
+            var promise = new Promise(runContinuationsAsynchronously: true);
+            promise.Task.GetAwaiter().OnCompleted(() => throw error);
+            promise.SetResult(); // queues the continuation to the ThreadPool
+            TestUtil.SpinUntil(() => !queue.IsEmpty);
+            return Task.CompletedTask;
+        }));
+        Assert.Same(error, Assert.Single(reported));
     }
 
     [Fact]
