@@ -376,7 +376,7 @@ internal abstract class JobNode : WorkItem
         {
             // Finishing this kind of job here would nest one more Finish on the stack (a combine, an empty parallel-for,
             // a failed job): past a small depth, queue it instead, and let the thread that runs it finish it.
-            WorkerPool.Shared.QueueHelpable(this);
+            WorkerPool.Shared.QueueShared(this);
             return;
         }
         if (Volatile.Read(ref _fault) is not null)
@@ -454,7 +454,7 @@ internal abstract class JobNode : WorkItem
     private const int MaxInlineChain = 1024;
 
     /// <summary>All dependencies finished successfully: queue it (or complete it, if it has no work).</summary>
-    internal virtual void OnReady() => WorkerPool.Shared.QueueHelpable(this);
+    internal virtual void OnReady() => WorkerPool.Shared.QueueShared(this);
 
     /// <summary>The batch was flushed and this job was ready at scheduling time.</summary>
     public virtual void MakeVisible() => OnReady();
@@ -524,7 +524,7 @@ internal abstract class JobNode : WorkItem
                         }
                         else
                         {
-                            WorkerPool.Shared.QueueHelpable(ready);
+                            WorkerPool.Shared.QueueShared(ready);
                         }
                     }
                     else if (inline is null)

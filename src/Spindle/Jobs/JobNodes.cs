@@ -148,7 +148,7 @@ internal abstract class ParallelNode : JobNode
     {
         if (Volatile.Read(ref _remaining) == 0)
         {
-            WorkerPool.Shared.QueueHelpable(this); // Execute finishes it
+            WorkerPool.Shared.QueueShared(this); // Execute finishes it
             return;
         }
         OnReady();
