@@ -34,6 +34,10 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         }
         Exception? error = null;
         SynchronizationContext? sync = SynchronizationContext.Current;
+        // Marked running on this thread while its work runs, so that a Complete() inside it on a handle that waits for
+        // it throws instead of waiting for ever (ThrowIfWaitsForARunningJob).
+        ThreadCounters counters = ThreadCounters.Current;
+        counters.PushRunning(this);
         try
         {
             _job.Execute(); // a constrained call on the struct: specialised and inlinable, no boxing
@@ -42,11 +46,12 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         {
             error = ex;
         }
+        counters.PopRunning();
         // A SynchronizationContext the job installed and left behind is taken down before its finish runs the awaiting
         // code inline, and before the dependent this returns runs on this thread (RunChain), as RunItem does for a
         // Spindle.Run delegate: neither may find another job's context.
         ContextFlow.RestoreSynchronizationContext(sync);
-        return Finish(error);
+        return Finish(error, counters);
     }
 
     protected override void ClearJob() => _job = default;
@@ -208,11 +213,15 @@ internal abstract class ParallelNode : JobNode
         // Put back after each batch: a SynchronizationContext a batch installed and left behind must reach neither the
         // next batch nor, through the finish, the awaiting code it runs inline (as in JobNode<TJob>.RunAndFinish).
         SynchronizationContext? sync = SynchronizationContext.Current;
+        // Marked running on this thread while it runs batches, as in JobNode<TJob>.RunAndFinish.
+        ThreadCounters counters = ThreadCounters.Current;
+        counters.PushRunning(this);
         while (true)
         {
             long start = Interlocked.Add(ref _cursor, BatchSize) - BatchSize;
             if (start >= Length)
             {
+                counters.PopRunning();
                 return;
             }
             if (first)
@@ -240,8 +249,9 @@ internal abstract class ParallelNode : JobNode
             }
             if (Interlocked.Decrement(ref _remaining) == 0)
             {
+                counters.PopRunning();
                 // Whatever this makes ready is queued, not run here: a runner must drop its reference promptly.
-                Finish(Volatile.Read(ref _firstError))?.OnReady();
+                Finish(Volatile.Read(ref _firstError), counters)?.OnReady();
                 return;
             }
         }
