@@ -185,7 +185,7 @@ internal abstract class ParallelNode : JobNode
     /// <summary>Tests only: runs in OnReady once the use is marked ready, before its runner is queued.</summary>
     internal static Action<ParallelNode>? TestHookAfterReady;
 
-    /// <summary>Tests only: runs in TryHelp between its read of the ready flag and its read of the cursor.</summary>
+    /// <summary>Tests only: runs in TryHelp (and a runner) between its read of the ready flag and its read of the cursor.</summary>
     internal static Action<ParallelNode, int>? TestHookHelpAfterReadyRead;
 #endif
 
@@ -257,7 +257,26 @@ internal abstract class ParallelNode : JobNode
         }
     }
 
+    /// <summary>
+    /// A thread waiting in Complete() runs batches of the use it waits for. They are not its own code: they run as a
+    /// queued item it helps with does (<see cref="WorkerPool.RunKeepingContext"/>), without its AsyncLocal values and
+    /// SynchronizationContext, and what they set does not stay on the thread (run directly, a batch's AsyncLocal value
+    /// was still there when Complete() returned).
+    /// </summary>
     public override bool TryHelp(int version)
+    {
+        if (!TryEnter(version))
+        {
+            return false;
+        }
+        WorkerPool.RunKeepingContext(s_runBatchesAndRelease, this);
+        return true;
+    }
+
+    private static readonly ContextCallback s_runBatchesAndRelease = static o => ((ParallelNode)o!).RunBatchesAndRelease();
+
+    /// <summary>Takes a reference if the use <paramref name="version"/> is ready and has batches left to claim.</summary>
+    private bool TryEnter(int version)
     {
         if (Volatile.Read(ref _ready) == 0)
         {
@@ -266,13 +285,13 @@ internal abstract class ParallelNode : JobNode
 #if DEBUG
         TestHookHelpAfterReadyRead?.Invoke(this, version);
 #endif
-        if (Volatile.Read(ref _cursor) >= Length || !TryAcquire(version))
-        {
-            return false;
-        }
+        return Volatile.Read(ref _cursor) < Length && TryAcquire(version);
+    }
+
+    private void RunBatchesAndRelease()
+    {
         RunBatches();
         Release();
-        return true;
     }
 
     protected override void ClearJob() => _firstError = null;
@@ -329,7 +348,11 @@ internal abstract class ParallelNode : JobNode
         public override void Execute()
         {
             Interlocked.Exchange(ref _queued, 0);
-            _node.TryHelp(Volatile.Read(ref _version));
+            // Run as a queued item: whoever runs it (a worker's loop, a helping thread) keeps its own context already.
+            if (_node.TryEnter(Volatile.Read(ref _version)))
+            {
+                _node.RunBatchesAndRelease();
+            }
         }
     }
 }

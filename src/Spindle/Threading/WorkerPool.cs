@@ -352,7 +352,7 @@ internal sealed class WorkerPool : Scheduler
     /// own enters it): a bare continuation, another task's resumed code or a job must not see the waiting code's
     /// AsyncLocal values, nor the SynchronizationContext it installed, which are no more its own than another item's.
     /// </summary>
-    private static void RunKeepingContext(ContextCallback callback, object state)
+    internal static void RunKeepingContext(ContextCallback callback, object state)
     {
         SynchronizationContext? sync = SynchronizationContext.Current;
         ContextFlow.RestoreSynchronizationContext(null);
