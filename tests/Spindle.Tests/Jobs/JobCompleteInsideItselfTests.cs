@@ -1,4 +1,5 @@
 using System;
+using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -163,5 +164,78 @@ public class JobCompleteInsideItselfTests
             Assert.True(CompletesInTime(again, out thrown), "hung");
             Assert.Null(thrown);
         });
+    }
+    private struct CountAtJob : IJob
+    {
+        public int[] Runs;
+        public int Slot;
+
+        public readonly void Execute() => Interlocked.Increment(ref Runs[Slot]);
+    }
+
+    /// <summary>Counts its run, then completes a handle of the other chain (which never waits for this one) and its own dependency's.</summary>
+    private struct CompleteOtherJob : IJob
+    {
+        public int[] Runs;
+        public int Slot;
+        public JobHandle Other;
+        public JobHandle Dependency;
+
+        public readonly void Execute()
+        {
+            Interlocked.Increment(ref Runs[Slot]);
+            Other.Complete();
+            Dependency.Complete(); // finished already (maybe stale): returns at once
+        }
+    }
+
+    /// <summary>
+    /// The check before a wait must never refuse one that can end: chains whose jobs complete an independent chain's
+    /// jobs, scheduled from two plain threads and two workers while the pools recycle nodes under them (stale handles,
+    /// edges pushed as their dependencies finish), all complete, each job once.
+    /// </summary>
+    [Fact]
+    public async Task Stress_JobsCompletingIndependentJobs_AreNeverRefused_AndEveryJobRunsOnce()
+    {
+        const int Length = 8;
+        int rounds = TestUtil.Stress(1_500);
+        var budget = TimeSpan.FromSeconds(TestUtil.StressTimeout(20));
+
+        void Rounds(int seed)
+        {
+            var rng = new Random(seed);
+            var clock = System.Diagnostics.Stopwatch.StartNew();
+            for (int r = 0; r < rounds && clock.Elapsed < budget; r++)
+            {
+                var runs = new int[2 * Length];
+                var others = new JobHandle[Length];
+                JobHandle previous = default;
+                for (int i = 0; i < Length; i++)
+                {
+                    previous = new CountAtJob { Runs = runs, Slot = Length + i }.Schedule(rng.Next(2) == 0 ? previous : default);
+                    others[i] = previous;
+                }
+                JobHandle last = default;
+                for (int i = 0; i < Length; i++)
+                {
+                    last = new CompleteOtherJob { Runs = runs, Slot = i, Other = others[rng.Next(Length)], Dependency = last }.Schedule(last);
+                }
+                if (rng.Next(2) == 0)
+                {
+                    JobHandle.ScheduleBatchedJobs();
+                }
+                Exception? failure = JobTestUtil.CompleteCatching(last);
+                Assert.True(failure is null, $"round {r}: {failure}");
+                JobHandle.CombineDependencies(others).Complete();
+                Assert.True(runs.All(n => n == 1), $"round {r}: runs {string.Join(",", runs)}");
+            }
+        }
+
+        int seed = Environment.TickCount;
+        await TestUtil.WithTimeout(Task.WhenAll(
+            TestUtil.RunOnThread(() => Rounds(seed), "chains 1"),
+            TestUtil.RunOnThread(() => Rounds(seed + 1), "chains 2"),
+            TestUtil.AwaitAsync(Spindle.Run(() => Rounds(seed + 2))),
+            TestUtil.AwaitAsync(Spindle.Run(() => Rounds(seed + 3)))), TestUtil.StressTimeout(60));
     }
 }
