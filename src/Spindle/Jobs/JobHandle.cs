@@ -52,8 +52,9 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     }
 
     /// <summary>
-    /// Waits until the job has finished, running jobs on the calling thread while it waits (jobs only: never other
-    /// queued work). Flushes the batch first. Rethrows the job's exception, or a failed dependency's.
+    /// Waits until the job has finished, running jobs on the calling thread while it waits (on a thread that is not a
+    /// Spindle worker, jobs only, never other queued work; a worker runs any of its work, as in a blocking wait on a task).
+    /// Flushes the batch first. Rethrows the job's exception, or a failed dependency's.
     /// </summary>
     /// <remarks>
     /// Because the waiting thread may run any queued job, do not call Complete() on a thread that some queued job waits
