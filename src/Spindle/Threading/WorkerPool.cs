@@ -14,7 +14,8 @@ namespace SpindleLib;
 /// <remarks>
 /// <para><b>Placement.</b> Work queued from a worker goes to that worker's run-next slot; the item it displaces goes to
 /// the bottom of its deque (after Go's runtime, whose per-P <c>runnext</c> keeps a producer→consumer hand-off on one
-/// thread). Work queued from any other thread goes to the injection queue.</para>
+/// thread). Work queued from any other thread goes to the injection queue. Jobs, from any thread, go to the jobs' shared
+/// queue (<see cref="QueueShared"/>), where a thread waiting in a job's Complete() can take them too.</para>
 /// <para><b>Finding work</b>, in order: own run-next, own deque (LIFO), the injection queue, other workers' deques (FIFO
 /// steal), and last other workers' run-next slots. A thief takes a run-next item only when it saw the very same
 /// item there on its previous look, at least one back-off earlier; a hand-off that its owner runs within microseconds
