@@ -31,12 +31,42 @@ internal sealed class ThreadCounters
     /// <summary>Jobs this thread has finished (run, failed or failed by a dependency).</summary>
     public long JobsCompleted;
 
+    // The jobs whose work this thread is running now, outermost first: a job that waits in Complete() runs others
+    // inside its own Execute. Only the owner reads it (JobNode.ThrowIfWaitsForARunningJob). Entries past RunningCount
+    // are null, so a finished job's node is not kept alive from here.
+    private JobNode?[] _running = new JobNode?[4];
+
+    /// <summary>How many entries of the running-jobs stack are in use.</summary>
+    public int RunningCount;
+
+    /// <summary>The stack JobNode's deadlock walk reuses on this thread (created on its first walk, empty between walks).</summary>
+    public Stack<(JobNode Node, int Version)>? DeadlockWalk;
+
+    /// <summary>Records that <paramref name="node"/>'s work starts running on this thread.</summary>
+    public void PushRunning(JobNode node)
+    {
+        if (RunningCount == _running.Length)
+        {
+            System.Array.Resize(ref _running, RunningCount * 2);
+        }
+        _running[RunningCount++] = node;
+    }
+
+    /// <summary>Records that the innermost running job's work has returned.</summary>
+    public void PopRunning() => _running[--RunningCount] = null;
+
+    /// <summary>The <paramref name="index"/>th job running on this thread (0: the outermost).</summary>
+    public JobNode RunningAt(int index) => _running[index]!;
+
     public readonly Thread Owner;
 
     private ThreadCounters(Thread owner) => Owner = owner;
 
     /// <summary>The calling thread's counters, created and registered on its first use.</summary>
     public static ThreadCounters Current => t_current ?? Register();
+
+    /// <summary>The calling thread's counters if it has any yet (a thread that never ran a job has none).</summary>
+    public static ThreadCounters? CurrentIfRegistered => t_current;
 
     private static ThreadCounters Register()
     {

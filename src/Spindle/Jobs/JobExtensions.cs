@@ -5,7 +5,10 @@ namespace SpindleLib;
 public static class JobExtensions
 {
     /// <summary>Schedules <paramref name="job"/> to run after <paramref name="dependsOn"/> (default: no dependency).</summary>
-    /// <returns>The job's handle. The job becomes visible to workers at the next flush (see <see cref="JobHandle.ScheduleBatchedJobs"/>).</returns>
+    /// <returns>
+    /// The job's handle. A job that is ready when scheduled becomes visible to workers at the next flush (see
+    /// <see cref="JobHandle.ScheduleBatchedJobs"/>); one that waits for a dependency is queued when that dependency finishes.
+    /// </returns>
     public static JobHandle Schedule<T>(this T job, JobHandle dependsOn = default) where T : struct, IJob
         => JobBatch.Submit(JobNode<T>.Rent(in job), dependsOn);
 

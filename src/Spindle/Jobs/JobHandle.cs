@@ -52,8 +52,9 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     }
 
     /// <summary>
-    /// Waits until the job has finished, running jobs on the calling thread while it waits (jobs only: never other
-    /// queued work). Flushes the batch first. Rethrows the job's exception, or a failed dependency's.
+    /// Waits until the job has finished, running jobs on the calling thread while it waits (on a thread that is not a
+    /// Spindle worker, jobs only, never other queued work; a worker runs any of its work, as in a blocking wait on a task).
+    /// Flushes the batch first. Rethrows the job's exception, or a failed dependency's.
     /// </summary>
     /// <remarks>
     /// Because the waiting thread may run any queued job, do not call Complete() on a thread that some queued job waits
@@ -61,8 +62,10 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// and wait on itself. Jobs should not block on other threads; express such orderings as job dependencies. For the
     /// same reason, do not call Complete() from inside a job's Execute (Unity forbids it too): the job blocked there
     /// may pick up a job that waits, directly or not, for the job it is running. Schedule the work as a dependent
-    /// instead.
+    /// instead. A Complete() inside a job on a handle that can finish only after that job (its own, or a job that depends
+    /// on it, directly or through combines) could never return: it throws instead.
     /// </remarks>
+    /// <exception cref="InvalidOperationException">Called inside a job's Execute on a handle that can finish only after that job.</exception>
     [StackTraceHidden]
     public void Complete()
     {
@@ -183,6 +186,7 @@ public readonly struct JobHandle : IEquatable<JobHandle>
         public bool IsCompleted => _handle.IsCompleted;
 
         /// <summary>Ends the await: rethrows the job's exception, or a failed dependency's. Blocks (helping) if the job is still pending.</summary>
+        /// <exception cref="InvalidOperationException">It would block inside a job's Execute on a handle that can finish only after that job (see <see cref="Complete"/>).</exception>
         public void GetResult() => _handle.Complete();
 
         /// <summary>Schedules the continuation, flowing the <see cref="ExecutionContext"/>.</summary>

@@ -376,7 +376,7 @@ internal abstract class JobNode : WorkItem
         {
             // Finishing this kind of job here would nest one more Finish on the stack (a combine, an empty parallel-for,
             // a failed job): past a small depth, queue it instead, and let the thread that runs it finish it.
-            WorkerPool.Shared.QueueHelpable(this);
+            WorkerPool.Shared.QueueShared(this);
             return;
         }
         if (Volatile.Read(ref _fault) is not null)
@@ -454,7 +454,7 @@ internal abstract class JobNode : WorkItem
     private const int MaxInlineChain = 1024;
 
     /// <summary>All dependencies finished successfully: queue it (or complete it, if it has no work).</summary>
-    internal virtual void OnReady() => WorkerPool.Shared.QueueHelpable(this);
+    internal virtual void OnReady() => WorkerPool.Shared.QueueShared(this);
 
     /// <summary>The batch was flushed and this job was ready at scheduling time.</summary>
     public virtual void MakeVisible() => OnReady();
@@ -464,10 +464,14 @@ internal abstract class JobNode : WorkItem
     /// notifies everything that waits for it, and drops the job's own reference. Returns one dependent that became
     /// ready and can run inline, for the caller to run (or queue with OnReady); every other ready dependent is queued.
     /// </summary>
-    protected JobNode? Finish(Exception? exception)
+    protected JobNode? Finish(Exception? exception) => Finish(exception, ThreadCounters.Current);
+
+    /// <inheritdoc cref="Finish(Exception?)"/>
+    /// <param name="exception">The job's own exception, if its work threw.</param>
+    /// <param name="counters">The calling thread's counters, when the caller has read them already.</param>
+    protected JobNode? Finish(Exception? exception, ThreadCounters counters)
     {
-        // One thread-static read for both the nesting depth and the metrics' count (ThreadCounters).
-        ThreadCounters counters = ThreadCounters.Current;
+        // One thread-static read for the nesting depth, the metrics' count and the running jobs (ThreadCounters).
         if (_countsAsJob)
         {
             counters.JobsCompleted++;
@@ -524,7 +528,7 @@ internal abstract class JobNode : WorkItem
                         }
                         else
                         {
-                            WorkerPool.Shared.QueueHelpable(ready);
+                            WorkerPool.Shared.QueueShared(ready);
                         }
                     }
                     else if (inline is null)
@@ -565,6 +569,90 @@ internal abstract class JobNode : WorkItem
         }
         Release();
         return inline;
+    }
+
+    /// <summary>
+    /// Refuses a wait that could never end: one, on a thread running a job's work, for a handle that finishes only after
+    /// that job (its own, or a job that depends on it, directly or through combines). The running job cannot finish
+    /// before the wait returns, so the thread would wait for ever (it did, before this check).
+    /// </summary>
+    /// <remarks>
+    /// Called before a thread blocks in Complete(), never on the scheduling or finishing path. The walk follows the
+    /// running jobs' waiter lists down to their dependents and theirs. It is safe without references: a job that runs on
+    /// this thread cannot finish meanwhile, so its list only grows (pushes at the head), and a dependent reached through
+    /// an edge of that job's version waits for it, so cannot finish either; edges of another version (misplaced by a
+    /// push that raced an earlier use, see the remarks on pushing) and awaiters' continuations are skipped, not followed
+    /// into. The walk stops after <see cref="MaxDeadlockWalk"/> edges (a graph with many shared paths): past that the
+    /// wait goes ahead unchecked.
+    /// </remarks>
+    /// <exception cref="InvalidOperationException">The wait could never end.</exception>
+    internal static void ThrowIfWaitsForARunningJob(JobNode target, int version)
+    {
+        if (ThreadCounters.CurrentIfRegistered is not { RunningCount: > 0 } counters)
+        {
+            return;
+        }
+        for (int i = 0; i < counters.RunningCount; i++)
+        {
+            JobNode running = counters.RunningAt(i);
+            if (running.IsWaitedForBy(target, version, counters.DeadlockWalk ??= new()))
+            {
+                ThrowHelper.ThrowInvalidOperation(
+                    "JobHandle.Complete() (or a blocking wait on a job) was called inside a job, on a handle that can finish only after that job: " +
+                    "its own, or one that depends on it, directly or not. It would wait for ever. " +
+                    "Schedule the work that needs it as a dependent of this job instead, or complete the handle outside the job.");
+            }
+        }
+    }
+
+    private const int MaxDeadlockWalk = 100_000;
+
+    /// <summary>True if the handle's job is this running job or waits for it (see <see cref="ThrowIfWaitsForARunningJob"/>).</summary>
+    /// <remarks>The walk uses the thread's stack, empty before, and empties it again on every way out, so that it keeps no node alive.</remarks>
+    private bool IsWaitedForBy(JobNode target, int version, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
+    {
+        int ownVersion = Version;
+        if (target == this && version == ownVersion)
+        {
+            return true;
+        }
+        pending.Push((this, ownVersion));
+        try
+        {
+            return ReachesThroughDependents(target, version, pending);
+        }
+        finally
+        {
+            pending.Clear();
+        }
+    }
+
+    /// <summary>Depth first, on an explicit stack: a dependent chain can be tens of thousands of jobs long.</summary>
+    private static bool ReachesThroughDependents(JobNode target, int version, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
+    {
+        int walked = 0;
+        while (pending.Count > 0)
+        {
+            (JobNode node, int nodeVersion) = pending.Pop();
+            for (Edge? edge = Volatile.Read(ref node._edges); edge is not null && edge != s_sealed; edge = edge.Next)
+            {
+                if (++walked > MaxDeadlockWalk)
+                {
+                    return false;
+                }
+                if (edge.ExpectedVersion != nodeVersion || edge.Dependent is not { } dependent)
+                {
+                    continue; // misplaced (its job is another one), or an awaiter
+                }
+                int dependentVersion = dependent.Version;
+                if (dependent == target && dependentVersion == version)
+                {
+                    return true;
+                }
+                pending.Push((dependent, dependentVersion));
+            }
+        }
+        return false;
     }
 
     /// <summary>Lets a waiting thread take part in the job's own work (parallel-for batches). Default: nothing to share.</summary>

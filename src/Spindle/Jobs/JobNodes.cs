@@ -34,6 +34,10 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         }
         Exception? error = null;
         SynchronizationContext? sync = SynchronizationContext.Current;
+        // Marked running on this thread while its work runs, so that a Complete() inside it on a handle that waits for
+        // it throws instead of waiting for ever (ThrowIfWaitsForARunningJob).
+        ThreadCounters counters = ThreadCounters.Current;
+        counters.PushRunning(this);
         try
         {
             _job.Execute(); // a constrained call on the struct: specialised and inlinable, no boxing
@@ -42,11 +46,12 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         {
             error = ex;
         }
+        counters.PopRunning();
         // A SynchronizationContext the job installed and left behind is taken down before its finish runs the awaiting
         // code inline, and before the dependent this returns runs on this thread (RunChain), as RunItem does for a
         // Spindle.Run delegate: neither may find another job's context.
         ContextFlow.RestoreSynchronizationContext(sync);
-        return Finish(error);
+        return Finish(error, counters);
     }
 
     protected override void ClearJob() => _job = default;
@@ -148,7 +153,7 @@ internal abstract class ParallelNode : JobNode
     {
         if (Volatile.Read(ref _remaining) == 0)
         {
-            WorkerPool.Shared.QueueHelpable(this); // Execute finishes it
+            WorkerPool.Shared.QueueShared(this); // Execute finishes it
             return;
         }
         OnReady();
@@ -180,7 +185,7 @@ internal abstract class ParallelNode : JobNode
     /// <summary>Tests only: runs in OnReady once the use is marked ready, before its runner is queued.</summary>
     internal static Action<ParallelNode>? TestHookAfterReady;
 
-    /// <summary>Tests only: runs in TryHelp between its read of the ready flag and its read of the cursor.</summary>
+    /// <summary>Tests only: runs in TryHelp (and a runner) between its read of the ready flag and its read of the cursor.</summary>
     internal static Action<ParallelNode, int>? TestHookHelpAfterReadyRead;
 #endif
 
@@ -208,11 +213,15 @@ internal abstract class ParallelNode : JobNode
         // Put back after each batch: a SynchronizationContext a batch installed and left behind must reach neither the
         // next batch nor, through the finish, the awaiting code it runs inline (as in JobNode<TJob>.RunAndFinish).
         SynchronizationContext? sync = SynchronizationContext.Current;
+        // Marked running on this thread while it runs batches, as in JobNode<TJob>.RunAndFinish.
+        ThreadCounters counters = ThreadCounters.Current;
+        counters.PushRunning(this);
         while (true)
         {
             long start = Interlocked.Add(ref _cursor, BatchSize) - BatchSize;
             if (start >= Length)
             {
+                counters.PopRunning();
                 return;
             }
             if (first)
@@ -240,14 +249,34 @@ internal abstract class ParallelNode : JobNode
             }
             if (Interlocked.Decrement(ref _remaining) == 0)
             {
+                counters.PopRunning();
                 // Whatever this makes ready is queued, not run here: a runner must drop its reference promptly.
-                Finish(Volatile.Read(ref _firstError))?.OnReady();
+                Finish(Volatile.Read(ref _firstError), counters)?.OnReady();
                 return;
             }
         }
     }
 
+    /// <summary>
+    /// A thread waiting in Complete() runs batches of the use it waits for. They are not its own code: they run as a
+    /// queued item it helps with does (<see cref="WorkerPool.RunKeepingContext"/>), without its AsyncLocal values and
+    /// SynchronizationContext, and what they set does not stay on the thread (run directly, a batch's AsyncLocal value
+    /// was still there when Complete() returned).
+    /// </summary>
     public override bool TryHelp(int version)
+    {
+        if (!TryEnter(version))
+        {
+            return false;
+        }
+        WorkerPool.RunKeepingContext(s_runBatchesAndRelease, this);
+        return true;
+    }
+
+    private static readonly ContextCallback s_runBatchesAndRelease = static o => ((ParallelNode)o!).RunBatchesAndRelease();
+
+    /// <summary>Takes a reference if the use <paramref name="version"/> is ready and has batches left to claim.</summary>
+    private bool TryEnter(int version)
     {
         if (Volatile.Read(ref _ready) == 0)
         {
@@ -256,13 +285,13 @@ internal abstract class ParallelNode : JobNode
 #if DEBUG
         TestHookHelpAfterReadyRead?.Invoke(this, version);
 #endif
-        if (Volatile.Read(ref _cursor) >= Length || !TryAcquire(version))
-        {
-            return false;
-        }
+        return Volatile.Read(ref _cursor) < Length && TryAcquire(version);
+    }
+
+    private void RunBatchesAndRelease()
+    {
         RunBatches();
         Release();
-        return true;
     }
 
     protected override void ClearJob() => _firstError = null;
@@ -319,7 +348,11 @@ internal abstract class ParallelNode : JobNode
         public override void Execute()
         {
             Interlocked.Exchange(ref _queued, 0);
-            _node.TryHelp(Volatile.Read(ref _version));
+            // Run as a queued item: whoever runs it (a worker's loop, a helping thread) keeps its own context already.
+            if (_node.TryEnter(Volatile.Read(ref _version)))
+            {
+                _node.RunBatchesAndRelease();
+            }
         }
     }
 }

@@ -357,8 +357,10 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     /// sleeps, waking now and then to help again; it returns only after its waiter has been signalled, so the pooled
     /// waiter can never be signalled late by this job after it is reused.
     /// </summary>
+    /// <exception cref="InvalidOperationException">Called inside a job, on a handle that can finish only after that job.</exception>
     public static void WaitForJob(JobNode node, int version)
     {
+        JobNode.ThrowIfWaitsForARunningJob(node, version);
         WorkerPool pool = WorkerPool.Shared;
         int idleRounds = 0;
         while (!node.IsCompleted(version))

@@ -14,7 +14,8 @@ namespace SpindleLib;
 /// <remarks>
 /// <para><b>Placement.</b> Work queued from a worker goes to that worker's run-next slot; the item it displaces goes to
 /// the bottom of its deque (after Go's runtime, whose per-P <c>runnext</c> keeps a producer→consumer hand-off on one
-/// thread). Work queued from any other thread goes to the injection queue.</para>
+/// thread). Work queued from any other thread goes to the injection queue. Jobs, from any thread, go to the jobs' shared
+/// queue (<see cref="QueueShared"/>), where a thread waiting in a job's Complete() can take them too.</para>
 /// <para><b>Finding work</b>, in order: own run-next, own deque (LIFO), the injection queue, other workers' deques (FIFO
 /// steal), and last other workers' run-next slots. A thief takes a run-next item only when it saw the very same
 /// item there on its previous look, at least one back-off earlier; a hand-off that its owner runs within microseconds
@@ -79,8 +80,8 @@ internal sealed class WorkerPool : Scheduler
     private readonly Worker[] _workers;
     private readonly ConcurrentQueue<WorkItem> _injection = new();
 
-    // Work queued from outside the pool that any thread may run: jobs. A thread that is not a worker and waits on a job
-    // (JobHandle.Complete) takes work from here, as Unity's main thread does, but never from _injection.
+    // Work that any thread may run: jobs, from whichever thread queues them (QueueShared). A thread that is not a worker
+    // and waits on a job (JobHandle.Complete) takes work from here, as Unity's main thread does, but never from _injection.
     private readonly ConcurrentQueue<WorkItem> _helpable = new();
     private readonly IdleSet _idle;
     private int _spinning;
@@ -167,24 +168,16 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// Queues an item that any thread may run while it waits (a job). From a worker it goes to that worker's queues, as
-    /// <see cref="Queue"/> does; from any other thread to the helpable queue, which waiting threads may take from.
-    /// </summary>
-    public void QueueHelpable(WorkItem item)
-    {
-        Worker? w = t_worker;
-        if (w is not null && w.Pool == this)
-        {
-            Queue(item);
-            return;
-        }
-        QueueShared(item);
-    }
-
-    /// <summary>
     /// Queues a job item where every worker and every thread helping in a job's Complete() can take it (the shared
     /// helpable queue), whichever thread queues it, and wakes a worker if none is spinning.
     /// </summary>
+    /// <remarks>
+    /// Every job goes here, even one made ready or flushed on a worker. A thread that is not a worker helps only from
+    /// this queue (it must never run the other work in a worker's run-next slot or deque), so a job queued in the
+    /// worker's own slot waited there for whatever that worker ran next: a main thread in Complete() on it, with nothing
+    /// else to do, made no progress while the worker ran the other job its finish had made ready, or the rest of the
+    /// item that had flushed it (a review found both, JobReachableWhileItsWorkerIsBusyTests).
+    /// </remarks>
     public void QueueShared(WorkItem item)
     {
         _helpable.Enqueue(item); // its interlocked tail update is the full fence the parking protocol needs
@@ -360,7 +353,7 @@ internal sealed class WorkerPool : Scheduler
     /// own enters it): a bare continuation, another task's resumed code or a job must not see the waiting code's
     /// AsyncLocal values, nor the SynchronizationContext it installed, which are no more its own than another item's.
     /// </summary>
-    private static void RunKeepingContext(ContextCallback callback, object state)
+    internal static void RunKeepingContext(ContextCallback callback, object state)
     {
         SynchronizationContext? sync = SynchronizationContext.Current;
         ContextFlow.RestoreSynchronizationContext(null);

@@ -61,7 +61,8 @@ public class JobCompleteConcurrencyTests
     /// flushes the batch or holds a worker meanwhile. And there are no more worker waiters than the free workers can
     /// start however the gated job lands: with two or more free workers it holds at most one, and each other worker
     /// runs queued waiters, from its loop or helping inside Complete(); with one free worker, one worker waiter, since
-    /// the first worker waiter's own Complete() puts the gated job in that worker's run-next slot, ahead of a second.
+    /// the first worker waiter's own Complete() flushes the gated job to the jobs' queue, and that worker, helping there,
+    /// may take it before a second worker waiter starts.
     /// </remarks>
     private static async Task CompleteOneBlockedJobFromManyThreads(int workerWaiters)
     {

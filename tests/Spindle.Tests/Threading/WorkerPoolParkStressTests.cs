@@ -118,7 +118,7 @@ public class WorkerPoolParkStressTests
                             Counted item = h.NewItem(rng.Next(4) == 0 ? rng.Next(1, 4) : 0);
                             if (rng.Next(3) == 0)
                             {
-                                pool.QueueHelpable(item);
+                                pool.QueueShared(item);
                             }
                             else
                             {

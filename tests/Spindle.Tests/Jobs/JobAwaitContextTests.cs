@@ -1,0 +1,70 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Jobs;
+
+/// <summary>
+/// An awaiter of a job resumes with the awaiting code's AsyncLocal values, whoever finishes the job, and the thread that
+/// finishes it (here a thread waiting in Complete() with values of its own, which runs the continuation inline) gets its
+/// own back. Run alone: it holds every worker, so that the completing thread runs the job.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class JobAwaitContextTests
+{
+    private static readonly AsyncLocal<string?> s_local = new();
+
+    private static async Task<string?> AwaitInTask(JobHandle handle)
+    {
+        s_local.Value = "task";
+        await handle;
+        return s_local.Value;
+    }
+
+    private static async SpindleTask<string?> AwaitInSpindleTask(JobHandle handle)
+    {
+        s_local.Value = "spindle task";
+        await handle;
+        return s_local.Value;
+    }
+
+    [Fact]
+    public async Task AwaitersResumeWithTheirOwnValues_AndTheCompletingThreadKeepsItsOwn()
+    {
+        using var hold = new HoldWorkers();
+        var gate = new Flag();
+        JobHandle handle = new HeldJob { Release = gate, Done = new Flag() }.Schedule();
+        string? seenByCallback = "not run";
+        var callbackRan = new ManualResetEventSlim(false);
+        Task<string?> inTask;
+        SpindleTask<string?> inSpindleTask;
+        using (ExecutionContext.SuppressFlow())
+        {
+            // Started without this test's context, each awaiter sets its own value before it awaits.
+            inTask = Task.Run(() => AwaitInTask(handle));
+        }
+        inSpindleTask = await Task.Run(() => AwaitInSpindleTask(handle));
+        await Task.Run(() =>
+        {
+            s_local.Value = "callback";
+            handle.GetAwaiter().OnCompleted(() =>
+            {
+                seenByCallback = s_local.Value;
+                callbackRan.Set();
+            });
+        });
+        string? completerAfter = "not run";
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+        {
+            s_local.Value = "completer";
+            gate.Set();
+            handle.Complete(); // every worker is held: this thread runs the job, and its finish resumes the awaiters
+            completerAfter = s_local.Value;
+        }));
+        Assert.True(callbackRan.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        Assert.Equal("task", await TestUtil.WithTimeout(inTask));
+        Assert.Equal("spindle task", await TestUtil.WithTimeout(TestUtil.AwaitAsync(inSpindleTask)));
+        Assert.Equal("callback", seenByCallback);
+        Assert.Equal("completer", completerAfter);
+    }
+}
