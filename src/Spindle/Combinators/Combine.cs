@@ -20,9 +20,9 @@ internal static class Combine
     public static SpindleTask All<TInput, TKind>(ReadOnlySpan<TInput> tasks, WhenAllOptions options, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, VoidResult>
     {
-        if (AllCompleted<TInput, VoidResult, TKind>(tasks, cancellationToken))
+        if (AllCompleted<TInput, VoidResult, TKind>(tasks, cancellationToken, out int withSource))
         {
-            RejectRepeats<TInput, VoidResult, TKind>(tasks);
+            RejectRepeats<TInput, VoidResult, TKind>(tasks, withSource);
             ExceptionDispatchInfo? failure = ReadAll<TInput, VoidResult, TKind>(tasks, Span<VoidResult>.Empty, options.AggregateExceptions);
             return failure is null ? default : SpindleTask.FromFailure(failure);
         }
@@ -34,9 +34,9 @@ internal static class Combine
     public static SpindleTask<T[]> AllValues<TInput, T, TKind>(ReadOnlySpan<TInput> tasks, WhenAllOptions options, CancellationToken cancellationToken)
         where TKind : struct, IInputKind<TInput, T>
     {
-        if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
+        if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken, out int withSource))
         {
-            RejectRepeats<TInput, T, TKind>(tasks);
+            RejectRepeats<TInput, T, TKind>(tasks, withSource);
             T[] values = tasks.IsEmpty ? Array.Empty<T>() : new T[tasks.Length];
             ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, values, options.AggregateExceptions);
             return failure is null ? new SpindleTask<T[]>(values) : SpindleTask.FromFailure<T[]>(failure);
@@ -56,9 +56,9 @@ internal static class Combine
                 "Pass a destination at least as long as the input: result i is written to element i.",
                 nameof(destination));
         }
-        if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken))
+        if (AllCompleted<TInput, T, TKind>(tasks, cancellationToken, out int withSource))
         {
-            RejectRepeats<TInput, T, TKind>(tasks);
+            RejectRepeats<TInput, T, TKind>(tasks, withSource);
             ExceptionDispatchInfo? failure = ReadAll<TInput, T, TKind>(tasks, destination.Span, options.AggregateExceptions);
             return failure is null ? default : SpindleTask.FromFailure(failure);
         }
@@ -93,10 +93,10 @@ internal static class Combine
         // of the losers (an async method is forgotten, a signal's wait ends, a delay leaves its wheel), so a stale input
         // found while letting go would throw with the inputs before it already taken from the caller.
         bool settleAtFirst = default(TKind).ForgetsPending && !cancellationToken.IsCancellationRequested;
-        int completed = Scan<TInput, TValue, TKind>(tasks, out int first);
+        int completed = Scan<TInput, TValue, TKind>(tasks, out int first, out int withSource);
         if (first >= 0 && !cancellationToken.IsCancellationRequested && (settleAtFirst || completed == tasks.Length))
         {
-            RejectRepeats<TInput, TValue, TKind>(tasks);
+            RejectRepeats<TInput, TValue, TKind>(tasks, withSource);
             return SettleNow<TInput, TValue, TKind, TResult>(tasks, first, fromWinner);
         }
         var c = Combinator<TResult>.RentAny(tasks.Length, compose);
@@ -154,25 +154,31 @@ internal static class Combine
 
     /// <summary>Validates every input and tells whether all have finished (and the wait is not already cancelled).</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
-    private static bool AllCompleted<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken)
+    private static bool AllCompleted<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, CancellationToken cancellationToken, out int withSource)
         where TKind : struct, IInputKind<TInput, TValue>
-        => Scan<TInput, TValue, TKind>(tasks, out _) == tasks.Length && !cancellationToken.IsCancellationRequested;
+        => Scan<TInput, TValue, TKind>(tasks, out _, out withSource) == tasks.Length && !cancellationToken.IsCancellationRequested;
 
     /// <summary>
     /// Validates every input before any is consumed or let go of (a null one is rejected, naming its index; a Spindle task
-    /// already consumed throws the await-once error), counts the finished ones, and finds the first of them.
+    /// already consumed throws the await-once error), counts the finished ones, finds the first of them, and counts the
+    /// inputs that have a Spindle source (for <see cref="RejectRepeats"/>, in the same pass).
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
-    private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, out int firstCompleted)
+    private static int Scan<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, out int firstCompleted, out int withSource)
         where TKind : struct, IInputKind<TInput, TValue>
     {
         firstCompleted = -1;
+        withSource = 0;
         int completed = 0;
         for (int i = 0; i < tasks.Length; i++)
         {
             if (default(TKind).IsNull(tasks[i]))
             {
                 throw NullInput(i);
+            }
+            if (default(TKind).HasSources && default(TKind).SourceOf(tasks[i], out _) is not null)
+            {
+                withSource++;
             }
             if (default(TKind).IsCompleted(tasks[i]) && completed++ == 0)
             {
@@ -187,31 +193,19 @@ internal static class Combine
     /// settled at once), rejects a Spindle task passed twice: its first read would consume it (a pooled source goes back
     /// to its pool) and the second read fail, so the misuse became the combined task's failure, or hid behind an earlier
     /// input's, with the inputs read meanwhile consumed. A task that a read does not consume (a promise's, a preserved
-    /// one: <see cref="IRereadableSource"/>) may be passed twice, as before. The cost: a null test per input, and a
-    /// search only when two or more inputs have a source (<see cref="FindRepeat"/>). The paths with a combinator need
+    /// one: <see cref="IRereadableSource"/>) may be passed twice, as before. The cost: a null test per input, in the
+    /// scan that validates them (<see cref="Scan"/>: <paramref name="withSource"/>), and a search only when two or more
+    /// inputs have a source (<see cref="FindRepeat"/>). The paths with a combinator need
     /// none: a repeated pending input's second registration is refused, and the combinator undoes what it took.
     /// </summary>
     /// <exception cref="InvalidOperationException">A Spindle task that a read consumes is passed more than once (the message names both indices).</exception>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
-    private static void RejectRepeats<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks)
+    private static void RejectRepeats<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, int withSource)
         where TKind : struct, IInputKind<TInput, TValue>
     {
-        if (!default(TKind).HasSources)
+        if (withSource > 1)
         {
-            return;
-        }
-        bool one = false;
-        for (int i = 0; i < tasks.Length; i++)
-        {
-            if (default(TKind).SourceOf(tasks[i], out _) is not null)
-            {
-                if (one)
-                {
-                    FindRepeat<TInput, TValue, TKind>(tasks);
-                    return;
-                }
-                one = true;
-            }
+            FindRepeat<TInput, TValue, TKind>(tasks);
         }
     }
 

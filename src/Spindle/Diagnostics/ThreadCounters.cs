@@ -33,8 +33,14 @@ internal sealed class ThreadCounters
 
     // The jobs whose work this thread is running now, outermost first: a job that waits in Complete() runs others
     // inside its own Execute. Only the owner reads it (JobNode.ThrowIfWaitsForARunningJob). Entries past RunningCount
-    // are null, so a finished job's node is not kept alive from here.
-    private JobNode?[] _running = new JobNode?[4];
+    // are null, so a finished job's node is not kept alive from here. A slot is a struct: storing a job node into a
+    // JobNode[] would check array covariance on every store (JobNode is not sealed), as FramePhase's slots note.
+    private RunningSlot[] _running = new RunningSlot[4];
+
+    private struct RunningSlot
+    {
+        public JobNode? Node;
+    }
 
     /// <summary>How many entries of the running-jobs stack are in use.</summary>
     public int RunningCount;
@@ -49,14 +55,14 @@ internal sealed class ThreadCounters
         {
             System.Array.Resize(ref _running, RunningCount * 2);
         }
-        _running[RunningCount++] = node;
+        _running[RunningCount++].Node = node;
     }
 
     /// <summary>Records that the innermost running job's work has returned.</summary>
-    public void PopRunning() => _running[--RunningCount] = null;
+    public void PopRunning() => _running[--RunningCount].Node = null;
 
     /// <summary>The <paramref name="index"/>th job running on this thread (0: the outermost).</summary>
-    public JobNode RunningAt(int index) => _running[index]!;
+    public JobNode RunningAt(int index) => _running[index].Node!;
 
     public readonly Thread Owner;
 

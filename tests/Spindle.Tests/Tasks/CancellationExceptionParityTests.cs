@@ -31,6 +31,22 @@ public sealed class CancellationExceptionParityTests
         return cts.Token;
     }
 
+    /// <summary>Starts both waits, each on a token of its own, cancels both tokens, and compares what the awaits throw.</summary>
+    private static async Task CancelledWhileWaiting(Func<CancellationToken, Task> bclWait, Func<CancellationToken, SpindleTask> spindleWait)
+    {
+        using var bclCts = new CancellationTokenSource();
+        using var spnCts = new CancellationTokenSource();
+        Task bcl = bclWait(bclCts.Token);
+        SpindleTask spindle = spindleWait(spnCts.Token);
+        bclCts.Cancel();
+        spnCts.Cancel();
+        Exception b = await Bcl(() => bcl);
+        Exception s = await Spn(() => spindle);
+        Assert.Equal(b.GetType(), s.GetType());
+        Assert.Equal(bclCts.Token, ((OperationCanceledException)b).CancellationToken);
+        Assert.Equal(spnCts.Token, ((OperationCanceledException)s).CancellationToken);
+    }
+
     [Fact]
     public async Task Delay_TokenAlreadyCancelled()
     {
@@ -40,19 +56,8 @@ public sealed class CancellationExceptionParityTests
     }
 
     [Fact]
-    public async Task Delay_TokenCancelledWhileWaiting()
-    {
-        using var bclCts = new CancellationTokenSource();
-        using var spnCts = new CancellationTokenSource();
-        Task bcl = Task.Delay(Timeout.Infinite, bclCts.Token);
-        SpindleTask spindle = Spindle.Delay(Timeout.Infinite, spnCts.Token);
-        bclCts.Cancel();
-        spnCts.Cancel();
-        Exception b = await Bcl(() => bcl);
-        Exception s = await Spn(() => spindle);
-        Assert.Equal(b.GetType(), s.GetType());
-        Assert.Equal(spnCts.Token, ((OperationCanceledException)s).CancellationToken);
-    }
+    public Task Delay_TokenCancelledWhileWaiting()
+        => CancelledWhileWaiting(token => Task.Delay(Timeout.Infinite, token), token => Spindle.Delay(Timeout.Infinite, token));
 
     [Fact]
     public async Task Run_TokenAlreadyCancelled_TheWorkNeverRuns()
@@ -108,16 +113,7 @@ public sealed class CancellationExceptionParityTests
         Same(await Bcl(() => new TaskCompletionSource().Task.WaitAsync(TimeSpan.FromSeconds(10), token)),
             await Spn(() => new Promise().Task.WithTimeout(TimeSpan.FromSeconds(10), null, token)), token);
 
-        using var bclCts = new CancellationTokenSource();
-        using var spnCts = new CancellationTokenSource();
-        Task bcl = new TaskCompletionSource().Task.WaitAsync(bclCts.Token);
-        SpindleTask spindle = new Promise().Task.WithCancellation(spnCts.Token);
-        bclCts.Cancel();
-        spnCts.Cancel();
-        Exception b = await Bcl(() => bcl);
-        Exception s = await Spn(() => spindle);
-        Assert.Equal(b.GetType(), s.GetType());
-        Assert.Equal(spnCts.Token, ((OperationCanceledException)s).CancellationToken);
+        await CancelledWhileWaiting(t => new TaskCompletionSource().Task.WaitAsync(t), t => new Promise().Task.WithCancellation(t));
     }
 
     [Fact]
