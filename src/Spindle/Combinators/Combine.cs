@@ -193,12 +193,13 @@ internal static class Combine
     /// settled at once), rejects a Spindle task passed twice: its first read would consume it (a pooled source goes back
     /// to its pool) and the second read fail, so the misuse became the combined task's failure, or hid behind an earlier
     /// input's, with the inputs read meanwhile consumed. A task that a read does not consume (a promise's, a preserved
-    /// one: <see cref="IRereadableSource"/>) may be passed twice, as before. The cost: a null test per input, in the
+    /// one: <see cref="IRereadableSource"/>), and a task of a user's own source, may be passed twice, as before
+    /// (<see cref="IsConsumedByARead"/>). The cost: a null test per input, in the
     /// scan that validates them (<see cref="Scan"/>: <paramref name="withSource"/>), and a search only when two or more
     /// inputs have a source (<see cref="FindRepeat"/>). The paths with a combinator need
     /// none: a repeated pending input's second registration is refused, and the combinator undoes what it took.
     /// </summary>
-    /// <exception cref="InvalidOperationException">A Spindle task that a read consumes is passed more than once (the message names both indices).</exception>
+    /// <exception cref="InvalidOperationException">A Spindle task that a read consumes is passed more than once (the message names both indices); see <see cref="IsConsumedByARead"/>.</exception>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
     private static void RejectRepeats<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, int withSource)
         where TKind : struct, IInputKind<TInput, TValue>
@@ -234,7 +235,7 @@ internal static class Combine
                 for (int j = 0; j < i; j++)
                 {
                     if (ReferenceEquals(default(TKind).SourceOf(tasks[j], out short other), source) && other == token
-                        && source is not IRereadableSource)
+                        && IsConsumedByARead(source))
                     {
                         throw RepeatedInput(i, j);
                     }
@@ -269,7 +270,7 @@ internal static class Combine
                         break;
                     }
                     if (ReferenceEquals(default(TKind).SourceOf(tasks[entry - 1], out short other), source) && other == token
-                        && source is not IRereadableSource)
+                        && IsConsumedByARead(source))
                     {
                         throw RepeatedInput(i, entry - 1);
                     }
@@ -282,6 +283,15 @@ internal static class Combine
             ArrayPool<int>.Shared.Return(table);
         }
     }
+
+    /// <summary>
+    /// True for a source the repeat check refuses twice: one of Spindle's own (every one reads through
+    /// <see cref="IQuietSource"/>) whose read consumes the use, so not a promise, a preserved task or a failed one
+    /// (<see cref="IRereadableSource"/>). A user's <see cref="ISpindleSource"/> is never refused: the interface lets a
+    /// source that is not pooled be read any number of times, and one that refuses a second read says so itself, as any
+    /// second read of it did before the check.
+    /// </summary>
+    private static bool IsConsumedByARead(ISpindleSource source) => source is IQuietSource and not IRereadableSource;
 
     private static InvalidOperationException RepeatedInput(int index, int earlier)
         => new($"The task at index {index} is the same task as the one at index {earlier}. A Spindle task is read once (a pooled " +

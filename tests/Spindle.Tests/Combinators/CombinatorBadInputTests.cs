@@ -322,6 +322,49 @@ public class CombinatorBadInputTests
     }
 
     [Fact]
+    public void WhenAllAndWhenAny_SameFinishedUserSourceTwice_StillReadItTwice()
+    {
+        // A user's ISpindleSource need not be pooled: one whose result can be read any number of times (as the interface
+        // allows for a source that is not pooled) was read twice before the repeat check, and must still be. The check is
+        // for Spindle's own tasks, which a read consumes; a user's source that refuses a second read says so itself.
+        var source = new RereadableUserSource(4);
+        var task = new SpindleTask<int>(source, 0);
+        Assert.Equal(new[] { 4, 4 }, SpindleTask.WhenAll(new[] { task, task }).GetAwaiter().GetResult());
+        Assert.Equal((0, 4), SpindleTask.WhenAny(new[] { task, task }).GetAwaiter().GetResult());
+        SpindleTask plain = task.AsSpindleTask();
+        SpindleTask.WhenAll(plain, plain).GetAwaiter().GetResult();
+        Assert.Equal(0, SpindleTask.WhenAny(plain, plain).GetAwaiter().GetResult());
+    }
+
+    /// <summary>A user's source, finished with <c>value</c>, that any number of reads may read (not pooled, never consumed).</summary>
+    private sealed class RereadableUserSource : ISpindleSource<int>
+    {
+        private readonly int _value;
+
+        public RereadableUserSource(int value) => _value = value;
+
+        public SpindleTaskStatus GetStatus(short token) => SpindleTaskStatus.Succeeded;
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource.GetStatus(short token)
+            => System.Threading.Tasks.Sources.ValueTaskSourceStatus.Succeeded;
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource<int>.GetStatus(short token)
+            => System.Threading.Tasks.Sources.ValueTaskSourceStatus.Succeeded;
+
+        public int GetResult(short token) => _value;
+
+        void System.Threading.Tasks.Sources.IValueTaskSource.GetResult(short token) => GetResult(token);
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token) => continuation(state);
+
+        void System.Threading.Tasks.Sources.IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token,
+            System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags) => continuation(state);
+
+        void System.Threading.Tasks.Sources.IValueTaskSource<int>.OnCompleted(Action<object?> continuation, object? state, short token,
+            System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags) => continuation(state);
+    }
+
+    [Fact]
     public void NewInputKinds_EmptyWhenAny_ThrowsArgumentException_EmptyWhenAll_CompletesAtOnce()
     {
         Assert.Equal("tasks", Assert.Throws<ArgumentException>(() => SpindleTask.WhenAny(ReadOnlySpan<ValueTask>.Empty)).ParamName);
