@@ -217,7 +217,8 @@ internal static class Combine
     /// Finds an input whose source and token are an earlier input's, and throws naming both. Pair by pair for a few
     /// inputs; past <see cref="PairwiseLimit"/>, through an open-addressing table of input indices (rented from the
     /// shared array pool and returned, so nothing is allocated in steady state), keyed by the source's identity hash
-    /// and the token: linear in the input count.
+    /// and the token: linear in the input count. Only inputs a read consumes (<see cref="IsConsumedByARead"/>) are looked
+    /// at or entered: copies of a task that may be passed many times never meet in the table.
     /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static void FindRepeat<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks)
@@ -228,14 +229,13 @@ internal static class Combine
             for (int i = 1; i < tasks.Length; i++)
             {
                 ISpindleSource? source = default(TKind).SourceOf(tasks[i], out short token);
-                if (source is null)
+                if (source is null || !IsConsumedByARead(source))
                 {
-                    continue;
+                    continue; // may be passed any number of times
                 }
                 for (int j = 0; j < i; j++)
                 {
-                    if (ReferenceEquals(default(TKind).SourceOf(tasks[j], out short other), source) && other == token
-                        && IsConsumedByARead(source))
+                    if (ReferenceEquals(default(TKind).SourceOf(tasks[j], out short other), source) && other == token)
                     {
                         throw RepeatedInput(i, j);
                     }
@@ -256,8 +256,10 @@ internal static class Combine
             for (int i = 0; i < tasks.Length; i++)
             {
                 ISpindleSource? source = default(TKind).SourceOf(tasks[i], out short token);
-                if (source is null)
+                if (source is null || !IsConsumedByARead(source))
                 {
+                    // Not in the table: copies of one source that may be passed many times (a promise's task fanned out)
+                    // share one key, and each would probe past all the copies before it (quadratic in their number).
                     continue;
                 }
                 int h = (int)(unchecked((uint)(RuntimeHelpers.GetHashCode(source) ^ (token << 16)) * 0x9E3779B1u) >> (32 - bits));
@@ -269,8 +271,10 @@ internal static class Combine
                         table[h] = i + 1;
                         break;
                     }
-                    if (ReferenceEquals(default(TKind).SourceOf(tasks[entry - 1], out short other), source) && other == token
-                        && IsConsumedByARead(source))
+#if DEBUG
+                    TestHookRepeatProbe?.Invoke();
+#endif
+                    if (ReferenceEquals(default(TKind).SourceOf(tasks[entry - 1], out short other), source) && other == token)
                     {
                         throw RepeatedInput(i, entry - 1);
                     }
@@ -283,6 +287,11 @@ internal static class Combine
             ArrayPool<int>.Shared.Return(table);
         }
     }
+
+#if DEBUG
+    /// <summary>Tests only: runs on the calling thread for every occupied entry the repeat check's table compares against.</summary>
+    internal static Action? TestHookRepeatProbe;
+#endif
 
     /// <summary>
     /// True for a source the repeat check refuses twice: one of Spindle's own (every one reads through

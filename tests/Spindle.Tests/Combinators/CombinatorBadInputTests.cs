@@ -321,6 +321,40 @@ public class CombinatorBadInputTests
         Assert.Equal(new[] { 3, 3 }, SpindleTask.WhenAll(new[] { preserved, preserved }).GetAwaiter().GetResult());
     }
 
+#if DEBUG
+    [Fact]
+    public void WhenAll_ManyCopiesOfOnePromiseTask_TheRepeatCheckStaysLinear()
+    {
+        // A finished promise's task may be read again until Reset (and a preserved task as often as needed): passing one
+        // many times is allowed. Every copy has the same source and token, so in the repeat check's table each copy
+        // landed after all the copies before it: n copies cost n²/2 compares (2,000 copies, about two million), a WhenAll
+        // over a broadcast result that grew quadratically with the fan-out.
+        const int copies = 2000;
+        var promise = new Promise<int>();
+        promise.SetResult(9);
+        SpindleTask<int>[] tasks = Enumerable.Repeat(promise.Task, copies).ToArray();
+        int probes = 0;
+        int thread = Environment.CurrentManagedThreadId;
+        Action count = () =>
+        {
+            if (Environment.CurrentManagedThreadId == thread)
+            {
+                probes++;
+            }
+        };
+        Combine.TestHookRepeatProbe += count;
+        try
+        {
+            Assert.Equal(Enumerable.Repeat(9, copies).ToArray(), SpindleTask.WhenAll(tasks).GetAwaiter().GetResult());
+        }
+        finally
+        {
+            Combine.TestHookRepeatProbe -= count;
+        }
+        Assert.True(probes <= copies, $"The repeat check compared {probes} table entries for {copies} inputs.");
+    }
+#endif
+
     [Fact]
     public void WhenAllAndWhenAny_SameFinishedUserSourceTwice_StillReadItTwice()
     {
