@@ -193,12 +193,13 @@ internal static class Combine
     /// settled at once), rejects a Spindle task passed twice: its first read would consume it (a pooled source goes back
     /// to its pool) and the second read fail, so the misuse became the combined task's failure, or hid behind an earlier
     /// input's, with the inputs read meanwhile consumed. A task that a read does not consume (a promise's, a preserved
-    /// one: <see cref="IRereadableSource"/>) may be passed twice, as before. The cost: a null test per input, in the
+    /// one: <see cref="IRereadableSource"/>), and a task of a user's own source, may be passed twice, as before
+    /// (<see cref="IsConsumedByARead"/>). The cost: a null test per input, in the
     /// scan that validates them (<see cref="Scan"/>: <paramref name="withSource"/>), and a search only when two or more
     /// inputs have a source (<see cref="FindRepeat"/>). The paths with a combinator need
     /// none: a repeated pending input's second registration is refused, and the combinator undoes what it took.
     /// </summary>
-    /// <exception cref="InvalidOperationException">A Spindle task that a read consumes is passed more than once (the message names both indices).</exception>
+    /// <exception cref="InvalidOperationException">A Spindle task that a read consumes is passed more than once (the message names both indices); see <see cref="IsConsumedByARead"/>.</exception>
     [MethodImpl(MethodImplOptions.AggressiveInlining)] // BCL task inputs make the callers shared generic code: a call would need a dictionary lookup
     private static void RejectRepeats<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks, int withSource)
         where TKind : struct, IInputKind<TInput, TValue>
@@ -216,7 +217,8 @@ internal static class Combine
     /// Finds an input whose source and token are an earlier input's, and throws naming both. Pair by pair for a few
     /// inputs; past <see cref="PairwiseLimit"/>, through an open-addressing table of input indices (rented from the
     /// shared array pool and returned, so nothing is allocated in steady state), keyed by the source's identity hash
-    /// and the token: linear in the input count.
+    /// and the token: linear in the input count. Only inputs a read consumes (<see cref="IsConsumedByARead"/>) are looked
+    /// at or entered: copies of a task that may be passed many times never meet in the table.
     /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static void FindRepeat<TInput, TValue, TKind>(ReadOnlySpan<TInput> tasks)
@@ -227,14 +229,13 @@ internal static class Combine
             for (int i = 1; i < tasks.Length; i++)
             {
                 ISpindleSource? source = default(TKind).SourceOf(tasks[i], out short token);
-                if (source is null)
+                if (source is null || !IsConsumedByARead(source))
                 {
-                    continue;
+                    continue; // may be passed any number of times
                 }
                 for (int j = 0; j < i; j++)
                 {
-                    if (ReferenceEquals(default(TKind).SourceOf(tasks[j], out short other), source) && other == token
-                        && source is not IRereadableSource)
+                    if (ReferenceEquals(default(TKind).SourceOf(tasks[j], out short other), source) && other == token)
                     {
                         throw RepeatedInput(i, j);
                     }
@@ -255,8 +256,10 @@ internal static class Combine
             for (int i = 0; i < tasks.Length; i++)
             {
                 ISpindleSource? source = default(TKind).SourceOf(tasks[i], out short token);
-                if (source is null)
+                if (source is null || !IsConsumedByARead(source))
                 {
+                    // Not in the table: copies of one source that may be passed many times (a promise's task fanned out)
+                    // share one key, and each would probe past all the copies before it (quadratic in their number).
                     continue;
                 }
                 int h = (int)(unchecked((uint)(RuntimeHelpers.GetHashCode(source) ^ (token << 16)) * 0x9E3779B1u) >> (32 - bits));
@@ -268,8 +271,10 @@ internal static class Combine
                         table[h] = i + 1;
                         break;
                     }
-                    if (ReferenceEquals(default(TKind).SourceOf(tasks[entry - 1], out short other), source) && other == token
-                        && source is not IRereadableSource)
+#if DEBUG
+                    TestHookRepeatProbe?.Invoke();
+#endif
+                    if (ReferenceEquals(default(TKind).SourceOf(tasks[entry - 1], out short other), source) && other == token)
                     {
                         throw RepeatedInput(i, entry - 1);
                     }
@@ -282,6 +287,20 @@ internal static class Combine
             ArrayPool<int>.Shared.Return(table);
         }
     }
+
+#if DEBUG
+    /// <summary>Tests only: runs on the calling thread for every occupied entry the repeat check's table compares against.</summary>
+    internal static Action? TestHookRepeatProbe;
+#endif
+
+    /// <summary>
+    /// True for a source the repeat check refuses twice: one of Spindle's own (every one reads through
+    /// <see cref="IQuietSource"/>) whose read consumes the use, so not a promise, a preserved task or a failed one
+    /// (<see cref="IRereadableSource"/>). A user's <see cref="ISpindleSource"/> is never refused: the interface lets a
+    /// source that is not pooled be read any number of times, and one that refuses a second read says so itself, as any
+    /// second read of it did before the check.
+    /// </summary>
+    private static bool IsConsumedByARead(ISpindleSource source) => source is IQuietSource and not IRereadableSource;
 
     private static InvalidOperationException RepeatedInput(int index, int earlier)
         => new($"The task at index {index} is the same task as the one at index {earlier}. A Spindle task is read once (a pooled " +

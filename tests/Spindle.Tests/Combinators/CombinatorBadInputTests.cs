@@ -321,6 +321,83 @@ public class CombinatorBadInputTests
         Assert.Equal(new[] { 3, 3 }, SpindleTask.WhenAll(new[] { preserved, preserved }).GetAwaiter().GetResult());
     }
 
+#if DEBUG
+    [Fact]
+    public void WhenAll_ManyCopiesOfOnePromiseTask_TheRepeatCheckStaysLinear()
+    {
+        // A finished promise's task may be read again until Reset (and a preserved task as often as needed): passing one
+        // many times is allowed. Every copy has the same source and token, so in the repeat check's table each copy
+        // landed after all the copies before it: n copies cost n²/2 compares (2,000 copies, about two million), a WhenAll
+        // over a broadcast result that grew quadratically with the fan-out.
+        const int copies = 2000;
+        var promise = new Promise<int>();
+        promise.SetResult(9);
+        SpindleTask<int>[] tasks = Enumerable.Repeat(promise.Task, copies).ToArray();
+        int probes = 0;
+        int thread = Environment.CurrentManagedThreadId;
+        Action count = () =>
+        {
+            if (Environment.CurrentManagedThreadId == thread)
+            {
+                probes++;
+            }
+        };
+        Combine.TestHookRepeatProbe += count;
+        try
+        {
+            Assert.Equal(Enumerable.Repeat(9, copies).ToArray(), SpindleTask.WhenAll(tasks).GetAwaiter().GetResult());
+        }
+        finally
+        {
+            Combine.TestHookRepeatProbe -= count;
+        }
+        Assert.True(probes <= copies, $"The repeat check compared {probes} table entries for {copies} inputs.");
+    }
+#endif
+
+    [Fact]
+    public void WhenAllAndWhenAny_SameFinishedUserSourceTwice_StillReadItTwice()
+    {
+        // A user's ISpindleSource need not be pooled: one whose result can be read any number of times (as the interface
+        // allows for a source that is not pooled) was read twice before the repeat check, and must still be. The check is
+        // for Spindle's own tasks, which a read consumes; a user's source that refuses a second read says so itself.
+        var source = new RereadableUserSource(4);
+        var task = new SpindleTask<int>(source, 0);
+        Assert.Equal(new[] { 4, 4 }, SpindleTask.WhenAll(new[] { task, task }).GetAwaiter().GetResult());
+        Assert.Equal((0, 4), SpindleTask.WhenAny(new[] { task, task }).GetAwaiter().GetResult());
+        SpindleTask plain = task.AsSpindleTask();
+        SpindleTask.WhenAll(plain, plain).GetAwaiter().GetResult();
+        Assert.Equal(0, SpindleTask.WhenAny(plain, plain).GetAwaiter().GetResult());
+    }
+
+    /// <summary>A user's source, finished with <c>value</c>, that any number of reads may read (not pooled, never consumed).</summary>
+    private sealed class RereadableUserSource : ISpindleSource<int>
+    {
+        private readonly int _value;
+
+        public RereadableUserSource(int value) => _value = value;
+
+        public SpindleTaskStatus GetStatus(short token) => SpindleTaskStatus.Succeeded;
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource.GetStatus(short token)
+            => System.Threading.Tasks.Sources.ValueTaskSourceStatus.Succeeded;
+
+        System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource<int>.GetStatus(short token)
+            => System.Threading.Tasks.Sources.ValueTaskSourceStatus.Succeeded;
+
+        public int GetResult(short token) => _value;
+
+        void System.Threading.Tasks.Sources.IValueTaskSource.GetResult(short token) => GetResult(token);
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token) => continuation(state);
+
+        void System.Threading.Tasks.Sources.IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token,
+            System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags) => continuation(state);
+
+        void System.Threading.Tasks.Sources.IValueTaskSource<int>.OnCompleted(Action<object?> continuation, object? state, short token,
+            System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags) => continuation(state);
+    }
+
     [Fact]
     public void NewInputKinds_EmptyWhenAny_ThrowsArgumentException_EmptyWhenAll_CompletesAtOnce()
     {
