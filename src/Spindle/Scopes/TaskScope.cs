@@ -421,11 +421,14 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>
     /// Called under the lock: keeps <paramref name="error"/> if it is a child failure (not the answer to the scope's
-    /// cancellation), and returns whether it was.
+    /// cancellation), and returns whether it was. The token given at creation counts on its own: it cancels the scope's
+    /// through a callback registered when the scope was created, and a token runs its callbacks last registered, first
+    /// run, so a child that answers that token itself (a <c>Task.Delay(..., ct)</c> registered later) may end, inline,
+    /// before the scope's token reads as cancelled.
     /// </summary>
     private bool Keep(ExceptionDispatchInfo error)
     {
-        if (error.SourceException is OperationCanceledException && _cts.IsCancellationRequested)
+        if (error.SourceException is OperationCanceledException && (_cts.IsCancellationRequested || _outer.IsCancellationRequested))
         {
             return false;
         }
