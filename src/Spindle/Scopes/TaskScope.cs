@@ -137,7 +137,9 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>
     /// Cancels the children still running (if any), waits for every child, and rethrows their failures, unless an awaited
-    /// <see cref="WaitAsync"/> already rethrew them. A second call (an <c>await using</c> around an explicit disposal, or
+    /// <see cref="WaitAsync"/> already rethrew them (or a read of it that nobody awaits, a WhenAny that it lost or a
+    /// <c>Forget()</c>, already reported them to <see cref="Spindle.UnobservedException"/>); failures it rethrows are not
+    /// reported there as well. A second call (an <c>await using</c> around an explicit disposal, or
     /// disposal from two places) also waits for every child, and rethrows nothing: the first call has the failures.
     /// </summary>
     public async ValueTask DisposeAsync()
@@ -175,6 +177,10 @@ public sealed class TaskScope : IAsyncDisposable
         }
         if (!delivered)
         {
+            // Disposal delivers the failures: a later read of the wait that nobody awaits (a WhenAny that it lost, a
+            // Forget) must not report them to UnobservedException as well. A read that came first set delivered: it had
+            // them, and disposal does not rethrow them.
+            _outcome.TakeFaultReport();
             ThrowFailures();
         }
     }
@@ -360,7 +366,7 @@ public sealed class TaskScope : IAsyncDisposable
     {
         private readonly TaskScope _scope;
         private SourceCore<VoidResult> _core;
-        private int _faultReported; // 1 once a Forget() reported the failures (IRereadableSource: read again, never consumed)
+        private int _faultReported; // 1 once a Forget() or a WhenAny's loser reported the failures, or disposal rethrew them (IRereadableSource: read again, never consumed)
 
         public ScopeOutcome(TaskScope scope) => _scope = scope;
 
@@ -395,6 +401,9 @@ public sealed class TaskScope : IAsyncDisposable
             => _core.OnCompleted(continuation, state, token, flags);
 
         bool IRereadableSource.TryClaimFaultReport(short token) => Interlocked.Exchange(ref _faultReported, 1) == 0;
+
+        /// <summary>Disposal rethrows the failures: no report of this completion may follow (see <see cref="DisposeAsync"/>).</summary>
+        public void TakeFaultReport() => Interlocked.Exchange(ref _faultReported, 1);
     }
 
     private bool CanceledFromOutside
@@ -421,11 +430,14 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>
     /// Called under the lock: keeps <paramref name="error"/> if it is a child failure (not the answer to the scope's
-    /// cancellation), and returns whether it was.
+    /// cancellation), and returns whether it was. The token given at creation counts on its own: it cancels the scope's
+    /// through a callback registered when the scope was created, and a token runs its callbacks last registered, first
+    /// run, so a child that answers that token itself (a <c>Task.Delay(..., ct)</c> registered later) may end, inline,
+    /// before the scope's token reads as cancelled.
     /// </summary>
     private bool Keep(ExceptionDispatchInfo error)
     {
-        if (error.SourceException is OperationCanceledException && _cts.IsCancellationRequested)
+        if (error.SourceException is OperationCanceledException && (_cts.IsCancellationRequested || _outer.IsCancellationRequested))
         {
             return false;
         }

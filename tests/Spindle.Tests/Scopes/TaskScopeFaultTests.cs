@@ -85,4 +85,43 @@ public sealed class TaskScopeFaultTests
         });
         Assert.Single(reported, e => ReferenceEquals(e, error));
     }
+    /// <summary>
+    /// A scope's wait that nobody awaits (it lost a WhenAny to a timeout, or was forgotten), then disposal, which cancels
+    /// the children and waits for them: a child's failure is rethrown by disposal, as documented, and must not also reach
+    /// UnobservedException (the brief of every report: exactly once). Before the fix (found by a review), disposal threw
+    /// it, and then the scope's completion let the loser's (or Forget's) read report it again, because disposal's
+    /// delivery did not claim the completion's one fault report.
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void WaitAsync_NotAwaited_ThenDisposal_TheFailureIsDeliveredOnce(bool forget)
+    {
+        var error = new InvalidTimeZoneException("the child's failure");
+        var scope = new TaskScope();
+        var child = new Promise();
+        scope.Run(_ => child.Task); // ignores the token
+        Exception? thrown = null;
+        ConcurrentQueue<Exception> reported = Combinators.CombinatorTestSupport.Observe(() =>
+        {
+            if (forget)
+            {
+                scope.WaitAsync().Forget();
+            }
+            else
+            {
+                var other = new Promise();
+                SpindleTask<int> any = SpindleTask.WhenAny(scope.WaitAsync(), other.Task);
+                other.SetResult(); // the scope's wait loses (to a timeout, say)
+                Assert.Equal(1, any.GetAwaiter().GetResult());
+            }
+            ValueTask disposal = scope.DisposeAsync(); // cancels the child and waits for it
+            Assert.False(disposal.IsCompleted);
+            child.SetException(error);
+            Assert.True(disposal.IsCompleted);
+            thrown = Record.Exception(() => disposal.GetAwaiter().GetResult());
+        });
+        Assert.Same(error, thrown);
+        Assert.DoesNotContain(reported, e => ReferenceEquals(e, error));
+    }
 }

@@ -375,6 +375,60 @@ public sealed class TaskScopeTests
         Assert.ThrowsAny<OperationCanceledException>(() => canceled.GetAwaiter().GetResult());
     }
 
+    /// <summary>
+    /// A child that answers the token given at the scope's creation itself (captured from the caller, as
+    /// <c>Task.Delay(..., ct)</c> does) registered on it after the scope did, so its cancellation callback runs first (a
+    /// token runs its callbacks last registered, first run), and its task may end, inline, before the scope's own token
+    /// has been cancelled. The documented rule is "an OperationCanceledException while the scope's token is cancelled
+    /// (whichever token it carries) is not a failure ... after the token given at creation was cancelled". Before the fix
+    /// (found by a review), that child's cancellation was kept as a failure: WaitAsync faulted instead of completing as
+    /// canceled, and disposal threw it.
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task AChildAnsweringTheCreationTokenItself_IsCancelled_NotFailed(bool bclChild)
+    {
+        await TestUtil.WithTimeout(Body(bclChild));
+
+        static async Task Body(bool bclChild)
+        {
+            using var outer = new CancellationTokenSource();
+            var scope = new TaskScope(outer.Token);
+            if (bclChild)
+            {
+                var bcl = new TaskCompletionSource<bool>(); // continuations inline, as a Task.Delay's are
+                outer.Token.Register(() => bcl.TrySetCanceled(outer.Token));
+                scope.RunTask(_ => bcl.Task);
+            }
+            else
+            {
+                var promise = new Promise();
+                outer.Token.Register(() => promise.TrySetCanceled(outer.Token));
+                scope.Run(_ => promise.Task);
+            }
+            // Without a synchronization context (xunit installs one), as in a service: a BCL task then runs the
+            // scope's continuation inline, inside the token's callback.
+            SynchronizationContext? context = SynchronizationContext.Current;
+            SynchronizationContext.SetSynchronizationContext(null);
+            try
+            {
+                outer.Cancel();
+            }
+            finally
+            {
+                SynchronizationContext.SetSynchronizationContext(context);
+            }
+            Assert.Equal(0, scope.RunningChildren);
+
+            SpindleTask wait = scope.WaitAsync();
+            Assert.Equal(SpindleTaskStatus.Canceled, wait.Status);
+            var canceled = Assert.ThrowsAny<OperationCanceledException>(() => wait.GetAwaiter().GetResult());
+            Assert.Equal(outer.Token, canceled.CancellationToken);
+            await scope.DisposeAsync(); // disposal does not throw a cancellation
+        }
+    }
+
     private sealed class ContinuationFault : Exception;
 
     /// <summary>
