@@ -366,7 +366,7 @@ public sealed class TaskScope : IAsyncDisposable
     {
         private readonly TaskScope _scope;
         private SourceCore<VoidResult> _core;
-        private int _faultReported; // 1 once a Forget() or a WhenAny's loser reported the failures, or disposal rethrew them (IRereadableSource: read again, never consumed)
+        private ReportOnce _faultReport; // taken once a Forget() or a WhenAny's loser reported the failures, or disposal rethrew them (IRereadableSource: read again, never consumed)
 
         public ScopeOutcome(TaskScope scope) => _scope = scope;
 
@@ -400,10 +400,10 @@ public sealed class TaskScope : IAsyncDisposable
         public void OnCompleted(Action<object?> continuation, object? state, short token, System.Threading.Tasks.Sources.ValueTaskSourceOnCompletedFlags flags)
             => _core.OnCompleted(continuation, state, token, flags);
 
-        bool IRereadableSource.TryClaimFaultReport(short token) => Interlocked.Exchange(ref _faultReported, 1) == 0;
+        bool IRereadableSource.TryClaimFaultReport(short token) => _faultReport.TryTake();
 
         /// <summary>Disposal rethrows the failures: no report of this completion may follow (see <see cref="DisposeAsync"/>).</summary>
-        public void TakeFaultReport() => Interlocked.Exchange(ref _faultReported, 1);
+        public void TakeFaultReport() => _faultReport.TryTake();
     }
 
     private bool CanceledFromOutside

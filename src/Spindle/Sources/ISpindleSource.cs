@@ -1,4 +1,7 @@
 using System;
+using System.Diagnostics.CodeAnalysis;
+using System.Runtime.ExceptionServices;
+using System.Threading;
 using System.Threading.Tasks.Sources;
 
 namespace SpindleLib;
@@ -112,4 +115,19 @@ internal static class FaultReport
     /// </summary>
     public static bool Claim(ISpindleSource? source, short token)
         => source is not IRereadableSource rereadable || rereadable.TryClaimFaultReport(token);
+
+    /// <summary>True for a failure that is reported: a fault, not a cancellation (an outcome).</summary>
+    public static bool IsFault([NotNullWhen(true)] ExceptionDispatchInfo? failure)
+        => failure is not null && failure.SourceException is not OperationCanceledException;
+}
+
+/// <summary>
+/// The claim of a source whose one completion is never reset (a <c>FromException</c> task, a preserved task, a scope's
+/// outcome): the first <see cref="TryTake"/> wins, every later one, on any thread, loses.
+/// </summary>
+internal struct ReportOnce
+{
+    private int _taken;
+
+    public bool TryTake() => Interlocked.Exchange(ref _taken, 1) == 0;
 }

@@ -537,7 +537,7 @@ internal struct SourceCore<TResult>
         {
             // Nobody waits any more: a fault nobody will read is reported, never lost (a cancellation is an outcome);
             // once, should a Forget() of the same completed use come first.
-            if (error is not null && error.SourceException is not OperationCanceledException && TryClaimFaultReport((short)published))
+            if (FaultReport.IsFault(error) && TryClaimFaultReport((short)published))
             {
                 UnobservedExceptions.Report(error.SourceException);
             }

@@ -1,7 +1,6 @@
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
-using System.Diagnostics.CodeAnalysis;
 using System.Runtime.ExceptionServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -14,7 +13,7 @@ namespace SpindleLib;
 internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource
 {
     private readonly ExceptionDispatchInfo _error;
-    private int _faultReported; // 1 once a Forget() reported the fault (IRereadableSource)
+    private ReportOnce _faultReport; // a Forget() reported the fault (IRereadableSource)
 
     /// <summary>A source failed with <paramref name="error"/>, rethrown with the trace it saved.</summary>
     public CompletedSource(ExceptionDispatchInfo error) => _error = error;
@@ -42,7 +41,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 
     ExceptionDispatchInfo? IQuietSource.ReadQuietly(short token) => _error;
 
-    bool IRereadableSource.TryClaimFaultReport(short token) => Interlocked.Exchange(ref _faultReported, 1) == 0;
+    bool IRereadableSource.TryClaimFaultReport(short token) => _faultReport.TryTake();
 
     public void OnCompleted(Action<object?> continuation, object? state, short token) => Continuations.Invoke(continuation, state);
 
@@ -69,7 +68,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     private T _result = default!;
     private ExceptionDispatchInfo? _error;
     private List<(Action<object?> Continuation, object? State)>? _waiters;
-    private bool _faultReported; // under the lock: a Forget() reported the fault (IRereadableSource)
+    private ReportOnce _faultReport; // a Forget() reported the fault (IRereadableSource)
 
     public PreservedSource(ISpindleSource source, short token)
     {
@@ -175,15 +174,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);
 
-    bool IRereadableSource.TryClaimFaultReport(short token)
-    {
-        lock (_lock)
-        {
-            bool first = !_faultReported;
-            _faultReported = true;
-            return first;
-        }
-    }
+    bool IRereadableSource.TryClaimFaultReport(short token) => _faultReport.TryTake();
 
     public void OnCompleted(Action<object?> continuation, object? state, short token)
     {
@@ -273,7 +264,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     internal static void ReadAndReport(ISpindleSource source, short token)
     {
         ExceptionDispatchInfo? failure = QuietRead.Read(source, token);
-        if (IsFault(failure) && FaultReport.Claim(source, token))
+        if (FaultReport.IsFault(failure) && FaultReport.Claim(source, token))
         {
             UnobservedExceptions.Report(failure.SourceException);
         }
@@ -282,15 +273,11 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     /// <summary>Reports a forgotten task's fault, read by its observer (a cancellation is an outcome, not a fault).</summary>
     internal static void Report(ExceptionDispatchInfo? failure)
     {
-        if (IsFault(failure))
+        if (FaultReport.IsFault(failure))
         {
             UnobservedExceptions.Report(failure.SourceException);
         }
     }
-
-    /// <summary>True for a failure that is reported: a fault, not a cancellation (an outcome).</summary>
-    private static bool IsFault([NotNullWhen(true)] ExceptionDispatchInfo? failure)
-        => failure is not null && failure.SourceException is not OperationCanceledException;
 }
 
 /// <summary>Bridges a Spindle source to a <see cref="Task"/> (allocates: a Task is an object).</summary>
