@@ -246,24 +246,56 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
             EndWait(state);
             if (cancellationToken.CanBeCanceled || wheel is not null)
             {
-                state ??= _waitState = new WaitState();
-            }
-            if (cancellationToken.CanBeCanceled)
-            {
-                state!.Token = cancellationToken;
-                state.Version = token;
-                state.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
-            }
-            if (wheel is not null)
-            {
-                // The timer may fire at once (before this returns, on another thread): its continuation completes this
-                // wait only through the core's CAS for this version, as a cancellation does.
-                state!.Timeout = SignalTimeout.Start(this, token, wheel, timeout);
+                try
+                {
+                    state ??= _waitState = new WaitState();
+                    if (cancellationToken.CanBeCanceled)
+                    {
+                        state.Token = cancellationToken;
+                        state.Version = token;
+                        state.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
+                    }
+                    if (wheel is not null)
+                    {
+                        // The timer may fire at once (before this returns, on another thread): its continuation completes
+                        // this wait only through the core's CAS for this version, as a cancellation does.
+                        state.Timeout = SignalTimeout.Start(this, token, wheel, timeout);
+                    }
+                }
+                catch
+                {
+                    // The wheel's clock (a TimeProvider's) threw as the timeout was started: the wait is armed, but the
+                    // caller gets no task for it. Left so, it stayed pending for ever (every later WaitAsync threw "already
+                    // pending", and the next Set went to it, lost): it is taken back before the exception goes on.
+                    WithdrawWait(token);
+                    throw;
+                }
             }
         }
         finally
         {
             _core.EndArming();
+        }
+    }
+
+    /// <summary>
+    /// Under the arming mark, takes back wait <paramref name="token"/>, which its WaitAsync armed but is throwing out of:
+    /// drops what it stored (its registration, waiting for a callback in flight; its timer, if it got one), so that only
+    /// a set can still end it; then ends it with nothing taken, or, if a set ended it meanwhile, keeps that set for the
+    /// next wait (the arming mark keeps any other wait out, so the signal is idle or set: <see cref="TryKeepSet"/> keeps
+    /// it). A wait its token or its timer ended took no set. The signal is left as the call found it, but for that set.
+    /// </summary>
+    private void WithdrawWait(short token)
+    {
+        EndWait(_waitState);
+        if (_core.TryBeginCompletionOfUse(token, out object? waiter))
+        {
+            Debug.Assert(waiter is null, "nobody had the wait's task, so nobody registered on it");
+            _core.EndCompletion(waiter, null); // idle again, and nothing taken: nobody holds this wait to read it
+        }
+        else if (_core.Version == token && _core.IsCompleted && _core.Error is null && !_core.ResultUnchecked)
+        {
+            TryKeepSet(); // ended by a set
         }
     }
 

@@ -115,8 +115,11 @@ public class ThrowingProviderTests
         Assert.Throws<ObjectDisposedException>(() => wheel.Delay(10));
     }
 
-    /// <summary>A <see cref="ManualClock"/> whose timers throw on demand (when kicked, a due time of zero; armed; disposed), and whose clock does.</summary>
-    private sealed class FlakyClock : TimeProvider
+    /// <summary>
+    /// A <see cref="ManualClock"/> whose timers throw on demand (when kicked, a due time of zero; armed; disposed), and
+    /// whose clock does (running <see cref="BeforeFailedRead"/> first, if set: a step that lands just before the failure).
+    /// </summary>
+    internal sealed class FlakyClock : TimeProvider
     {
         public static readonly InvalidOperationException ArmFailure = new("the provider's timer failed to arm");
         public static readonly InvalidOperationException KickFailure = new("the provider's timer failed to fire at once");
@@ -128,12 +131,14 @@ public class ThrowingProviderTests
         public int FailKicks;
         public bool FailDispose;
         public int FailReads;
+        public Action? BeforeFailedRead;
 
         public override long GetTimestamp()
         {
             if (FailReads > 0)
             {
                 FailReads--;
+                BeforeFailedRead?.Invoke();
                 throw ReadFailure;
             }
             return Inner.GetTimestamp();
