@@ -120,7 +120,8 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// from more than 32 continuations deep (Spindle then queues the next continuation to bound the stack), nor when it
     /// is a thread blocked in <c>GetAwaiter().GetResult()</c>, which Set* only wakes: that code, or a WhenAll still
     /// waiting for its other inputs, reads the use later, and after a reset it meets the next use and
-    /// gets the await-once <see cref="InvalidOperationException"/> instead of the outcome. Reset it when the awaiting
+    /// gets the await-once <see cref="InvalidOperationException"/> instead of the outcome (a read that is under way at
+    /// the instant of the reset races it, and may read either use: the same rule as above). Reset it when the awaiting
     /// code says it has finished, or use a new promise.</para>
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending.</exception>
