@@ -13,6 +13,8 @@ namespace SpindleLib;
 /// Unlike <see cref="ManualClock"/>, a timer armed with a due time of zero does not fire on the thread that arms it:
 /// that is the wheel asking for a pass (a new early timer, or a cancellation to clean up), and it may come from any
 /// thread. The request is remembered and served at the next frame, since nothing on this clock can fall due before then.
+/// The wheel arms the timer at the timestamp of its next deadline (<see cref="IAbsoluteTimer"/>), exactly: the loop's
+/// contract is the first frame that begins at or past a deadline, where a wheel's is within a millisecond of it.
 /// </remarks>
 internal sealed class LoopClock : TimeProvider
 {
@@ -52,10 +54,20 @@ internal sealed class LoopClock : TimeProvider
     /// <summary>Moves the clock to <paramref name="ticks"/>. Loop thread only.</summary>
     public void Set(long ticks) => Volatile.Write(ref _ticks, ticks);
 
+#if DEBUG
+    /// <summary>Tests only: runs on the loop thread once a frame has decided to run a clock's pass, before the pass runs.</summary>
+    internal static Action<LoopClock>? TestHookPassDecided;
+#endif
+
     /// <summary>Runs the wheel's pass if its timer is due or a pass was asked for. Loop thread only.</summary>
     public void FireIfDue() => _timer?.FireIfDue(Volatile.Read(ref _ticks));
 
-    private sealed class LoopTimer : ITimer
+    // An IAbsoluteTimer, so that the wheel's driver arms it at the deadline's timestamp. Armed with a relative due time,
+    // it went through the driver's guess at timers that truncate to whole milliseconds: a kick from another thread (a
+    // cancellation, an early delay) that landed as a frame began its pass was taken as used by that pass, the pass it
+    // asked for, in a later frame before the next deadline, looked like the timer firing early, and from then on every due
+    // time was rounded up to the millisecond: with loop time at a fraction of one, delays resumed a frame late.
+    private sealed class LoopTimer : ITimer, IAbsoluteTimer
     {
         private readonly LoopClock _clock;
         private readonly object? _state;
@@ -83,6 +95,13 @@ internal sealed class LoopClock : TimeProvider
             return true;
         }
 
+        /// <summary>
+        /// Arms the timer for the frame that begins at or past <paramref name="dueTimestamp"/>. A due time the clock has
+        /// reached is served at the next frame, as a request is: the clock moves only with frames. Loop thread only (the
+        /// wheel arms from its pass).
+        /// </summary>
+        public void ChangeAt(long dueTimestamp) => _dueAt = dueTimestamp;
+
         public void FireIfDue(long now)
         {
             if (Volatile.Read(ref _requested) == 0 && now < _dueAt)
@@ -92,6 +111,9 @@ internal sealed class LoopClock : TimeProvider
             // Cleared before the pass: a request made during the pass is served at the next frame, not lost.
             Interlocked.Exchange(ref _requested, 0);
             _dueAt = long.MaxValue; // the pass arms the next deadline
+#if DEBUG
+            TestHookPassDecided?.Invoke(_clock);
+#endif
             Volatile.Read(ref _callback)?.Invoke(_state);
         }
 

@@ -161,7 +161,7 @@ internal sealed class ProviderTimerDriver : TimerDriver
     // (1 ms) or more, the timer is armed again from the new reading. So the pass is late by less than a tick of clock time
     // moved during the arming, within the wheel's contract (a due timer fires within a tick of its deadline). A real clock
     // moves a few microseconds in that time and is armed once; the cap bounds a clock that moves on every read
-    // (FakeTimeProvider.AutoAdvanceAmount).
+    // (FakeTimeProvider.AutoAdvanceAmount). A frame loop's clock is armed at the absolute timestamp too.
     public override void Arm(long next)
     {
         if (next == long.MaxValue)
@@ -201,12 +201,13 @@ internal sealed class ProviderTimerDriver : TimerDriver
     public override void Dispose() => _timer.Dispose();
 }
 
-/// <summary>A provider's timer that can be armed at an absolute timestamp of its clock (<see cref="ManualClock"/>'s).</summary>
+/// <summary>A provider's timer that can be armed at an absolute timestamp of its clock (<see cref="ManualClock"/>'s, a frame loop's <see cref="LoopClock"/>'s).</summary>
 internal interface IAbsoluteTimer
 {
     /// <summary>
-    /// Arms the timer to fire once when its clock reaches <paramref name="dueTimestamp"/>: at once, on the calling thread,
-    /// if it has already (as a due time of zero fires).
+    /// Arms the timer to fire once when its clock reaches <paramref name="dueTimestamp"/>: if it has already, as a due time
+    /// of zero fires (at once, on the calling thread, for a <see cref="ManualClock"/>; at the next frame for a frame loop's
+    /// clock, which moves only with frames).
     /// </summary>
     void ChangeAt(long dueTimestamp);
 }

@@ -247,6 +247,53 @@ public sealed class FrameTimerRaceTests
         }
     }
 
+    /// <summary>
+    /// A delay resumes in the first frame that begins at or past its deadline, even after another thread's cancellation
+    /// asked the loop's clock for a pass at the moment a frame had decided to run one. The wheel's driver took the request
+    /// for a pass (its "kick") as used by that pass, and the pass the request then asked for, in the next frame and before
+    /// the wheel's next deadline, for a timer firing early: a timer that truncates due times to whole milliseconds, so it
+    /// rounded every later due time up to the millisecond. With loop time at a fraction of a millisecond (frames of
+    /// 16.67 ms) the wheel's passes then came late, and delays resumed a frame after their deadline. The hook cancels the
+    /// delay on another thread in that moment.
+    /// </summary>
+    [Fact]
+    public void Delay_AfterACancellationFromAnotherThreadAsAPassBegan_StillResumesInTheFrameOfItsDeadline()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame(TimeSpan.Zero); // frame 1 at loop time 0: this thread is the loop thread
+        SpindleTask fires = loop.Delay(TimeSpan.FromMilliseconds(10)); // due in frame 2: that frame runs a pass
+        SpindleTask measured = loop.Delay(TimeSpan.FromMilliseconds(16));
+        using var cts = new CancellationTokenSource();
+        SpindleTask cancelled = loop.Delay(TimeSpan.FromMilliseconds(500), cts.Token);
+        Thread loopThread = Thread.CurrentThread;
+        int hooked = 0;
+        LoopClock.TestHookPassDecided = _ =>
+        {
+            if (Thread.CurrentThread != loopThread || Interlocked.Exchange(ref hooked, 1) != 0)
+            {
+                return;
+            }
+            var canceller = new Thread(() => cts.Cancel()) { IsBackground = true };
+            canceller.Start();
+            Assert.True(canceller.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        };
+        try
+        {
+            loop.RunFrame(TimeSpan.FromTicks(105_000)); // frame 2 at 10.5 ms: the 10 ms delay's pass, and the cancellation
+        }
+        finally
+        {
+            LoopClock.TestHookPassDecided = null;
+        }
+        Assert.Equal(1, hooked);
+        Assert.True(fires.IsCompleted);
+        Assert.Equal(SpindleTaskStatus.Canceled, cancelled.Status);
+        loop.RunFrame(TimeSpan.FromMilliseconds(1)); // frame 3 at 11.5 ms
+        Assert.False(measured.IsCompleted);
+        loop.RunFrame(TimeSpan.FromTicks(47_000)); // frame 4 at 16.2 ms: past the 16 ms deadline
+        Assert.True(measured.IsCompleted, "a 16 ms delay had not resumed in the frame that began at loop time " + loop.Time.TotalMilliseconds + " ms");
+    }
+
     private static async SpindleTask Rearm(FrameLoop loop, CancellationToken stop)
     {
         while (!stop.IsCancellationRequested)
