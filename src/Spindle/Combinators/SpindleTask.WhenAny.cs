@@ -19,7 +19,10 @@ public readonly partial struct SpindleTask
     /// task is left pending and its promise can be reset at once (even from the continuation of the await; as always, the
     /// reset must not race with a completion of the promise, so its producer must be done with the old use); a
     /// <see cref="Signal"/>'s wait ends, and a later <see cref="Signal.Set"/> is kept for the next wait; a
-    /// <see cref="Spindle.Delay(int, CancellationToken)"/> leaves its timer wheel at once, not at its deadline; an async
+    /// <see cref="Spindle.Delay(int, CancellationToken)"/> leaves its timer wheel at once, not at its deadline; a frame-loop
+    /// wait (<see cref="FrameLoop.WaitUntil(Func{bool}, CancellationToken)"/> and <c>WaitWhile</c>, whose predicate is not
+    /// polled again, <see cref="FrameLoop.Delay(TimeSpan, CancellationToken)"/> and <c>DelayFrame</c>, whose timer leaves the
+    /// loop's wheel at the next frame's pass, or a converted <see cref="FrameAwaitable"/>) ends; an async
     /// method goes on running, forgotten (see <see cref="Forget"/>). A promise or a signal wait that completed while the
     /// race was being decided is read before the combined task completes. Other inputs (combinators, BCL tasks, other
     /// sources) are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.</para>

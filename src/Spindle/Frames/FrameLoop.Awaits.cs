@@ -143,6 +143,8 @@ public sealed partial class FrameLoop
     /// The delay is a timer in a wheel on the loop's clock: nothing polls it, and the frame it falls due in queues it.
     /// Delays due in the same frame resume in the order they were started. <see cref="TimeSpan.Zero"/> is
     /// <see cref="Yield(FramePhase, CancellationToken)"/>; <see cref="Timeout.InfiniteTimeSpan"/> waits until cancelled.
+    /// A combinator that lets go of the delay (a WhenAny it lost, a WhenAll's token or timeout, a WithTimeout) ends it,
+    /// and its timer leaves the wheel at the next frame's pass, as a cancelled one does.
     /// </summary>
     /// <param name="delay">The delay in loop time.</param>
     /// <param name="time">Scaled (<see cref="Time"/>) or unscaled (<see cref="UnscaledTime"/>) loop time.</param>
@@ -206,7 +208,10 @@ public sealed partial class FrameLoop
     /// Resumes in <paramref name="phase"/> once <paramref name="predicate"/>(<paramref name="state"/>) returns true. On
     /// the loop thread the predicate is checked at once (the wait completes without suspending if it holds); then, and
     /// from another thread, once per run of the phase, starting with its next run, until it holds. A predicate that
-    /// throws faults the wait with its exception. The waiting task is re-queued at the back of the phase each frame.
+    /// throws faults the wait with its exception. The waiting task is re-queued at the back of the phase each frame. A
+    /// combinator that lets go of the wait (a <see cref="SpindleTask.WhenAny(ReadOnlySpan{SpindleTask})"/> it lost, a
+    /// WhenAll's token or timeout, <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>) ends it:
+    /// the predicate is not evaluated again.
     /// </summary>
     /// <typeparam name="TState">The predicate's argument type.</typeparam>
     /// <param name="state">The predicate's argument: pass what it needs here, and make it static, so that no closure is allocated.</param>

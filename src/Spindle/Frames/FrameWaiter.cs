@@ -16,10 +16,18 @@ namespace SpindleLib;
 /// <para><b>One outcome.</b> The phase completes the waiter with <see cref="SourceCore{TResult}.TrySetVoidResultDeferred"/>,
 /// a cancellation with TrySetCanceled, a predicate that throws with TrySetException; the core's single CAS picks one.
 /// A cancellation completes the await at once, on the thread that cancels, and runs the awaiting code there.</para>
-/// <para><b>Who holds it.</b> The consumer (whoever reads the result) and, while the waiter sits in a queue (a phase's,
-/// the inbox, or the frame's list of expired timers), that queue. <see cref="_holds"/> counts them; the last to let go
-/// recycles it. A waiter cancelled while queued therefore stays valid until its phase reaches it and drops it, and a
-/// queue never holds a waiter that has been recycled into another use.</para>
+/// <para><b>Who holds it.</b> The consumer (whoever reads the result, or a combinator that lets go of it) and, while the
+/// waiter sits in a queue (a phase's, the inbox, or the frame's list of expired timers) or waits on its timer, that queue
+/// or timer (the timer's hold becomes the queue's when the timer expires). <see cref="_holds"/> counts them; the last to
+/// let go recycles it. A waiter cancelled or let go of while queued therefore stays valid until its phase reaches it and
+/// drops it, and a queue never holds a waiter that has been recycled into another use.</para>
+/// <para><b>Let go of by a combinator</b> (<see cref="IDetachableSource"/>: a WhenAny decided by another input, a WhenAll
+/// decided by its token or timeout, a WithTimeout that timed out). The core's CAS to Abandoned decides against the phase
+/// completing the wait; the use is then ended (consumed, its token stale) and the combinator lets go of it as its
+/// consumer: a predicate is never polled again (the phase meets a completed waiter and drops it), a timer is stopped and
+/// leaves its wheel at once, and a fault the phase produced meanwhile (a predicate that threw) is reported, once, by the
+/// core. The cancellation registration is dropped by whoever made it last: a timed wait's waiter registers it on the loop
+/// thread when its timer expires (<see cref="_timerState"/> decides who drops it).</para>
 /// <para><b>Timed waits.</b> A delay is a timer on one of the loop's wheels (the cancelable token goes to the wheel, so
 /// a cancellation also takes the timer out). The timer's completion runs <see cref="s_onTimer"/>: on expiry, on the loop
 /// thread at the start of a frame, the waiter is queued for its phase and, until the phase reaches it, listens to the
@@ -28,7 +36,7 @@ namespace SpindleLib;
 /// their pool before the awaiting code could rent them again.</para>
 /// </remarks>
 [StackTraceHidden]
-internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
+internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSource, IQuietSource
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((FrameWaiter)o!)._core.TrySetCanceled(ct);
@@ -46,6 +54,16 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
     private ISpindleSource? _timer;
     private short _timerToken;
     private bool _completeOnceAwaited;
+
+    // Timed waits only. Invariant: 0 for a wait with no timer; 1 while the timer has not expired (or expired and its
+    // callback has not yet registered the token); 2 once the expired timer's callback registered the token; 3 once a
+    // combinator let go of the wait. The callback's exchange to 2 and the letting go's exchange to 3 are a pair: whichever
+    // comes second drops the registration (the callback registers it on the loop thread while the combinator lets go on
+    // any thread, so neither may drop it alone).
+    private int _timerState;
+    private const int TimerPending = 1;
+    private const int TimerExpiredRegistered = 2;
+    private const int TimerLetGo = 3;
 
     /// <summary>The phase the waiter resumes in.</summary>
     internal FramePhase? Phase;
@@ -106,6 +124,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
         _timer = null;
         _timerToken = 0;
         _completeOnceAwaited = false;
+        _timerState = 0;
         _core.ClearForPool();
         ClearAndReturn();
     }
@@ -121,6 +140,9 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
     {
         _timer = timer._source;
         _timerToken = timer._token;
+        _timerState = TimerPending;
+        // The timer's hold (the waiter is not shared yet): it becomes the queue's when the timer expires.
+        _holds++;
         // Runs s_onTimer at once if the delay has already completed (its token was cancelled meanwhile).
         timer._source!.OnCompleted(s_onTimer, this, timer._token);
     }
@@ -135,8 +157,8 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
             // inside WaitForTimer, when a pass fired the timer before the waiter listened: AddExpired tells them apart).
             // Queue for the phase (the loop sorts the frame's expired timers first) and watch the token until the phase
             // comes. The timer node stays unread until then (see remarks).
+            // The timer's hold becomes the queue's.
             FramePhase phase = Phase!;
-            HoldForQueue();
             try
             {
                 RegisterCancellation();
@@ -145,6 +167,11 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
             {
                 // A token cancelled meanwhile ran the awaiting code inline, and it threw; it must not break the pass.
                 UnobservedExceptions.Report(ex);
+            }
+            if (Interlocked.Exchange(ref _timerState, TimerExpiredRegistered) == TimerLetGo)
+            {
+                // A combinator let go of the wait meanwhile and left this registration to be dropped here.
+                CancellationRegistrations.Drop(ref _registration);
             }
             phase.Loop.AddExpired(this);
             return;
@@ -159,7 +186,14 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
         catch (OperationCanceledException)
         {
         }
-        _core.TrySetCanceled(_cancellationToken);
+        try
+        {
+            _core.TrySetCanceled(_cancellationToken);
+        }
+        finally
+        {
+            Release(); // the timer's hold
+        }
     }
 
     /// <summary>The waiter's phase has reached it (loop thread).</summary>
@@ -211,6 +245,83 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IQuietSource
             Continuations.Invoke(waiter, state);
         }
     }
+
+    /// <summary>
+    /// A combinator that no longer needs this wait leaves it (see remarks): it will never run, a predicate is not polled
+    /// again, and a timer leaves its wheel now. A wait that has completed, or is completing, is left to the waiter, which
+    /// reads it (a read consumes the waiter).
+    /// </summary>
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
+    {
+        DetachOutcome outcome = _core.TryAbandonWaiter(waiter, out short abandoned);
+        if (outcome != DetachOutcome.Detached)
+        {
+            return outcome == DetachOutcome.Completed ? DetachOutcome.NotWaiting : outcome;
+        }
+        LetGoOfAbandoned(abandoned);
+        return DetachOutcome.Detached;
+    }
+
+    bool IDetachableSource.TryAbandon(short token)
+    {
+        if (!_core.TryAbandon(token))
+        {
+            return false;
+        }
+        LetGoOfAbandoned(token);
+        return true;
+    }
+
+    /// <summary>
+    /// Ends abandoned use <paramref name="token"/> (the token the abandoning CAS decided on, never the version read later)
+    /// and lets go of the waiter as its consumer: stops its timer, drops its token's registration (or leaves that to the
+    /// expired timer's callback, see <see cref="_timerState"/>), and releases the consumer's hold. A queue that still holds
+    /// the waiter finds it completed and drops it.
+    /// </summary>
+    private void LetGoOfAbandoned(short token)
+    {
+#if DEBUG
+        TestHookAfterAbandoned?.Invoke(this);
+#endif
+        bool dropRegistration = true;
+        bool timerStopped = false;
+        if (Volatile.Read(ref _timerState) != 0)
+        {
+            // Stopped before it expired, the timer never calls back (its hold is let go of here), and nothing else
+            // registers the token. Otherwise (expired, or cancelled through its token) its callback runs or ran on another
+            // thread: the pair of exchanges decides which side drops the registration the callback makes.
+            timerStopped = _timer is TimerNode node && node.TryStopUnread(_timerToken);
+            dropRegistration = timerStopped || Interlocked.Exchange(ref _timerState, TimerLetGo) == TimerExpiredRegistered;
+        }
+        if (!_core.ReleaseAbandoned(token))
+        {
+            // The phase completed it first (a predicate held, or threw: the core reported that fault), or its token
+            // cancelled it: its completer may still be between its claim and its publication, a few stores.
+            SpinWait spin = default;
+            while (_core.IsUnpublishedUse(token))
+            {
+                spin.SpinOnce();
+            }
+            if (!_core.TryConsumeCompleted(token, out _))
+            {
+                return; // a misused read of the caller's copy consumed it first, and let go as the consumer
+            }
+        }
+        if (dropRegistration)
+        {
+            CancellationRegistrations.Drop(ref _registration);
+        }
+        if (timerStopped)
+        {
+            Release(); // the timer's hold, never the last: the consumer's is let go of next
+        }
+        Release();
+    }
+
+#if DEBUG
+    /// <summary>Tests only (a Debug build): runs when a combinator has abandoned the use, before the waiter lets go of it.</summary>
+    internal static Action<FrameWaiter>? TestHookAfterAbandoned;
+#endif
 
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 

@@ -154,6 +154,27 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     }
 
     /// <summary>
+    /// A frame-loop wait that a combinator let go of stops its timer, use <paramref name="token"/>, if it has not fired or
+    /// been cancelled: the timer leaves the wheel now (through the cancel inbox, as a cancellation), the waiter's callback
+    /// is dropped, not run, and the caller lets go of the node as its consumer. The token check keeps a node that fired,
+    /// was read and went on to another delay from being stopped. False if the use has fired or was cancelled: its callback
+    /// runs, or ran.
+    /// </summary>
+    internal bool TryStopUnread(short token)
+    {
+        WheelShard? shard = Shard;
+        if (!_core.TryBeginCompletionOfUse(token, out _))
+        {
+            return false;
+        }
+        _core.EndCompletion(null, null); // published as a success that nobody reads; the registered callback is dropped
+        shard?.PushCancel(this);
+        CancellationRegistrations.Drop(ref _registration);
+        ReleaseFromWheel(); // the consumer's hold; the second of consumer and owner recycles the node
+        return true;
+    }
+
+    /// <summary>
     /// A WhenAny that no longer needs this delay leaves it: the timer comes out of the wheel now, not at its deadline (a
     /// losing timeout no longer holds a slot, or the combinator, until it would have fired), and the node is read as its
     /// consumer would read it. A node that fired or was cancelled first is left to its waiter, which reads it.
