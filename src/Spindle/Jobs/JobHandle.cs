@@ -152,6 +152,11 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     private bool IsDoneWithoutFlush => Node is null || (Node.IsCompleted(Version) && Node.PeekFault(Version) is null);
 
     /// <summary>A <see cref="SpindleTask"/> that completes when the job does (and faults as it does).</summary>
+    /// <remarks>
+    /// As for <see cref="Complete"/>, a blocking read of this task (<c>GetAwaiter().GetResult()</c>) inside the job, or
+    /// inside a job it depends on, could never return: it throws an <see cref="InvalidOperationException"/> instead,
+    /// and leaves the task as it was.
+    /// </remarks>
     public SpindleTask AsSpindleTask() => Node is null ? default : AwaitAsync(this);
 
     private static async SpindleTask AwaitAsync(JobHandle handle) => await handle;

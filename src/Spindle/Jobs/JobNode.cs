@@ -586,7 +586,26 @@ internal abstract class JobNode : WorkItem
     /// wait goes ahead unchecked.
     /// </remarks>
     /// <exception cref="InvalidOperationException">The wait could never end.</exception>
-    internal static void ThrowIfWaitsForARunningJob(JobNode target, int version)
+    internal static void ThrowIfWaitsForARunningJob(JobNode target, int version) => ThrowIfWaitsForARunningJob(target, version, null);
+
+    /// <summary>
+    /// As <see cref="ThrowIfWaitsForARunningJob(JobNode, int)"/>, for a blocking read of a task whose source is itself
+    /// an awaiter on a job's waiter list: an async method suspended in <c>await handle</c>, as
+    /// <see cref="JobHandle.AsSpindleTask"/>'s is. Such a source completes only after the awaited job has finished (its
+    /// waiter runs on that job's finish), so when that job is a running one or waits for one, the read would wait for
+    /// ever. Found as an awaiter edge, of the version it was pushed for, whose state is the source itself: a waiter
+    /// delivered or revoked is off a running job's list, or of another version, so a match is one that still waits.
+    /// </summary>
+    /// <remarks>
+    /// Only a source that waits on the job directly is recognised: one that waits through another source (a task that
+    /// awaits that task, a preserved copy of it) is not followed, since not every waiter completes only after what it
+    /// waits on (a WhenAny does not).
+    /// </remarks>
+    /// <exception cref="InvalidOperationException">The read could never end.</exception>
+    internal static void ThrowIfAwaitsARunningJob(object source) => ThrowIfWaitsForARunningJob(null, 0, source);
+
+    /// <summary>The one check behind both: the target is a job's use (<paramref name="target"/>, <paramref name="version"/>), or an awaiter's state.</summary>
+    private static void ThrowIfWaitsForARunningJob(JobNode? target, int version, object? awaiter)
     {
         if (ThreadCounters.CurrentIfRegistered is not { RunningCount: > 0 } counters)
         {
@@ -595,11 +614,11 @@ internal abstract class JobNode : WorkItem
         for (int i = 0; i < counters.RunningCount; i++)
         {
             JobNode running = counters.RunningAt(i);
-            if (running.IsWaitedForBy(target, version, counters.DeadlockWalk ??= new()))
+            if (running.IsWaitedForBy(target, version, awaiter, counters.DeadlockWalk ??= new()))
             {
                 ThrowHelper.ThrowInvalidOperation(
-                    "JobHandle.Complete() (or a blocking wait on a job) was called inside a job, on a handle that can finish only after that job: " +
-                    "its own, or one that depends on it, directly or not. It would wait for ever. " +
+                    "JobHandle.Complete(), or a blocking read (GetAwaiter().GetResult()) of a task that awaits a job, was called inside a job, " +
+                    "on a handle or task that can finish only after that job: its own, or one that depends on it, directly or not. It would wait for ever. " +
                     "Schedule the work that needs it as a dependent of this job instead, or complete the handle outside the job.");
             }
         }
@@ -607,9 +626,9 @@ internal abstract class JobNode : WorkItem
 
     private const int MaxDeadlockWalk = 100_000;
 
-    /// <summary>True if the handle's job is this running job or waits for it (see <see cref="ThrowIfWaitsForARunningJob"/>).</summary>
+    /// <summary>True if the target (see <see cref="ThrowIfWaitsForARunningJob(JobNode?, int, object?)"/>) is this running job or waits for it.</summary>
     /// <remarks>The walk uses the thread's stack, empty before, and empties it again on every way out, so that it keeps no node alive.</remarks>
-    private bool IsWaitedForBy(JobNode target, int version, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
+    private bool IsWaitedForBy(JobNode? target, int version, object? awaiter, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
     {
         int ownVersion = Version;
         if (target == this && version == ownVersion)
@@ -619,7 +638,7 @@ internal abstract class JobNode : WorkItem
         pending.Push((this, ownVersion));
         try
         {
-            return ReachesThroughDependents(target, version, pending);
+            return ReachesThroughDependents(target, version, awaiter, pending);
         }
         finally
         {
@@ -628,7 +647,7 @@ internal abstract class JobNode : WorkItem
     }
 
     /// <summary>Depth first, on an explicit stack: a dependent chain can be tens of thousands of jobs long.</summary>
-    private static bool ReachesThroughDependents(JobNode target, int version, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
+    private static bool ReachesThroughDependents(JobNode? target, int version, object? awaiter, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
     {
         int walked = 0;
         while (pending.Count > 0)
@@ -640,9 +659,17 @@ internal abstract class JobNode : WorkItem
                 {
                     return false;
                 }
-                if (edge.ExpectedVersion != nodeVersion || edge.Dependent is not { } dependent)
+                if (edge.ExpectedVersion != nodeVersion)
                 {
-                    continue; // misplaced (its job is another one), or an awaiter
+                    continue; // misplaced: its job is another one
+                }
+                if (edge.Dependent is not { } dependent)
+                {
+                    if (awaiter is not null && edge.State == awaiter)
+                    {
+                        return true; // the source read is this awaiter: it resumes only after this job has finished
+                    }
+                    continue; // another awaiter: not followed
                 }
                 int dependentVersion = dependent.Version;
                 if (dependent == target && dependentVersion == version)

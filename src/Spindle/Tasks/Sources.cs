@@ -391,8 +391,13 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     }
 
     /// <summary>Blocks until the source's current use completes. The caller has seen it pending.</summary>
+    /// <exception cref="InvalidOperationException">
+    /// Called inside a job, on a source that awaits a job that can finish only after that job (see
+    /// <see cref="JobNode.ThrowIfAwaitsARunningJob"/>): refused before anything is registered.
+    /// </exception>
     public static void Wait(ISpindleSource source, short token)
     {
+        JobNode.ThrowIfAwaitsARunningJob(source);
         BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
         try
         {
