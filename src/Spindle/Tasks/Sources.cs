@@ -348,6 +348,19 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void WaitForJob(JobNode node, int version)
     {
         JobNode.ThrowIfWaitsForARunningJob(node, version);
+        ThreadCounters? helping = ThreadCounters.EnterHelpingWait();
+        try
+        {
+            HelpUntilJobCompletes(node, version);
+        }
+        finally
+        {
+            helping?.PopRunning();
+        }
+    }
+
+    private static void HelpUntilJobCompletes(JobNode node, int version)
+    {
         WorkerPool pool = WorkerPool.Shared;
         int idleRounds = 0;
         while (!node.IsCompleted(version))
@@ -414,6 +427,22 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
 #if DEBUG
         TestHookRegistered?.Invoke();
 #endif
+        ThreadCounters? helping = ThreadCounters.EnterHelpingWait();
+        try
+        {
+            HelpUntilSet(waiter);
+        }
+        finally
+        {
+            helping?.PopRunning();
+        }
+#if DEBUG
+        TestHookWoke?.Invoke();
+#endif
+    }
+
+    private static void HelpUntilSet(BlockingWait waiter)
+    {
         Scheduler scheduler = Scheduler.Default;
         ManualResetEventSlim ev = waiter._event;
         int idleRounds = 0;
@@ -442,9 +471,6 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
         }
         ev.Reset();
         ObjectPool<BlockingWait>.Return(waiter);
-#if DEBUG
-        TestHookWoke?.Invoke();
-#endif
     }
 
 #if DEBUG
