@@ -200,6 +200,7 @@ internal abstract class CombinatorCore
     {
         Slot slot = _slots[index];
         slot.Error = null;
+        slot.ErrorSource = null;
         slot.TakenSet = null;
         slot.Typed = null;
         slot.ReadState = Slot.Unread;
@@ -479,11 +480,21 @@ internal abstract class CombinatorCore
         ISpindleSource? source = slot.Kind == InputKind.Spindle ? Volatile.Read(ref slot.Source) : null;
         short token = slot.Token;
         ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
+        ReportLoserOnce(error, source, token);
+        return taken;
+    }
+
+    /// <summary>
+    /// Reports a failure read from <paramref name="source"/>'s use <paramref name="token"/> that nobody will rethrow,
+    /// once per completion: a fault only if its report is claimed (<see cref="FaultReport.Claim"/>; a source a read does
+    /// not consume may be reported by another reader, or a Forget(), as well). A cancellation claims nothing.
+    /// </summary>
+    internal static void ReportLoserOnce(ExceptionDispatchInfo? error, ISpindleSource? source, short token)
+    {
         if (error is not null && (error.SourceException is OperationCanceledException || FaultReport.Claim(source, token)))
         {
             ReportLoser(error);
         }
-        return taken;
     }
 
     /// <summary>
@@ -586,6 +597,14 @@ internal abstract class CombinatorCore
 
         /// <summary>The input's failure; for <see cref="InputKind.Read"/>, set before the slot completes.</summary>
         public ExceptionDispatchInfo? Error;
+
+        /// <summary>
+        /// A WhenAll with a token or a timeout: the source <see cref="Error"/> was read from, when a read does not consume
+        /// it (<see cref="IRereadableSource"/>), so that a report of that stored failure claims the completion's one
+        /// report (<see cref="FaultReport.Claim"/>): its task may be forgotten, or read by another combinator, as well.
+        /// Set with <see cref="Error"/> on the failure path only, and cleared with it.
+        /// </summary>
+        public ISpindleSource? ErrorSource;
 
         /// <summary>
         /// A WhenAll with a token or a timeout: the signal whose set this slot's read took (its wait succeeded), until the
@@ -1293,7 +1312,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
                 // outcome decides whether that set reached the caller (CompleteAll) or is given back (DecideAllEarly,
                 // ReportStoredFailures, or here).
-                slot.Error = slot.ReadInput(out Signal? takenSet);
+                ISpindleSource? source = slot.Kind == InputKind.Spindle ? slot.Source : null; // the read clears it
+                ExceptionDispatchInfo? error = slot.ReadInput(out Signal? takenSet);
+                if (error is not null && source is IRereadableSource)
+                {
+                    slot.ErrorSource = source; // a report of this failure claims it (ReportStoredFailures)
+                }
+                slot.Error = error;
                 if (takenSet is not null)
                 {
                     // The exchange is a full fence before the read of the core (the other half of DecideAllEarly's pair).
@@ -1415,6 +1440,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         for (int i = 0; i < _count; i++)
         {
             slots[i].Error = null;
+            slots[i].ErrorSource = null;
             slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
         }
         _core.EndCompletion(waiter, outcome);
@@ -1449,10 +1475,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         for (int i = 0; i < _count; i++)
         {
             ExceptionDispatchInfo? error = slots[i].Error;
+            ISpindleSource? source = slots[i].ErrorSource;
             slots[i].Error = null;
+            slots[i].ErrorSource = null;
             if (error is not null && error.SourceException != _abandonedWith)
             {
-                ReportLoser(error); // not the failed registration's error: the caller got that one
+                // Not the failed registration's error (the caller got that one); once per completion, as a loser's.
+                ReportLoserOnce(error, source, slots[i].Token);
             }
         }
     }
