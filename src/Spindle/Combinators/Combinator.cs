@@ -107,6 +107,17 @@ internal abstract class CombinatorCore
     /// <summary>WhenAny: the index of the input that won (-1 until the race is decided), written by the decider before it publishes.</summary>
     protected int _winner;
 
+    /// <summary>A WhenAny (a race), not a WhenAll.</summary>
+    protected bool _isAny;
+
+    /// <summary>
+    /// WhenAny whose winner failed: the winner's source when one completion of it can be read more than once (an
+    /// <see cref="IRereadableSource"/>, a BCL task), written before <see cref="_winner"/>, on the failure path only. A
+    /// loser that is a second copy of that very completion (the caller passed the task twice) is not reported: the
+    /// winner's failure is the combined task's (<see cref="IsTheWinnersFailure"/>). Cleared when the combinator is recycled.
+    /// </summary>
+    protected object? _winnerFaultOrigin;
+
     protected Slot[] Slots => _slots;
 
     /// <summary>Prepares for <paramref name="count"/> inputs: one reference per input, plus the consumer's.</summary>
@@ -478,10 +489,37 @@ internal abstract class CombinatorCore
     private static Signal? ReadAndReportLoser(Slot slot)
     {
         ISpindleSource? source = slot.Kind == InputKind.Spindle ? Volatile.Read(ref slot.Source) : null;
+        Task? task = slot.Kind == InputKind.Task ? slot.Task : null;
         short token = slot.Token;
         ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
+        if (error is not null && slot.Owner.IsTheWinnersFailure((object?)source ?? task, token))
+        {
+            return taken; // the same completion as the winner's, whose failure the combined task carries
+        }
         ReportLoserOnce(error, source, token);
         return taken;
+    }
+
+    /// <summary>
+    /// True for a losing WhenAny input that is the winner's own completion, passed twice (a promise's task, a preserved
+    /// task, a BCL task): its failure is the winner's, which the combined task carries (see <see cref="_winnerFaultOrigin"/>).
+    /// Failure path only. A loser that lost to a winner still between its claim on the core and its write of
+    /// <see cref="_winner"/> (it is reading its own finished input: a few instructions, never a wait) waits for that write.
+    /// </summary>
+    private bool IsTheWinnersFailure(object? origin, short token)
+    {
+        if (!_isAny || origin is null || !(origin is IRereadableSource || origin is Task))
+        {
+            return false;
+        }
+        int winner;
+        SpinWait spin = default;
+        while ((winner = Volatile.Read(ref _winner)) == -1)
+        {
+            spin.SpinOnce();
+        }
+        return (uint)winner < (uint)_count && ReferenceEquals(Volatile.Read(ref _winnerFaultOrigin), origin)
+            && (origin is Task || _slots[winner].Token == token);
     }
 
     /// <summary>
@@ -890,7 +928,6 @@ internal struct WhenAllFailures
 [StackTraceHidden]
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>, IQuietSource<TResult>
 {
-    private bool _isAny;
     private bool _aggregate;
     private Func<Combinator<TResult>, TResult>? _compose;
     private TResult _destination = default!;
@@ -1373,8 +1410,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
         // The winner's slot is read by nobody else: the decider skips it, and so does a registrant (by _winner).
+        object? origin = slot.Kind == InputKind.Task ? slot.Task : slot.Source; // the read clears both
         ExceptionDispatchInfo? error = slot.ReadInput();
-        _winner = slot.Index;
+        if (error is not null && (origin is IRereadableSource || origin is Task))
+        {
+            _winnerFaultOrigin = origin; // a second copy of this completion among the losers is not reported
+        }
+        Volatile.Write(ref _winner, slot.Index); // after the origin: a loser may be waiting for it (IsTheWinnersFailure)
         // Under the mark, before the combined task completes, so that its continuation may reset or reuse the losing
         // inputs at once.
         var taken = default(TakenSets);
@@ -1498,6 +1540,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         _cancelToken = default;
         _compose = null;
+        _winnerFaultOrigin = null;
         _abandonedWith = null;
         _decidedEarly = false;
         _timed = false;
