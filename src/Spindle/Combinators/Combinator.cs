@@ -107,6 +107,17 @@ internal abstract class CombinatorCore
     /// <summary>WhenAny: the index of the input that won (-1 until the race is decided), written by the decider before it publishes.</summary>
     protected int _winner;
 
+    /// <summary>A WhenAny (a race), not a WhenAll.</summary>
+    protected bool _isAny;
+
+    /// <summary>
+    /// WhenAny whose winner failed: the winner's source when one completion of it can be read more than once (an
+    /// <see cref="IRereadableSource"/>, a BCL task), written before <see cref="_winner"/>, on the failure path only. A
+    /// loser that is a second copy of that very completion (the caller passed the task twice) is not reported: the
+    /// winner's failure is the combined task's (<see cref="IsTheWinnersFailure"/>). Cleared when the combinator is recycled.
+    /// </summary>
+    protected object? _winnerFaultOrigin;
+
     protected Slot[] Slots => _slots;
 
     /// <summary>Prepares for <paramref name="count"/> inputs: one reference per input, plus the consumer's.</summary>
@@ -200,6 +211,7 @@ internal abstract class CombinatorCore
     {
         Slot slot = _slots[index];
         slot.Error = null;
+        slot.ErrorSource = null;
         slot.TakenSet = null;
         slot.Typed = null;
         slot.ReadState = Slot.Unread;
@@ -477,13 +489,50 @@ internal abstract class CombinatorCore
     private static Signal? ReadAndReportLoser(Slot slot)
     {
         ISpindleSource? source = slot.Kind == InputKind.Spindle ? Volatile.Read(ref slot.Source) : null;
+        Task? task = slot.Kind == InputKind.Task ? slot.Task : null;
         short token = slot.Token;
         ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
+        if (error is not null && slot.Owner.IsTheWinnersFailure((object?)source ?? task, token))
+        {
+            return taken; // the same completion as the winner's, whose failure the combined task carries
+        }
+        ReportLoserOnce(error, source, token);
+        return taken;
+    }
+
+    /// <summary>
+    /// True for a losing WhenAny input that is the winner's own completion, passed twice (a promise's task, a preserved
+    /// task, a BCL task): its failure is the winner's, which the combined task carries (see <see cref="_winnerFaultOrigin"/>).
+    /// Failure path only. A loser that lost to a winner still between its claim on the core and its write of
+    /// <see cref="_winner"/> (it is reading its own finished input: a few instructions, never a wait) waits for that write.
+    /// </summary>
+    private bool IsTheWinnersFailure(object? origin, short token)
+    {
+        if (!_isAny || origin is null || !(origin is IRereadableSource || origin is Task))
+        {
+            return false;
+        }
+        int winner;
+        SpinWait spin = default;
+        while ((winner = Volatile.Read(ref _winner)) == -1)
+        {
+            spin.SpinOnce();
+        }
+        return (uint)winner < (uint)_count && ReferenceEquals(Volatile.Read(ref _winnerFaultOrigin), origin)
+            && (origin is Task || _slots[winner].Token == token);
+    }
+
+    /// <summary>
+    /// Reports a failure read from <paramref name="source"/>'s use <paramref name="token"/> that nobody will rethrow,
+    /// once per completion: a fault only if its report is claimed (<see cref="FaultReport.Claim"/>; a source a read does
+    /// not consume may be reported by another reader, or a Forget(), as well). A cancellation claims nothing.
+    /// </summary>
+    internal static void ReportLoserOnce(ExceptionDispatchInfo? error, ISpindleSource? source, short token)
+    {
         if (error is not null && (error.SourceException is OperationCanceledException || FaultReport.Claim(source, token)))
         {
             ReportLoser(error);
         }
-        return taken;
     }
 
     /// <summary>
@@ -586,6 +635,14 @@ internal abstract class CombinatorCore
 
         /// <summary>The input's failure; for <see cref="InputKind.Read"/>, set before the slot completes.</summary>
         public ExceptionDispatchInfo? Error;
+
+        /// <summary>
+        /// A WhenAll with a token or a timeout: the source <see cref="Error"/> was read from, when a read does not consume
+        /// it (<see cref="IRereadableSource"/>), so that a report of that stored failure claims the completion's one
+        /// report (<see cref="FaultReport.Claim"/>): its task may be forgotten, or read by another combinator, as well.
+        /// Set with <see cref="Error"/> on the failure path only, and cleared with it.
+        /// </summary>
+        public ISpindleSource? ErrorSource;
 
         /// <summary>
         /// A WhenAll with a token or a timeout: the signal whose set this slot's read took (its wait succeeded), until the
@@ -871,7 +928,6 @@ internal struct WhenAllFailures
 [StackTraceHidden]
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>, IQuietSource<TResult>
 {
-    private bool _isAny;
     private bool _aggregate;
     private Func<Combinator<TResult>, TResult>? _compose;
     private TResult _destination = default!;
@@ -1293,7 +1349,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
                 // outcome decides whether that set reached the caller (CompleteAll) or is given back (DecideAllEarly,
                 // ReportStoredFailures, or here).
-                slot.Error = slot.ReadInput(out Signal? takenSet);
+                ISpindleSource? source = slot.Kind == InputKind.Spindle ? slot.Source : null; // the read clears it
+                ExceptionDispatchInfo? error = slot.ReadInput(out Signal? takenSet);
+                if (error is not null && source is IRereadableSource)
+                {
+                    slot.ErrorSource = source; // a report of this failure claims it (ReportStoredFailures)
+                }
+                slot.Error = error;
                 if (takenSet is not null)
                 {
                     // The exchange is a full fence before the read of the core (the other half of DecideAllEarly's pair).
@@ -1348,8 +1410,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
         // The winner's slot is read by nobody else: the decider skips it, and so does a registrant (by _winner).
+        object? origin = slot.Kind == InputKind.Task ? slot.Task : slot.Source; // the read clears both
         ExceptionDispatchInfo? error = slot.ReadInput();
-        _winner = slot.Index;
+        if (error is not null && (origin is IRereadableSource || origin is Task))
+        {
+            _winnerFaultOrigin = origin; // a second copy of this completion among the losers is not reported
+        }
+        Volatile.Write(ref _winner, slot.Index); // after the origin: a loser may be waiting for it (IsTheWinnersFailure)
         // Under the mark, before the combined task completes, so that its continuation may reset or reuse the losing
         // inputs at once.
         var taken = default(TakenSets);
@@ -1415,6 +1482,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         for (int i = 0; i < _count; i++)
         {
             slots[i].Error = null;
+            slots[i].ErrorSource = null;
             slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
         }
         _core.EndCompletion(waiter, outcome);
@@ -1449,10 +1517,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         for (int i = 0; i < _count; i++)
         {
             ExceptionDispatchInfo? error = slots[i].Error;
+            ISpindleSource? source = slots[i].ErrorSource;
             slots[i].Error = null;
+            slots[i].ErrorSource = null;
             if (error is not null && error.SourceException != _abandonedWith)
             {
-                ReportLoser(error); // not the failed registration's error: the caller got that one
+                // Not the failed registration's error (the caller got that one); once per completion, as a loser's.
+                ReportLoserOnce(error, source, slots[i].Token);
             }
         }
     }
@@ -1469,6 +1540,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         _cancelToken = default;
         _compose = null;
+        _winnerFaultOrigin = null;
         _abandonedWith = null;
         _decidedEarly = false;
         _timed = false;

@@ -47,6 +47,13 @@ internal interface IInputKind<TInput, TValue>
 
     /// <summary>The input's Spindle source and token, by which a repeated input is recognised; null for an input without one (a task finished without a source, a BCL task).</summary>
     ISpindleSource? SourceOf(TInput input, out short token);
+
+    /// <summary>
+    /// True when <paramref name="input"/> and <paramref name="other"/> are the same completion, passed twice (a task a read
+    /// does not consume: a promise's, a preserved one, a BCL task): a WhenAny settled by one copy has no other loser to
+    /// report in the second. False for inputs a read consumes, which are never the same completion twice (a ValueTask).
+    /// </summary>
+    bool IsSameCompletion(TInput input, TInput other);
 }
 
 /// <summary>
@@ -197,6 +204,9 @@ internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>
         token = input._token;
         return input._source;
     }
+
+    public bool IsSameCompletion(SpindleTask input, SpindleTask other)
+        => input._source is { } source && source == other._source && input._token == other._token;
 }
 
 internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
@@ -228,6 +238,9 @@ internal readonly struct SpindleInput<T> : IInputKind<SpindleTask<T>, T>
         token = input._token;
         return input._source;
     }
+
+    public bool IsSameCompletion(SpindleTask<T> input, SpindleTask<T> other)
+        => input._source is { } source && source == other._source && input._token == other._token;
 }
 
 internal readonly struct TaskInput : IInputKind<Task, VoidResult>
@@ -269,6 +282,8 @@ internal readonly struct TaskInput : IInputKind<Task, VoidResult>
         token = 0;
         return null;
     }
+
+    public bool IsSameCompletion(Task input, Task other) => input == other;
 }
 
 internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
@@ -300,6 +315,8 @@ internal readonly struct TaskInput<T> : IInputKind<Task<T>, T>
         token = 0;
         return null;
     }
+
+    public bool IsSameCompletion(Task<T> input, Task<T> other) => input == other;
 }
 
 internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
@@ -338,6 +355,8 @@ internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
         token = 0;
         return null;
     }
+
+    public bool IsSameCompletion(ValueTask input, ValueTask other) => false; // read once: a second copy is the caller's misuse, read as before
 }
 
 internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
@@ -361,4 +380,6 @@ internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
         token = 0;
         return null;
     }
+
+    public bool IsSameCompletion(ValueTask<T> input, ValueTask<T> other) => false; // read once: a second copy is the caller's misuse, read as before
 }

@@ -330,14 +330,17 @@ internal static class Combine
 
     /// <summary>
     /// Input <paramref name="winner"/> has finished: it wins with no combinator. The others are observed now if they have
-    /// finished, or left to finish (Spindle tasks only); either way a fault among them is reported, not lost.
+    /// finished, or left to finish (Spindle tasks only); either way a fault among them is reported, not lost. A copy of the
+    /// winner itself (a task a read does not consume, passed twice) is not a loser: its completion is the winner's, whose
+    /// failure goes to the combined task, so reporting it too would report one completion twice, or one the awaiter gets.
     /// </summary>
     private static SpindleTask<TResult> SettleNow<TInput, TValue, TKind, TResult>(ReadOnlySpan<TInput> tasks, int winner, Func<int, TValue, TResult> fromWinner)
         where TKind : struct, IInputKind<TInput, TValue>
     {
+        TInput won = tasks[winner];
         for (int j = 0; j < tasks.Length; j++)
         {
-            if (j != winner)
+            if (j != winner && !default(TKind).IsSameCompletion(tasks[j], won))
             {
                 default(TKind).Forget(tasks[j]);
             }

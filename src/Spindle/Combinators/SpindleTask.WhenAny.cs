@@ -25,7 +25,9 @@ public readonly partial struct SpindleTask
     /// loop's wheel at the next frame's pass, or a converted <see cref="FrameAwaitable"/>) ends; an async
     /// method goes on running, forgotten (see <see cref="Forget"/>). A promise or a signal wait that completed while the
     /// race was being decided is read before the combined task completes. Other inputs (combinators, BCL tasks, other
-    /// sources) are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.</para>
+    /// sources) are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.
+    /// A task that a read does not consume (a promise's, a preserved one, a BCL task) may be passed more than once: a copy
+    /// of the winner is not a loser, and its failure, which is the winner's, is not reported.</para>
     /// <para>To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>
     /// (see <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>; pooled too, so it allocates nothing in steady state).</para>
     /// </remarks>

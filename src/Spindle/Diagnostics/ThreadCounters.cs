@@ -32,9 +32,11 @@ internal sealed class ThreadCounters
     public long JobsCompleted;
 
     // The jobs whose work this thread is running now, outermost first: a job that waits in Complete() runs others
-    // inside its own Execute. Only the owner reads it (JobNode.ThrowIfWaitsForARunningJob). Entries past RunningCount
-    // are null, so a finished job's node is not kept alive from here. A slot is a struct: storing a job node into a
-    // JobNode[] would check array covariance on every store (JobNode is not sealed), as FramePhase's slots note.
+    // inside its own Execute. A null entry marks a blocking wait that started, inside the job below it, to help: what
+    // runs above it is not that job's own code but what the waiting thread picked up (EnterHelpingWait). Only the owner
+    // reads it (JobNode.ThrowIfWaitsForARunningJob). Entries past RunningCount are null, so a finished job's node is
+    // not kept alive from here. A slot is a struct: storing a job node into a JobNode[] would check array covariance on
+    // every store (JobNode is not sealed), as FramePhase's slots note.
     private RunningSlot[] _running = new RunningSlot[4];
 
     private struct RunningSlot
@@ -48,8 +50,8 @@ internal sealed class ThreadCounters
     /// <summary>The stack JobNode's deadlock walk reuses on this thread (created on its first walk, empty between walks).</summary>
     public Stack<(JobNode Node, int Version)>? DeadlockWalk;
 
-    /// <summary>Records that <paramref name="node"/>'s work starts running on this thread.</summary>
-    public void PushRunning(JobNode node)
+    /// <summary>Records that <paramref name="node"/>'s work starts running on this thread (null: a helping wait, see <see cref="EnterHelpingWait"/>).</summary>
+    public void PushRunning(JobNode? node)
     {
         if (RunningCount == _running.Length)
         {
@@ -58,11 +60,27 @@ internal sealed class ThreadCounters
         _running[RunningCount++].Node = node;
     }
 
-    /// <summary>Records that the innermost running job's work has returned.</summary>
+    /// <summary>Records that the innermost running job's work (or helping wait) has returned.</summary>
     public void PopRunning() => _running[--RunningCount].Node = null;
 
-    /// <summary>The <paramref name="index"/>th job running on this thread (0: the outermost).</summary>
-    public JobNode RunningAt(int index) => _running[index].Node!;
+    /// <summary>The <paramref name="index"/>th entry of the running-jobs stack (0: the outermost); null for a helping wait.</summary>
+    public JobNode? RunningAt(int index) => _running[index].Node;
+
+    /// <summary>
+    /// Called by a blocking wait before it starts helping (running queued work on this thread): if a job's work is running
+    /// here, marks the stack, so that a wait refused in what the thread runs from here on is told apart from one in the
+    /// job's own code (<see cref="JobNode.ThrowIfWaitsForARunningJob(JobNode, int)"/>). Returns the counters to pop the
+    /// mark from when the wait ends, or null if nothing was marked (no job runs here: the common case, one thread-static read).
+    /// </summary>
+    public static ThreadCounters? EnterHelpingWait()
+    {
+        if (t_current is not { RunningCount: > 0 } counters)
+        {
+            return null;
+        }
+        counters.PushRunning(null);
+        return counters;
+    }
 
     public readonly Thread Owner;
 

@@ -63,9 +63,12 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// same reason, do not call Complete() from inside a job's Execute (Unity forbids it too): the job blocked there
     /// may pick up a job that waits, directly or not, for the job it is running. Schedule the work as a dependent
     /// instead. A Complete() inside a job on a handle that can finish only after that job (its own, or a job that depends
-    /// on it, directly or through combines) could never return: it throws instead.
+    /// on it, directly or through combines) could never return: it throws instead. So does a Complete() in work that a
+    /// thread blocked inside a job picked up to help (a <see cref="Spindle.Run(System.Action)"/> item, a continuation,
+    /// another job), on a handle that can finish only after that blocked job; the message says which case it is.
     /// </remarks>
-    /// <exception cref="InvalidOperationException">Called inside a job's Execute on a handle that can finish only after that job.</exception>
+    /// <exception cref="InvalidOperationException">Called inside a job's Execute on a handle that can finish only after
+    /// that job, or in work run nested under such a job while it is blocked.</exception>
     [StackTraceHidden]
     public void Complete()
     {
@@ -152,6 +155,11 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     private bool IsDoneWithoutFlush => Node is null || (Node.IsCompleted(Version) && Node.PeekFault(Version) is null);
 
     /// <summary>A <see cref="SpindleTask"/> that completes when the job does (and faults as it does).</summary>
+    /// <remarks>
+    /// As for <see cref="Complete"/>, a blocking read of this task (<c>GetAwaiter().GetResult()</c>) inside the job, or
+    /// inside a job it depends on, could never return: it throws an <see cref="InvalidOperationException"/> instead,
+    /// and leaves the task as it was.
+    /// </remarks>
     public SpindleTask AsSpindleTask() => Node is null ? default : AwaitAsync(this);
 
     private static async SpindleTask AwaitAsync(JobHandle handle) => await handle;

@@ -577,39 +577,76 @@ internal abstract class JobNode : WorkItem
     /// before the wait returns, so the thread would wait for ever (it did, before this check).
     /// </summary>
     /// <remarks>
-    /// Called before a thread blocks in Complete(), never on the scheduling or finishing path. The walk follows the
+    /// Called before a thread blocks in Complete() or a blocking read, never on the scheduling or finishing path. The walk follows the
     /// running jobs' waiter lists down to their dependents and theirs. It is safe without references: a job that runs on
     /// this thread cannot finish meanwhile, so its list only grows (pushes at the head), and a dependent reached through
     /// an edge of that job's version waits for it, so cannot finish either; edges of another version (misplaced by a
     /// push that raced an earlier use, see the remarks on pushing) and awaiters' continuations are skipped, not followed
     /// into. The walk stops after <see cref="MaxDeadlockWalk"/> edges (a graph with many shared paths): past that the
-    /// wait goes ahead unchecked.
+    /// wait goes ahead unchecked. The message names the caller's situation from the thread's running-jobs stack: the job
+    /// found is the innermost entry (the caller is that job's own code, or code its Execute ran inline), or a helping
+    /// wait's mark lies above it (<see cref="ThreadCounters.EnterHelpingWait"/>: the job is blocked, and the caller is
+    /// work its thread picked up meanwhile, such as a Spindle.Run item or another job).
     /// </remarks>
     /// <exception cref="InvalidOperationException">The wait could never end.</exception>
-    internal static void ThrowIfWaitsForARunningJob(JobNode target, int version)
+    internal static void ThrowIfWaitsForARunningJob(JobNode target, int version) => ThrowIfWaitsForARunningJob(target, version, null);
+
+    /// <summary>
+    /// As <see cref="ThrowIfWaitsForARunningJob(JobNode, int)"/>, for a blocking read of a task whose source is itself
+    /// an awaiter on a job's waiter list: an async method suspended in <c>await handle</c>, as
+    /// <see cref="JobHandle.AsSpindleTask"/>'s is. Such a source completes only after the awaited job has finished (its
+    /// waiter runs on that job's finish), so when that job is a running one or waits for one, the read would wait for
+    /// ever. Found as an awaiter edge, of the version it was pushed for, whose state is the source itself: a waiter
+    /// delivered or revoked is off a running job's list, or of another version, so a match is one that still waits.
+    /// </summary>
+    /// <remarks>
+    /// Only a source that waits on the job directly is recognised: one that waits through another source (a task that
+    /// awaits that task, a preserved copy of it) is not followed, since not every waiter completes only after what it
+    /// waits on (a WhenAny does not).
+    /// </remarks>
+    /// <exception cref="InvalidOperationException">The read could never end.</exception>
+    internal static void ThrowIfAwaitsARunningJob(object source) => ThrowIfWaitsForARunningJob(null, 0, source);
+
+    /// <summary>The one check behind both: the target is a job's use (<paramref name="target"/>, <paramref name="version"/>), or an awaiter's state.</summary>
+    private static void ThrowIfWaitsForARunningJob(JobNode? target, int version, object? awaiter)
     {
         if (ThreadCounters.CurrentIfRegistered is not { RunningCount: > 0 } counters)
         {
             return;
         }
-        for (int i = 0; i < counters.RunningCount; i++)
+        int top = counters.RunningCount - 1;
+        for (int i = top; i >= 0; i--) // innermost first: a wait both the caller's own job and an outer one would refuse names the caller's
         {
-            JobNode running = counters.RunningAt(i);
-            if (running.IsWaitedForBy(target, version, counters.DeadlockWalk ??= new()))
+            if (counters.RunningAt(i) is { } running && running.IsWaitedForBy(target, version, awaiter, counters.DeadlockWalk ??= new()))
             {
-                ThrowHelper.ThrowInvalidOperation(
-                    "JobHandle.Complete() (or a blocking wait on a job) was called inside a job, on a handle that can finish only after that job: " +
-                    "its own, or one that depends on it, directly or not. It would wait for ever. " +
-                    "Schedule the work that needs it as a dependent of this job instead, or complete the handle outside the job.");
+                // The innermost entry is the job whose own code called (or code its Execute ran inline). Anything above
+                // the job found (a helping wait's mark, and what it ran) means the job is blocked further down the stack,
+                // and the caller is work its waiting thread picked up.
+                ThrowHelper.ThrowInvalidOperation(i == top ? InsideTheJobMessage : NestedInABlockedJobMessage);
             }
         }
     }
 
+    private const string WhatWasCalled =
+        "JobHandle.Complete(), or a blocking read (GetAwaiter().GetResult()) of a task that awaits a job,";
+
+    private const string InsideTheJobMessage =
+        WhatWasCalled + " was called inside a job (in its Execute, or in code its Execute ran inline, such as an async method that a SetResult " +
+        "in it resumed), on a handle or task that can finish only after that job: its own, or one that depends on it, directly or not. " +
+        "It would wait for ever. Schedule the work that needs it as a dependent of this job instead, or complete the handle outside the job.";
+
+    private const string NestedInABlockedJobMessage =
+        WhatWasCalled + " was called on a handle or task that can finish only after a job that is blocked further down this thread's stack: " +
+        "that job waited (in Complete() or a blocking read), and while it waited this thread picked up the calling code to help " +
+        "(a Spindle.Run item, a continuation or another job; a thread that is not a worker helps with jobs only). " +
+        "That job cannot return before this code does, so the wait would never end. " +
+        "Await the handle or task here instead of blocking, or do not block inside that job: make what it waits for a dependency of it.";
+
     private const int MaxDeadlockWalk = 100_000;
 
-    /// <summary>True if the handle's job is this running job or waits for it (see <see cref="ThrowIfWaitsForARunningJob"/>).</summary>
+    /// <summary>True if the target (see <see cref="ThrowIfWaitsForARunningJob(JobNode?, int, object?)"/>) is this running job or waits for it.</summary>
     /// <remarks>The walk uses the thread's stack, empty before, and empties it again on every way out, so that it keeps no node alive.</remarks>
-    private bool IsWaitedForBy(JobNode target, int version, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
+    private bool IsWaitedForBy(JobNode? target, int version, object? awaiter, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
     {
         int ownVersion = Version;
         if (target == this && version == ownVersion)
@@ -619,7 +656,7 @@ internal abstract class JobNode : WorkItem
         pending.Push((this, ownVersion));
         try
         {
-            return ReachesThroughDependents(target, version, pending);
+            return ReachesThroughDependents(target, version, awaiter, pending);
         }
         finally
         {
@@ -628,7 +665,7 @@ internal abstract class JobNode : WorkItem
     }
 
     /// <summary>Depth first, on an explicit stack: a dependent chain can be tens of thousands of jobs long.</summary>
-    private static bool ReachesThroughDependents(JobNode target, int version, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
+    private static bool ReachesThroughDependents(JobNode? target, int version, object? awaiter, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
     {
         int walked = 0;
         while (pending.Count > 0)
@@ -640,9 +677,17 @@ internal abstract class JobNode : WorkItem
                 {
                     return false;
                 }
-                if (edge.ExpectedVersion != nodeVersion || edge.Dependent is not { } dependent)
+                if (edge.ExpectedVersion != nodeVersion)
                 {
-                    continue; // misplaced (its job is another one), or an awaiter
+                    continue; // misplaced: its job is another one
+                }
+                if (edge.Dependent is not { } dependent)
+                {
+                    if (awaiter is not null && edge.State == awaiter)
+                    {
+                        return true; // the source read is this awaiter: it resumes only after this job has finished
+                    }
+                    continue; // another awaiter: not followed
                 }
                 int dependentVersion = dependent.Version;
                 if (dependent == target && dependentVersion == version)

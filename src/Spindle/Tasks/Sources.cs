@@ -348,6 +348,19 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void WaitForJob(JobNode node, int version)
     {
         JobNode.ThrowIfWaitsForARunningJob(node, version);
+        ThreadCounters? helping = ThreadCounters.EnterHelpingWait();
+        try
+        {
+            HelpUntilJobCompletes(node, version);
+        }
+        finally
+        {
+            helping?.PopRunning();
+        }
+    }
+
+    private static void HelpUntilJobCompletes(JobNode node, int version)
+    {
         WorkerPool pool = WorkerPool.Shared;
         int idleRounds = 0;
         while (!node.IsCompleted(version))
@@ -391,8 +404,13 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     }
 
     /// <summary>Blocks until the source's current use completes. The caller has seen it pending.</summary>
+    /// <exception cref="InvalidOperationException">
+    /// Called inside a job, on a source that awaits a job that can finish only after that job (see
+    /// <see cref="JobNode.ThrowIfAwaitsARunningJob"/>): refused before anything is registered.
+    /// </exception>
     public static void Wait(ISpindleSource source, short token)
     {
+        JobNode.ThrowIfAwaitsARunningJob(source);
         BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
         try
         {
@@ -409,6 +427,22 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
 #if DEBUG
         TestHookRegistered?.Invoke();
 #endif
+        ThreadCounters? helping = ThreadCounters.EnterHelpingWait();
+        try
+        {
+            HelpUntilSet(waiter);
+        }
+        finally
+        {
+            helping?.PopRunning();
+        }
+#if DEBUG
+        TestHookWoke?.Invoke();
+#endif
+    }
+
+    private static void HelpUntilSet(BlockingWait waiter)
+    {
         Scheduler scheduler = Scheduler.Default;
         ManualResetEventSlim ev = waiter._event;
         int idleRounds = 0;
@@ -437,9 +471,6 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
         }
         ev.Reset();
         ObjectPool<BlockingWait>.Return(waiter);
-#if DEBUG
-        TestHookWoke?.Invoke();
-#endif
     }
 
 #if DEBUG

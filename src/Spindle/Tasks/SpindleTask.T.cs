@@ -130,6 +130,9 @@ public readonly partial struct SpindleTask<T>
         /// the first one on the same stack (the worker is lost). Do not block inside work that a blocked worker may run;
         /// await instead. A thread that is not a worker never runs queued work while it blocks.
         /// </remarks>
+        /// <exception cref="InvalidOperationException">The task is pending and this thread is running a job that it waits
+        /// for: it awaits that job's handle (<see cref="JobHandle.AsSpindleTask"/>, or an async method suspended in
+        /// <c>await handle</c>), or a job that depends on it. It would block for ever; await it, or read it outside the job.</exception>
         public T GetResult()
         {
             if (_task._source is not { } s)

@@ -144,8 +144,9 @@ public sealed partial class TimerWheel : IDisposable
 
     /// <summary>
     /// The number of pending timers: those in the wheel as of its last pass, plus those added since. A cancelled timer
-    /// leaves the count on the wheel's next pass, which the cancellation triggers at once. While timers are being added
-    /// and fired concurrently, the count is approximate.
+    /// leaves the count on the wheel's next pass, which the cancellation triggers at once, and so does a fired one (code
+    /// that runs inside a pass, such as a continuation a <see cref="ManualClock"/> wheel runs inline, still counts the
+    /// timers that pass fires). While timers are being added and fired concurrently, the count is approximate.
     /// </summary>
     public long PendingCount
     {

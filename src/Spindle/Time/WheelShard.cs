@@ -72,7 +72,10 @@ internal sealed class WheelShard : WorkerTimers
     /// <summary>The shard's elapsed time in ticks: everything due up to it has fired. Owner only.</summary>
     public long Elapsed => _elapsed;
 
-    /// <summary>Timers linked as of the owner's last change, plus those in the insert inbox (neither counting those that are <see cref="Never"/> due).</summary>
+    /// <summary>
+    /// Timers linked as of the owner's last change, plus those in the insert inbox (neither counting those that are
+    /// <see cref="Never"/> due). During a pass, the timers it took from the inbox count as linked (see <see cref="DrainInboxes"/>).
+    /// </summary>
     public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
 
     /// <summary>True when a producer has added a timer, or cancelled one, and the owner has not taken it yet.</summary>
@@ -224,6 +227,14 @@ internal sealed class WheelShard : WorkerTimers
         }
         TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
         TimerNode? added = Interlocked.Exchange(ref _inbox, null);
+        if (added is not null)
+        {
+            // Taken out of the inbox, the new timers are linked only after this pass has fired what is due, and the code
+            // that firing runs inline (a ManualClock's or a frame loop's continuations) read PendingCount meanwhile: they
+            // were counted nowhere. Counted with the linked ones from here; the caller publishes the exact count after
+            // the pass (until then the timers it fires stay counted too: too many for a moment, never too few).
+            Volatile.Write(ref _linked, _linkedOwner + added.InboxDepth);
+        }
         TimerNode? later = null; // oldest first: the walk below goes newest first, and pushes
         int due = 0;
         for (int newer = 0; added is not null; newer++)

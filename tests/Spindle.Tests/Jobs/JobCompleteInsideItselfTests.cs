@@ -8,7 +8,8 @@ namespace SpindleLib.Tests.Jobs;
 /// <summary>
 /// Complete() (or a blocking GetResult) called inside a job on a handle that can only finish after that very job
 /// (its own handle, or a job that depends on it, directly or not) could never return: it hung the thread running the
-/// job for ever. It throws instead, naming the problem, and the job fails with that exception.
+/// job for ever. It throws instead, naming the problem, and the job fails with that exception. So does a blocking read
+/// of a task that awaits such a handle (its AsSpindleTask(), an async method awaiting it, a ValueTask over either).
 /// </summary>
 public class JobCompleteInsideItselfTests
 {
@@ -18,24 +19,50 @@ public class JobCompleteInsideItselfTests
         public JobHandle Handle;
         public Exception? Seen;
         public int Runs;
+        public SpindleTask Task; // the task a blocking read was refused on (when ReadATask)
+        public bool ReadATask;
     }
 
     public enum How
     {
         Complete,
         GetResult,
+        TaskGetResult,
+        ValueTaskGetResult,
+        AwaitingMethodGetResult,
     }
 
-    private static void Wait(JobHandle handle, How how)
+    private static void Wait(JobHandle handle, How how, HandleBox box)
     {
-        if (how == How.Complete)
+        box.ReadATask = how >= How.TaskGetResult;
+        switch (how)
         {
-            handle.Complete();
+            case How.Complete:
+                handle.Complete();
+                break;
+            case How.GetResult:
+                handle.GetAwaiter().GetResult();
+                break;
+            case How.TaskGetResult:
+                box.Task = handle.AsSpindleTask();
+                box.Task.GetAwaiter().GetResult();
+                break;
+            case How.ValueTaskGetResult:
+                box.Task = handle.AsSpindleTask();
+                box.Task.AsValueTask().GetAwaiter().GetResult();
+                break;
+            default:
+                SpindleTask<int> read = ReadAfter(handle);
+                box.Task = read;
+                read.GetAwaiter().GetResult();
+                break;
         }
-        else
-        {
-            handle.GetAwaiter().GetResult();
-        }
+    }
+
+    private static async SpindleTask<int> ReadAfter(JobHandle handle)
+    {
+        await handle;
+        return 1;
     }
 
     private struct CompleteTargetJob : IJob
@@ -48,7 +75,7 @@ public class JobCompleteInsideItselfTests
             Interlocked.Increment(ref Box.Runs);
             try
             {
-                Wait(Box.Handle, How);
+                Wait(Box.Handle, How, Box);
             }
             catch (Exception ex)
             {
@@ -96,11 +123,20 @@ public class JobCompleteInsideItselfTests
         Assert.Contains("inside", refused.Message);
         Assert.Same(refused, box.Seen ?? refused);
         Assert.Equal(1, box.Runs);
+        if (box.ReadATask)
+        {
+            // The refused read left its task as it was: it completes with the job's failure, which a read outside the
+            // job gets (blocking here until the awaiting method has run, within the test's bound).
+            Assert.Same(refused, Assert.Throws<InvalidOperationException>(() => box.Task.GetAwaiter().GetResult()));
+        }
     }
 
     [Theory]
     [InlineData(How.Complete)]
     [InlineData(How.GetResult)]
+    [InlineData(How.TaskGetResult)]
+    [InlineData(How.ValueTaskGetResult)]
+    [InlineData(How.AwaitingMethodGetResult)]
     public async Task JobCompletingItsOwnHandle_Throws_AndFailsTheJob(How how)
     {
         await JobTestUtil.Bounded(() =>
@@ -112,13 +148,16 @@ public class JobCompleteInsideItselfTests
         });
     }
 
-    [Fact]
-    public async Task JobCompletingADependent_Throws_AndTheDependentFailsWithIt()
+    [Theory]
+    [InlineData(How.Complete)]
+    [InlineData(How.TaskGetResult)]
+    [InlineData(How.AwaitingMethodGetResult)]
+    public async Task JobCompletingADependent_Throws_AndTheDependentFailsWithIt(How how)
     {
         await JobTestUtil.Bounded(() =>
         {
             var box = new HandleBox();
-            JobHandle job = new CompleteTargetJob { Box = box }.Schedule();
+            JobHandle job = new CompleteTargetJob { Box = box, How = how }.Schedule();
             JobHandle direct = new NoopJob().Schedule(job);
             JobHandle other = new NoopJob().Schedule();
             JobHandle combined = JobHandle.CombineDependencies(direct, other);
