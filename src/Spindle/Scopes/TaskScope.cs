@@ -27,7 +27,10 @@ namespace SpindleLib;
 /// cancellation: the code after it never takes a cancelled scope's work for done (disposal does not throw it). An
 /// <see cref="OperationCanceledException"/> that a child ends with while the scope's token is not cancelled (its own
 /// timeout, another token) is a failure, and cancels the siblings, as any other exception does (as in Go's errgroup).
-/// A child started while the scope's token is cancelled is still called, with that token.</para>
+/// A child started while the scope's token is cancelled is still called, with that token. Give children the token the
+/// scope passes them: a child that answers a token further out (the one an outer scope was made with, when this scope
+/// was made with that scope's <see cref="Token"/>) may end before the cancellation has reached this scope, since a token
+/// runs its callbacks newest first, and its <see cref="OperationCanceledException"/> then counts as a failure.</para>
 /// <para><b>Nesting.</b> Pass a scope's <see cref="Token"/> to a child scope: cancelling the outer scope cancels the inner
 /// one, and the inner scope's failures, rethrown by its WaitAsync inside a child, fail that child of the outer scope.</para>
 /// <para>Thread-safety: <see cref="Run(Func{CancellationToken, SpindleTask})"/> may be called from any thread, including
