@@ -21,8 +21,9 @@ public readonly partial struct SpindleTask
     /// <see cref="Signal"/>'s wait ends, and a later <see cref="Signal.Set"/> is kept for the next wait; a
     /// <see cref="Spindle.Delay(int, CancellationToken)"/> leaves its timer wheel at once, not at its deadline; a frame-loop
     /// wait (<see cref="FrameLoop.WaitUntil(Func{bool}, CancellationToken)"/> and <c>WaitWhile</c>, whose predicate is not
-    /// polled again, <see cref="FrameLoop.Delay(TimeSpan, CancellationToken)"/> and <c>DelayFrame</c>, whose timer leaves the
-    /// loop's wheel at the next frame's pass, or a converted <see cref="FrameAwaitable"/>) ends; an async
+    /// polled again, but for a poll its phase had already begun when another thread let go,
+    /// <see cref="FrameLoop.Delay(TimeSpan, CancellationToken)"/> and <c>DelayFrame</c>, whose timer leaves the loop's wheel
+    /// at the next frame's pass, or a converted <see cref="FrameAwaitable"/>) ends; an async
     /// method goes on running, forgotten (see <see cref="Forget"/>). A promise or a signal wait that completed while the
     /// race was being decided is read before the combined task completes. Other inputs (combinators, BCL tasks, other
     /// sources) are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.

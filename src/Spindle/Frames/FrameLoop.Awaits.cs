@@ -211,7 +211,8 @@ public sealed partial class FrameLoop
     /// throws faults the wait with its exception. The waiting task is re-queued at the back of the phase each frame. A
     /// combinator that lets go of the wait (a <see cref="SpindleTask.WhenAny(ReadOnlySpan{SpindleTask})"/> it lost, a
     /// WhenAll's token or timeout, <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>) ends it:
-    /// the predicate is not evaluated again.
+    /// the phase does not evaluate the predicate again, except that a run of the phase that had already reached the wait
+    /// when another thread let go of it may still evaluate it once, and what it returns or throws is then dropped.
     /// </summary>
     /// <typeparam name="TState">The predicate's argument type.</typeparam>
     /// <param name="state">The predicate's argument: pass what it needs here, and make it static, so that no closure is allocated.</param>

@@ -24,10 +24,13 @@ namespace SpindleLib;
 /// <para><b>Let go of by a combinator</b> (<see cref="IDetachableSource"/>: a WhenAny decided by another input, a WhenAll
 /// decided by its token or timeout, a WithTimeout that timed out). The core's CAS to Abandoned decides against the phase
 /// completing the wait; the use is then ended (consumed, its token stale) and the combinator lets go of it as its
-/// consumer: a predicate is never polled again (the phase meets a completed waiter and drops it), a timer is stopped and
+/// consumer: a predicate is not polled again (the phase meets a completed waiter and drops it), a timer is stopped and
 /// leaves its wheel at once, and a fault the phase produced meanwhile (a predicate that threw) is reported, once, by the
 /// core. The cancellation registration is dropped by whoever made it last: a timed wait's waiter registers it on the loop
-/// thread when its timer expires (<see cref="_timerState"/> decides who drops it).</para>
+/// thread when its timer expires (<see cref="_timerState"/> decides who drops it). A run of the phase that had already
+/// found the waiter pending when another thread let go of it is not waited for: it may still poll the predicate once, and
+/// that poll's outcome (a result, or an exception) is dropped. Waiting for it would make any thread that decides a race
+/// wait for user code on the loop thread (a predicate blocked on a lock the decider holds would never return).</para>
 /// <para><b>Timed waits.</b> A delay is a timer on one of the loop's wheels (the cancelable token goes to the wheel, so
 /// a cancellation also takes the timer out). The timer's completion runs <see cref="s_onTimer"/>: on expiry, on the loop
 /// thread at the start of a frame, the waiter is queued for its phase and, until the phase reaches it, listens to the
@@ -216,6 +219,9 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
             return;
         }
         bool ready;
+#if DEBUG
+        TestHookBeforePoll?.Invoke(this);
+#endif
         try
         {
             ready = IsReady();
@@ -321,6 +327,12 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
 #if DEBUG
     /// <summary>Tests only (a Debug build): runs when a combinator has abandoned the use, before the waiter lets go of it.</summary>
     internal static Action<FrameWaiter>? TestHookAfterAbandoned;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs on the loop thread when the phase has found the wait still pending, just before it
+    /// evaluates the wait's predicate (or, for a waiter with none, completes it): where another thread's letting go races it.
+    /// </summary>
+    internal static Action<FrameWaiter>? TestHookBeforePoll;
 #endif
 
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
