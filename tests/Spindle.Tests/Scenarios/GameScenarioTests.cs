@@ -39,6 +39,8 @@ public sealed class GameScenarioTests
         public void Execute(int index) => Data[index] *= 2;
     }
 
+    private static readonly AsyncLocal<int> s_entity = new();
+
     private sealed class World(FrameLoop loop)
     {
         public readonly FrameLoop Loop = loop;
@@ -74,6 +76,7 @@ public sealed class GameScenarioTests
         private async SpindleTask Behave(CancellationToken token)
         {
             FrameLoop loop = world.Loop;
+            s_entity.Value = id + 1;
             try
             {
                 for (int step = 0; ; step++)
@@ -134,6 +137,7 @@ public sealed class GameScenarioTests
         private void Observe(string where)
         {
             world.Check(world.Loop.IsLoopThread, "entity " + id + " resumed off the loop thread " + where);
+            world.Check(s_entity.Value == id + 1, "entity " + id + " lost its AsyncLocal (" + s_entity.Value + ") " + where);
             if (Disposed)
             {
                 Interlocked.Increment(ref world.AfterDispose);

@@ -120,7 +120,7 @@ public sealed class ServerScenarioTests
         SpindleDiagnostics.TrackTasks = true;
         try
         {
-            await TestUtil.WithTimeout(Serve(unobserved));
+            await TestUtil.WithTimeout(Serve(unobserved), 60);
             Assert.Empty(ScenarioSupport.TrackedIn(typeof(ServerScenarioTests))); // every session's box went back
         }
         finally
@@ -128,6 +128,40 @@ public sealed class ServerScenarioTests
             SpindleDiagnostics.TrackTasks = false;
             Spindle.UnobservedException -= handler;
         }
+    }
+
+    [Fact]
+    public async Task BusyHeartbeat_MissedTicksCountAsOne()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var busy = new Promise();
+        long beats = 0;
+        using var stop = new CancellationTokenSource();
+
+        async SpindleTask Heartbeat()
+        {
+            using var timer = new SpindlePeriodicTimer(s_heartbeat, wheel);
+            while (await timer.WaitForNextTickAsync(stop.Token))
+            {
+                if (Interlocked.Increment(ref beats) == 1)
+                {
+                    await busy.Task; // the first beat's work outlasts five periods
+                }
+            }
+        }
+
+        SpindleTask heart = Heartbeat();
+        clock.Advance(s_heartbeat);
+        Assert.Equal(1, Interlocked.Read(ref beats));
+        clock.Advance(5 * s_heartbeat); // ticks 2 to 6 pass while nobody waits
+        busy.SetResult();               // the missed ticks count as one: the next wait returns at once, the one after waits
+        Assert.Equal(2, Interlocked.Read(ref beats));
+        clock.Advance(s_heartbeat);     // tick 7
+        Assert.Equal(3, Interlocked.Read(ref beats));
+        stop.Cancel();
+        await Assert.ThrowsAsync<TaskCanceledException>(() => TestUtil.WithTimeout(heart));
+        Assert.Equal(0, wheel.PendingCount);
     }
 
     private static async Task Serve(ConcurrentQueue<Exception> unobserved)
@@ -185,8 +219,10 @@ public sealed class ServerScenarioTests
         }
         await WaitFor(() => Enumerable.Range(PerGroup, Sessions - PerGroup).Where(i => i % 10 == 0).All(i => Volatile.Read(ref server.Ends[i]) == 1), "closed sessions ended");
 
-        // Phase 4: the idle timeout passes for everyone still open.
+        // Phase 4: the idle timeout passes for everyone still open. The clock steps through each deadline on the way, and
+        // a heartbeat resumes inline and waits again before the next one: it misses none of the hundred ticks.
         clock.Advance(s_idle);
+        await WaitFor(() => server.Heartbeats.Skip(1).All(h => Interlocked.Read(ref h) == 110), () => "a hundred more heartbeats per open group: " + string.Join(",", server.Heartbeats));
         await WaitFor(() => Enumerable.Range(PerGroup, Sessions - PerGroup).All(i => Volatile.Read(ref server.Ends[i]) == 1), "idle sessions ended");
 
         // Phase 5: shutdown: cancel the groups (their heartbeats), and a WhenAll over the scopes' disposal.
@@ -209,11 +245,13 @@ public sealed class ServerScenarioTests
         Assert.Empty(unobserved);
     }
 
-    private static async Task WaitFor(Func<bool> condition, string what)
+    private static Task WaitFor(Func<bool> condition, string what) => WaitFor(condition, () => what);
+
+    private static async Task WaitFor(Func<bool> condition, Func<string> what)
     {
-        if (!await Task.Run(() => SpinWait.SpinUntil(condition, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds))))
+        if (!await Task.Run(() => SpinWait.SpinUntil(condition, TimeSpan.FromSeconds(10))))
         {
-            throw new TimeoutException("Not within " + TestUtil.DefaultTimeoutSeconds + " s: " + what);
+            throw new TimeoutException("Not within 10 s: " + what());
         }
     }
 }
