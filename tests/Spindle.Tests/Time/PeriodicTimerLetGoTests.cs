@@ -118,4 +118,58 @@ public sealed class PeriodicTimerLetGoTests
         Assert.Equal(133, messages);
         Assert.Equal(0, wheel.PendingCount);
     }
+
+    /// <summary>
+    /// The tick and the message race on two threads, so the let-go meets a firing node (its claim taken just after the
+    /// node fired, or by the node first). Each round must end, the timer must stay usable (a wait started right after the
+    /// race may find the lost one still being read for an instant, as documented, and is retried), and no tick may be
+    /// delivered twice: the ticks the session saw never exceed the ticks that passed. The wheel ends empty.
+    /// </summary>
+    [Fact]
+    public async Task TickAndMessageRacingOnTwoThreads_TheTimerStaysUsable()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        using var timer = new SpindlePeriodicTimer(s_period, wheel);
+        var inbox = new Signal();
+        int rounds = TestUtil.Stress(500), ticksSeen = 0;
+        using var start = new Barrier(2);
+        Task ticker = TestUtil.RunOnThread(() =>
+        {
+            for (int i = 0; i < rounds; i++)
+            {
+                start.SignalAndWait();
+                clock.Advance(s_period);
+                start.SignalAndWait();
+            }
+        }, "ticker");
+        for (int i = 0; i < rounds; i++)
+        {
+            SpindleTask<bool> tick = default;
+            Assert.True(SpinWait.SpinUntil(() =>
+            {
+                try
+                {
+                    tick = timer.WaitForNextTickAsync(CancellationToken.None);
+                    return true;
+                }
+                catch (InvalidOperationException)
+                {
+                    return false; // the previous round's losing wait is still being read
+                }
+            }, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "round " + i + ": the timer stayed busy");
+            SpindleTask<int> race = SpindleTask.WhenAny(tick, inbox.WaitAsync(CancellationToken.None));
+            start.SignalAndWait();
+            inbox.Set();
+            if (await TestUtil.WithTimeout(race) == 0)
+            {
+                ticksSeen++;
+                inbox.Reset(); // the message lost: drop it, the next round sends another
+            }
+            start.SignalAndWait();
+        }
+        await TestUtil.WithTimeout(ticker);
+        Assert.True(ticksSeen <= rounds, ticksSeen + " ticks seen in " + rounds + " periods");
+        Assert.True(SpinWait.SpinUntil(() => wheel.PendingCount == 0, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the wheel kept " + wheel.PendingCount);
+    }
 }
