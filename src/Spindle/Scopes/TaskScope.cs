@@ -130,7 +130,10 @@ public sealed class TaskScope : IAsyncDisposable
     /// Waits for every child, including those that children still running start meanwhile; once the last has finished,
     /// the scope takes no more. Rethrows the children's failures (see the remarks); once
     /// an awaiter has seen them, disposal does not rethrow them again. One awaiter at a time; after it completes, the
-    /// result can be read again.
+    /// result can be read again. A combinator that stops waiting for it before the scope finishes (a WhenAny it lost,
+    /// <c>WithTimeout</c>, <c>WithCancellation</c>, a WhenAll ended by its timeout or token) lets go of its await, as
+    /// <c>Task.WhenAny</c> removes its continuations: a later WaitAsync can be awaited (a shutdown that waits a grace
+    /// period, then for the rest) and has the failures, which that combinator does not report.
     /// </summary>
     public SpindleTask WaitAsync()
     {
@@ -140,9 +143,10 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>
     /// Cancels the children still running (if any), waits for every child, and rethrows their failures, unless an awaited
-    /// <see cref="WaitAsync"/> already rethrew them (or a read of it that nobody awaits, a WhenAny that it lost or a
-    /// <c>Forget()</c>, already reported them to <see cref="Spindle.UnobservedException"/>); failures it rethrows are not
-    /// reported there as well. A second call (an <c>await using</c> around an explicit disposal, or
+    /// <see cref="WaitAsync"/> already rethrew them (or a read of it that nobody awaits, a <c>Forget()</c> or a WhenAny
+    /// that it lost after the scope had finished, already reported them to <see cref="Spindle.UnobservedException"/>; one
+    /// that it lost while the scope ran let go of it and reports nothing); failures it rethrows are not reported there
+    /// as well. A second call (an <c>await using</c> around an explicit disposal, or
     /// disposal from two places) also waits for every child, and rethrows nothing: the first call has the failures.
     /// </summary>
     public async ValueTask DisposeAsync()
@@ -362,10 +366,13 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>
     /// The source behind <see cref="WaitAsync"/>: completes when every child has, and throws the children's failures when
-    /// its result is read, which is when they count as delivered. Not pooled (one per scope), never reset.
+    /// its result is read, which is when they count as delivered. Not pooled (one per scope), never reset. A combinator
+    /// that no longer waits for it (a WhenAny it lost, a WhenAll's timeout, WithTimeout, WithCancellation) takes its
+    /// waiter back and leaves the wait as if never awaited, so the next <see cref="WaitAsync"/> can be awaited (one awaiter
+    /// at a time) and gets the failures; nothing is reported for the waiter that left.
     /// </summary>
     [StackTraceHidden]
-    private sealed class ScopeOutcome : ISpindleSource, IRereadableSource
+    private sealed class ScopeOutcome : ISpindleSource, IRereadableSource, IDetachableSource
     {
         private readonly TaskScope _scope;
         private SourceCore<VoidResult> _core;
@@ -404,6 +411,11 @@ public sealed class TaskScope : IAsyncDisposable
             => _core.OnCompleted(continuation, state, token, flags);
 
         bool IRereadableSource.TryClaimFaultReport(short token) => _faultReport.TryTake();
+
+        DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryWithdrawWaiter(waiter);
+
+        /// <summary>A combinator settled at the call never registered here: nothing to take back while the wait is pending.</summary>
+        bool IDetachableSource.TryAbandon(short token) => _core.IsPendingWithoutWaiter(token);
 
         /// <summary>Disposal rethrows the failures: no report of this completion may follow (see <see cref="DisposeAsync"/>).</summary>
         public void TakeFaultReport() => _faultReport.TryTake();

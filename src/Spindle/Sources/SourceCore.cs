@@ -76,7 +76,9 @@ internal readonly struct VoidResult
 /// completer; under that mark the leaver checks that the waiter is its own, and stores a replacement (a forgotten box
 /// observes itself) or Abandoned. An abandoned use counts as awaited while it is pending (a new await is the
 /// await-once error), may be reset, and completes with nobody to run: a fault is reported to the unobserved-exception
-/// event, as any fault nobody reads. Once it has completed it is an ordinary completed use (a promise's result can be
+/// event, as any fault nobody reads. A source that is never reset and takes one awaiter at a time (a task scope's wait)
+/// leaves for Pending instead (<see cref="TryWithdrawWaiter"/>): the next await registers as the first did, and the
+/// outcome stays for it. Once it has completed it is an ordinary completed use (a promise's result can be
 /// read, as a completed promise's can).</para>
 /// <para><b>Consumption</b> is a CAS from version v to v + 1 (still Completed, until the owner clears the core for its
 /// pool), so of two threads racing to read a pooled result exactly one succeeds. The two transient states are held for a few stores; a thread that meets one
@@ -593,7 +595,27 @@ internal struct SourceCore<TResult>
     public DetachOutcome TryAbandonWaiter(DirectWaiter registered, out short abandoned)
         => ReplaceWaiter(registered, null, null, false, out abandoned);
 
-    private DetachOutcome ReplaceWaiter(DirectWaiter registered, object? waiter, object? waiterState, bool forgotten, out short token)
+    /// <summary>
+    /// As <see cref="TryReplaceWaiter"/> with no replacement, but the use goes back to Pending, as if it had never been
+    /// awaited, instead of Abandoned: for a source that is never reset and promises one awaiter at a time (a task scope's
+    /// wait), so that the next await can register. Its completion then runs nobody and reports nothing: the outcome stays
+    /// for the next read.
+    /// </summary>
+    public DetachOutcome TryWithdrawWaiter(DirectWaiter registered)
+        => ReplaceWaiter(registered, null, null, false, out _, backToPending: true);
+
+    /// <summary>
+    /// True if use <paramref name="token"/> is pending with no waiter registered (a source that is never reset and lets a
+    /// combinator settled at the call go without a mark: see <see cref="TryWithdrawWaiter"/>). A snapshot: an await may
+    /// register, or the operation complete, right after.
+    /// </summary>
+    public bool IsPendingWithoutWaiter(short token)
+    {
+        int w = Volatile.Read(ref _word);
+        return (short)w == token && (w & StateMask) == Pending;
+    }
+
+    private DetachOutcome ReplaceWaiter(DirectWaiter registered, object? waiter, object? waiterState, bool forgotten, out short token, bool backToPending = false)
     {
         token = 0;
         int w = Volatile.Read(ref _word);
@@ -633,7 +655,7 @@ internal struct SourceCore<TResult>
             if (waiter is null)
             {
                 _continuation = null;
-                Volatile.Write(ref _word, With(w, Abandoned));
+                Volatile.Write(ref _word, With(w, backToPending ? Pending : Abandoned));
                 return DetachOutcome.Detached;
             }
             _stateOrError = waiterState;

@@ -22,12 +22,16 @@ namespace SpindleLib;
 /// just after the node fired completes the wait only once the node's continuation has run too (see
 /// <see cref="ArriveLate"/>), so no continuation of one wait is still to come when the consumer starts the next. A wait ended by its token
 /// does not deliver its tick, so the next wait finds it passed and returns at once, as the BCL's timer remembers it.</para>
+/// <para><b>Let go of.</b> A combinator that no longer waits (a WhenAny the wait lost, a timeout) is a fourth claimant
+/// (<see cref="IDetachableSource.TryDetach"/>): once it holds the claim, the node leaves the wheel, the waiter is withdrawn and the wait
+/// ends without delivering its tick, as a cancelled one does, so the next wait can start at once and finds the tick
+/// when it has passed. If the node fired first, the wait stays the combinator's to read, as before.</para>
 /// <para><b>Locking.</b> A small lock guards the consumer's state (the pending flag, the next tick, disposal). Nothing
 /// that can run a continuation runs under it (it only reads the clock): on a manual clock, arming a timer may run
 /// other timers' continuations on this thread, and completing a wait runs the consumer's.</para>
 /// </remarks>
 [StackTraceHidden]
-internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<bool>
+internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<bool>, IDetachableSource
 {
     private static readonly Action<object?> s_onTick = static o => ((PeriodicTimerSource)o!).OnTick();
 #if NET
@@ -163,6 +167,69 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
                 _lateToken = cancellationToken;
                 ArriveLate();
                 break;
+        }
+    }
+
+    /// <summary>
+    /// A combinator lets go of the pending wait (see the remarks): claims it as a cancellation would, withdraws the waiter
+    /// and ends the wait without delivering its tick. When the node fired first (or another claimant won), the waiter stays
+    /// registered and reads the wait's outcome when it completes.
+    /// </summary>
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
+    {
+        switch (_timer.TryCancel())
+        {
+            case TimerCancel.Cancelled:
+                if (_core.TryWithdrawWaiter(waiter) != DetachOutcome.Detached)
+                {
+                    _core.TrySetCanceled(default); // not this waiter's (cannot happen): end the wait as a cancelled one
+                    return DetachOutcome.NotWaiting;
+                }
+                EndWithdrawnWait();
+                return DetachOutcome.Detached;
+            case TimerCancel.CancelledAfterFiring:
+                _lateCanceled = true; // the tick is not delivered; the waiter reads a cancellation, which is not reported
+                _lateToken = default;
+                ArriveLate();
+                return DetachOutcome.NotWaiting;
+            default:
+                return DetachOutcome.NotWaiting;
+        }
+    }
+
+    /// <summary>A combinator settled at the call lets go of a wait it never registered on: as <see cref="IDetachableSource.TryDetach"/>.</summary>
+    bool IDetachableSource.TryAbandon(short token)
+    {
+        if (!_core.IsPendingWithoutWaiter(token))
+        {
+            return false;
+        }
+        switch (_timer.TryCancel())
+        {
+            case TimerCancel.Cancelled:
+                EndWithdrawnWait();
+                return true;
+            case TimerCancel.CancelledAfterFiring:
+                _lateCanceled = true;
+                _lateToken = default;
+                ArriveLate();
+                return false; // the caller forgets it: read when the node's continuation arrives
+            default:
+                return false;
+        }
+    }
+
+    /// <summary>
+    /// Ends a wait whose claim a combinator took and whose waiter left: the core is Pending with nobody to run, so the next
+    /// wait resets it. As <see cref="ReadQuietly"/> does after a read: the registration is dropped, and the timer is free.
+    /// </summary>
+    private void EndWithdrawnWait()
+    {
+        CancellationRegistrations.Drop(ref _registration);
+        _waitToken = default;
+        lock (_lock)
+        {
+            _waiting = false;
         }
     }
 

@@ -28,6 +28,11 @@ namespace SpindleLib;
 /// the BCL's <c>PeriodicTimer</c>. Unlike the BCL's, a call to <see cref="WaitForNextTickAsync"/> made after
 /// <see cref="Dispose"/> throws <see cref="ObjectDisposedException"/> rather than returning <see langword="false"/>, so a
 /// loop that keeps using a disposed timer is caught at once.</para>
+/// <para><b>Racing a tick.</b> A wait may race others (<c>WhenAny(timer.WaitForNextTickAsync(), inbox.WaitAsync())</c>
+/// for a session's heartbeat or its next message). A wait that loses, or that <c>WithTimeout</c> or
+/// <c>WithCancellation</c> ends, is let go of as a cancelled one is: it leaves the wheel, the next wait may start at
+/// once, and its tick is not taken (the next wait returns at once once it has passed), unless that tick was being
+/// delivered at the very instant the race was decided.</para>
 /// <para><b>Thread-safety.</b> One consumer at a time: a second wait while the first one's result has not been read
 /// throws. <see cref="Dispose"/> may be called from any thread, at any time, including while a wait is pending.</para>
 /// </remarks>
