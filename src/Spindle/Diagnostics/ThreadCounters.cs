@@ -70,16 +70,27 @@ internal sealed class ThreadCounters
     /// Called by a blocking wait before it starts helping (running queued work on this thread): if a job's work is running
     /// here, marks the stack, so that a wait refused in what the thread runs from here on is told apart from one in the
     /// job's own code (<see cref="JobNode.ThrowIfWaitsForARunningJob(JobNode, int)"/>). Returns the counters to pop the
-    /// mark from when the wait ends, or null if nothing was marked (no job runs here: the common case, one thread-static read).
+    /// mark from when the wait ends (<c>using</c>), which pops nothing if nothing was marked (no job runs here: the common
+    /// case, one thread-static read).
     /// </summary>
-    public static ThreadCounters? EnterHelpingWait()
+    public static HelpingMark EnterHelpingWait()
     {
         if (t_current is not { RunningCount: > 0 } counters)
         {
-            return null;
+            return default;
         }
         counters.PushRunning(null);
-        return counters;
+        return new HelpingMark(counters);
+    }
+
+    /// <summary>A helping wait's mark on the running-jobs stack (see <see cref="EnterHelpingWait"/>), popped on dispose.</summary>
+    public readonly struct HelpingMark : System.IDisposable
+    {
+        private readonly ThreadCounters? _counters;
+
+        public HelpingMark(ThreadCounters counters) => _counters = counters;
+
+        public void Dispose() => _counters?.PopRunning();
     }
 
     public readonly Thread Owner;

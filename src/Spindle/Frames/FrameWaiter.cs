@@ -303,11 +303,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
         {
             // The phase completed it first (a predicate held, or threw: the core reported that fault), or its token
             // cancelled it: its completer may still be between its claim and its publication, a few stores.
-            SpinWait spin = default;
-            while (_core.IsUnpublishedUse(token))
-            {
-                spin.SpinOnce();
-            }
+            _core.WaitUntilPublished(token);
             if (!_core.TryConsumeCompleted(token, out _))
             {
                 return; // a misused read of the caller's copy consumed it first, and let go as the consumer

@@ -1018,14 +1018,23 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
-    /// True while use <paramref name="token"/> is the current one and not yet published (abandoned, or a completer is
-    /// between its claim and its publication). False once it is published, or once it is no longer the current use (it
-    /// was consumed: the object may already be another use's, and must not be waited on for this one).
+    /// Spins while use <paramref name="token"/> is the current one and not yet published: a leaver whose abandoning lost to
+    /// a completer (<see cref="ReleaseAbandoned"/> returned false) waits for that completer, which is between its claim and
+    /// its publication, a few stores. Returns once it is published, or once it is no longer the current use (it was
+    /// consumed: the object may already be another use's, and must not be waited on for this one).
     /// </summary>
-    public bool IsUnpublishedUse(short token)
+    public void WaitUntilPublished(short token)
     {
-        int w = Volatile.Read(ref _word);
-        return (short)w == token && (w & StateMask) < Completed;
+        SpinWait spin = default;
+        while (true)
+        {
+            int w = Volatile.Read(ref _word);
+            if ((short)w != token || (w & StateMask) >= Completed)
+            {
+                return;
+            }
+            spin.SpinOnce();
+        }
     }
 
     /// <summary>

@@ -348,14 +348,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void WaitForJob(JobNode node, int version)
     {
         JobNode.ThrowIfWaitsForARunningJob(node, version);
-        ThreadCounters? helping = ThreadCounters.EnterHelpingWait();
-        try
+        using (ThreadCounters.EnterHelpingWait())
         {
             HelpUntilJobCompletes(node, version);
-        }
-        finally
-        {
-            helping?.PopRunning();
         }
     }
 
@@ -427,14 +422,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
 #if DEBUG
         TestHookRegistered?.Invoke();
 #endif
-        ThreadCounters? helping = ThreadCounters.EnterHelpingWait();
-        try
+        using (ThreadCounters.EnterHelpingWait())
         {
             HelpUntilSet(waiter);
-        }
-        finally
-        {
-            helping?.PopRunning();
         }
 #if DEBUG
         TestHookWoke?.Invoke();

@@ -20,7 +20,7 @@ namespace SpindleLib;
 /// and Dispose (false). Each first claims the wait's <see cref="TimeoutTimer"/>; only the claimant completes the core,
 /// so exactly one of them does, and a cancelled or disposed wait leaves nothing in the wheel. A canceller that claims
 /// just after the node fired completes the wait only once the node's continuation has run too (see
-/// <see cref="ArriveLate"/>), so no continuation of one wait is still to come when the consumer starts the next. A wait ended by its token
+/// <see cref="ArriveLate()"/>), so no continuation of one wait is still to come when the consumer starts the next. A wait ended by its token
 /// does not deliver its tick, so the next wait finds it passed and returns at once, as the BCL's timer remembers it.</para>
 /// <para><b>Let go of.</b> A combinator that no longer waits (a WhenAny the wait lost, a timeout) is a fourth claimant
 /// (<see cref="IDetachableSource.TryDetach"/>): once it holds the claim, the node leaves the wheel, the waiter is withdrawn and the wait
@@ -163,9 +163,7 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
                 _core.TrySetCanceled(cancellationToken);
                 break;
             case TimerCancel.CancelledAfterFiring:
-                _lateCanceled = true;
-                _lateToken = cancellationToken;
-                ArriveLate();
+                ArriveLate(canceled: true, cancellationToken);
                 break;
         }
     }
@@ -188,9 +186,7 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
                 EndWithdrawnWait();
                 return DetachOutcome.Detached;
             case TimerCancel.CancelledAfterFiring:
-                _lateCanceled = true; // the tick is not delivered; the waiter reads a cancellation, which is not reported
-                _lateToken = default;
-                ArriveLate();
+                ArriveLate(canceled: true, default); // the tick is not delivered; the waiter reads a cancellation, which is not reported
                 return DetachOutcome.NotWaiting;
             default:
                 return DetachOutcome.NotWaiting;
@@ -210,9 +206,7 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
                 EndWithdrawnWait();
                 return true;
             case TimerCancel.CancelledAfterFiring:
-                _lateCanceled = true;
-                _lateToken = default;
-                ArriveLate();
+                ArriveLate(canceled: true, default);
                 return false; // the caller forgets it: read when the node's continuation arrives
             default:
                 return false;
@@ -242,8 +236,7 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
                 _core.TrySetResult(false);
                 break;
             case TimerCancel.CancelledAfterFiring:
-                _lateCanceled = false;
-                ArriveLate();
+                ArriveLate(canceled: false, default);
                 break;
         }
     }
@@ -256,6 +249,14 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
     /// the outcome and arrives here, the continuation arrives here, and the second of the two completes the wait (a
     /// two-party barrier, as a reference count of two: the same handshake as <see cref="TimerNode"/>'s releases).
     /// </summary>
+    private void ArriveLate(bool canceled, CancellationToken token)
+    {
+        _lateCanceled = canceled;
+        _lateToken = token;
+        ArriveLate();
+    }
+
+    /// <summary>The node's continuation, or a canceller that has recorded its outcome, arrives (see above).</summary>
     private void ArriveLate()
     {
         // The canceller's outcome fields are written before its increment (a full fence), and read after the second one.

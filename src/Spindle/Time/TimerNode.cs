@@ -168,10 +168,20 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
             return false;
         }
         _core.EndCompletion(null, null); // published as a success that nobody reads; the registered callback is dropped
+        LeaveWheelUnread(shard);
+        return true;
+    }
+
+    /// <summary>
+    /// A use that ended unread while the node may still be linked in a slot (stopped, or abandoned by a combinator): the
+    /// owner unlinks it and lets go, as for a cancellation; the token's registration is dropped, and the consumer's hold
+    /// let go of here. <paramref name="shard"/> was read before the use ended.
+    /// </summary>
+    private void LeaveWheelUnread(WheelShard? shard)
+    {
         shard?.PushCancel(this);
         CancellationRegistrations.Drop(ref _registration);
         ReleaseFromWheel(); // the consumer's hold; the second of consumer and owner recycles the node
-        return true;
     }
 
     /// <summary>
@@ -226,22 +236,13 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
 #if DEBUG
             TestHookAfterAbandonedSettled?.Invoke(this);
 #endif
-            shard?.PushCancel(this); // still linked in a slot: the owner unlinks it and lets go, as for a cancellation
-            CancellationRegistrations.Drop(ref _registration);
-            if (Interlocked.Increment(ref _releases) == 2)
-            {
-                Recycle();
-            }
+            LeaveWheelUnread(shard); // still linked in a slot
             return;
         }
         // It fired or was cancelled first; its completer may still be between its claim and its publication, a few stores.
         // Waited for only while it is still this use: consumed by a misused read, the node goes back to Pending for its
         // next use, and waiting for "completed" spun until someone else's delay completed on it.
-        SpinWait spin = default;
-        while (_core.IsUnpublishedUse(token))
-        {
-            spin.SpinOnce();
-        }
+        _core.WaitUntilPublished(token);
 #if DEBUG
         TestHookAfterAbandonedSettled?.Invoke(this);
 #endif
@@ -273,7 +274,7 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     internal static Action<TimerNode>? TestHookBeforeAbandonedRelease;
 #endif
 
-    /// <summary>The wheel's owner lets go of a cancelled node. The second of owner and consumer recycles it.</summary>
+    /// <summary>The wheel's owner lets go of a cancelled node, or its consumer of one it stopped unread. The second of owner and consumer recycles it.</summary>
     public void ReleaseFromWheel()
     {
         if (Interlocked.Increment(ref _releases) == 2)
