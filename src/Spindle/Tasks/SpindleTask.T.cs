@@ -144,6 +144,9 @@ public readonly partial struct SpindleTask<T>
 
         /// <summary>Schedules the continuation, flowing the current <see cref="System.Threading.ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
+        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask{TResult}"/>
+        /// awaited twice): share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -162,6 +165,9 @@ public readonly partial struct SpindleTask<T>
 
         /// <summary>Schedules the continuation without flowing the <see cref="System.Threading.ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
+        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask{TResult}"/>
+        /// awaited twice): share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)

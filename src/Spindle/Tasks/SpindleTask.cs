@@ -204,6 +204,9 @@ public readonly partial struct SpindleTask
 
         /// <summary>Schedules the continuation, flowing the current <see cref="ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
+        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask"/>
+        /// awaited twice): share a task through <see cref="SpindleTask.Preserve"/>.</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -222,6 +225,9 @@ public readonly partial struct SpindleTask
 
         /// <summary>Schedules the continuation without flowing the <see cref="ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
+        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask"/>
+        /// awaited twice): share a task through <see cref="SpindleTask.Preserve"/>.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)

@@ -169,4 +169,52 @@ public sealed class FrameContextTests
         Assert.Same(host, seen[0]);
         Assert.Same(host, hostSaw);
     }
+    private static SpindleTask TimedWait(FrameLoop loop, bool frames)
+        => frames ? loop.DelayFrame(1) : loop.Delay(TimeSpan.FromMilliseconds(1));
+
+    private static async SpindleTask InstallAfterTimedWait(FrameLoop loop, bool frames)
+    {
+        await TimedWait(loop, frames);
+        SynchronizationContext.SetSynchronizationContext(new MarkerSyncContext()); // and suspends, leaving it installed
+        await TimedWait(loop, frames);
+    }
+
+    private static async SpindleTask RecordSyncAfterTimedWait(FrameLoop loop, bool frames, SynchronizationContext?[] seen)
+    {
+        await TimedWait(loop, frames);
+        seen[0] = SynchronizationContext.Current;
+    }
+
+    /// <summary>
+    /// As above, for waits that expire in one of the loop's timer wheels (a loop-time delay, a frame count): the wheel's
+    /// pass only collects the expired waits, and the phase resumes them, so a context the first resumed task leaves
+    /// behind is taken down before the next one and before the host gets its thread back.
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task ATaskResumedByATimedWait_ThatInstallsASynchronizationContext_DoesNotLeaveItForTheNextTaskOrTheHost(bool frames)
+    {
+        var seen = new SynchronizationContext?[1];
+        SynchronizationContext? hostSaw = null;
+        bool recordedInThatFrame = false;
+        await TestUtil.WithTimeout(OnDefaultContextThread(() =>
+        {
+            var loop = new FrameLoop();
+            loop.RunFrame();
+            SpindleTask installer = InstallAfterTimedWait(loop, frames); // started first: expires and resumes first
+            SpindleTask recorder = RecordSyncAfterTimedWait(loop, frames, seen);
+            loop.RunFrame();
+            hostSaw = SynchronizationContext.Current;
+            recordedInThatFrame = recorder.IsCompleted;
+            SynchronizationContext.SetSynchronizationContext(null);
+            loop.RunFrames(2);
+            installer.GetAwaiter().GetResult();
+            recorder.GetAwaiter().GetResult();
+        }));
+
+        Assert.True(recordedInThatFrame, "both waits expire in the same frame");
+        Assert.Null(seen[0]);
+        Assert.Null(hostSaw);
+    }
 }
