@@ -54,6 +54,31 @@ public class CombinatorRegistrationFailureTests
         Assert.Equal(new Exception[] { error }, reported.ToArray());
     }
 
+    /// <summary>
+    /// The same misuse where the WhenAny settles at the call (its first input had already failed, so no combinator is
+    /// rented): letting go of the loser that is awaited elsewhere throws. The finished winner had already been read
+    /// (consumed: an async method's box goes back to its pool), so its fault must be reported, as the combinator path
+    /// reports an input it had taken; before, it was read, then dropped with the exception, and reported nowhere.
+    /// </summary>
+    [Fact]
+    public void WhenAny_SettledAtTheCall_ALoserAlreadyAwaited_Throws_AndTheFinishedWinnersFaultIsReported()
+    {
+        var gate = new Promise();
+        var error = new InvalidTimeZoneException("the finished winner");
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            SpindleTask failed = FailsAfter(gate, error);
+            gate.SetResult(); // the async method has failed: the WhenAny below settles at the call
+            Assert.Equal(SpindleTaskStatus.Faulted, failed.Status);
+            var other = new Promise();
+            SpindleTask awaited = other.Task;
+            awaited.Forget(); // pending, and it already has its one awaiter
+            Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAny(failed, awaited));
+            other.SetResult();
+        });
+        Assert.Equal(new Exception[] { error }, reported.ToArray());
+    }
+
     [Fact]
     public void WhenAll_ALaterInputAlreadyAwaited_Throws_AnEarlierFaultIsReported_AndTheCombinatorIsPooledAgain()
     {
