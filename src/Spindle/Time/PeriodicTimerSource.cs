@@ -180,7 +180,11 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
             case TimerCancel.Cancelled:
                 if (_core.TryWithdrawWaiter(waiter) != DetachOutcome.Detached)
                 {
-                    _core.TrySetCanceled(default); // not this waiter's (cannot happen): end the wait as a cancelled one
+                    // Not registered yet: the combinator met the slot between its publication and its registration
+                    // (LetGoOfLosers during AddSource). The claim is taken, so the wait ends as a cancelled one, without
+                    // its tick; the registrant then finds it completed and reads that cancellation, which is not reported
+                    // (LetGoDuringRegistrationTests).
+                    _core.TrySetCanceled(default);
                     return DetachOutcome.NotWaiting;
                 }
                 EndWithdrawnWait();
