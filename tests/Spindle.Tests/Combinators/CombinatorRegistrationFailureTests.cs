@@ -79,6 +79,27 @@ public class CombinatorRegistrationFailureTests
         Assert.Equal(new Exception[] { error }, reported.ToArray());
     }
 
+    /// <summary>
+    /// As above, with a signal's wait as the finished winner: its read took the set, which never reached the caller (who
+    /// got the exception). A set is delivered or kept, never lost: it is given back to the signal, whose next wait takes
+    /// it. Before, the wait was read and the set dropped with the exception.
+    /// </summary>
+    [Fact]
+    public void WhenAny_SettledAtTheCall_ALoserAlreadyAwaited_Throws_AndTheWinningWaitsSetIsKept()
+    {
+        var signal = new Signal();
+        SpindleTask wait = signal.WaitAsync();
+        signal.Set(); // the wait has taken the set: the WhenAny below settles at the call
+        var other = new Promise();
+        SpindleTask awaited = other.Task;
+        awaited.Forget(); // pending, and it already has its one awaiter
+        Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAny(wait, awaited));
+        SpindleTask next = signal.WaitAsync();
+        Assert.True(next.IsCompleted, "the set the failed call had taken was lost");
+        next.GetAwaiter().GetResult();
+        other.SetResult();
+    }
+
     [Fact]
     public void WhenAll_ALaterInputAlreadyAwaited_Throws_AnEarlierFaultIsReported_AndTheCombinatorIsPooledAgain()
     {
