@@ -211,7 +211,7 @@ internal abstract class CombinatorCore
     {
         Slot slot = _slots[index];
         slot.Error = null;
-        slot.ErrorSource = null;
+        slot.ErrorOrigin = null;
         slot.TakenSet = null;
         slot.Typed = null;
         slot.ReadState = Slot.Unread;
@@ -492,11 +492,12 @@ internal abstract class CombinatorCore
         Task? task = slot.Kind == InputKind.Task ? slot.Task : null;
         short token = slot.Token;
         ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
-        if (error is not null && slot.Owner.IsTheWinnersFailure((object?)source ?? task, token))
+        object? origin = (object?)source ?? task;
+        if (error is not null && slot.Owner.IsTheWinnersFailure(origin, token))
         {
             return taken; // the same completion as the winner's, whose failure the combined task carries
         }
-        ReportLoserOnce(error, source, token);
+        ReportLoserOnce(error, origin, token);
         return taken;
     }
 
@@ -523,13 +524,14 @@ internal abstract class CombinatorCore
     }
 
     /// <summary>
-    /// Reports a failure read from <paramref name="source"/>'s use <paramref name="token"/> that nobody will rethrow,
-    /// once per completion: a fault only if its report is claimed (<see cref="FaultReport.Claim"/>; a source a read does
-    /// not consume may be reported by another reader, or a Forget(), as well). A cancellation claims nothing.
+    /// Reports a failure read from <paramref name="origin"/> (a Spindle source's use <paramref name="token"/>, or a BCL
+    /// task) that nobody will rethrow, once per completion: a fault only if its report is claimed
+    /// (<see cref="FaultReport.Claim"/>; an input a read does not consume may be reported by another reader, another
+    /// copy, or a Forget(), as well). A cancellation claims nothing.
     /// </summary>
-    internal static void ReportLoserOnce(ExceptionDispatchInfo? error, ISpindleSource? source, short token)
+    internal static void ReportLoserOnce(ExceptionDispatchInfo? error, object? origin, short token)
     {
-        if (error is not null && (error.SourceException is OperationCanceledException || FaultReport.Claim(source, token)))
+        if (error is not null && (error.SourceException is OperationCanceledException || FaultReport.Claim(origin, token)))
         {
             ReportLoser(error);
         }
@@ -637,12 +639,13 @@ internal abstract class CombinatorCore
         public ExceptionDispatchInfo? Error;
 
         /// <summary>
-        /// A WhenAll with a token or a timeout: the source <see cref="Error"/> was read from, when a read does not consume
-        /// it (<see cref="IRereadableSource"/>), so that a report of that stored failure claims the completion's one
-        /// report (<see cref="FaultReport.Claim"/>): its task may be forgotten, or read by another combinator, as well.
-        /// Set with <see cref="Error"/> on the failure path only, and cleared with it.
+        /// A WhenAll with a token or a timeout: what <see cref="Error"/> was read from, when a read does not consume it (a
+        /// Spindle source that is an <see cref="IRereadableSource"/>, or a BCL task), so that a report of that stored
+        /// failure claims the completion's one report (<see cref="FaultReport.Claim"/>): its task may be forgotten, passed
+        /// twice, or read by another combinator, as well. Set with <see cref="Error"/> on the failure path only, and
+        /// cleared with it.
         /// </summary>
-        public ISpindleSource? ErrorSource;
+        public object? ErrorOrigin;
 
         /// <summary>
         /// A WhenAll with a token or a timeout: the signal whose set this slot's read took (its wait succeeded), until the
@@ -1349,11 +1352,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
                 // outcome decides whether that set reached the caller (CompleteAll) or is given back (DecideAllEarly,
                 // ReportStoredFailures, or here).
-                ISpindleSource? source = slot.Kind == InputKind.Spindle ? slot.Source : null; // the read clears it
+                object? origin = slot.Kind == InputKind.Spindle ? slot.Source : slot.Task; // the read clears both
                 ExceptionDispatchInfo? error = slot.ReadInput(out Signal? takenSet);
-                if (error is not null && source is IRereadableSource)
+                if (error is not null && (origin is IRereadableSource || origin is Task))
                 {
-                    slot.ErrorSource = source; // a report of this failure claims it (ReportStoredFailures)
+                    slot.ErrorOrigin = origin; // a report of this failure claims it (ReportStoredFailures)
                 }
                 slot.Error = error;
                 if (takenSet is not null)
@@ -1482,7 +1485,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         for (int i = 0; i < _count; i++)
         {
             slots[i].Error = null;
-            slots[i].ErrorSource = null;
+            slots[i].ErrorOrigin = null;
             slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
         }
         _core.EndCompletion(waiter, outcome);
@@ -1517,13 +1520,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         for (int i = 0; i < _count; i++)
         {
             ExceptionDispatchInfo? error = slots[i].Error;
-            ISpindleSource? source = slots[i].ErrorSource;
+            object? origin = slots[i].ErrorOrigin;
             slots[i].Error = null;
-            slots[i].ErrorSource = null;
+            slots[i].ErrorOrigin = null;
             if (error is not null && error.SourceException != _abandonedWith)
             {
                 // Not the failed registration's error (the caller got that one); once per completion, as a loser's.
-                ReportLoserOnce(error, source, slots[i].Token);
+                ReportLoserOnce(error, origin, slots[i].Token);
             }
         }
     }

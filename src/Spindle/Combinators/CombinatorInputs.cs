@@ -264,7 +264,7 @@ internal readonly struct TaskInput : IInputKind<Task, VoidResult>
     internal static void ForgetTask(Task input)
     {
         Debug.Assert(input.IsCompleted, "a pending BCL task goes to a combinator");
-        if (input.IsFaulted)
+        if (input.IsFaulted && FaultReport.Claim(input, 0)) // once per task: it may be passed twice, or lost by another combinator
         {
             foreach (Exception e in input.Exception!.InnerExceptions)
             {

@@ -375,7 +375,7 @@ internal static class Combine
         ISpindleSource? source = default(TKind).SourceOf(winner, out short token);
         if (error is not null)
         {
-            CombinatorCore.ReportLoserOnce(error, source, token);
+            CombinatorCore.ReportLoserOnce(error, (object?)source ?? (winner as System.Threading.Tasks.Task), token);
         }
         else if (source is Signal signal && signal.TookSet(token))
         {

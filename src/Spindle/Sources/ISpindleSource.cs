@@ -1,7 +1,9 @@
 using System;
 using System.Diagnostics.CodeAnalysis;
+using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading;
+using System.Threading.Tasks;
 using System.Threading.Tasks.Sources;
 
 namespace SpindleLib;
@@ -105,16 +107,47 @@ internal interface IRereadableSource
     bool TryClaimFaultReport(short token);
 }
 
-/// <summary>The one rule for every report of a fault read from a Spindle source nobody else reads (a forgotten task, a combinator's loser).</summary>
+/// <summary>
+/// The one rule for every report of a fault read from an input nobody else reads (a forgotten task, a combinator's
+/// loser): once per completion.
+/// </summary>
 internal static class FaultReport
 {
+    // The BCL tasks whose fault was reported. A Task completes once, so the task object is its completion: an entry is
+    // added once (the add is the claim: the table's own lock makes the test-and-add atomic) and lives as long as the task
+    // (the table holds its keys weakly). Touched only on the path that reports a BCL task's fault.
+    private static readonly ConditionalWeakTable<Task, object> s_reportedTasks = new();
+
     /// <summary>
-    /// True if the fault of <paramref name="source"/>'s use <paramref name="token"/> is to be reported now: always, unless
-    /// a read does not consume the source (<see cref="IRereadableSource"/>) and the same completion was reported already.
-    /// Call it only for a fault that is reported (not a cancellation), so that a claim is never spent on nothing.
+    /// True if the fault of <paramref name="origin"/>'s completion is to be reported now: always, unless a read does not
+    /// consume the origin and the same completion was reported already. That is a Spindle source whose read does not
+    /// consume it (<see cref="IRereadableSource"/>, use <paramref name="token"/>), or a BCL <see cref="Task"/> (one
+    /// completion: the same task passed twice to a combinator, or lost by two, is reported once). Call it only for a
+    /// fault that is reported (not a cancellation), so that a claim is never spent on nothing.
     /// </summary>
-    public static bool Claim(ISpindleSource? source, short token)
-        => source is not IRereadableSource rereadable || rereadable.TryClaimFaultReport(token);
+    public static bool Claim(object? origin, short token) => origin switch
+    {
+        IRereadableSource rereadable => rereadable.TryClaimFaultReport(token),
+        Task task => ClaimTask(task),
+        _ => true,
+    };
+
+    private static bool ClaimTask(Task task)
+    {
+#if NET
+        return s_reportedTasks.TryAdd(task, s_reportedTasks);
+#else
+        lock (s_reportedTasks)
+        {
+            if (s_reportedTasks.TryGetValue(task, out _))
+            {
+                return false;
+            }
+            s_reportedTasks.Add(task, s_reportedTasks);
+            return true;
+        }
+#endif
+    }
 
     /// <summary>True for a failure that is reported: a fault, not a cancellation (an outcome).</summary>
     public static bool IsFault([NotNullWhen(true)] ExceptionDispatchInfo? failure)
