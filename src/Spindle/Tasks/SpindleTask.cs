@@ -19,7 +19,9 @@ namespace SpindleLib;
 /// A second await, or an await after <see cref="Forget"/>, throws <see cref="InvalidOperationException"/>.
 /// Use <see cref="Preserve"/> for a task that is awaited more than once. Two kinds of task are not consumed by a read:
 /// a <see cref="Promise"/>'s and a <see cref="Signal"/> wait's may be read again, with the same outcome, until the
-/// promise is reset or the signal's next wait begins; their owners, not the pool, decide when the use ends.</para>
+/// promise is reset or the signal's next wait begins; their owners, not the pool, decide when the use ends. A combinator
+/// accepts a promise's task twice in one call, but not a signal wait (its read takes the set): passed twice, a wait is
+/// refused as a pooled task is.</para>
 /// <para><b>Stale tasks.</b> The version token is 16 bits, as a <see cref="ValueTask"/>'s is, and it wraps: a task kept
 /// after its use ended is recognised as stale (the await-once error) only until its source has started 65,536 more uses.
 /// A copy kept longer than that (a pooled box reused that often, a promise reset that often) names a later use again,
