@@ -18,7 +18,8 @@ namespace SpindleLib;
 /// reads the result). A fired node has already left the wheel when the core publishes, so its consumer recycles it
 /// at once. A cancelled node may still be linked in a slot; the canceller pushes it to the wheel's cancel inbox, and
 /// the wheel's owner and the consumer each add one to <see cref="_releases"/>: the second recycles. A node that never
-/// enters the wheel (an infinite delay) starts with <see cref="_releases"/> at 1, so its consumer alone recycles it.</para>
+/// enters the wheel (a timer that is never due, such as an infinite delay, which its wheel holds weakly if at all, see
+/// <see cref="NeverDueTimers"/>) has <see cref="_releases"/> at 1 from the start, so its consumer alone recycles it.</para>
 /// <para><b>Ordering.</b> A node is pushed to the insert inbox before its cancellation is registered, and its token is
 /// stored only then, so a cancellation (including a late callback from a previous use, which the token check filters)
 /// always reaches the cancel inbox after the node reached the insert inbox. The owner takes its cancel snapshot
@@ -62,6 +63,13 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// <summary>The shard the node was added to (set when it is pushed or linked); its cancellation goes there.</summary>
     internal WheelShard? Shard;
 
+    /// <summary>
+    /// The wheel that holds this use weakly as a timer that is never due (<see cref="NeverDueTimers"/>), or null: set when
+    /// the wheel takes it, cleared when the node is recycled, so a stale entry of the wheel's never-due list never acts on
+    /// the node's later uses.
+    /// </summary>
+    internal TimerWheel? NeverDueOn;
+
     ref TimerNode? IPoolNode<TimerNode>.Next => ref NextCancel;
 
     public short Version => _core.Version;
@@ -75,6 +83,35 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         TimerNode node = ObjectPool<TimerNode>.TryRent() ?? new TimerNode();
         node._releases = wheel is null ? 1 : 0;
         return node;
+    }
+
+    /// <summary>
+    /// This use will never be in a wheel (a timer that is never due, which its wheel holds weakly if at all): its consumer
+    /// alone recycles it, as if it had been rented for no wheel. Before the node is published.
+    /// </summary>
+    public void LeaveOutOfWheel() => _releases = 1;
+
+    /// <summary>True while this node is use <paramref name="use"/>, still pending, of a never-due timer that <paramref name="wheel"/> holds.</summary>
+    public bool IsNeverDueOf(TimerWheel wheel, short use) => NeverDueOn == wheel && _core.Version == use && !_core.IsCompleted;
+
+    /// <summary>
+    /// The wheel's Dispose cancels its never-due timer: completes use <paramref name="use"/> with <paramref name="exception"/>
+    /// (running its continuation) if the node is still that use of a never-due timer of <paramref name="wheel"/> and
+    /// pending. Such a node is in no wheel, so nothing else is to do: its consumer recycles it when it reads it.
+    /// </summary>
+    public bool TryCancelNeverDue(TimerWheel wheel, short use, Exception exception)
+    {
+        if (NeverDueOn != wheel)
+        {
+            return false; // recycled since the wheel took it (and maybe another timer's now)
+        }
+        ExceptionDispatchInfo error = ExceptionDispatchInfo.Capture(exception); // before the claim, as TrySetException does
+        if (!_core.TryBeginCompletionOfUse(use, out object? waiter))
+        {
+            return false; // ended meanwhile (its token, a combinator letting go of it), or a later use
+        }
+        _core.EndCompletion(waiter, error);
+        return true;
     }
 
     /// <summary>Registers the cancellation of this use. Called after the node is in the insert inbox (see remarks).</summary>
@@ -139,7 +176,8 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// exactly as a cancellation does (the owner unlinks it and lets go of it). The continuation the caller registered
     /// is dropped, not run: the caller is the consumer, and lets go of the consumer's hold here. The version is not
     /// advanced (nothing reads the result), which is harmless because the token never left the caller. Only for a node
-    /// already in a wheel whose continuation belongs to the caller (<see cref="TimeoutTimer"/> guarantees both).
+    /// already in a wheel (or held by none: one never due) whose continuation belongs to the caller (<see cref="TimeoutTimer"/>
+    /// guarantees both).
     /// </remarks>
     public bool TryCancelQuietly()
     {
@@ -302,6 +340,7 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     {
         _token = default;
         Shard = null;
+        NeverDueOn = null;
         Next = null;
         Prev = null;
         NextCancel = null;

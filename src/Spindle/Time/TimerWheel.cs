@@ -49,10 +49,12 @@ public sealed partial class TimerWheel : IDisposable
     private readonly long _timestampsPerTimeSpanTick; // > 0 when the clock's frequency is a multiple of 10 MHz
     private readonly double _timeSpanTicksPerTimestamp;
     private readonly TimerDriver _driver;
-    // True for a wheel made with the public constructor, the only kind whose Dispose users call: its infinite delays wait
-    // in its main shard (never due, not counted), so that Dispose cancels them as it cancels every other delay. Default
-    // cannot be disposed, and a frame loop never disposes its wheels: their infinite delays stay out of the wheel.
-    private readonly bool _keepsInfiniteDelays;
+    // True for a wheel made with the public constructor, the only kind whose Dispose users call: it keeps its timers that
+    // are never due (infinite delays) in _neverDue, weakly, so that Dispose cancels the ones somebody still waits on, as
+    // it cancels every other delay. Default cannot be disposed, and a frame loop never disposes its wheels: they keep
+    // none. Created on first use (most wheels never see an infinite delay); see NeverDue.
+    private readonly bool _keepsNeverDue;
+    private NeverDueTimers? _neverDue;
 
     // The main shard, owned by whoever holds the drive (see RequestDrive); and, for Default only, one shard per Spindle
     // worker, each owned by its worker (see WheelShard).
@@ -81,7 +83,7 @@ public sealed partial class TimerWheel : IDisposable
     public TimerWheel(TimeProvider timeProvider)
         : this(timeProvider, workerShards: false)
     {
-        _keepsInfiniteDelays = true;
+        _keepsNeverDue = true;
     }
 
     /// <summary>
@@ -181,6 +183,9 @@ public sealed partial class TimerWheel : IDisposable
         return sb.ToString();
     }
 
+    /// <summary>How many timers that are never due this wheel's Dispose would cancel: the pending ones nobody has let go of and the GC has not collected (tests).</summary>
+    internal int NeverDuePendingCount => Volatile.Read(ref _neverDue)?.LiveCount ?? 0;
+
     /// <summary>How many passes the wheel has run (for tests that prove it does not tick while idle).</summary>
     internal long PassCount => Volatile.Read(ref _passes);
 
@@ -203,7 +208,7 @@ public sealed partial class TimerWheel : IDisposable
     /// A task that completes after <paramref name="delay"/>. The deadline is rounded up to the wheel's 1 ms tick, so the
     /// task never completes early. Allocates nothing in steady state.
     /// </summary>
-    /// <param name="delay">The delay. <see cref="TimeSpan.Zero"/> completes at once; <see cref="Timeout.InfiniteTimeSpan"/> waits until <paramref name="cancellationToken"/> fires (or the wheel is disposed).</param>
+    /// <param name="delay">The delay. <see cref="TimeSpan.Zero"/> completes at once; <see cref="Timeout.InfiniteTimeSpan"/> waits until <paramref name="cancellationToken"/> fires (or the wheel is disposed); as with <c>Task.Delay(-1)</c>, the wheel does not keep the code awaiting it alive.</param>
     /// <param name="cancellationToken">Cancels the delay: the task completes as canceled and nothing stays registered. A token already cancelled completes the task as canceled at once.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
@@ -224,7 +229,7 @@ public sealed partial class TimerWheel : IDisposable
         }
         if (!finite)
         {
-            return InfiniteDelay(_keepsInfiniteDelays ? this : null, cancellationToken);
+            return InfiniteDelay(cancellationToken);
         }
         TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
@@ -270,6 +275,8 @@ public sealed partial class TimerWheel : IDisposable
         }
     }
 
+    private static readonly Func<Exception> s_newDisposedCancellation = NewDisposedCancellation;
+
     private static readonly Func<TimerWheel, WorkerTimers> s_createWorkerShard = static wheel =>
     {
         var shard = new WheelShard(wheel, dispatch: false);
@@ -281,24 +288,44 @@ public sealed partial class TimerWheel : IDisposable
     };
 
     /// <summary>
-    /// A delay that never fires: only its token (and, on <paramref name="wheel"/>, the wheel's Dispose) completes it; as
-    /// with <c>Task.Delay</c>, without a token it never completes. With a <paramref name="wheel"/> (one that can be
-    /// disposed), the node waits in its main shard's list of timers that are never due (<see cref="WheelShard.Never"/>):
-    /// no kick and no pass, not counted as pending, and released by the pass its cancellation kicks, as any delay's is.
-    /// Without one it is never in a wheel. An infinite delay used to be in no wheel at all, so disposing its wheel left it
-    /// pending, where Dispose completes every pending delay as canceled.
+    /// A delay that never fires: only its token (and the wheel's Dispose, on a wheel made with the constructor) completes
+    /// it; as with <c>Task.Delay</c>, without a token it never completes. It is never in a shard: the wheel holds it
+    /// weakly, if at all (<see cref="Insert"/>), so that, as with <c>Task.Delay(-1)</c>, code that awaits it and that
+    /// nothing else references is collected. A wheel made with the constructor used to keep it in a list of timers that
+    /// are never due until it was disposed, and a session abandoned while it awaited one stayed in memory for as long.
     /// </summary>
-    private static SpindleTask InfiniteDelay(TimerWheel? wheel, CancellationToken cancellationToken)
+    private SpindleTask InfiniteDelay(CancellationToken cancellationToken)
     {
-        TimerNode node = TimerNode.Rent(wheel);
+        TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
-        wheel?.Insert(node, WheelShard.Never); // before the token, as for every delay (see TimerNode's ordering)
+        Insert(node, WheelShard.Never); // before the token, as for every delay (see TimerNode's ordering)
         if (cancellationToken.CanBeCanceled)
         {
             node.RegisterCancellation(cancellationToken);
         }
         return new SpindleTask(node, token);
     }
+
+    /// <summary>
+    /// Takes a timer that is never due (<paramref name="node"/>, not yet published): it enters no shard, and only a wheel
+    /// made with the constructor keeps it, weakly, for its Dispose to cancel (see <see cref="NeverDueTimers"/>). A wheel
+    /// disposed meanwhile cancels it here, as the disposing pass cancels a finite timer that raced it.
+    /// </summary>
+    private void HoldNeverDue(TimerNode node)
+    {
+        node.LeaveOutOfWheel();
+        if (_keepsNeverDue && !NeverDue().TryAdd(node, node.Version))
+        {
+            node.Cancel(NewDisposedCancellation()); // no continuation yet: its caller registers one after this returns
+        }
+    }
+
+    /// <summary>The never-due list of a wheel made with the constructor, created by its first infinite timer or its Dispose.</summary>
+    private NeverDueTimers NeverDue()
+        => Volatile.Read(ref _neverDue) ?? Interlocked.CompareExchange(ref _neverDue, new NeverDueTimers(this), null) ?? _neverDue!;
+
+    /// <summary>The exception a timer that its wheel's Dispose cancels completes with.</summary>
+    internal static OperationCanceledException NewDisposedCancellation() => new("The TimerWheel was disposed.");
 
     /// <summary>
     /// Checks a delay or timeout: <see cref="Timeout.InfiniteTimeSpan"/>, or zero to <see cref="MaxDelay"/>. Returns
@@ -397,8 +424,18 @@ public sealed partial class TimerWheel : IDisposable
     /// Adds <paramref name="node"/> with an absolute <paramref name="deadline"/> tick: one CAS onto the insert inbox.
     /// Wakes the driver only when the deadline is earlier than the one it sleeps towards.
     /// </summary>
+    /// <remarks>
+    /// A timer that is never due (<see cref="WheelShard.Never"/>: an infinite delay, a periodic tick of an infinite period,
+    /// a deadline past the range of a long) enters no shard: nothing would ever fire it, and a shard would keep what its
+    /// continuation reaches alive until the wheel was disposed (see <see cref="HoldNeverDue"/>).
+    /// </remarks>
     internal void Insert(TimerNode node, long deadline)
     {
+        if (deadline == WheelShard.Never)
+        {
+            HoldNeverDue(node);
+            return;
+        }
         node.Deadline = deadline;
         _main.Push(node);
         // Dekker with the owner (DriveAndPlan): the push above happens before this read, and the owner publishes
@@ -574,6 +611,10 @@ public sealed partial class TimerWheel : IDisposable
         {
             // Even if the provider's timer throws as it is disposed: every pending delay still completes as canceled.
             RequestDrive();
+            if (_keepsNeverDue)
+            {
+                NeverDue().Close(s_newDisposedCancellation);
+            }
         }
     }
 

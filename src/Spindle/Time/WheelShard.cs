@@ -27,9 +27,8 @@ internal sealed class WheelShard : WorkerTimers
     private readonly bool _dispatch;
     // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
     // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
-    // One more list after the wheel's slots, NeverSlot, holds the timers that are never due (see Never).
-    private readonly TimerNode?[] _slots = new TimerNode?[NeverSlot + 1];
-    private readonly TimerNode?[] _tails = new TimerNode?[NeverSlot + 1];
+    private readonly TimerNode?[] _slots = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
+    private readonly TimerNode?[] _tails = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
     private readonly ulong[] _occupied = new ulong[TimerWheel.Levels];
     private long _elapsed;
     private TimerBatch? _batch;
@@ -60,21 +59,18 @@ internal sealed class WheelShard : WorkerTimers
     }
 
     /// <summary>
-    /// The deadline of a timer that is never due: an infinite delay on a wheel that can be disposed, kept only so that the
-    /// wheel's Dispose cancels it as it cancels every pending delay. It is linked in <see cref="NeverSlot"/>, outside the
-    /// wheel's levels and bitmaps, and is not counted in <see cref="PendingCount"/> (nothing will ever fire it).
+    /// The deadline of a timer that is never due: an infinite delay, a periodic timer's tick when its period is infinite,
+    /// a deadline past the range of a long. No shard ever holds one: its wheel holds it weakly, if at all
+    /// (<see cref="TimerWheel.Insert"/>, <see cref="NeverDueTimers"/>).
     /// </summary>
     public const long Never = long.MaxValue;
-
-    /// <summary>The list of the timers that are never due, after the wheel's 6 × 64 slots.</summary>
-    internal const int NeverSlot = TimerWheel.Levels * TimerWheel.SlotsPerLevel;
 
     /// <summary>The shard's elapsed time in ticks: everything due up to it has fired. Owner only.</summary>
     public long Elapsed => _elapsed;
 
     /// <summary>
-    /// Timers linked as of the owner's last change, plus those in the insert inbox (neither counting those that are
-    /// <see cref="Never"/> due). During a pass, the timers it took from the inbox count as linked (see <see cref="DrainInboxes"/>).
+    /// Timers linked as of the owner's last change, plus those in the insert inbox. During a pass, the timers it took from
+    /// the inbox count as linked (see <see cref="DrainInboxes"/>).
     /// </summary>
     public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
 
@@ -92,7 +88,7 @@ internal sealed class WheelShard : WorkerTimers
         {
             node.Next = head;
             int below = head is null ? 0 : head.InboxDepth;
-            node.InboxDepth = node.Deadline == Never ? below : below + 1;
+            node.InboxDepth = below + 1;
             TimerNode? seen = Interlocked.CompareExchange(ref _inbox, node, head);
             if (seen == head)
             {
@@ -304,7 +300,7 @@ internal sealed class WheelShard : WorkerTimers
     /// <para>It goes back at most <see cref="MaxRewind"/> (about 745 days), and not before the wheel's origin; a new timer
     /// due before the point it stops at waits for the wheel's next tick (see <see cref="DrainInboxes"/>). No user code runs
     /// here, and each slot's timers are linked again in their order, so timers due at the same millisecond keep firing in
-    /// the order they were started. The timers that are never due stay where they are.</para>
+    /// the order they were started.</para>
     /// </remarks>
     private void Rewind(long now)
     {
@@ -315,7 +311,7 @@ internal sealed class WheelShard : WorkerTimers
         }
         TimerNode? head = null;
         TimerNode? tail = null;
-        for (int index = 0; index < NeverSlot; index++)
+        for (int index = 0; index < _slots.Length; index++)
         {
             while (_slots[index] is { } node)
             {
@@ -486,15 +482,12 @@ internal sealed class WheelShard : WorkerTimers
 
     private void Link(TimerNode node)
     {
-        int index = NeverSlot;
-        if (node.Deadline != Never)
-        {
-            int level = LevelFor(_elapsed, node.Deadline);
-            int slot = (int)((node.Deadline >> (level * TimerWheel.SlotBits)) & TimerWheel.SlotMask);
-            index = level * TimerWheel.SlotsPerLevel + slot;
-            _occupied[level] |= 1UL << slot;
-            _linkedOwner++;
-        }
+        Debug.Assert(node.Deadline != Never, "a timer that is never due is never linked (TimerWheel.Insert)");
+        int level = LevelFor(_elapsed, node.Deadline);
+        int slot = (int)((node.Deadline >> (level * TimerWheel.SlotBits)) & TimerWheel.SlotMask);
+        int index = level * TimerWheel.SlotsPerLevel + slot;
+        _occupied[level] |= 1UL << slot;
+        _linkedOwner++;
         TimerNode? tail = _tails[index];
         node.Next = null;
         node.Prev = tail;
@@ -522,7 +515,7 @@ internal sealed class WheelShard : WorkerTimers
         else
         {
             _slots[index] = next;
-            if (next is null && index != NeverSlot)
+            if (next is null)
             {
                 _occupied[index >> TimerWheel.SlotBits] &= ~(1UL << (index & TimerWheel.SlotMask));
             }
@@ -538,10 +531,7 @@ internal sealed class WheelShard : WorkerTimers
         node.Next = null;
         node.Prev = null;
         node.Slot = -1;
-        if (index != NeverSlot)
-        {
-            _linkedOwner--;
-        }
+        _linkedOwner--;
     }
 
     /// <summary>Fires a node whose deadline has passed; its continuation runs inline or joins the batch. Owner only.</summary>
@@ -580,7 +570,7 @@ internal sealed class WheelShard : WorkerTimers
     }
 
 
-    /// <summary>Unlinks and cancels every linked timer (those <see cref="Never"/> due too), and releases the cancelled ones. Owner only.</summary>
+    /// <summary>Unlinks and cancels every linked timer, and releases the cancelled ones. Owner only.</summary>
     public void CancelEverything()
     {
         DrainInboxes(_elapsed);
@@ -594,7 +584,7 @@ internal sealed class WheelShard : WorkerTimers
                 // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
                 try
                 {
-                    node.Cancel(new OperationCanceledException("The TimerWheel was disposed."));
+                    node.Cancel(TimerWheel.NewDisposedCancellation());
                 }
                 catch (Exception ex)
                 {
