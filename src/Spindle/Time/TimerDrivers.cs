@@ -100,9 +100,12 @@ internal sealed class ProviderTimerDriver : TimerDriver
     private readonly TimerWheel _wheel;
     private readonly ITimer _timer;
 
-    // The wheel's elapsed time (TimeSpan ticks) the timer was last armed for by a relative Change, and whether a kick
-    // (a due time of zero) may be what fires it next; see OnFired. Heuristics only: a pass always reads the clock.
-    private long _armedFor = long.MinValue;
+    // What the timer was last armed for by a relative Change, and whether a kick (a due time of zero) may be what fires
+    // it next; see OnFired. Heuristics only: a pass always reads the clock. _armed packs two numbers of one arming into
+    // one word, so that OnFired never pairs one arming's with another's: the wheel's elapsed time (TimeSpan ticks) it was
+    // armed for, a whole millisecond, plus the fraction of a millisecond in the due time it was given, which a timer that
+    // truncates drops (below TicksPerMillisecond). long.MinValue: never armed so.
+    private long _armed = long.MinValue;
     private int _kicked;
     // Set once the provider's timer has fired before the time it was armed for: from then on a relative due time is
     // rounded up to a whole millisecond (see Arm).
@@ -127,19 +130,39 @@ internal sealed class ProviderTimerDriver : TimerDriver
 
     /// <summary>
     /// The provider's timer fired: runs a pass. A timer that fires before the time it was armed for, with no kick since,
-    /// is one that truncates due times to whole milliseconds, as <see cref="System.Threading.Timer"/> does, and so the
-    /// timer of every provider that does not override <see cref="TimeProvider.CreateTimer"/>: its pass finds nothing due,
-    /// and arming it for the fraction of a millisecond left gave a due time of zero, so it fired again at once, and
-    /// again, until the clock reached the tick (a busy loop of up to a millisecond per deadline; for ever on a clock that
-    /// only moves when told to). Once seen, <see cref="Arm"/> rounds up.
+    /// by no more than the fraction of a millisecond in its due time, is one that truncates due times to whole
+    /// milliseconds, as <see cref="System.Threading.Timer"/> does, and so the timer of every provider that does not
+    /// override <see cref="TimeProvider.CreateTimer"/>: its pass finds nothing due, and arming it for the fraction of a
+    /// millisecond left gave a due time of zero, so it fired again at once, and again, until the clock reached the tick
+    /// (a busy loop of up to a millisecond per deadline; for ever on a clock that only moves when told to). Once seen,
+    /// <see cref="Arm"/> rounds up.
     /// </summary>
+    /// <remarks>
+    /// Truncation explains a fire no earlier than the due time's whole milliseconds after the arming. A fire earlier still
+    /// is the clock stepping back while the timer was armed (a provider whose timestamp is not monotonic), not the timer:
+    /// it used to count as an early fire too, and from then on every relative due time was rounded up, for good, so a
+    /// delay started at a fraction of a millisecond fired up to a millisecond past its deadline, and a whole step past it
+    /// on a clock advanced in coarse steps (found by the review of the defects left alone, <c>BackwardClockTests</c>). A
+    /// step back smaller than the fraction truncation drops still looks like truncation: the rounding then costs a pass
+    /// less than a millisecond, within the wheel's contract.
+    /// </remarks>
     private void OnFired()
     {
         try
         {
-            if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0 && _wheel.Elapsed() < Volatile.Read(ref _armedFor))
+            if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0)
             {
-                _firesEarly = true;
+                long armed = Volatile.Read(ref _armed);
+                if (armed != long.MinValue)
+                {
+                    long fraction = armed % TimeSpan.TicksPerMillisecond;
+                    long armedFor = armed - fraction;
+                    long elapsed = _wheel.Elapsed();
+                    if (elapsed < armedFor && elapsed >= armedFor - fraction)
+                    {
+                        _firesEarly = true;
+                    }
+                }
             }
         }
         catch (Exception)
@@ -175,7 +198,6 @@ internal sealed class ProviderTimerDriver : TimerDriver
             return;
         }
         long seen = _wheel.Elapsed();
-        Volatile.Write(ref _armedFor, next * TimeSpan.TicksPerMillisecond);
         for (int rearms = 0; ; rearms++)
         {
             TimeSpan due = TimerWheel.TimeUntil(next, seen);
@@ -184,6 +206,11 @@ internal sealed class ProviderTimerDriver : TimerDriver
                 // A timer that truncates would take the fraction as zero: a late pass (within the tick) instead of a spin.
                 due = TimeSpan.FromTicks((due.Ticks / TimeSpan.TicksPerMillisecond + 1) * TimeSpan.TicksPerMillisecond);
             }
+            // A non-negative whole millisecond, plus a fraction below one, unpacked by OnFired (without the fraction at the
+            // very end of a long, which only a ManualClock advanced to its end reaches).
+            long armedFor = next * TimeSpan.TicksPerMillisecond;
+            long fraction = due.Ticks % TimeSpan.TicksPerMillisecond;
+            Volatile.Write(ref _armed, armedFor > long.MaxValue - fraction ? armedFor : armedFor + fraction);
             _timer.Change(due, Timeout.InfiniteTimeSpan);
             if (due == TimeSpan.Zero || rearms == MaxReArms)
             {

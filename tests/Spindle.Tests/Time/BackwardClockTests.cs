@@ -119,6 +119,44 @@ public class BackwardClockTests
         Assert.Empty(reported); // a pass that failed (in a Debug build, the wheel's assertions) reports here
     }
 
+    /// <summary>
+    /// A provider's timer that fires before the time it was armed for told the wheel that its timer truncates due times
+    /// to whole milliseconds, and from then on it rounded every relative due time up to the next millisecond. A step back
+    /// while the timer was armed made it fire "early" by the clock too (found by the review of the defects left alone,
+    /// after section 24): the wheel took the step for truncation, for good. A delay started at a fraction of a
+    /// millisecond then fired up to a millisecond after its deadline, and on a clock advanced in coarse steps (a
+    /// fixed-step simulation, a test) a whole step late: here 16.6 ms past its deadline.
+    /// </summary>
+    [Fact]
+    public void AStepBackWhileTheProvidersTimerIsArmed_IsNotTakenForATimerThatFiresEarly()
+    {
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            var clock = new SteppingClock();
+            using var wheel = new TimerWheel(clock);
+            SpindleTask reach = wheel.Delay(50);
+            Advance(clock, Ms(50)); // the wheel is at 50 ms
+            Assert.Equal(SpindleTaskStatus.Succeeded, reach.Status);
+
+            SpindleTask first = wheel.Delay(10); // the provider's timer is armed for 10 ms, to the deadline at 60 ms
+            clock.StepBack(Ms(3));
+            Advance(clock, Ms(10)); // it fires with the clock at 57 ms: before its deadline, because the clock stepped back
+            Assert.False(first.IsCompleted, "fired early");
+            Advance(clock, Ms(3));
+            Assert.Equal(SpindleTaskStatus.Succeeded, first.Status);
+            first.GetAwaiter().GetResult();
+
+            Advance(clock, Ms(0.5));
+            SpindleTask late = wheel.Delay(16); // started at 60.5 ms: due at 77 ms (76.5 rounded up)
+            Advance(clock, Ms(16.6)); // one coarse step: the clock reads 77.1 ms
+            Assert.True(late.IsCompleted,
+                "a 16 ms delay due at 77 ms had not fired with the clock at 77.1 ms: the step back was taken for a timer that truncates, and the rest of the millisecond put its pass in the next step, 16.6 ms later");
+            late.GetAwaiter().GetResult();
+            Assert.Equal(0, wheel.PendingCount);
+        });
+        Assert.Empty(reported);
+    }
+
     private static void Advance(SteppingClock clock, TimeSpan by) => TestUtil.AssertReturns(() => clock.Inner.Advance(by), "the advance never returned");
 
     /// <summary>
