@@ -639,13 +639,27 @@ internal abstract class CombinatorCore
         public ExceptionDispatchInfo? Error;
 
         /// <summary>
-        /// A WhenAll with a token or a timeout: what <see cref="Error"/> was read from, when a read does not consume it (a
-        /// Spindle source that is an <see cref="IRereadableSource"/>, or a BCL task), so that a report of that stored
-        /// failure claims the completion's one report (<see cref="FaultReport.Claim"/>): its task may be forgotten, passed
-        /// twice, or read by another combinator, as well. Set with <see cref="Error"/> on the failure path only, and
+        /// A WhenAll's: what <see cref="Error"/> was read from, when a read does not consume it (a Spindle source that is
+        /// an <see cref="IRereadableSource"/>, or a BCL task), so that a report of that stored failure (by a token or
+        /// timeout that decided, or by the reader of a combination whose registration failed) claims the completion's one
+        /// report (<see cref="FaultReport.Claim"/>): its task may be forgotten, passed twice, or read by another
+        /// combinator, as well. Set with <see cref="Error"/> on the failure path only (<see cref="KeepFailure"/>), and
         /// cleared with it.
         /// </summary>
         public object? ErrorOrigin;
+
+        /// <summary>
+        /// A WhenAll keeps its input's outcome, read from <paramref name="origin"/> (the slot's Spindle source or BCL task
+        /// before the read cleared it, or null): <see cref="Error"/>, and on the failure path <see cref="ErrorOrigin"/>.
+        /// </summary>
+        public void KeepFailure(ExceptionDispatchInfo? error, object? origin)
+        {
+            if (error is not null && (origin is IRereadableSource || origin is Task))
+            {
+                ErrorOrigin = origin;
+            }
+            Error = error;
+        }
 
         /// <summary>
         /// A WhenAll with a token or a timeout: the signal whose set this slot's read took (its wait succeeded), until the
@@ -1261,34 +1275,94 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     private static readonly Action<object?> s_readAbandoned = static o => ((Combinator<TResult>)o!).ReadAbandoned();
 
-    /// <summary>The consumer of a combination whose caller got an exception instead (<see cref="AbandonAfterFailedRegistration"/>).</summary>
+    /// <summary>
+    /// The consumer of a combination whose caller got an exception instead (<see cref="AbandonAfterFailedRegistration"/>):
+    /// reads it and reports the inputs' failures it carries, except the caller's error, since nobody else will see them.
+    /// Each is reported once per completion: one read from a source that a read does not consume (a promise's task, a task
+    /// made failed) claims that completion's report (<see cref="CombinatorCore.ReportLoserOnce"/>), as a loser's does; it used to be
+    /// reported without the claim, and a Forget() of the same task, before or after, reported it a second time (found by
+    /// the review of the defects left alone, <c>AbandonedRegistrationReportTests</c>).
+    /// </summary>
     private void ReadAbandoned()
     {
         Exception? thrown = _abandonedWith; // read first: the read below may recycle this object
-        bool decidedEarly = _decidedEarly; // likewise
+        bool decidedEarly = _decidedEarly; // likewise; a token or timeout that decided reported the stored failures itself
         bool aggregate = _aggregate;
-        try
+        // A WhenAll's slots hold what CompleteAll kept for this reader; a WhenAny's losers may still be using theirs.
+        List<(ExceptionDispatchInfo Error, object Origin, short Token)>? origins = decidedEarly || _isAny ? null : TakeFailureOrigins();
+        // A WhenAny's failure is its winner's: the one input that can be its origin.
+        object? winner = null;
+        short winnerToken = 0;
+        if (_isAny && (uint)_winner < (uint)_count && _winnerFaultOrigin is { } origin)
         {
-            GetResult(_core.Version);
+            winner = origin; // a source a read does not consume, or a BCL task
+            winnerToken = Slots[_winner].Token;
         }
-        catch (AggregateException all) when (aggregate && !decidedEarly)
+        ReadQuietly(_core.Version, out ExceptionDispatchInfo? error);
+        if (error is null || decidedEarly)
+        {
+            return;
+        }
+        if (aggregate && error.SourceException is AggregateException all)
         {
             foreach (Exception inner in all.InnerExceptions)
             {
                 if (inner != thrown)
                 {
-                    ReportLoser(inner);
+                    ReportAbandoned(inner, origins);
                 }
             }
         }
-        catch (Exception ex) when (ex != thrown && !decidedEarly)
+        else if (error.SourceException != thrown)
         {
-            ReportLoser(ex); // an earlier input's failure: nobody else will ever see it
+            // An earlier input's failure: nobody else will ever see it.
+            if (winner is not null)
+            {
+                ReportLoserOnce(error, winner, winnerToken);
+            }
+            else
+            {
+                ReportAbandoned(error.SourceException, origins);
+            }
         }
-        catch (Exception)
+    }
+
+    /// <summary>
+    /// Before the read that recycles this object: a WhenAll's failures read from sources a read does not consume, with
+    /// their sources and tokens, from the slots that <see cref="CompleteAll"/> kept for this reader (cleared here, so the
+    /// pooled object holds no input); null if there are none.
+    /// </summary>
+    private List<(ExceptionDispatchInfo Error, object Origin, short Token)>? TakeFailureOrigins()
+    {
+        List<(ExceptionDispatchInfo, object, short)>? origins = null;
+        Slot[] slots = Slots;
+        for (int i = 0; i < _count; i++)
         {
-            // The error the caller already got.
+            if (slots[i].Error is { } failure && slots[i].ErrorOrigin is { } origin)
+            {
+                (origins ??= new()).Add((failure, origin, slots[i].Token));
+            }
+            slots[i].Error = null;
+            slots[i].ErrorOrigin = null;
         }
+        return origins;
+    }
+
+    /// <summary>Reports <paramref name="failure"/>, claiming its completion's report when it came from one of <paramref name="origins"/>.</summary>
+    private static void ReportAbandoned(Exception failure, List<(ExceptionDispatchInfo Error, object Origin, short Token)>? origins)
+    {
+        if (origins is not null)
+        {
+            foreach ((ExceptionDispatchInfo error, object origin, short token) in origins)
+            {
+                if (error.SourceException == failure)
+                {
+                    ReportLoserOnce(error, origin, token);
+                    return;
+                }
+            }
+        }
+        ReportLoser(failure);
     }
 
     /// <summary>Drops the references of inputs that were never started (the race was decided first).</summary>
@@ -1353,12 +1427,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 // outcome decides whether that set reached the caller (CompleteAll) or is given back (DecideAllEarly,
                 // ReportStoredFailures, or here).
                 object? origin = slot.Kind == InputKind.Spindle ? slot.Source : slot.Task; // the read clears both
-                ExceptionDispatchInfo? error = slot.ReadInput(out Signal? takenSet);
-                if (error is not null && (origin is IRereadableSource || origin is Task))
-                {
-                    slot.ErrorOrigin = origin; // a report of this failure claims it (ReportStoredFailures)
-                }
-                slot.Error = error;
+                slot.KeepFailure(slot.ReadInput(out Signal? takenSet), origin); // a report of it claims it (ReportStoredFailures)
                 if (takenSet is not null)
                 {
                     // The exchange is a full fence before the read of the core (the other half of DecideAllEarly's pair).
@@ -1382,8 +1451,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             taken.GiveBack();
             return;
         }
-        // Read the input exactly once: this returns a pooled input to its pool and observes its exception.
-        slot.Error = slot.ReadInput(); // published to the last input by the interlocked decrement below
+        // Read the input exactly once: this returns a pooled input to its pool and observes its exception. Kept, with
+        // where it came from (for the reader of a combination whose registration failed: ReadAbandoned), published to
+        // the last input by the interlocked decrement below.
+        object? read = slot.Kind == InputKind.Spindle ? slot.Source : slot.Task; // the read clears both
+        slot.KeepFailure(slot.ReadInput(), read);
         int remaining = Interlocked.Decrement(ref _references);
         if (remaining > 1)
         {
@@ -1482,10 +1554,16 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             taken.GiveBack();
             return;
         }
+        // A combination whose registration failed keeps its slots' failures for its one reader, which reports them and
+        // clears them (ReadAbandoned); nothing reuses this object before that reader's read.
+        bool keepFailures = _abandonedWith is not null;
         for (int i = 0; i < _count; i++)
         {
-            slots[i].Error = null;
-            slots[i].ErrorOrigin = null;
+            if (!keepFailures)
+            {
+                slots[i].Error = null;
+                slots[i].ErrorOrigin = null;
+            }
             slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
         }
         _core.EndCompletion(waiter, outcome);
