@@ -105,6 +105,9 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         {
             return false; // recycled since the wheel took it (and maybe another timer's now)
         }
+#if DEBUG
+        TestHookBeforeNeverDueClaim?.Invoke(this);
+#endif
         ExceptionDispatchInfo error = ExceptionDispatchInfo.Capture(exception); // before the claim, as TrySetException does
         if (!_core.TryBeginCompletionOfUse(use, out object? waiter))
         {
@@ -175,7 +178,9 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// The one CAS in the core still decides between firing and this; the node then goes to its shard's cancel inbox
     /// exactly as a cancellation does (the owner unlinks it and lets go of it). The continuation the caller registered
     /// is dropped, not run: the caller is the consumer, and lets go of the consumer's hold here. The version is not
-    /// advanced (nothing reads the result), which is harmless because the token never left the caller. Only for a node
+    /// advanced (nothing reads the result), which is harmless because the token never left the caller, except for a node
+    /// in no shard (a timer that is never due), whose wheel's never-due list holds the token: its version steps, so that
+    /// a Dispose that found it a moment before cannot claim the node's next use (<c>NeverDueReuseTests</c>). Only for a node
     /// already in a wheel (or held by none: one never due) whose continuation belongs to the caller (<see cref="TimeoutTimer"/>
     /// guarantees both).
     /// </remarks>
@@ -186,7 +191,17 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         {
             return false;
         }
-        shard?.PushCancel(this);
+        if (shard is not null)
+        {
+            shard.PushCancel(this);
+        }
+        else
+        {
+            // In no shard: a timer that is never due, which its wheel's Dispose may still be about to cancel by this use's
+            // token (NeverDueTimers keeps it). The token has left the caller after all, so the use ends with a version step,
+            // as a read's does: recycled with the same version, the node's next use (another wheel's timer) matched it.
+            _core.Reset();
+        }
         ReleaseFromWheel(); // the consumer's hold; the second of consumer and owner recycles the node
         return true;
     }
@@ -310,6 +325,13 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// <see cref="ReleaseAbandoned"/> looks at the node: the timer firing and the caller's misused read may both land here.
     /// </summary>
     internal static Action<TimerNode>? TestHookBeforeAbandonedRelease;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs when a wheel's Dispose has found a node still its never-due timer
+    /// (<see cref="TryCancelNeverDue"/>), before it claims the use: the use's owner may end it and the node go on to
+    /// another timer here.
+    /// </summary>
+    internal static Action<TimerNode>? TestHookBeforeNeverDueClaim;
 #endif
 
     /// <summary>The wheel's owner lets go of a cancelled node, or its consumer of one it stopped unread. The second of owner and consumer recycles it.</summary>
