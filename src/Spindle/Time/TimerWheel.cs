@@ -589,7 +589,9 @@ public sealed partial class TimerWheel : IDisposable
 
     /// <summary>
     /// Stops the wheel: every pending delay completes as canceled, and <see cref="Delay(TimeSpan, CancellationToken)"/>
-    /// then throws <see cref="ObjectDisposedException"/>. <see cref="Default"/> cannot be disposed.
+    /// then throws <see cref="ObjectDisposedException"/>. <see cref="Default"/> cannot be disposed. An infinite delay with
+    /// no token (or one whose token's source is gone) is held weakly, as <c>Task.Delay(-1)</c> holds nothing: code awaiting
+    /// it that nothing else references may have been collected by then, and its <c>finally</c> blocks never run.
     /// </summary>
     /// <exception cref="InvalidOperationException">This is <see cref="Default"/>.</exception>
     public void Dispose()

@@ -9,8 +9,10 @@ namespace SpindleLib.Tests.Time;
 /// <c>Task.Delay(-1)</c> holds nothing: a server session abandoned while it awaits one (or a WhenAny over one and
 /// something else, which then lets go of it) is collected with its state machine and its locals. A wheel made with the
 /// constructor kept such a delay in its list of timers that are never due until it was disposed, pinning the session
-/// (found by a review of the defects left alone, decisions 23).
+/// (found by a review of the defects left alone, decisions 23). Sequential: a test running beside it that keeps old task
+/// copies over pooled timer nodes can keep a session alive (a review saw it fail once so).
 /// </summary>
+[Collection(SequentialCollection.Name)]
 public sealed class InfiniteDelayLetGoTests
 {
     private sealed class Session
