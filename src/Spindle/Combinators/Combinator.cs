@@ -488,11 +488,9 @@ internal abstract class CombinatorCore
     /// </summary>
     private static Signal? ReadAndReportLoser(Slot slot)
     {
-        ISpindleSource? source = slot.Kind == InputKind.Spindle ? Volatile.Read(ref slot.Source) : null;
-        Task? task = slot.Kind == InputKind.Task ? slot.Task : null;
+        object? origin = slot.Origin; // the read clears it
         short token = slot.Token;
         ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
-        object? origin = (object?)source ?? task;
         if (error is not null && slot.Owner.IsTheWinnersFailure(origin, token))
         {
             return taken; // the same completion as the winner's, whose failure the combined task carries
@@ -509,7 +507,7 @@ internal abstract class CombinatorCore
     /// </summary>
     private bool IsTheWinnersFailure(object? origin, short token)
     {
-        if (!_isAny || origin is null || !(origin is IRereadableSource || origin is Task))
+        if (!_isAny || !FaultReport.IsRereadable(origin))
         {
             return false;
         }
@@ -632,6 +630,17 @@ internal abstract class CombinatorCore
         public Task? Task;
         public ValueTask ValueTask;
 
+        /// <summary>
+        /// What this use's input is read from, before its read clears it: its Spindle source, or its BCL task; null for a
+        /// ValueTask, or an input that failed before it was a task. A failure's origin, for the claim of its report.
+        /// </summary>
+        public object? Origin => Kind switch
+        {
+            InputKind.Spindle => Volatile.Read(ref Source),
+            InputKind.Task => Task,
+            _ => null,
+        };
+
         /// <summary>This use's cell when the input's result is kept (a typed input); null for an untyped input.</summary>
         public InputCell? Typed;
 
@@ -654,7 +663,7 @@ internal abstract class CombinatorCore
         /// </summary>
         public void KeepFailure(ExceptionDispatchInfo? error, object? origin)
         {
-            if (error is not null && (origin is IRereadableSource || origin is Task))
+            if (error is not null && FaultReport.IsRereadable(origin))
             {
                 ErrorOrigin = origin;
             }
@@ -1426,7 +1435,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
                 // outcome decides whether that set reached the caller (CompleteAll) or is given back (DecideAllEarly,
                 // ReportStoredFailures, or here).
-                object? origin = slot.Kind == InputKind.Spindle ? slot.Source : slot.Task; // the read clears both
+                object? origin = slot.Origin; // the read clears it
                 slot.KeepFailure(slot.ReadInput(out Signal? takenSet), origin); // a report of it claims it (ReportStoredFailures)
                 if (takenSet is not null)
                 {
@@ -1454,8 +1463,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // Read the input exactly once: this returns a pooled input to its pool and observes its exception. Kept, with
         // where it came from (for the reader of a combination whose registration failed: ReadAbandoned), published to
         // the last input by the interlocked decrement below.
-        object? read = slot.Kind == InputKind.Spindle ? slot.Source : slot.Task; // the read clears both
-        slot.KeepFailure(slot.ReadInput(), read);
+        object? readFrom = slot.Origin; // the read clears it
+        slot.KeepFailure(slot.ReadInput(), readFrom);
         int remaining = Interlocked.Decrement(ref _references);
         if (remaining > 1)
         {
@@ -1485,9 +1494,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
         // The winner's slot is read by nobody else: the decider skips it, and so does a registrant (by _winner).
-        object? origin = slot.Kind == InputKind.Task ? slot.Task : slot.Source; // the read clears both
+        object? origin = slot.Origin; // the read clears it
         ExceptionDispatchInfo? error = slot.ReadInput();
-        if (error is not null && (origin is IRereadableSource || origin is Task))
+        if (error is not null && FaultReport.IsRereadable(origin))
         {
             _winnerFaultOrigin = origin; // a second copy of this completion among the losers is not reported
         }

@@ -132,6 +132,12 @@ internal static class FaultReport
         _ => true,
     };
 
+    /// <summary>
+    /// True for an origin whose one completion more than one read may meet (a Spindle source a read does not consume, or a
+    /// BCL task), so that its fault's report is claimed (<see cref="Claim"/>) and a copy of it is recognised.
+    /// </summary>
+    public static bool IsRereadable([NotNullWhen(true)] object? origin) => origin is IRereadableSource || origin is Task;
+
     private static bool ClaimTask(Task task)
     {
 #if NET
