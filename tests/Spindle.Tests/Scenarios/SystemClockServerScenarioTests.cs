@@ -85,6 +85,7 @@ public sealed class SystemClockServerScenarioTests
         Assert.All(ends, e => Assert.Equal(1, e));
         // The cancellations triggered each wheel's pass at once; give the passes (on timer threads and workers) time to run.
         Assert.True(SpinWait.SpinUntil(() => TimerWheel.Default.PendingCount <= baseline, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
-            "the default wheel still counts " + (TimerWheel.Default.PendingCount - baseline) + " timers of closed sessions");
+            "the default wheel still counts " + (TimerWheel.Default.PendingCount - baseline) + " timers of closed sessions (baseline "
+            + baseline + "; by shard: " + TimerWheel.Default.Describe() + ")");
     }
 }
