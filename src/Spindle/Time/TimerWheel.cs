@@ -172,12 +172,12 @@ public sealed partial class TimerWheel : IDisposable
     /// <summary>Per-shard pending counts, for diagnostics.</summary>
     internal string Describe()
     {
-        var sb = new System.Text.StringBuilder("main=").Append(_main.PendingCount);
+        var sb = new System.Text.StringBuilder("main: ").Append(_main.Describe());
         lock (_workerShardList)
         {
             foreach (WheelShard shard in _workerShardList)
             {
-                sb.Append(" shard=").Append(shard.PendingCount).Append(shard.HasPending ? "(pending)" : "");
+                sb.Append("; worker: ").Append(shard.Describe());
             }
         }
         return sb.ToString();

@@ -74,6 +74,16 @@ internal sealed class WheelShard : WorkerTimers
     /// </summary>
     public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
 
+    /// <summary>
+    /// The shard's state, for diagnostics: its published count, the owner's own count (read racily), whether either inbox
+    /// holds nodes, and, for a worker's shard, whether its worker is parked.
+    /// </summary>
+    internal string Describe()
+        => "count=" + PendingCount + " linked=" + _linkedOwner
+            + (Volatile.Read(ref _inbox) is null ? "" : " inbox")
+            + (Volatile.Read(ref _cancelInbox) is null ? "" : " cancel-inbox")
+            + (Volatile.Read(ref _park) switch { Parked => " parked", Tidying => " tidying", _ => "" });
+
     /// <summary>True when a producer has added a timer, or cancelled one, and the owner has not taken it yet.</summary>
     public bool HasInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _cancelInbox) is not null;
 

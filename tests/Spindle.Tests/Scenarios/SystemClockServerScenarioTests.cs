@@ -86,6 +86,6 @@ public sealed class SystemClockServerScenarioTests
         // The cancellations triggered each wheel's pass at once; give the passes (on timer threads and workers) time to run.
         Assert.True(SpinWait.SpinUntil(() => TimerWheel.Default.PendingCount <= baseline, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
             "the default wheel still counts " + (TimerWheel.Default.PendingCount - baseline) + " timers of closed sessions (baseline "
-            + baseline + "; by shard: " + TimerWheel.Default.Describe() + ")");
+            + baseline + "; by shard: " + TimerWheel.Default.Describe() + "; workers: " + WorkerPool.Shared.Describe() + ")");
     }
 }

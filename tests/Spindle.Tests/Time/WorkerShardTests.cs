@@ -106,8 +106,8 @@ public class WorkerShardTimeoutTests
         }
 
         string placed = await TestUtil.WithTimeout(OnWorker());
-        Assert.StartsWith("main=0 ", placed, StringComparison.Ordinal);
-        Assert.Contains("shard=1", placed, StringComparison.Ordinal);
+        Assert.StartsWith("main: count=0 ", placed, StringComparison.Ordinal);
+        Assert.Contains("worker: count=1 ", placed, StringComparison.Ordinal);
         TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
     }
 }
