@@ -25,6 +25,7 @@ public class PromiseRaceStressTests
         SpindleTask<int> current = default;
         int ready = -1;     // the cycle whose task the awaiter has taken: the setter may complete it
         int consumed = -1;  // the last cycle whose result the continuation has read
+        int registered = -1; // the last forced cycle whose continuation the awaiter has registered
         long sum = 0;
         int stop = 0;
         int awaiterThread = 0;
@@ -46,6 +47,25 @@ public class PromiseRaceStressTests
             }
             Volatile.Write(ref consumed, result);
         };
+
+        // Both orders must be tried whatever the scheduler does: on a loaded machine the two threads may only interleave
+        // at preemption, and one order then took every cycle ("the set never came before the await", with the load at 10
+        // to 13 on two cores). So one cycle in 1,024 forces each order, and the others race freely.
+        static bool RegistrationFirst(int cycle) => (cycle & 1023) == 0;
+        static bool SetFirst(int cycle) => (cycle & 1023) == 512;
+
+        void SpinUntilCompleted(SpindleTask<int> task)
+        {
+            var spin = default(SpinWait);
+            while (!task.IsCompleted)
+            {
+                if (Volatile.Read(ref stop) != 0)
+                {
+                    throw new OperationCanceledException("stopped");
+                }
+                spin.SpinOnce(sleep1Threshold: -1);
+            }
+        }
 
         // Waits for field to reach value; false if the awaiter stopped before cycle `value` (only the setter waits on that).
         bool SpinUntil(ref int field, int value)
@@ -82,6 +102,10 @@ public class PromiseRaceStressTests
                 }
                 current = promise.Task;
                 Volatile.Write(ref ready, i); // from here the setter races this thread
+                if (SetFirst(i))
+                {
+                    SpinUntilCompleted(current); // a cycle of the forced order: the set comes before the await
+                }
                 SpindleTask<int>.Awaiter a = current.GetAwaiter();
                 if (a.IsCompleted)
                 {
@@ -92,6 +116,10 @@ public class PromiseRaceStressTests
                 else
                 {
                     a.UnsafeOnCompleted(continuation);
+                    if (RegistrationFirst(i))
+                    {
+                        Volatile.Write(ref registered, i);
+                    }
                 }
                 SpinUntil(ref consumed, i);
             }
@@ -104,6 +132,10 @@ public class PromiseRaceStressTests
                 if (!SpinUntil(ref ready, i))
                 {
                     break; // the awaiter stopped at cycle i
+                }
+                if (RegistrationFirst(i))
+                {
+                    SpinUntil(ref registered, i); // a cycle of the forced order: the registration comes before the set
                 }
                 if (!promise.TrySetResult(i))
                 {
@@ -126,12 +158,8 @@ public class PromiseRaceStressTests
         Assert.Equal((long)ran * (ran - 1) / 2, sum);
         Assert.Equal(ran, completedBeforeAwait + ranOnAwaiter + ranOnSetter);
         Assert.True(ran >= Math.Min(cycles, 10_000), $"only {ran} cycles ran in {Race.Budget.TotalSeconds:F0} s: the race was hardly tried");
-        // Both orders really happened: sometimes the set came first, sometimes the registration. (With a single
-        // core the two threads only interleave at preemption, and one order can take all cycles.)
-        if (Environment.ProcessorCount > 1)
-        {
-            Assert.True(ranOnSetter > 0, "the continuation never ran on the setter: the registration always came second");
-            Assert.True(completedBeforeAwait + ranOnAwaiter > 0, "the set never came before the await");
-        }
+        // Both orders happened: the forced cycles make sure of it, on any machine and under any load.
+        Assert.True(ranOnSetter > 0, "the continuation never ran on the setter: the registration always came second");
+        Assert.True(completedBeforeAwait + ranOnAwaiter > 0, "the set never came before the await");
     }
 }
