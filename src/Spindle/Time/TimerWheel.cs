@@ -148,7 +148,11 @@ public sealed partial class TimerWheel : IDisposable
     /// The number of pending timers: those in the wheel as of its last pass, plus those added since. A cancelled timer
     /// leaves the count on the wheel's next pass, which the cancellation triggers at once, and so does a fired one (code
     /// that runs inside a pass, such as a continuation a <see cref="ManualClock"/> wheel runs inline, still counts the
-    /// timers that pass fires). While timers are being added and fired concurrently, the count is approximate.
+    /// timers that pass fires). On <see cref="Default"/>, a timer started on a Spindle worker is in that worker's own
+    /// wheel, whose passes only that worker runs (or, while it is parked, the canceller): one cancelled while its worker
+    /// runs an item leaves the count when the worker next looks at its timers (after that item, or after at most 64
+    /// items), so code that blocks a worker, other than in a Spindle wait, holds them counted until it returns. While
+    /// timers are being added and fired concurrently, the count is approximate.
     /// </summary>
     public long PendingCount
     {
