@@ -1314,25 +1314,28 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         if (aggregate && error.SourceException is AggregateException all)
         {
-            foreach (Exception inner in all.InnerExceptions)
-            {
-                if (inner != thrown)
-                {
-                    ReportAbandoned(inner, origins);
-                }
-            }
+            ReportAbandoned(all, thrown, origins);
         }
         else if (error.SourceException != thrown)
         {
-            // An earlier input's failure: nobody else will ever see it.
+            // An earlier input's failure (the slot's own, passed on as it is): nobody else will ever see it.
             if (winner is not null)
             {
                 ReportLoserOnce(error, winner, winnerToken);
+                return;
             }
-            else
+            if (origins is not null)
             {
-                ReportAbandoned(error.SourceException, origins);
+                foreach ((ExceptionDispatchInfo failure, object readFrom, short token) in origins)
+                {
+                    if (failure == error)
+                    {
+                        ReportLoserOnce(error, readFrom, token);
+                        return;
+                    }
+                }
             }
+            ReportLoser(error);
         }
     }
 
@@ -1357,21 +1360,50 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         return origins;
     }
 
-    /// <summary>Reports <paramref name="failure"/>, claiming its completion's report when it came from one of <paramref name="origins"/>.</summary>
-    private static void ReportAbandoned(Exception failure, List<(ExceptionDispatchInfo Error, object Origin, short Token)>? origins)
+    /// <summary>
+    /// Reports the failures an aggregating WhenAll's combined failure <paramref name="all"/> carries, but for the caller's
+    /// error <paramref name="thrown"/>: once per completion. Each of <paramref name="origins"/> is one completion, and the
+    /// exceptions it put in <paramref name="all"/> (one, or every one of a BCL task that faulted with several) are reported
+    /// together under its claim (<see cref="CombinatorCore.ReportLoserOnce"/>); the others, from inputs a read consumed,
+    /// as they are.
+    /// </summary>
+    /// <remarks>
+    /// Matched exception by exception, it reported a BCL task's second exception twice (with its completion's report, then
+    /// on its own), and two completions failed with one exception object once (the second matched the first's claim);
+    /// found by the review of stop 30's changes, <c>AbandonedRegistrationReportTests</c>.
+    /// </remarks>
+    private static void ReportAbandoned(AggregateException all, Exception? thrown, List<(ExceptionDispatchInfo Error, object Origin, short Token)>? origins)
     {
+        var rest = new List<Exception>(all.InnerExceptions.Count);
+        foreach (Exception inner in all.InnerExceptions)
+        {
+            if (inner != thrown)
+            {
+                rest.Add(inner);
+            }
+        }
         if (origins is not null)
         {
             foreach ((ExceptionDispatchInfo error, object origin, short token) in origins)
             {
-                if (error.SourceException == failure)
+                // Its exceptions leave the rest, one occurrence each (another input may carry the same exception object).
+                if (rest.Remove(error.SourceException))
                 {
+                    if (BclRead.AllOf(error) is { } several)
+                    {
+                        for (int i = 1; i < several.Count; i++)
+                        {
+                            rest.Remove(several[i]);
+                        }
+                    }
                     ReportLoserOnce(error, origin, token);
-                    return;
                 }
             }
         }
-        ReportLoser(failure);
+        foreach (Exception inner in rest)
+        {
+            ReportLoser(inner);
+        }
     }
 
     /// <summary>Drops the references of inputs that were never started (the race was decided first).</summary>

@@ -1,6 +1,7 @@
 using System;
 using System.Linq;
 using System.Threading;
+using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Combinators;
@@ -124,6 +125,52 @@ public sealed class AbandonedRegistrationReportTests
             other.SetResult();
         });
         Assert.Equal(1, reported.Count(e => ReferenceEquals(e, error)));
+    }
+
+    /// <summary>
+    /// An aggregating WhenAll carries every exception of a BCL task that faulted with several (here through a task made
+    /// failed with it, which a read does not consume): the completion's report gives each once. Before, the first was
+    /// matched to its completion, whose report gave them all, and the second was reported again on its own
+    /// ("e1=1 e2=2").
+    /// </summary>
+    [Fact]
+    public void Aggregating_ABclTaskWithSeveralExceptions_EachIsReportedOnce()
+    {
+        var e1 = new InvalidOperationException("the bcl task's first");
+        var e2 = new InvalidOperationException("the bcl task's second");
+        var reported = Observe(() =>
+        {
+            SpindleTask failed = SpindleTask.WhenAll(new[] { Task.WhenAll(Task.FromException(e1), Task.FromException(e2)) });
+            var other = new Promise();
+            SpindleTask awaitedElsewhere = other.Task;
+            awaitedElsewhere.GetAwaiter().OnCompleted(static () => { });
+            Assert.Throws<InvalidOperationException>(
+                () => SpindleTask.WhenAll([failed, awaitedElsewhere], new WhenAllOptions { AggregateExceptions = true }));
+            failed.Forget(); // its report was claimed: nothing more
+            other.SetResult();
+        });
+        Assert.Equal("e1=1 e2=1", "e1=" + reported.Count(e => e == e1) + " e2=" + reported.Count(e => e == e2));
+    }
+
+    /// <summary>
+    /// Two tasks made failed with one exception object are two completions, reported twice, as two BCL tasks are
+    /// (<c>BclTaskReportOnceTests</c>). Before, the second copy of the exception met the first task's claim: reported once.
+    /// </summary>
+    [Fact]
+    public void Aggregating_TwoFailedTasksWithOneException_AreTwoCompletions_ReportedTwice()
+    {
+        var error = new InvalidOperationException("one exception, two completions");
+        var reported = Observe(() =>
+        {
+            var other = new Promise();
+            SpindleTask awaitedElsewhere = other.Task;
+            awaitedElsewhere.GetAwaiter().OnCompleted(static () => { });
+            Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAll(
+                [SpindleTask.FromException(error), SpindleTask.FromException(error), awaitedElsewhere],
+                new WhenAllOptions { AggregateExceptions = true }));
+            other.SetResult();
+        });
+        Assert.Equal(2, reported.Count(e => ReferenceEquals(e, error)));
     }
 
     private static async SpindleTask Fails(Exception error, SpindleTask gate)
