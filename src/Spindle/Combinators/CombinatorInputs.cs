@@ -162,8 +162,11 @@ internal static class SpindleInputs
         }
         // The wait has completed, or is completing (a set, its timeout or its token won the core's CAS): the read waits for
         // a completion in progress, a few stores away. WhenAny holds the wait (its caller handed it over), so the signal
-        // cannot have moved on to another. The read tells what ended the wait: a set (true), or its timeout (false).
-        bool tookSet = QuietRead.Read<bool>(signal, token, out ExceptionDispatchInfo? error);
+        // cannot have moved on to another. The read tells what ended the wait: a set (true), or its timeout (false). Or it
+        // is still pending and already awaited elsewhere (the caller's error): the read's registration is refused with the
+        // await-once error, which goes to the caller, as for any other input awaited elsewhere, and the wait stays its
+        // awaiter's. (A read that caught it returned the finished input as the winner, and reported the caller's error.)
+        bool tookSet = ((IQuietSource<bool>)signal).ReadQuietly(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
             CombinatorCore.ReportLoser(error); // a cancellation, which is not reported

@@ -100,6 +100,32 @@ public class CombinatorRegistrationFailureTests
         other.SetResult();
     }
 
+    /// <summary>
+    /// As above, with a signal's wait as the loser already awaited elsewhere: the call throws the same error, as for a
+    /// promise's task, reports nothing, and leaves the wait to its awaiter, which the next set resumes. Before, letting go
+    /// of it read the pending wait with a read that caught the refusal of its registration: the call returned the finished
+    /// input as the winner, and the await-once error went to Spindle.UnobservedException instead of to the caller.
+    /// </summary>
+    [Fact]
+    public void WhenAny_SettledAtTheCall_ASignalWaitLoserAlreadyAwaited_Throws_AndItsAwaiterKeepsTheWait()
+    {
+        var finished = new Promise();
+        finished.SetResult();
+        var signal = new Signal();
+        SpindleTask wait = signal.WaitAsync();
+        int resumed = 0;
+        wait.GetAwaiter().OnCompleted(() => resumed++); // pending, and it already has its one awaiter
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            Exception? thrown = Record.Exception(() => SpindleTask.WhenAny(finished.Task, wait));
+            Assert.True(thrown is InvalidOperationException, "the call did not throw the await-once error: " + (thrown?.ToString() ?? "it returned"));
+        });
+        Assert.Empty(reported);
+        signal.Set();
+        Assert.Equal(1, resumed);
+        Assert.False(signal.IsSet, "the set reached the wait's awaiter");
+    }
+
     [Fact]
     public void WhenAll_ALaterInputAlreadyAwaited_Throws_AnEarlierFaultIsReported_AndTheCombinatorIsPooledAgain()
     {
