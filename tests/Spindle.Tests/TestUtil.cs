@@ -89,9 +89,17 @@ internal static class TestUtil
     }
 
     /// <summary>Spins (yielding) until <paramref name="condition"/> holds; throws <see cref="TimeoutException"/> after <paramref name="seconds"/>.</summary>
+    /// <remarks>
+    /// On one of the default pool's workers (a test's code after an await may run on one) it helps while it waits
+    /// (<see cref="PollHelping"/>): a plain spin there blocks the one thread that runs that worker's run-next item and its
+    /// own timers, which the condition may be waiting for (a timer stopped in its shard leaves the count only when it
+    /// looks; the scenario test that spun so failed in two CI runs, SystemClockServerScenarioTests).
+    /// </remarks>
     public static void SpinUntil(Func<bool> condition, int seconds = DefaultTimeoutSeconds)
     {
-        if (!SpinWait.SpinUntil(condition, TimeSpan.FromSeconds(seconds)))
+        TimeSpan timeout = TimeSpan.FromSeconds(seconds);
+        bool held = WorkerPool.Shared.IsWorkerThread ? PollHelping(condition, timeout) : SpinWait.SpinUntil(condition, timeout);
+        if (!held)
         {
             throw new TimeoutException("The condition did not hold within " + seconds + " s.");
         }
