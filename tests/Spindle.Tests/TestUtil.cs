@@ -68,8 +68,10 @@ internal static class TestUtil
     public static Task RunOnThread(Action body, string name = "spindle-test", int maxStackSize = 0)
     {
         var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        object? mark = UnobservedReports.Own.ThreadMark; // the starting test's thread is its own: so is this one
         var thread = new Thread(() =>
         {
+            UnobservedReports.Own.ThreadMark = mark;
             try
             {
                 body();

@@ -3,6 +3,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -40,7 +41,7 @@ public sealed class AbandonedRegistrationReportTests
     private static int ReportsOfTheEarlierFault(Input kind, Combinator combinator, bool forgetFirst)
     {
         var error = new InvalidOperationException("the earlier input's failure");
-        var reported = Observe(() =>
+        var reported = Observe(Own.Instances(error), () =>
         {
             var failing = new Promise<int>();
             failing.SetException(error);
@@ -105,7 +106,7 @@ public sealed class AbandonedRegistrationReportTests
     public void Aggregating_TheEarlierInputsFault_IsReportedOnce_WithAForgetOfItBeforeOrAfter(bool forgetFirst)
     {
         var error = new InvalidOperationException("the earlier input's failure");
-        var reported = Observe(() =>
+        var reported = Observe(Own.Instances(error), () =>
         {
             var failing = new Promise();
             failing.SetException(error);
@@ -138,7 +139,7 @@ public sealed class AbandonedRegistrationReportTests
     {
         var e1 = new InvalidOperationException("the bcl task's first");
         var e2 = new InvalidOperationException("the bcl task's second");
-        var reported = Observe(() =>
+        var reported = Observe(Own.Instances(e1, e2), () =>
         {
             SpindleTask failed = SpindleTask.WhenAll(new[] { Task.WhenAll(Task.FromException(e1), Task.FromException(e2)) });
             var other = new Promise();
@@ -160,7 +161,7 @@ public sealed class AbandonedRegistrationReportTests
     public void Aggregating_TwoFailedTasksWithOneException_AreTwoCompletions_ReportedTwice()
     {
         var error = new InvalidOperationException("one exception, two completions");
-        var reported = Observe(() =>
+        var reported = Observe(Own.Instances(error), () =>
         {
             var other = new Promise();
             SpindleTask awaitedElsewhere = other.Task;
@@ -185,7 +186,7 @@ public sealed class AbandonedRegistrationReportTests
     {
         var error = new InvalidOperationException("the earlier input's failure");
         var gate = new Promise();
-        var reported = Observe(() =>
+        var reported = Observe(Own.Instances(error), () =>
         {
             SpindleTask failing = Fails(error, gate.Task);
             var other = new Promise();

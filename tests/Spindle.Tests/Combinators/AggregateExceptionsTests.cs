@@ -4,6 +4,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -33,7 +34,7 @@ public sealed class AggregateExceptionsTests
         Promise[] promises = Promises(4);
         Exception[] errors = [new FormatException("0"), new TimeoutException("2"), new InvalidTimeZoneException("3")];
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(errors), () =>
         {
             SpindleTask all = SpindleTask.WhenAll(promises.Select(Await).ToArray(), s_aggregate);
             promises[3].SetException(errors[2]);

@@ -4,6 +4,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -20,10 +21,9 @@ public sealed class BclCancellationTests
         var sources = new[] { new TaskCompletionSource(), new TaskCompletionSource() };
         var late = new InvalidTimeZoneException("late");
         using var cts = new CancellationTokenSource();
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(Own.InstancesOrOnTestThreads(late));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             SpindleTask all = SpindleTask.WhenAll([sources[0].Task, sources[1].Task], cts.Token);
             sources[0].SetResult();
@@ -35,10 +35,6 @@ public sealed class BclCancellationTests
             // The BCL may schedule the combinator's continuation (it does under xUnit's synchronization context).
             TestUtil.SpinUntil(() => !reported.IsEmpty, 10);
             Thread.Sleep(20); // and a second report, if there were one, would show up
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Assert.Same(late, Assert.Single(reported));
         Assert.False(sources[1].Task.IsCanceled); // the input itself was not cancelled
@@ -80,7 +76,7 @@ public sealed class BclCancellationTests
         var typedSource = new CountingValueTaskSource<int>();
         var untypedSource = new CountingValueTaskSource<int>();
         var taskSource = new TaskCompletionSource<int>();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(error), () =>
         {
             Assert.Equal(SpindleTaskStatus.Canceled, SpindleTask.WhenAll([Task.CompletedTask], cts.Token).Status);
             Assert.Equal(SpindleTaskStatus.Canceled, SpindleTask.WhenAny([Task.CompletedTask], cts.Token).Status);

@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Linq;
 using System.Threading.Tasks;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -97,10 +98,9 @@ public sealed class BclSeveralFaultsTests
         Exception[] lost = Faults("lost", 3);
         var loser = new TaskCompletionSource();
         var winner = new TaskCompletionSource();
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(Own.Instances(lost));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             if (!pending)
             {
@@ -119,10 +119,6 @@ public sealed class BclSeveralFaultsTests
             Assert.Equal(0, any.GetAwaiter().GetResult());
             Assert.True(TestUtil.PollHelping(() => lost.All(reported.Contains), TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
                 "reported: " + string.Join(", ", reported.Select(e => e.Message)));
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
     }
 }

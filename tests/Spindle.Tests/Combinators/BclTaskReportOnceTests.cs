@@ -24,26 +24,12 @@ public sealed class BclTaskReportOnceTests
     /// </summary>
     private int CountReports(Action body, int expected)
     {
-        int count = 0;
-        Action<Exception> handler = e =>
-        {
-            if (e == Error)
-            {
-                Interlocked.Increment(ref count);
-            }
-        };
-        Spindle.UnobservedException += handler;
-        try
-        {
-            Assert.True(Task.Run(body).Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the body ended");
-            SpinWait.SpinUntil(() => Volatile.Read(ref count) >= expected, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
-            Thread.Sleep(100);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        return Volatile.Read(ref count);
+        using UnobservedReports watch = UnobservedReports.Start(UnobservedReports.Own.Instances(Error));
+        int Count() => watch.Reports.Count(e => e == Error);
+        Assert.True(Task.Run(body).Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the body ended");
+        SpinWait.SpinUntil(() => Count() >= expected, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+        Thread.Sleep(100);
+        return Count();
     }
 
     [Fact]

@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -34,7 +35,7 @@ public sealed class CancelLosersTests
         var losers = new[] { new Signal(), new Signal() };
         var tokens = new CancellationToken[3];
         int index = -1;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.ReportedOnTestThreads(), Own.CanceledBy(() => tokens[0])), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(
             [
@@ -61,7 +62,7 @@ public sealed class CancelLosersTests
         var signal = new Signal();
         var fault = new InvalidTimeZoneException("a loser's cleanup failed");
         (int Index, string Result) result = default;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(fault), () =>
         {
             SpindleTask<(int Index, string Result)> any = SpindleTask.WhenAny<string>(
             [
@@ -83,7 +84,7 @@ public sealed class CancelLosersTests
         var error = new FormatException("winner failed");
         CancellationToken token = default;
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.InstancesOrOnTestThreads(error), Own.CanceledBy(() => token)), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny([ct => loser.WaitAsync(token = ct), ct => Await(failing)]);
             failing.SetException(error);
@@ -120,7 +121,7 @@ public sealed class CancelLosersTests
         var fault = new FormatException("second producer threw");
         bool thirdCalled = false;
         int index = -1;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(fault), () =>
         {
             // Producer 0 finishes synchronously: 1 and 2 are never called.
             SpindleTask<int> sync = SpindleTask.WhenAny([ct => SpindleTask.CompletedTask, ct => throw fault, ct => { thirdCalled = true; return default; }]);

@@ -5,6 +5,7 @@ using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -89,10 +90,9 @@ public class CombinatorBclObservationTests
         var winner = new TaskCompletionSource();
         var loser = new TaskCompletionSource();
         var error = new InvalidTimeZoneException("loser");
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(Own.Instances(error));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             SpindleTask<int> any = SpindleTask.WhenAny(winner.Task, loser.Task);
             winner.SetResult();
@@ -102,11 +102,8 @@ public class CombinatorBclObservationTests
             TestUtil.SpinUntil(() => reported.Contains(error), 10);
             Thread.Sleep(20); // and a second report, if there were one, would show up
         }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        // Only this test's error counts: a late report from another test's work may land in the window (seen once).
+        // Only this test's error is kept (the watch claims its instance): a late report from another test's work may land
+        // in the window (seen once).
         Assert.Equal(1, reported.Count(e => e == error));
     }
 
@@ -115,19 +112,14 @@ public class CombinatorBclObservationTests
     {
         var loser = new TaskCompletionSource();
         var error = new InvalidTimeZoneException("loser");
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(Own.Instances(error));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             SpindleTask<int> any = SpindleTask.WhenAny(Task.CompletedTask, loser.Task);
             Assert.Equal(0, any.GetAwaiter().GetResult());
             loser.SetException(error);
             SpinWait.SpinUntil(() => reported.Contains(error), 500); // allow for a scheduled (not inline) continuation
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Assert.Equal(1, reported.Count(e => e == error)); // only this test's error counts (see above)
     }

@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -14,10 +15,10 @@ public sealed class CombinatorCancellationTests
     [Fact]
     public async Task WhenAll_TokenFiresFirst_CompletesCanceled_AndALaterInputFailureIsReported()
     {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var late = new FormatException("late");
+        var watch = UnobservedReports.Start(Own.InstancesOrOnTestThreads(late));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             using var cts = new CancellationTokenSource();
             var a = new Promise();
@@ -28,13 +29,8 @@ public sealed class CombinatorCancellationTests
             cts.Cancel();
             Assert.Equal(SpindleTaskStatus.Canceled, all.Status);
             await Assert.ThrowsAnyAsync<OperationCanceledException>(() => TestUtil.WithTimeout(all.AsTask()));
-            var late = new FormatException("late");
             b.SetException(late);
             Assert.Equal(new Exception[] { late }, reported.ToArray());
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
     }
 

@@ -4,6 +4,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -24,7 +25,7 @@ public class CombinatorExceptionTests
         SpindleTask[] inputs = promises.Select(Await).ToArray();
         Exception? thrown = null;
 
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(first, second, third), () =>
         {
             SpindleTask all = SpindleTask.WhenAll(inputs);
             promises[2].SetException(first);
@@ -47,22 +48,16 @@ public class CombinatorExceptionTests
     {
         var first = new InvalidTimeZoneException("first to fail");
         Promise[] promises = Promises(3);
-        ConcurrentQueue<Exception> reported = new();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var later = new FormatException("later");
+        ConcurrentQueue<Exception> reported = await ObserveAsync(Own.Instances(first, later), async _ =>
         {
             Task awaiting = TestUtil.AwaitAsync(SpindleTask.WhenAll(TasksOf(promises)));
             promises[1].SetException(first);
-            promises[2].SetException(new FormatException("later"));
+            promises[2].SetException(later);
             promises[0].SetResult();
             Exception thrown = await Assert.ThrowsAsync<InvalidTimeZoneException>(() => TestUtil.WithTimeout(awaiting, 10));
             Assert.Same(first, thrown);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
+        });
         Assert.Empty(reported);
     }
 
@@ -72,7 +67,7 @@ public class CombinatorExceptionTests
         var a = new InvalidTimeZoneException("a");
         var b = new FormatException("b");
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(a, b), () =>
         {
             SpindleTask all = SpindleTask.WhenAll(SpindleTask.CompletedTask, SpindleTask.FromException(a), SpindleTask.FromException(b));
             Assert.True(all.IsCompleted);
@@ -86,12 +81,13 @@ public class CombinatorExceptionTests
     public void WhenAll_CanceledAndFailedInputs_NothingIsReported()
     {
         Promise[] promises = Promises(3);
+        var fault = new FormatException("x");
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.Instances(fault), Own.Cancellations()), () =>
         {
             SpindleTask all = SpindleTask.WhenAll(TasksOf(promises));
             promises[0].SetCanceled();
-            promises[1].SetException(new FormatException("x"));
+            promises[1].SetException(fault);
             promises[2].SetResult();
             Assert.Equal(SpindleTaskStatus.Faulted, all.Status); // as Task.WhenAll: a fault wins over a cancellation before it
             thrown = Record.Exception(() => all.GetAwaiter().GetResult());
@@ -107,7 +103,7 @@ public class CombinatorExceptionTests
         Promise[] promises = Promises(3);
         SpindleTask[] inputs = promises.Select(Await).ToArray();
         int winner = -1;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(loserError), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(inputs);
             promises[1].SetResult();
@@ -127,7 +123,7 @@ public class CombinatorExceptionTests
         var loserError = new InvalidTimeZoneException("loser");
         Promise[] promises = Promises(2);
         int winner = -1;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(loserError), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(promises));
             promises[0].SetResult();
@@ -142,7 +138,7 @@ public class CombinatorExceptionTests
     public void WhenAny_CanceledLoser_IsNotReported()
     {
         Promise[] promises = Promises(3);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Cancellations(), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(promises));
             promises[2].SetResult();
@@ -160,7 +156,7 @@ public class CombinatorExceptionTests
         var loserError = new FormatException("loser");
         Promise[] promises = Promises(3);
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(winnerError, loserError), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(promises));
             promises[1].SetException(winnerError);
@@ -178,7 +174,7 @@ public class CombinatorExceptionTests
     {
         Promise[] promises = Promises(2);
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Cancellations(), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(promises));
             promises[0].SetCanceled();
@@ -196,7 +192,7 @@ public class CombinatorExceptionTests
         var winnerError = new InvalidTimeZoneException("winner");
         var pendingLoser = new Promise();
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(winnerError), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(pendingLoser.Task, SpindleTask.FromException(winnerError));
             Assert.Equal(SpindleTaskStatus.Faulted, any.Status);
@@ -214,7 +210,7 @@ public class CombinatorExceptionTests
         var later = new FormatException("later loser");
         var pending = new Promise();
         int winner = -1;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(already, later), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(pending.Task, SpindleTask.CompletedTask, SpindleTask.FromException(already));
             winner = any.GetAwaiter().GetResult();
@@ -234,10 +230,8 @@ public class CombinatorExceptionTests
         var canceled = new TaskCompletionSource();
         var loserError = new InvalidTimeZoneException("bcl loser");
         int result = -1;
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        // The canceled loser's cancellation is claimed too: the test checks that it is not reported.
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.Instances(loserError), Own.Cancellations()), r =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(failing.Task, winner.Task, canceled.Task);
             winner.SetResult();
@@ -245,13 +239,9 @@ public class CombinatorExceptionTests
             failing.SetException(loserError);
             canceled.SetCanceled();
             // The BCL runs the combinator's continuation inline here, but allow for it being scheduled.
-            SpinWait.SpinUntil(() => !reported.IsEmpty, TimeSpan.FromSeconds(2));
+            SpinWait.SpinUntil(() => !r.IsEmpty, TimeSpan.FromSeconds(2));
             Thread.Sleep(20);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
+        });
         Assert.Equal(1, result);
         Assert.Same(loserError, Assert.Single(reported));
     }
@@ -263,10 +253,7 @@ public class CombinatorExceptionTests
         Promise[] promises = Promises(3);
         SpindleTask all = default;
         int rounds = 2_000;
-        ConcurrentQueue<Exception> reported = new();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        ConcurrentQueue<Exception> reported = await ObserveAsync(Own.Instances(errors), async _ =>
         {
             await TestUtil.WithTimeout(Race.Run(
                 rounds,
@@ -289,11 +276,7 @@ public class CombinatorExceptionTests
                 _ => promises[0].SetException(errors[0]),
                 _ => promises[1].SetException(errors[1]),
                 _ => promises[2].SetException(errors[2])), 30);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
+        });
         Assert.Empty(reported);
     }
 
@@ -304,10 +287,7 @@ public class CombinatorExceptionTests
         Promise[] promises = Promises(3);
         SpindleTask<int> any = default;
         int rounds = 2_000;
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        await ObserveAsync(Own.Instances(errors), async reported =>
         {
             await TestUtil.WithTimeout(Race.Run(
                 rounds,
@@ -337,11 +317,7 @@ public class CombinatorExceptionTests
                 _ => promises[0].SetException(errors[0]),
                 _ => promises[1].SetException(errors[1]),
                 _ => promises[2].SetException(errors[2])), 30);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
+        });
     }
 
     [Fact]

@@ -4,6 +4,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -26,7 +27,7 @@ public class CombinatorMisuseReportTests
         using var cts = new CancellationTokenSource();
         cts.Cancel();
         InvalidOperationException? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             thrown = Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAny([t, t], cts.Token));
         });
@@ -41,7 +42,7 @@ public class CombinatorMisuseReportTests
         using var cts = new CancellationTokenSource();
         cts.Cancel();
         InvalidOperationException? thrown = null;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             thrown = Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAll([t, t], cts.Token));
         });
@@ -54,7 +55,7 @@ public class CombinatorMisuseReportTests
         var p = new Promise();
         SpindleTask awaited = p.Task;
         awaited.Forget();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             Assert.Throws<InvalidOperationException>(() => awaited.WithTimeout(TimeSpan.Zero));
         });
@@ -71,7 +72,7 @@ public class CombinatorMisuseReportTests
         var b = new Promise();
         SpindleTask awaited = b.Task;
         awaited.Forget();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAll([a.Task, awaited], new WhenAllOptions { Timeout = TimeSpan.FromSeconds(1), Timers = wheel }));
             clock.Advance(TimeSpan.FromSeconds(2));
@@ -87,7 +88,7 @@ public class CombinatorMisuseReportTests
         var p = new Promise<int>();
         SpindleTask<int> awaited = p.Task;
         awaited.Forget();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAny(SpindleTask.FromResult(1), awaited));
         });

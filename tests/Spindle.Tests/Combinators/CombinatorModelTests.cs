@@ -71,8 +71,9 @@ public class CombinatorModelTests
         => Cases.Sample(c =>
         {
             HashSet<Exception>? expected = null;
-            ConcurrentQueue<Exception> reported = CombinatorTestSupport.Observe(() => expected = Run(c));
-            List<Exception> ours = reported.Where(static e => e.Message.StartsWith("input ", StringComparison.Ordinal)).ToList();
+            var made = new ConcurrentQueue<Exception>(); // this case's input failures: other reports are not this test's
+            ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.InstancesIn(made), () => expected = Run(c, made));
+            List<Exception> ours = reported.ToList();
             if (expected is not null)
             {
                 Assert.True(expected.SetEquals(ours) && ours.Count == expected.Count,
@@ -80,16 +81,17 @@ public class CombinatorModelTests
             }
         }, iter: TestUtil.Stress(600), threads: 1);
 
-    private sealed class Input(int index)
+    private sealed class Input(int index, ConcurrentQueue<Exception> made)
     {
         public readonly int Index = index;
+        public readonly ConcurrentQueue<Exception> Made = made;
         public readonly Promise<int> Promise = new();
         public int State; // 0 pending, 1 succeeded, 2 failed
         public Exception? Error;
     }
 
     /// <summary>Runs one case; returns the failures that must have been reported.</summary>
-    private static HashSet<Exception> Run(Case c)
+    private static HashSet<Exception> Run(Case c, ConcurrentQueue<Exception> made)
     {
         var time = new FakeTimeProvider();
         DateTimeOffset start = time.GetUtcNow();
@@ -101,7 +103,7 @@ public class CombinatorModelTests
         var finishOrder = new List<int>();
         for (int i = 0; i < n; i++)
         {
-            inputs[i] = new Input(i);
+            inputs[i] = new Input(i, made);
             tasks[i] = inputs[i].Promise.Task;
         }
         for (int i = 0; i < n; i++)
@@ -257,6 +259,7 @@ public class CombinatorModelTests
         else
         {
             input.Error = new InvalidOperationException("input " + input.Index + " failed");
+            input.Made.Enqueue(input.Error);
             input.Promise.SetException(input.Error);
         }
     }

@@ -1,7 +1,9 @@
 using System;
+using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -306,10 +308,9 @@ public class CombinatorRaceTests
         CancellationToken handedOut = default;
         SpindleTask<int> any = default;
         int cancelledWins = 0;
-        var reported = new System.Collections.Concurrent.ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(Own.Any(Own.ReportedOnTestThreads(), Own.AwaitOnceErrors(), Own.Cancellations()));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             await TestUtil.WithTimeout(Race.Run(
                 CancelRounds,
@@ -342,10 +343,6 @@ public class CombinatorRaceTests
                 },
                 _ => outer!.Cancel(),
                 _ => winner.SetResult()), Timeout);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Assert.Empty(reported);
         Assert.InRange(cancelledWins, 0, CancelRounds);

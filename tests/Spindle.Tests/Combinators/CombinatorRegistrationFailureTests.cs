@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Linq;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -40,7 +41,7 @@ public class CombinatorRegistrationFailureTests
     {
         var gate = new Promise();
         var error = new InvalidTimeZoneException("earlier input");
-        ConcurrentQueue<Exception> reported = await ObserveAsync(async _ =>
+        ConcurrentQueue<Exception> reported = await ObserveAsync(Own.Instances(error), async _ =>
         {
             SpindleTask failing = FailsAfter(gate, error);
             var other = new Promise();
@@ -65,7 +66,7 @@ public class CombinatorRegistrationFailureTests
     {
         var gate = new Promise();
         var error = new InvalidTimeZoneException("the finished winner");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(error), () =>
         {
             SpindleTask failed = FailsAfter(gate, error);
             gate.SetResult(); // the async method has failed: the WhenAny below settles at the call
@@ -115,7 +116,7 @@ public class CombinatorRegistrationFailureTests
         SpindleTask wait = signal.WaitAsync();
         int resumed = 0;
         wait.GetAwaiter().OnCompleted(() => resumed++); // pending, and it already has its one awaiter
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () => // the await-once error this call would report, inline
         {
             Exception? thrown = Record.Exception(() => SpindleTask.WhenAny(finished.Task, wait));
             Assert.True(thrown is InvalidOperationException, "the call did not throw the await-once error: " + (thrown?.ToString() ?? "it returned"));
@@ -140,7 +141,7 @@ public class CombinatorRegistrationFailureTests
         warmAll.GetAwaiter().GetResult();
         int pooled = ObjectPool<Combinator<VoidResult>>.LocalCount + ObjectPool<Combinator<VoidResult>>.Count;
         Assert.True(pooled > 0);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(error), () =>
         {
             SpindleTask awaited = b.Task;
             awaited.Forget();
@@ -161,7 +162,7 @@ public class CombinatorRegistrationFailureTests
         var b = new Promise<string>();
         SpindleTask<string> awaited = b.Task;
         awaited.Forget();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () => // whatever this call and the inline completions would report
         {
             Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAll(a.Task, awaited));
             a.SetResult(1);
@@ -179,7 +180,7 @@ public class CombinatorRegistrationFailureTests
         var p = new Promise();
         SpindleTask awaited = p.Task;
         awaited.Forget();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () => // whatever this call and the inline timer pass would report
         {
             Assert.Throws<InvalidOperationException>(() => awaited.WithTimeout(TimeSpan.FromSeconds(1), wheel));
             Assert.Equal(0, wheel.PendingCount);

@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
 using System.Threading.Tasks.Sources;
@@ -49,40 +48,6 @@ internal static class CombinatorTestSupport
         {
             return true;
         }
-    }
-
-    /// <summary>Attaches a recording handler to Spindle.UnobservedException for the duration of <paramref name="body"/>.</summary>
-    public static ConcurrentQueue<Exception> Observe(Action body)
-    {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
-        {
-            body();
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        return reported;
-    }
-
-    /// <summary>As <see cref="Observe"/>, for an asynchronous body, which gets the queue as it fills.</summary>
-    public static async Task<ConcurrentQueue<Exception>> ObserveAsync(Func<ConcurrentQueue<Exception>, Task> body)
-    {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
-        {
-            await body(reported);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        return reported;
     }
 
     /// <summary>Counts how many times a continuation registered on a combined task runs.</summary>

@@ -4,6 +4,7 @@ using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -42,7 +43,7 @@ public sealed class LetGoDuringRegistrationTests
         ConcurrentQueue<Exception> reported;
         try
         {
-            reported = await ObserveAsync(async _ =>
+            reported = await ObserveAsync(Own.Any(Own.ReportedOnTestThreads(), Own.AwaitOnceErrors()), async _ =>
                 Assert.Equal(0, await TestUtil.WithTimeout(SpindleTask.WhenAny(winner.Task, timer.WaitForNextTickAsync(CancellationToken.None)))));
         }
         finally
@@ -73,7 +74,7 @@ public sealed class LetGoDuringRegistrationTests
         ConcurrentQueue<Exception> reported;
         try
         {
-            reported = await ObserveAsync(async _ =>
+            reported = await ObserveAsync(Own.Any(Own.InstancesOrOnTestThreads(error), Own.AwaitOnceErrors()), async _ =>
                 Assert.Equal(0, await TestUtil.WithTimeout(SpindleTask.WhenAny(winner.Task, scope.WaitAsync()))));
         }
         finally

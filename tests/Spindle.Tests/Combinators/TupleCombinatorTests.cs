@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -167,7 +168,7 @@ public sealed class TupleCombinatorTests
         var pending = new Promise<string>();
         var fault = new InvalidTimeZoneException("loser");
         (int Index, string Result1, int Result2) result = default;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(fault), () =>
         {
             SpindleTask<(int Index, string Result1, int Result2)> any = SpindleTask.WhenAny(Await(pending), SpindleTask.FromResult(5));
             result = any.GetAwaiter().GetResult();

@@ -38,15 +38,12 @@ public sealed class TypedWhenAnyTests
     [Fact]
     public async Task WhenAny_WinnerFails_RethrowsItsExceptionAndALosingFailureIsReportedOnce()
     {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var winnerError = new FormatException("winner");
+        var loserError = new TimeoutException("loser");
+        await UnobservedReports.ObserveAsync(UnobservedReports.Own.InstancesOrOnTestThreads(winnerError, loserError), async reported =>
         {
             var a = new Promise<int>();
             var b = new Promise<int>();
-            var winnerError = new FormatException("winner");
-            var loserError = new TimeoutException("loser");
             // A collection expression picks the span form; separate arguments would pick the 2-tuple form.
             SpindleTask<(int, int)> any = SpindleTask.WhenAny([Await(a.Task), Await(b.Task)]);
             a.SetException(winnerError);
@@ -54,11 +51,7 @@ public sealed class TypedWhenAnyTests
             Assert.Same(winnerError, thrown);
             b.SetException(loserError);
             Assert.Equal(new Exception[] { loserError }, reported.ToArray());
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
+        });
     }
 
     [Fact]

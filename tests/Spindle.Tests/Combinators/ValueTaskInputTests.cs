@@ -4,6 +4,7 @@ using System.Collections.Generic;
 using System.Linq;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -89,7 +90,7 @@ public sealed class ValueTaskInputTests
         CountingValueTaskSource<string>[] sources = Sources<string>(3);
         var loserError = new InvalidTimeZoneException("loser");
         (int Index, string Result) winner = default;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(loserError), () =>
         {
             SpindleTask<(int Index, string Result)> any = SpindleTask.WhenAny(sources.Select(s => s.Task).ToArray());
             sources[1].SetResult("one");
@@ -124,7 +125,7 @@ public sealed class ValueTaskInputTests
         sources[1].SetException(loserError);
         sources[2].SetResult(9);
         (int, int) winner = default;
-        ConcurrentQueue<Exception> reported = Observe(() => winner = SpindleTask.WhenAny(sources.Select(s => s.Task).ToArray()).GetAwaiter().GetResult());
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(loserError), () => winner = SpindleTask.WhenAny(sources.Select(s => s.Task).ToArray()).GetAwaiter().GetResult());
         Assert.Equal((0, 7), winner);
         Assert.Same(loserError, Assert.Single(reported));
         AssertEachReadOnce(sources);

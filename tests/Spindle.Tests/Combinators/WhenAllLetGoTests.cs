@@ -5,6 +5,7 @@ using System.Threading;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Time;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -25,7 +26,7 @@ public sealed class WhenAllLetGoTests
     public void WhenAllCancelled_PromiseInputs_CanBeResetAtOnce_AndALaterFaultIsReportedOnce(bool dispatches)
     {
         var error = new InvalidTimeZoneException("input fault");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(error), () =>
         {
             for (int round = 0; round < 50; round++)
             {
@@ -47,7 +48,7 @@ public sealed class WhenAllLetGoTests
     [Fact]
     public async Task WhenAllCancelled_SignalInput_TheWaitEndsAtOnce_ALaterSetIsKept_AndTheNextWaitKeepsItsToken()
     {
-        ConcurrentQueue<Exception> reported = await ObserveAsync(async _ =>
+        ConcurrentQueue<Exception> reported = await ObserveAsync(Own.ReportedOnTestThreads(), async _ =>
         {
             for (int round = 0; round < 50; round++)
             {
@@ -80,7 +81,7 @@ public sealed class WhenAllLetGoTests
         using var wheel = new TimerWheel(clock);
         var p = new Promise();
         var signal = new Signal();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             SpindleTask all = SpindleTask.WhenAll([p.Task, signal.WaitAsync()], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(5), Timers = wheel });
             clock.Advance(TimeSpan.FromMilliseconds(5));
@@ -98,7 +99,7 @@ public sealed class WhenAllLetGoTests
         var error = new InvalidTimeZoneException("failed before the cancellation");
         var a = new Promise();
         var b = new Promise();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(error), () =>
         {
             using var cts = new CancellationTokenSource();
             SpindleTask all = SpindleTask.WhenAll([a.Task, b.Task], cts.Token);
@@ -117,7 +118,7 @@ public sealed class WhenAllLetGoTests
         var b = new Promise<int>();
         using var cts = new CancellationTokenSource();
         cts.Cancel();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             // The token's callback runs as the token is registered, before any input is: each registrant lets go of its own.
             SpindleTask all = SpindleTask.WhenAll([a.Task, Await(b)], cts.Token);
@@ -142,7 +143,7 @@ public sealed class WhenAllLetGoTests
         SpindleTask all = default;
         int problems = 0;
         string? first = null;
-        await ObserveAsync(reported => TestUtil.WithTimeout(Race.Run(
+        await ObserveAsync(Own.ReportedOnTestThreads(), reported => TestUtil.WithTimeout(Race.Run(
             TestUtil.Stress(5_000),
             before: _ =>
             {

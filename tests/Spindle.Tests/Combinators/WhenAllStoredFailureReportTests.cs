@@ -2,6 +2,7 @@ using System;
 using System.Linq;
 using System.Threading;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -39,7 +40,7 @@ public sealed class WhenAllStoredFailureReportTests
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var options = decider == Decider.Timeout ? new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(5), Timers = wheel } : default;
-        var reported = Observe(() =>
+        var reported = Observe(Own.Instances(error), () =>
         {
             var failing = new Promise();
             var typed = new Promise<int>();

@@ -4,6 +4,7 @@ using System.Threading;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Time;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -81,7 +82,7 @@ public sealed class WhenAllTimeoutTests
         Promise[] promises = Promises(3);
         var first = new FormatException("first");
         var second = new InvalidCastException("second");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.InstancesOrOnTestThreads(first, second), Own.Cancellations()), () =>
         {
             SpindleTask all = SpindleTask.WhenAll([Await(promises[0]), Await(promises[1]), Await(promises[2])], TimeoutOn(wheel, 5));
             clock.Advance(TimeSpan.FromMilliseconds(5));
@@ -253,13 +254,14 @@ public sealed class WhenAllTimeoutTests
         using var wheel = new TimerWheel(clock);
         Promise[] promises = Promises(2);
         var late = new FormatException("late");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        var loser = new InvalidCastException("loser");
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(late, loser), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny([Await(promises[0]), Await(promises[1])]).WithTimeout(TimeSpan.FromMilliseconds(20), wheel);
             clock.Advance(TimeSpan.FromMilliseconds(20));
             Assert.Throws<TimeoutException>(() => any.GetAwaiter().GetResult());
             promises[1].SetException(late); // the would-be winner: its failure is reported by the timeout
-            promises[0].SetException(new InvalidCastException("loser")); // a loser of the WhenAny: reported by the combinator
+            promises[0].SetException(loser); // a loser of the WhenAny: reported by the combinator
         });
         Assert.Equal(2, reported.Count);
         Assert.Contains(late, reported);
@@ -292,11 +294,11 @@ public sealed class WhenAllTimeoutTests
         int timedOut = 0;
         int faultsRethrown = 0;
         int faultRounds = 0;
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
+        var made = new ConcurrentQueue<Exception>(); // each round's fault, added before it is set
+        var watch = UnobservedReports.Start(Own.Any(Own.InstancesIn(made), Own.ReportedOnTestThreads()));
+        ConcurrentQueue<Exception> reported = watch.Reports;
         int ran;
-        try
+        using (watch)
         {
             ran = await Race.Run(
                 rounds,
@@ -343,13 +345,11 @@ public sealed class WhenAllTimeoutTests
                     else
                     {
                         Interlocked.Increment(ref faultRounds);
-                        promises[1].SetException(new FormatException("round " + round));
+                        var fault = new FormatException("round " + round);
+                        made.Enqueue(fault);
+                        promises[1].SetException(fault);
                     }
                 });
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Assert.Equal(ran, succeeded + timedOut + faultsRethrown);
         Assert.Equal(faultRounds, faultsRethrown + reported.Count);

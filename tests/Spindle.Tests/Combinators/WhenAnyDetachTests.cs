@@ -4,6 +4,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -78,7 +79,7 @@ public class WhenAnyDetachTests
     {
         Promise[] promises = Promises(3);
         var error = new InvalidTimeZoneException("loser");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.Instances(error), Own.Cancellations()), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(TasksOf(promises));
             promises[0].SetResult();
@@ -96,7 +97,7 @@ public class WhenAnyDetachTests
         var other = new Promise();
         var error = new InvalidTimeZoneException("async loser");
         SpindleTask loser = Await(inner);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(error), () =>
         {
             SpindleTask<int> any = SpindleTask.WhenAny(loser, other.Task);
             other.SetResult();
@@ -260,7 +261,7 @@ public class WhenAnyDetachTests
             var winner = new Promise();
             var loser = new Promise(runContinuationsAsynchronously: true);
             var error = new InvalidTimeZoneException("the loser's fault");
-            ConcurrentQueue<Exception> reported = Observe(() =>
+            ConcurrentQueue<Exception> reported = Observe(Own.Instances(error), () =>
             {
                 SpindleTask<int> any = SpindleTask.WhenAny(winner.Task, loser.Task);
                 loser.SetException(error);  // the slot is queued, not yet run
@@ -292,7 +293,7 @@ public class WhenAnyDetachTests
         {
             var error = new InvalidTimeZoneException("the loser's fault");
             var other = new InvalidTimeZoneException("forgotten first");
-            ConcurrentQueue<Exception> reported = Observe(() =>
+            ConcurrentQueue<Exception> reported = Observe(Own.Instances(error, other), () =>
             {
                 var winner = new Promise();
                 var loser = new Promise(runContinuationsAsynchronously: true);
@@ -477,7 +478,7 @@ public class WhenAnyDetachTests
         ConcurrentQueue<Exception> reported;
         try
         {
-            reported = Observe(() => Assert.Equal(0, SpindleTask.WhenAny(winner.Task, loser.Task).GetAwaiter().GetResult()));
+            reported = Observe(Own.Instances(error), () => Assert.Equal(0, SpindleTask.WhenAny(winner.Task, loser.Task).GetAwaiter().GetResult()));
         }
         finally
         {

@@ -2,6 +2,7 @@ using System;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -21,7 +22,7 @@ public class WhenAnySignalStressTests
         var other = new Promise();
         CancellationTokenSource cts = null!;
         SpindleTask<int> any = default;
-        var reported = await ObserveAsync(async q => await TestUtil.WithTimeout(Race.Run(TestUtil.Stress(10_000),
+        var reported = await ObserveAsync(Own.Any(Own.ReportedOnTestThreads(), Own.Cancellations()), async q => await TestUtil.WithTimeout(Race.Run(TestUtil.Stress(10_000),
             before: round =>
             {
                 cts = new CancellationTokenSource();

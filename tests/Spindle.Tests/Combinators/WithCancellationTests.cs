@@ -4,6 +4,7 @@ using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -21,7 +22,7 @@ public class WithCancellationTests
     {
         var input = new Promise<int>();
         using var cts = new CancellationTokenSource();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.ReportedOnTestThreads(), Own.CanceledBy(() => cts.Token)), () =>
         {
             SpindleTask<int> bounded = input.Task.WithCancellation(cts.Token);
             Assert.False(bounded.IsCompleted);
@@ -104,7 +105,7 @@ public class WithCancellationTests
         var succeeding = new Promise<int>();
         var late = new FormatException("late");
         using var cts = new CancellationTokenSource();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.InstancesOrOnTestThreads(late), Own.CanceledBy(() => cts.Token)), () =>
         {
             SpindleTask a = Await(faulting).WithCancellation(cts.Token); // an async method: left to finish, forgotten
             SpindleTask<int> b = Await(succeeding).WithCancellation(cts.Token);
@@ -261,7 +262,7 @@ public class WithCancellationTests
         using var gate = new ManualResetEventSlim();
         using var cts = new CancellationTokenSource();
         var ran = new StrongBox<int>();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.ReportedOnTestThreads(), Own.CanceledBy(() => cts.Token)), () =>
         {
             JobHandle handle = new BlockedJob { Gate = gate, Ran = ran }.Schedule(default);
             JobHandle.ScheduleBatchedJobs();

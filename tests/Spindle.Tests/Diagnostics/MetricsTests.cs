@@ -47,6 +47,7 @@ public sealed class MetricsTests
         private readonly MeterListener _listener = new();
         private readonly object _lock = new();
         private readonly List<(string Name, double Value, KeyValuePair<string, object?>[] Tags)> _measurements = new();
+        private readonly List<int> _threads = new(); // the thread of each measurement, in the same order
 
         public Recorder(params string[] only)
         {
@@ -71,6 +72,7 @@ public sealed class MetricsTests
             lock (_lock)
             {
                 _measurements.Add((name, value, tags.ToArray()));
+                _threads.Add(Environment.CurrentManagedThreadId);
             }
         }
 
@@ -83,6 +85,15 @@ public sealed class MetricsTests
         }
 
         public double ObserveOne(string name) => Observe(name).Single().Value;
+
+        /// <summary>What <paramref name="name"/> recorded on the thread <paramref name="threadId"/> (a counter added to inline there).</summary>
+        public List<double> RecordedOn(string name, int threadId)
+        {
+            lock (_lock)
+            {
+                return _measurements.Where((m, i) => m.Name == name && _threads[i] == threadId).Select(m => m.Value).ToList();
+            }
+        }
 
         public List<(string Name, double Value, KeyValuePair<string, object?>[] Tags)> Recorded(string name)
         {
@@ -97,6 +108,7 @@ public sealed class MetricsTests
             lock (_lock)
             {
                 _measurements.Clear();
+                _threads.Clear();
             }
         }
 
@@ -333,20 +345,17 @@ public sealed class MetricsTests
     public void UnobservedExceptionCount_CountsEachReportedFault()
     {
         using var recorder = new Recorder("spindle.unobserved_exception.count");
-        int reported = 0;
-        Action<Exception> handler = _ => Interlocked.Increment(ref reported);
-        Spindle.UnobservedException += handler;
-        try
+        var a = new InvalidOperationException("nobody awaits this");
+        var b = new InvalidOperationException("nor this");
+        System.Collections.Concurrent.ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(a, b), () =>
         {
-            SpindleTask.FromException(new InvalidOperationException("nobody awaits this")).Forget();
-            SpindleTask.FromException(new InvalidOperationException("nor this")).Forget();
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
+            SpindleTask.FromException(a).Forget();
+            SpindleTask.FromException(b).Forget();
+        });
 
-        Assert.Equal(2, reported);
-        Assert.Equal(2, recorder.Recorded("spindle.unobserved_exception.count").Sum(m => m.Value));
+        Assert.Equal(2, reported.Count);
+        // The count is added to on the reporting thread, before the handlers run: this thread's, for these two inline
+        // reports. Another test's late report, on another thread, is counted too, but not here.
+        Assert.Equal(2, recorder.RecordedOn("spindle.unobserved_exception.count", Environment.CurrentManagedThreadId).Sum());
     }
 }

@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Frames;
 
@@ -19,7 +20,7 @@ public sealed class FrameFaultTests
         FrameLoop loop = FrameUtil.NewBoundLoop();
         var ran = new List<string>();
         var boom = new InvalidTimeZoneException("boom");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(boom), () =>
         {
             async SpindleTask After(string name)
             {
@@ -77,9 +78,11 @@ public sealed class FrameFaultTests
                 Spindle.UnobservedException += setter;
                 try
                 {
-                    reported = Observe(() =>
+                    // Claimed by instance only: marking the flow would take the thread out of the default context.
+                    var boom = new InvalidTimeZoneException("boom");
+                    reported = Observe(Own.Instances(boom), () =>
                     {
-                        loop.Yield().GetAwaiter().UnsafeOnCompleted(() => throw new InvalidTimeZoneException("boom"));
+                        loop.Yield().GetAwaiter().UnsafeOnCompleted(() => throw boom);
                         Record().Forget(); // captured the default context
                         loop.RunFrame();
                     });
@@ -102,10 +105,11 @@ public sealed class FrameFaultTests
     {
         FrameLoop loop = FrameUtil.NewBoundLoop();
         int othersResumed = 0;
+        var fails = new InvalidTimeZoneException("fails");
         async SpindleTask Fails()
         {
             await loop.NextFrame();
-            throw new InvalidTimeZoneException("fails");
+            throw fails;
         }
 
         async SpindleTask<string> Awaits()
@@ -127,7 +131,7 @@ public sealed class FrameFaultTests
             othersResumed++;
         }
 
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(fails), () =>
         {
             Other().Forget();
             SpindleTask<string> awaiting = Awaits();
@@ -144,13 +148,14 @@ public sealed class FrameFaultTests
     public void ForgottenTaskThatThrows_IsReported()
     {
         FrameLoop loop = FrameUtil.NewBoundLoop();
+        var forgotten = new InvalidTimeZoneException("forgotten");
         async SpindleTask Fails()
         {
             await loop.DelayFrame(2);
-            throw new InvalidTimeZoneException("forgotten");
+            throw forgotten;
         }
 
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(forgotten), () =>
         {
             Fails().Forget();
             loop.RunFrames(3);
@@ -162,13 +167,14 @@ public sealed class FrameFaultTests
     public void BclTaskThatThrowsAfterAFrame_FaultsThatTask()
     {
         FrameLoop loop = FrameUtil.NewBoundLoop();
+        var fault = new InvalidTimeZoneException("task");
         async Task Fails()
         {
             await loop.NextFrame();
-            throw new InvalidTimeZoneException("task");
+            throw fault;
         }
 
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(fault), () =>
         {
             Task task = Fails();
             loop.RunFrame();

@@ -20,10 +20,11 @@ public sealed class FrameLoopTakeoverTests
     public async Task AwaitOnOldLoopThread_WhileAnotherThreadTakesOver_EveryContinuationRunsExactlyOnce(int capacity)
     {
         string? failure = null;
-        int exceptions = 0;
-        Exception? first = null;
-        Action<Exception> onUnobserved = e => { Interlocked.CompareExchange(ref first, e, null); Interlocked.Increment(ref exceptions); };
-        Spindle.UnobservedException += onUnobserved;
+        // What is reported on this test's threads, or on whichever thread is running this test's loop now: only this
+        // test runs its frames.
+        FrameLoop? current = null;
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Any(
+            UnobservedReports.Own.ReportedOnTestThreads(), _ => Volatile.Read(ref current)?.IsLoopThread == true));
         try
         {
             await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
@@ -31,6 +32,7 @@ public sealed class FrameLoopTakeoverTests
                 for (int round = 0; round < 5 && failure is null; round++)
                 {
                     var loop = new FrameLoop();
+                    Volatile.Write(ref current, loop);
                     loop.RunFrame(); // this thread is the loop thread
                     int ran = 0;
                     Action count = () => Interlocked.Increment(ref ran);
@@ -51,19 +53,20 @@ public sealed class FrameLoopTakeoverTests
                         loop.RunFrame();
                     }
                     int expected = capacity + 1;
-                    if (Volatile.Read(ref ran) != expected || Volatile.Read(ref exceptions) != 0 || loop.QueuedCount != 0)
+                    if (Volatile.Read(ref ran) != expected || !watch.Reports.IsEmpty || loop.QueuedCount != 0)
                     {
-                        failure = $"round {round}: ran {ran} continuations, expected {expected}; {exceptions} unobserved exceptions; {loop.QueuedCount} still queued";
+                        failure = $"round {round}: ran {ran} continuations, expected {expected}; {watch.Reports.Count} unobserved exceptions; {loop.QueuedCount} still queued";
                     }
                 }
             }), 120);
         }
         finally
         {
-            Spindle.UnobservedException -= onUnobserved;
+            watch.Dispose();
         }
         if (failure is not null)
         {
+            Exception? first = watch.Reports.TryPeek(out Exception? e) ? e : null;
             Assert.Fail(failure + "; first: " + first?.GetType().Name + " " + first?.StackTrace?.Split('\n')[0]);
         }
     }
@@ -78,9 +81,10 @@ public sealed class FrameLoopRunHandOverTests
     {
         const int Capacity = 1 << 18;
         string? failure = null;
-        int exceptions = 0;
-        Action<Exception> onUnobserved = _ => Interlocked.Increment(ref exceptions);
-        Spindle.UnobservedException += onUnobserved;
+        // What is reported on this test's threads, or on whichever thread is running this test's loop now (Run's).
+        FrameLoop? current = null;
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Any(
+            UnobservedReports.Own.ReportedOnTestThreads(), _ => Volatile.Read(ref current)?.IsLoopThread == true));
         try
         {
             await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
@@ -88,6 +92,7 @@ public sealed class FrameLoopRunHandOverTests
                 for (int round = 0; round < 5 && failure is null; round++)
                 {
                     var loop = new FrameLoop();
+                    Volatile.Write(ref current, loop);
                     loop.RunFrame();
                     int ran = 0;
                     Action count = () => Interlocked.Increment(ref ran);
@@ -106,16 +111,16 @@ public sealed class FrameLoopRunHandOverTests
                     Thread.Sleep(50);
                     cts.Cancel();
                     running.GetAwaiter().GetResult();
-                    if (Volatile.Read(ref ran) != Capacity + 1 || Volatile.Read(ref exceptions) != 0)
+                    if (Volatile.Read(ref ran) != Capacity + 1 || !watch.Reports.IsEmpty)
                     {
-                        failure = $"round {round}: ran {ran} continuations, expected {Capacity + 1}; {exceptions} unobserved exceptions";
+                        failure = $"round {round}: ran {ran} continuations, expected {Capacity + 1}; {watch.Reports.Count} unobserved exceptions";
                     }
                 }
             }), 120);
         }
         finally
         {
-            Spindle.UnobservedException -= onUnobserved;
+            watch.Dispose();
         }
         if (failure is not null)
         {

@@ -111,16 +111,8 @@ public sealed class FrameRunTimingTests
     {
         var loop = new FrameLoop();
         using var cts = new CancellationTokenSource();
-        int reported = 0;
-        Action<Exception> handler = e =>
-        {
-            if (e.Message == "frame-run-timing boom")
-            {
-                Interlocked.Increment(ref reported);
-            }
-        };
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Message("frame-run-timing boom")); // this test's marker
+        using (watch)
         {
             Task run = loop.Run(200, cts.Token);
             for (int i = 0; i < 5; i++)
@@ -144,14 +136,10 @@ public sealed class FrameRunTimingTests
             }
             Assert.True(loop.FrameCount >= after + 5, "the loop stopped after continuations threw");
             Assert.False(run.IsCompleted);
-            Assert.Equal(5, Volatile.Read(ref reported));
+            Assert.Equal(5, watch.Reports.Count);
             cts.Cancel();
             await TestUtil.WithTimeout(run);
             Assert.Equal(TaskStatus.RanToCompletion, run.Status);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
     }
 

@@ -174,10 +174,11 @@ public sealed class FrameSynchronizationContextTests
     {
         var loop = new FrameLoop();
         var ran = new List<int>();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        var fault = new InvalidTimeZoneException("posted fault");
+        ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.InstancesOrOnTestThreads(fault), () =>
         {
             loop.SynchronizationContext.Post(_ => ran.Add(1), null);
-            loop.SynchronizationContext.Post(_ => throw new InvalidTimeZoneException("posted fault"), null);
+            loop.SynchronizationContext.Post(_ => throw fault, null);
             loop.SynchronizationContext.Post(_ => ran.Add(3), null);
             loop.RunFrame();
             loop.SynchronizationContext.Post(_ => ran.Add(4), null);

@@ -3,6 +3,7 @@ using System.Collections.Generic;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Frames;
 
@@ -151,10 +152,11 @@ public sealed class FrameWaitDetachTests
         SpindleTask wait = default;
         SpindleTask<int> any = default;
         int[] wins = new int[2];
-        var faults = new List<Exception>();
-        Action<Exception> record = e => { lock (faults) { faults.Add(e); } };
-        Spindle.UnobservedException += record;
-        try
+        // Reports on its own threads (the racers', one of which runs the frames), and a stale read's await-once error
+        // wherever it is made.
+        var watch = UnobservedReports.Start(Own.Any(Own.ReportedOnTestThreads(), Own.AwaitOnceErrors()));
+        System.Collections.Concurrent.ConcurrentQueue<Exception> faults = watch.Reports;
+        using (watch)
         {
             int rounds = await TestUtil.WithTimeout(Race.Run(
                 TestUtil.Stress(4_000),
@@ -180,10 +182,6 @@ public sealed class FrameWaitDetachTests
                 _ => loop.RunFrame(),
                 _ => work.SetResult()), 120);
             Assert.Equal(rounds, wins[0] + wins[1]);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= record;
         }
         Assert.Empty(faults);
     }
@@ -233,7 +231,8 @@ public sealed class FrameWaitDetachTests
         FrameLoop loop = FrameUtil.NewBoundLoop();
         var work = new Promise();
         bool fail = false;
-        SpindleTask wait = loop.WaitUntil(() => fail ? throw new InvalidOperationException("late predicate") : false);
+        var late = new InvalidOperationException("late predicate");
+        SpindleTask wait = loop.WaitUntil(() => fail ? throw late : false);
         SpindleTask<int> any = SpindleTask.WhenAny(work.Task, wait);
         FrameWaiter.TestHookAfterAbandoned = _ =>
         {
@@ -243,7 +242,7 @@ public sealed class FrameWaitDetachTests
         System.Collections.Concurrent.ConcurrentQueue<Exception> reported;
         try
         {
-            reported = Observe(() =>
+            reported = Observe(Own.InstancesOrOnTestThreads(late), () =>
             {
                 work.SetResult();
                 Assert.Equal(0, any.GetAwaiter().GetResult());

@@ -3,6 +3,7 @@ using System.Threading;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Scopes;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Frames;
 
@@ -82,7 +83,8 @@ public sealed class FrameWaitLetGoReviewTests
         System.Collections.Concurrent.ConcurrentQueue<Exception> reported;
         try
         {
-            reported = Observe(() => loop.RunFrames(3));
+            // The frames' own reports, and the await-once error of a stale read by the deciding thread.
+            reported = Observe(Own.Any(Own.ReportedOnTestThreads(), Own.AwaitOnceErrors()), () => loop.RunFrames(3));
         }
         finally
         {
@@ -252,9 +254,8 @@ public sealed class FrameWaitLetGoReviewTests
         SpindleTask delay = default;
         SpindleTask<int> any = default;
         int[] outcomes = new int[3];
-        var reported = new System.Collections.Concurrent.ConcurrentQueue<Exception>();
-        Action<Exception> record = reported.Enqueue;
-        Spindle.UnobservedException += record;
+        var watch = UnobservedReports.Start(Own.Any(Own.ReportedOnTestThreads(), Own.AwaitOnceErrors()));
+        System.Collections.Concurrent.ConcurrentQueue<Exception> reported = watch.Reports;
         try
         {
             int rounds = await TestUtil.WithTimeout(Race.Run(
@@ -294,7 +295,7 @@ public sealed class FrameWaitLetGoReviewTests
         }
         finally
         {
-            Spindle.UnobservedException -= record;
+            watch.Dispose();
             perRound?.Dispose();
         }
         Assert.Empty(reported);

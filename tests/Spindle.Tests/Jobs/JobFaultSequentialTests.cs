@@ -73,22 +73,6 @@ public class JobFaultSequentialTests
         });
     }
 
-    private static ConcurrentQueue<Exception> ObserveUnobserved(Action<ConcurrentQueue<Exception>> body)
-    {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
-        {
-            body(reported);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
-        }
-        return reported;
-    }
-
     /// <summary>Collects until <paramref name="error"/> is reported or the tries run out; true if it was.</summary>
     private static bool CollectUntilReported(ConcurrentQueue<Exception> reported, Exception error, int tries)
     {
@@ -186,7 +170,7 @@ public class JobFaultSequentialTests
         await JobTestUtil.Bounded(() =>
         {
             var error = new InvalidTimeZoneException("nobody looked");
-            ConcurrentQueue<Exception> reported = ObserveUnobserved(r =>
+            ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailAndForget(error);
                 Assert.True(CollectUntilReported(r, error, 50), "the unobserved job failure was never reported");
@@ -202,7 +186,7 @@ public class JobFaultSequentialTests
         {
             var error = new InvalidTimeZoneException("nobody looked at the dependents either");
             var gate = new Gate();
-            ConcurrentQueue<Exception> reported = ObserveUnobserved(r =>
+            ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailWithDependentsAndForget(error, gate);
                 Assert.True(CollectUntilReported(r, error, 50), "the unobserved job failure was never reported");
@@ -217,7 +201,7 @@ public class JobFaultSequentialTests
         await JobTestUtil.Bounded(() =>
         {
             var error = new InvalidTimeZoneException("a dependent is not an observer");
-            ConcurrentQueue<Exception> reported = ObserveUnobserved(r =>
+            ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailThenScheduleDependentAndForget(error);
                 Assert.True(CollectUntilReported(r, error, 50), "the failure was never reported: scheduling a dependent after it marked it observed");
@@ -232,7 +216,7 @@ public class JobFaultSequentialTests
         await JobTestUtil.Bounded(() =>
         {
             var error = new InvalidTimeZoneException("combining is not observing");
-            ConcurrentQueue<Exception> reported = ObserveUnobserved(r =>
+            ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailThenCombineAndForget(error);
                 Assert.True(CollectUntilReported(r, error, 50), "the failure was never reported: combining the failed handle marked it observed");
@@ -250,7 +234,7 @@ public class JobFaultSequentialTests
         await JobTestUtil.Bounded(() =>
         {
             var error = new InvalidTimeZoneException("observed " + how);
-            ConcurrentQueue<Exception> reported = ObserveUnobserved(r =>
+            ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailAndObserve(error, how);
                 Assert.False(CollectUntilReported(r, error, 5), "an observed job failure was reported as unobserved");

@@ -32,16 +32,9 @@ public class JobFinishRobustnessTests
     [Fact]
     public async Task Finish_AnAwaiterContinuationThrows_LaterAwaitersStillResume_TheFaultIsReported_AndTheNodeIsRecycled()
     {
-        Exception? reported = null;
-        Action<Exception> handler = e =>
-        {
-            if (e is InvalidProgramException)
-            {
-                Volatile.Write(ref reported, e);
-            }
-        };
-        Spindle.UnobservedException += handler;
-        try
+        var fault = new InvalidProgramException("a continuation that throws");
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Instances(fault));
+        using (watch)
         {
             await JobTestUtil.Bounded(() =>
             {
@@ -50,17 +43,13 @@ public class JobFinishRobustnessTests
                 JobHandle.ScheduleBatchedJobs();
                 gate.WaitStarted(); // a worker runs the job; it will finish it and run the continuations
                 int resumed = 0;
-                h.GetAwaiter().UnsafeOnCompleted(() => throw new InvalidProgramException("a continuation that throws"));
+                h.GetAwaiter().UnsafeOnCompleted(() => throw fault);
                 h.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref resumed));
                 gate.Release.Set();
                 TestUtil.SpinUntil(() => Volatile.Read(ref resumed) == 1, 10);
                 TestUtil.SpinUntil(() => h.Node!.Version != h.Version, 10); // its reference was dropped: recycled
-                TestUtil.SpinUntil(() => Volatile.Read(ref reported) is not null, 10);
+                TestUtil.SpinUntil(() => !watch.Reports.IsEmpty, 10);
             });
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
     }
 
@@ -150,23 +139,18 @@ public class JobFinishRobustnessTests
             Interlocked.Increment(ref inFlight[0]);
             SpinWait.SpinUntil(() => Volatile.Read(ref inFlight[0]) >= 2, 1000); // let a second batch start meanwhile
             Interlocked.Increment(ref Thrown[0]);
-            throw new ArithmeticException("index " + index);
+            throw new IndexFault("index " + index);
         }
     }
+
+    /// <summary>What <see cref="ThrowEachIndexJob"/> throws: a type of its own, so that its reports are told from any other test's.</summary>
+    private sealed class IndexFault(string message) : ArithmeticException(message);
 
     [Fact]
     public void ParallelFor_BatchesFailingAtOnce_OneIsRethrownAndEveryOtherIsReported()
     {
-        int reported = 0;
-        Action<Exception> handler = e =>
-        {
-            if (e is ArithmeticException)
-            {
-                Interlocked.Increment(ref reported);
-            }
-        };
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Type<IndexFault>());
+        using (watch)
         {
             int thrown = 0;
             int rethrown = 0;
@@ -182,11 +166,7 @@ public class JobFinishRobustnessTests
             }
             Assert.Equal(10, rethrown);
             Assert.True(thrown > 10, "no two batches failed at once: the race was not forced");
-            Assert.Equal(thrown, rethrown + Volatile.Read(ref reported));
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
+            Assert.Equal(thrown, rethrown + watch.Reports.Count);
         }
     }
 

@@ -148,9 +148,9 @@ public sealed class GameScenarioTests
     [Fact]
     public async Task Entities_SpawnedAndDestroyedMidFrame_ResumeOnTheLoopAndStopWithTheirScope()
     {
-        var unobserved = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = unobserved.Enqueue;
-        Spindle.UnobservedException += handler;
+        // What this scenario's own code reports on its own thread, the game loop's (the entities run there).
+        var watch = UnobservedReports.Start(UnobservedReports.Own.ReportedOnTestThreads());
+        ConcurrentQueue<Exception> unobserved = watch.Reports;
         SpindleDiagnostics.TrackTasks = true;
         try
         {
@@ -160,16 +160,16 @@ public sealed class GameScenarioTests
         finally
         {
             SpindleDiagnostics.TrackTasks = false;
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
         }
     }
 
     [Fact]
     public async Task ManyRoundsOfEntities_LeaveNoTaskBehind()
     {
-        var unobserved = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = unobserved.Enqueue;
-        Spindle.UnobservedException += handler;
+        // What this scenario's own code reports on its own thread, the game loop's (the entities run there).
+        var watch = UnobservedReports.Start(UnobservedReports.Own.ReportedOnTestThreads());
+        ConcurrentQueue<Exception> unobserved = watch.Reports;
         SpindleDiagnostics.TrackTasks = true;
         try
         {
@@ -185,7 +185,7 @@ public sealed class GameScenarioTests
         finally
         {
             SpindleDiagnostics.TrackTasks = false;
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
         }
     }
 

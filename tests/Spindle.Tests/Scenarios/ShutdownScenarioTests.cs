@@ -11,15 +11,15 @@ namespace SpindleLib.Tests.Scenarios;
 /// reported exactly once: to <see cref="Spindle.UnobservedException"/> (the WaitAsync that would have thrown it was let
 /// go of) or by the disposal, never both and never neither.
 /// </summary>
-[Collection(SequentialCollection.Name)] // counts the process-wide UnobservedException reports of its own fault type
+[Collection(SequentialCollection.Name)] // counts the process-wide UnobservedException reports of its own fault
 public sealed class ShutdownScenarioTests
 {
     private sealed class LateFault() : Exception("a child failed after the shutdown deadline");
 
-    private static async SpindleTask FailsWhenReleased(Promise release, CancellationToken _)
+    private static async SpindleTask FailsWhenReleased(Promise release, LateFault fault, CancellationToken _)
     {
         await release.Task; // ignores the scope's token, as a child stuck in a call that cannot be cancelled does
-        throw new LateFault();
+        throw fault;
     }
 
     [Theory]
@@ -27,22 +27,17 @@ public sealed class ShutdownScenarioTests
     [InlineData("WithTimeout")]
     public async Task ShutdownDeadlineWins_ThenAChildFails_ReportedExactlyOnce(string how)
     {
-        var reports = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = e =>
-        {
-            if (e is LateFault || (e is AggregateException a && a.InnerExceptions[0] is LateFault))
-            {
-                reports.Enqueue(e);
-            }
-        };
-        Spindle.UnobservedException += handler;
-        try
+        // This run's own fault (or an aggregate of it): a Theory's other case cannot count here.
+        var fault = new LateFault();
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Instances(fault));
+        ConcurrentQueue<Exception> reports = watch.Reports;
+        using (watch)
         {
             var clock = new ManualClock();
             using var wheel = new TimerWheel(clock);
             var release = new Promise();
             var scope = new TaskScope(CancellationToken.None);
-            scope.Run(token => FailsWhenReleased(release, token));
+            scope.Run(token => FailsWhenReleased(release, fault, token));
 
             SpindleTask deadline = how == "WhenAny"
                 ? Deadline(SpindleTask.WhenAny(scope.WaitAsync(), wheel.Delay(TimeSpan.FromSeconds(5))))
@@ -73,10 +68,6 @@ public sealed class ShutdownScenarioTests
             }
             int total = reports.Count + (thrown is null ? 0 : 1);
             Assert.True(total == 1, "the late fault was reported " + reports.Count + " time(s) to UnobservedException and " + (thrown is null ? "not thrown" : "thrown") + " by the disposal");
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
     }
 

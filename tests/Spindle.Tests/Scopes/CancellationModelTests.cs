@@ -87,6 +87,9 @@ public sealed class CancellationModelTests
     public void RandomTrees_OnWorkers_MatchTheContract()
         => Trees.Sample(t => TestUtil.WithTimeout(RunTree(t), 20).GetAwaiter().GetResult(), iter: TestUtil.Stress(400), threads: 1, print: static t => t.ToString());
 
+    /// <summary>What a tree's failing children throw: a type of this test's own, so that its reports are told from others'.</summary>
+    private sealed class TreeFault(string message) : InvalidOperationException(message);
+
     /// <summary>What one run of a tree records.</summary>
     private sealed class Run
     {
@@ -102,9 +105,10 @@ public sealed class CancellationModelTests
     {
         var run = new Run();
         using var outer = new CancellationTokenSource();
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
+        // The tree's own failures, what is reported on the test's thread, and the outer token's cancellation.
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Any(
+            UnobservedReports.Own.Type<TreeFault>(), UnobservedReports.Own.ReportedOnTestThreads(), UnobservedReports.Own.CanceledBy(() => outer.Token)));
+        ConcurrentQueue<Exception> reported = watch.Reports;
         Exception? thrown = null;
         var scope = new TaskScope(outer.Token);
         bool tokenCancelledAtEnd;
@@ -177,7 +181,7 @@ public sealed class CancellationModelTests
         }
         finally
         {
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
         }
 
         Assert.True(run.Violations.IsEmpty, string.Join("\n", run.Violations));
@@ -320,7 +324,7 @@ public sealed class CancellationModelTests
         if (node.Kind == Kind.FailSync)
         {
             Interlocked.Increment(ref run.Ended);
-            var e = new InvalidOperationException("failed synchronously");
+            var e = new TreeFault("failed synchronously");
             Classify(e, ct, run, outer);
             throw e;
         }
@@ -337,11 +341,11 @@ public sealed class CancellationModelTests
                     await Spindle.Yield();
                     break;
                 case Kind.FailAtOnce:
-                    throw new InvalidOperationException("failed at once");
+                    throw new TreeFault("failed at once");
                 case Kind.FailLater:
                     await Spindle.Yield();
                     await Spindle.Delay(node.Work, ct);
-                    throw new InvalidOperationException("failed later");
+                    throw new TreeFault("failed later");
                 case Kind.WaitForCancel:
                     await Spindle.Delay(Timeout.Infinite, ct);
                     run.Violations.Enqueue("an infinite delay completed without cancellation");

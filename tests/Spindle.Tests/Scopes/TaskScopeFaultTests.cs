@@ -1,4 +1,5 @@
 using System;
+using System.Linq;
 using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
@@ -16,15 +17,14 @@ public sealed class TaskScopeFaultTests
     [Fact]
     public async Task DisposeAsync_ACallbackOnTheScopeTokenThrows_DisposalStillWaitsForTheChild_AndTheCallbackFaultIsReported()
     {
-        Exception? reported = null;
-        Action<Exception> handler = e => Volatile.Write(ref reported, e);
-        Spindle.UnobservedException += handler;
+        var callbackFault = new InvalidOperationException("a cancellation callback failed");
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Instances(callbackFault)); // kept: an aggregate of it too
         try
         {
             var gate = new Signal();
             int finished = 0;
             var scope = new TaskScope();
-            scope.Run(ct => Child(ct, gate, () => Volatile.Write(ref finished, 1)));
+            scope.Run(ct => Child(ct, gate, callbackFault, () => Volatile.Write(ref finished, 1)));
             // Disposal must wait for the child, which ignores the token: it is let go a little later.
             _ = Task.Delay(200).ContinueWith(_ => gate.Set(), TaskScheduler.Default);
 
@@ -32,17 +32,17 @@ public sealed class TaskScopeFaultTests
 
             Assert.Equal(1, Volatile.Read(ref finished));
             Assert.Equal(0, scope.RunningChildren);
-            var aggregate = Assert.IsType<AggregateException>(Volatile.Read(ref reported));
+            var aggregate = Assert.IsType<AggregateException>(watch.Reports.LastOrDefault());
             Assert.IsType<InvalidOperationException>(Assert.Single(aggregate.InnerExceptions));
         }
         finally
         {
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
         }
 
-        static async SpindleTask Child(CancellationToken ct, Signal gate, Action done)
+        static async SpindleTask Child(CancellationToken ct, Signal gate, Exception callbackFault, Action done)
         {
-            ct.Register(static () => throw new InvalidOperationException("a cancellation callback failed"));
+            ct.Register(() => throw callbackFault);
             await gate.WaitAsync(); // does not answer the token: disposal must wait for it
             done();
         }
@@ -78,7 +78,7 @@ public sealed class TaskScopeFaultTests
         var error = new InvalidTimeZoneException("the child's failure");
         var scope = new TaskScope();
         scope.Run(_ => SpindleTask.FromException(error));
-        ConcurrentQueue<Exception> reported = Combinators.CombinatorTestSupport.Observe(() =>
+        ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), () =>
         {
             scope.WaitAsync().Forget();
             scope.WaitAsync().Forget();
@@ -102,7 +102,7 @@ public sealed class TaskScopeFaultTests
         var child = new Promise();
         scope.Run(_ => child.Task); // ignores the token
         Exception? thrown = null;
-        ConcurrentQueue<Exception> reported = Combinators.CombinatorTestSupport.Observe(() =>
+        ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), () =>
         {
             if (forget)
             {

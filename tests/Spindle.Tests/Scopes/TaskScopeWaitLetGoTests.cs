@@ -105,15 +105,16 @@ public sealed class TaskScopeWaitLetGoTests
     {
         var release = new Promise();
         var scope = new TaskScope(CancellationToken.None);
+        var fault = new ChildFault(); // this run's: a Theory's other case cannot count here
         scope.Run(async _ =>
         {
             await release.Task;
-            throw new ChildFault();
+            throw fault;
         });
 
         var box = new StrongBox();
         Exception? disposalThrew = null;
-        ConcurrentQueue<Exception> reported = await Combinators.CombinatorTestSupport.ObserveAsync(async _ =>
+        ConcurrentQueue<Exception> reported = await UnobservedReports.ObserveAsync(UnobservedReports.Own.Instances(fault), async _ =>
         {
             await LoseTheFirstWaitOutside(scope, kind);
             SpindleTask second = AwaitSecond(scope.WaitAsync(), box);

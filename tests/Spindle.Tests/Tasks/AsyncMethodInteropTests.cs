@@ -389,18 +389,13 @@ public sealed class AsyncMethodInteropTests
         Assert.Same(oce, Assert.ThrowsAny<OperationCanceledException>(() => p.GetAwaiter().GetResult()));
 
         // Forget: not reported
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(UnobservedReports.Own.InstancesOrOnTestThreads(oce));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             SpindleTask<int> f = Method(oce, suspends);
             f.Forget();
             await Task.Delay(suspends ? 50 : 0);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Assert.Empty(reported);
 

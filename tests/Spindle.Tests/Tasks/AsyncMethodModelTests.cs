@@ -95,24 +95,24 @@ public sealed class AsyncMethodModelTests
 
         public void Prepare()
         {
-            Error = end switch
+            Error = Made(end switch
             {
                 EndKind.Throw => new InvalidTimeZoneException("method throws " + value),
                 EndKind.ThrowOce => new OperationCanceledException("method cancels " + value),
                 EndKind.ThrowOceWithToken => new OperationCanceledException("method cancels " + value, CanceledToken),
                 _ => null,
-            };
+            });
             foreach (StepSpec s in steps)
             {
                 if (s is GateStep g)
                 {
-                    g.Error = g.Outcome switch
+                    g.Error = Made(g.Outcome switch
                     {
                         GateOutcome.Fault => new InvalidTimeZoneException("gate faults " + g.Value),
                         GateOutcome.Cancel => new OperationCanceledException("gate cancels " + g.Value),
                         GateOutcome.CancelWithToken => new OperationCanceledException("gate cancels " + g.Value, CanceledToken),
                         _ => null,
-                    };
+                    });
                 }
                 else if (s is ChildStep c)
                 {
@@ -231,8 +231,20 @@ public sealed class AsyncMethodModelTests
 
     // ---------------------------------------------------------------- the run's shared state
 
+    /// <summary>Records <paramref name="error"/> as one of the current run's own exceptions (see <see cref="RunState.Made"/>).</summary>
+    private static Exception? Made(Exception? error)
+    {
+        if (error is not null)
+        {
+            s_run.Made.Enqueue(error);
+        }
+        return error;
+    }
+
     private sealed class RunState
     {
+        /// <summary>The exceptions this run's program throws: the reports it may claim, with what its own flow reports.</summary>
+        public readonly ConcurrentQueue<Exception> Made = new();
         public readonly ConcurrentQueue<(Promise<int> Promise, GateStep Gate)> Gates = new();
         public readonly ConcurrentQueue<string> Errors = new();
         public readonly ConcurrentQueue<Exception> Reports = new();
@@ -641,8 +653,11 @@ public sealed class AsyncMethodModelTests
     [Fact]
     public void RandomPrograms_MatchTheModel()
     {
-        Action<Exception> handler = e => s_run.Reports.Enqueue(e);
-        Spindle.UnobservedException += handler;
+        // Each run keeps the reports of its program's exceptions and whatever is reported on the test's thread ("nothing
+        // else reported" is checked against them), never another test's late report.
+        var watch = UnobservedReports.Start(
+            UnobservedReports.Own.Any(e => s_run.Made.Any(m => ReferenceEquals(m, e)), UnobservedReports.Own.ReportedOnTestThreads()),
+            onOwn: e => s_run.Reports.Enqueue(e));
         try
         {
             Cases.Sample(c =>
@@ -661,7 +676,7 @@ public sealed class AsyncMethodModelTests
         }
         finally
         {
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
         }
     }
 

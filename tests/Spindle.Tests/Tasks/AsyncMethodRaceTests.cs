@@ -42,9 +42,9 @@ public sealed class AsyncMethodRaceTests
     [Fact]
     public async Task BoxCompletes_WhileAnotherThreadConsumesIt_EachConsumerRunsOnceWithTheOutcome()
     {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
+        var made = new ConcurrentQueue<Exception>(); // each round's fault, added before it can be reported
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Any(UnobservedReports.Own.InstancesIn(made), UnobservedReports.Own.ReportedOnTestThreads()));
+        ConcurrentQueue<Exception> reported = watch.Reports;
         try
         {
             Promise<int> p = null!;
@@ -60,6 +60,7 @@ public sealed class AsyncMethodRaceTests
                     t = Suspends(p, 1);
                     seen = new Seen();
                     error = new InvalidTimeZoneException("round " + round);
+                    made.Enqueue(error);
                     bridged = null;
                 },
                 after: round =>
@@ -169,7 +170,7 @@ public sealed class AsyncMethodRaceTests
         }
         finally
         {
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
         }
     }
 
@@ -296,9 +297,9 @@ public sealed class AsyncMethodRaceTests
     [Fact]
     public async Task ForgetRacingCompletion_FaultReportedExactlyOnce()
     {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
+        var made = new ConcurrentQueue<Exception>(); // each round's fault, added before it can be reported
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Any(UnobservedReports.Own.InstancesIn(made), UnobservedReports.Own.ReportedOnTestThreads()));
+        ConcurrentQueue<Exception> reported = watch.Reports;
         try
         {
             Promise<int> p = null!;
@@ -310,6 +311,7 @@ public sealed class AsyncMethodRaceTests
                     p = new Promise<int>();
                     t = Wrapper(p, round % 3 == 0);
                     error = new InvalidTimeZoneException("r" + round);
+                    made.Enqueue(error);
                 },
                 after: round =>
                 {
@@ -342,7 +344,7 @@ public sealed class AsyncMethodRaceTests
         }
         finally
         {
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
         }
 
         static async SpindleTask Wrapper(Promise<int> p, bool typedInner)

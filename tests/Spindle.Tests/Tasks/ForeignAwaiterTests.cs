@@ -3,7 +3,7 @@ using System.Collections.Concurrent;
 using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
-using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Tasks;
 
@@ -23,6 +23,9 @@ public sealed class ForeignAwaiterTests
     {
         public Action? Registered;
         public bool Registers = true;
+
+        /// <summary>What its OnCompleted throws: one instance per awaitable, so that a test can tell its own report.</summary>
+        public readonly InvalidCastException Failure = new("the awaiter failed after it registered");
 
         public Awaiter GetAwaiter() => new(this);
 
@@ -46,7 +49,7 @@ public sealed class ForeignAwaiterTests
                 {
                     _owner.Registered = continuation;
                 }
-                throw new InvalidCastException("the awaiter failed after it registered");
+                throw _owner.Failure;
             }
         }
     }
@@ -73,7 +76,7 @@ public sealed class ForeignAwaiterTests
         var awaitable = new ThrowingAwaitable();
         var counts = new int[2];
         SpindleTask task = default;
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(awaitable.Failure), () =>
         {
             task = Method(gate, awaitable, counts);
             gate.SetResult();
@@ -97,7 +100,7 @@ public sealed class ForeignAwaiterTests
         var awaitable = new ThrowingAwaitable();
         var counts = new int[2];
         SpindleTask task = default;
-        ConcurrentQueue<Exception> reported = Observe(() => task = FirstAwaitThrows(awaitable, counts));
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(awaitable.Failure), () => task = FirstAwaitThrows(awaitable, counts));
 
         Assert.Equal(SpindleTaskStatus.Pending, task.Status);
         Assert.IsType<InvalidCastException>(Assert.Single(reported));

@@ -10,40 +10,36 @@ namespace SpindleLib.Tests.Tasks;
 [Collection(SequentialCollection.Name)]
 public sealed class PreserveForgetTests
 {
-    private static async SpindleTask Fails(Promise gate)
+    private static async SpindleTask Fails(Promise gate, Exception fault)
     {
         await gate.Task;
-        throw new InvalidTimeZoneException("preserved fault");
+        throw fault;
     }
 
     [Fact]
     public void PreservedTask_NeverAwaited_ReportsNothing_PassedToForget_ReportsItsFaultOnce()
     {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        Exception[] faults = [new InvalidTimeZoneException("preserved fault"), new InvalidTimeZoneException("preserved fault"), new InvalidTimeZoneException("preserved fault")];
+        var watch = UnobservedReports.Start(UnobservedReports.Own.InstancesOrOnTestThreads(faults));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             var dropped = new Promise();
-            _ = Fails(dropped).Preserve();
+            _ = Fails(dropped, faults[0]).Preserve();
             dropped.SetResult();
             Assert.Empty(reported);
 
             var later = new Promise();
-            SpindleTask pending = Fails(later).Preserve();
+            SpindleTask pending = Fails(later, faults[1]).Preserve();
             pending.Forget();
             later.SetResult();
             Assert.IsType<InvalidTimeZoneException>(Assert.Single(reported));
 
             var before = new Promise();
-            SpindleTask done = Fails(before).Preserve();
+            SpindleTask done = Fails(before, faults[2]).Preserve();
             before.SetResult();
             done.Forget();
             Assert.Equal(2, reported.Count);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
     }
 }

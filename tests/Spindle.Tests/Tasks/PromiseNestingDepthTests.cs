@@ -59,10 +59,9 @@ public sealed class PromiseNestingDepthTests
         // bound the observer was queued to a worker like any waiter, so it read the promise after the owner's Reset.
         const int Rounds = 20;
         var error = new InvalidTimeZoneException("the real fault");
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Any(UnobservedReports.Own.InstancesOrOnTestThreads(error), UnobservedReports.Own.AwaitOnceErrors()) /* the stale read this test is about */);
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             var promise = new Promise();
             for (int i = 0; i < Rounds; i++)
@@ -77,10 +76,6 @@ public sealed class PromiseNestingDepthTests
             // Anything queued has run well within this (and nothing else can be reported).
             SpinWait.SpinUntil(() => reported.Count >= Rounds, TimeSpan.FromSeconds(2));
             Thread.Sleep(50);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Exception[] seen = reported.ToArray();
         Assert.True(Array.TrueForAll(seen, e => ReferenceEquals(e, error)),

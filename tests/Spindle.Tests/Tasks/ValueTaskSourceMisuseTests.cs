@@ -47,10 +47,11 @@ public sealed class ValueTaskSourceMisuseTests
     [Fact]
     public void NullContinuation_WithAnyFlags_IsRefusedAtTheCall_AndTheSourceStillCompletesAndReads()
     {
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        // What this test's calls report on its thread, and a NullReferenceException: what a refused null continuation
+        // would throw if it had been kept and run, on whichever thread (no test throws one on purpose).
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Any(UnobservedReports.Own.ReportedOnTestThreads(), UnobservedReports.Own.Type<NullReferenceException>()));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             foreach (ValueTaskSourceOnCompletedFlags flags in s_flags)
             {
@@ -75,10 +76,6 @@ public sealed class ValueTaskSourceMisuseTests
                 signal.Set();
                 wait.GetAwaiter().GetResult();
             }
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Assert.True(reported.IsEmpty, "reported: " + string.Join(" | ", reported));
     }

@@ -5,6 +5,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Threading;
 
@@ -139,14 +140,14 @@ public class ThreadPoolSchedulerTests
     public async Task AContinuationThatThrows_OnThreadPoolScheduler_IsReported_NotLetEscapeIntoTheThreadPool()
     {
         var error = new InvalidTimeZoneException("a continuation's fault on the pool");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.Instances(error), () =>
         {
             IThreadPoolWorkItem item = ContinuationWorkItem.Rent(static o => throw (Exception)o!, error);
             Assert.Null(Record.Exception(() => item.Execute()));
         });
         Assert.Same(error, Assert.Single(reported));
 
-        await WithThreadPoolScheduler(async () => reported = await ObserveAsync(queue =>
+        await WithThreadPoolScheduler(async () => reported = await ObserveAsync(Own.Instances(error), queue =>
         {
             var promise = new Promise(runContinuationsAsynchronously: true);
             promise.Task.GetAwaiter().OnCompleted(() => throw error);

@@ -648,15 +648,7 @@ public class WorkerPoolEdgeSequentialTests
     public void AnItemThatThrows_IsReportedToUnobservedException_AndItsWorkerGoesOn()
     {
         var pool = new WorkerPool(1, "edge fault worker");
-        int reported = 0;
-        Action<Exception> handler = ex =>
-        {
-            if (ex is InvalidOperationException { Message: "edge test: item fault" })
-            {
-                Interlocked.Increment(ref reported);
-            }
-        };
-        Spindle.UnobservedException += handler;
+        var watch = UnobservedReports.Start(UnobservedReports.Own.Message("edge test: item fault")); // ThrowingItem's marker
         try
         {
             // From outside (the loop's path), from the worker itself (run-next and deque), and while it helps (TryRunOne).
@@ -673,11 +665,11 @@ public class WorkerPoolEdgeSequentialTests
             }));
             pool.Queue(new ActionItem(() => after.Signal()));
             Assert.True(after.Wait(TimeSpan.FromSeconds(10)), "the worker stopped running items after a fault");
-            TestUtil.SpinUntil(() => Volatile.Read(ref reported) == 3, 10);
+            TestUtil.SpinUntil(() => watch.Reports.Count == 3, 10);
         }
         finally
         {
-            Spindle.UnobservedException -= handler;
+            watch.Dispose();
             pool.Dispose();
         }
     }

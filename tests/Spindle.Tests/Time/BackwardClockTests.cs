@@ -2,7 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
-using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Time;
 
@@ -29,7 +29,7 @@ public class BackwardClockTests
     [InlineData(30L * 24 * 3600 * 1000)]    // 30 days: level 5, the top
     public void DelayStartedAfterTheClockStepsBack_FiresWhenTheClockReachesItsDeadline(long stepMs)
     {
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () => // the passes run inline, on this thread
         {
             var clock = new SteppingClock();
             using var wheel = new TimerWheel(clock);
@@ -66,7 +66,7 @@ public class BackwardClockTests
     [Fact]
     public void PeriodicTimer_AfterTheClockStepsBack_TicksWhenTheClockReachesItsNextTick()
     {
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             var clock = new SteppingClock();
             using var wheel = new TimerWheel(clock);
@@ -91,7 +91,7 @@ public class BackwardClockTests
     [Fact]
     public void ClockThatStepsBackFurtherThanTheWheelCanFollow_NeverFiresEarly_NorLosesATimer()
     {
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             var clock = new SteppingClock();
             using var wheel = new TimerWheel(clock);
@@ -130,7 +130,7 @@ public class BackwardClockTests
     [Fact]
     public void AStepBackWhileTheProvidersTimerIsArmed_IsNotTakenForATimerThatFiresEarly()
     {
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             var clock = new SteppingClock();
             using var wheel = new TimerWheel(clock);

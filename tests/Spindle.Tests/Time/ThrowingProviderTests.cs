@@ -2,7 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
-using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Time;
 
@@ -24,7 +24,7 @@ public class ThrowingProviderTests
     {
         var clock = new FlakyClock();
         using var wheel = new TimerWheel(clock);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(FlakyClock.ArmFailure), () =>
         {
             clock.FailArms = 1;
             SpindleTask first = wheel.Delay(10); // its pass (run inline by the kick) fails to arm the timer
@@ -50,7 +50,7 @@ public class ThrowingProviderTests
     {
         var clock = new FlakyClock();
         using var wheel = new TimerWheel(clock);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(FlakyClock.KickFailure), () =>
         {
             clock.FailKicks = 1;
             SpindleTask first = wheel.Delay(10); // its kick throws: the pass runs on this thread instead
@@ -79,7 +79,7 @@ public class ThrowingProviderTests
     {
         var clock = new FlakyClock();
         using var wheel = new TimerWheel(clock);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(FlakyClock.ReadFailure), () =>
         {
             SpindleTask first = wheel.Delay(10);
             clock.FailReads = 2; // the timer's callback reads the clock, and so does the pass it runs

@@ -150,16 +150,17 @@ public class TimerWheelThrowingContinuationTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
-        try
+        var failed1 = new InvalidOperationException("continuation failed");
+        var failed2 = new InvalidOperationException("continuation failed");
+        var watch = UnobservedReports.Start(UnobservedReports.Own.InstancesOrOnTestThreads(failed1, failed2));
+        ConcurrentQueue<Exception> reported = watch.Reports;
+        using (watch)
         {
             SpindleTask first = wheel.Delay(5);
             SpindleTask second = wheel.Delay(5);
             SpindleTask third = wheel.Delay(9);
-            first.GetAwaiter().OnCompleted(() => throw new InvalidOperationException("continuation failed"));
-            second.GetAwaiter().OnCompleted(() => throw new InvalidOperationException("continuation failed"));
+            first.GetAwaiter().OnCompleted(() => throw failed1);
+            second.GetAwaiter().OnCompleted(() => throw failed2);
 
             clock.Advance(Ms(10));
 
@@ -171,10 +172,6 @@ public class TimerWheelThrowingContinuationTests
             Assert.Equal(SpindleTaskStatus.Succeeded, after.Status);
             after.GetAwaiter().GetResult();
             Assert.Equal(0, wheel.PendingCount);
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
     }
 

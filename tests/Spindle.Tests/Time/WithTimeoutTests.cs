@@ -4,6 +4,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
+using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Time;
 
@@ -339,7 +340,7 @@ public class WithTimeoutSequentialTests
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
         var late = new FormatException("late");
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(late), () =>
         {
             SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(10), wheel);
             clock.Advance(TimeSpan.FromMilliseconds(10));
@@ -357,7 +358,7 @@ public class WithTimeoutSequentialTests
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var signal = new Signal();
-        ConcurrentQueue<Exception> reported = await ObserveAsync(async _ =>
+        ConcurrentQueue<Exception> reported = await ObserveAsync(Own.ReportedOnTestThreads(), async _ =>
         {
             for (int round = 0; round < 20; round++)
             {
@@ -380,7 +381,7 @@ public class WithTimeoutSequentialTests
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(3), wheel);
             clock.Advance(TimeSpan.FromMilliseconds(3));
@@ -398,7 +399,8 @@ public class WithTimeoutSequentialTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        // The late cancellation is claimed by type: it carries no token of this test's (see Own.Cancellations).
+        ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.ReportedOnTestThreads(), Own.Cancellations()), () =>
         {
             var canceled = new Promise();
             SpindleTask a = AwaitVoid(canceled).WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
@@ -418,11 +420,12 @@ public class WithTimeoutSequentialTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        var fault = new FormatException();
+        ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(fault), () =>
         {
             var input = new Promise();
             SpindleTask timed = AwaitVoid(input).WithTimeout(TimeSpan.FromMilliseconds(5), wheel);
-            input.SetException(new FormatException());
+            input.SetException(fault);
             Assert.Throws<FormatException>(() => timed.GetAwaiter().GetResult());
             clock.Advance(TimeSpan.FromMilliseconds(10));
         });
@@ -447,11 +450,11 @@ public class WithTimeoutSequentialTests
         int timedOut = 0;
         int faultsRethrown = 0;
         int faultRounds = 0;
-        var reported = new ConcurrentQueue<Exception>();
-        Action<Exception> handler = reported.Enqueue;
-        Spindle.UnobservedException += handler;
+        var made = new ConcurrentQueue<Exception>(); // each round's fault, added before it is set
+        var watch = UnobservedReports.Start(Own.Any(Own.InstancesIn(made), Own.ReportedOnTestThreads()));
+        ConcurrentQueue<Exception> reported = watch.Reports;
         int ran;
-        try
+        using (watch)
         {
             ran = await Race.Run(
                 rounds,
@@ -496,13 +499,11 @@ public class WithTimeoutSequentialTests
                     else
                     {
                         Interlocked.Increment(ref faultRounds);
-                        input.SetException(new FormatException("round " + round));
+                        var fault = new FormatException("round " + round);
+                        made.Enqueue(fault);
+                        input.SetException(fault);
                     }
                 });
-        }
-        finally
-        {
-            Spindle.UnobservedException -= handler;
         }
         Assert.Equal(ran, succeeded + timedOut + faultsRethrown);
         Assert.Equal(faultRounds, faultsRethrown + reported.Count);
