@@ -107,8 +107,11 @@ internal sealed class ProviderTimerDriver : TimerDriver
     // truncates drops (below TicksPerMillisecond). long.MinValue: never armed so.
     private long _armed = long.MinValue;
     private int _kicked;
-    // Set once the provider's timer has fired before the time it was armed for: from then on a relative due time is
-    // rounded up to a whole millisecond (see Arm).
+    // Whether the fire judged last (see OnFired) looked early: the first such fire is only a suspicion, confirmed by the
+    // fire right after it. Heuristic too: written by every judged fire, which may run on several provider threads at once.
+    private volatile bool _lastFiredEarly;
+    // Set once the provider's timer has fired before the time it was armed for twice in a row: from then on a relative
+    // due time is rounded up to a whole millisecond (see Arm).
     private volatile bool _firesEarly;
 
     public ProviderTimerDriver(TimerWheel wheel, TimeProvider provider)
@@ -130,39 +133,44 @@ internal sealed class ProviderTimerDriver : TimerDriver
 
     /// <summary>
     /// The provider's timer fired: runs a pass. A timer that fires before the time it was armed for, with no kick since,
-    /// by no more than the fraction of a millisecond in its due time, is one that truncates due times to whole
-    /// milliseconds, as <see cref="System.Threading.Timer"/> does, and so the timer of every provider that does not
+    /// by no more than the fraction of a millisecond in its due time, twice in a row, is one that truncates due times to
+    /// whole milliseconds, as <see cref="System.Threading.Timer"/> does, and so the timer of every provider that does not
     /// override <see cref="TimeProvider.CreateTimer"/>: its pass finds nothing due, and arming it for the fraction of a
     /// millisecond left gave a due time of zero, so it fired again at once, and again, until the clock reached the tick
     /// (a busy loop of up to a millisecond per deadline; for ever on a clock that only moves when told to). Once seen,
     /// <see cref="Arm"/> rounds up.
     /// </summary>
     /// <remarks>
-    /// Truncation explains a fire no earlier than the due time's whole milliseconds after the arming. A fire earlier still
-    /// is the clock stepping back while the timer was armed (a provider whose timestamp is not monotonic), not the timer:
-    /// it used to count as an early fire too, and from then on every relative due time was rounded up, for good, so a
-    /// delay started at a fraction of a millisecond fired up to a millisecond past its deadline, and a whole step past it
-    /// on a clock advanced in coarse steps (found by the review of the defects left alone, <c>BackwardClockTests</c>). A
-    /// step back smaller than the fraction truncation drops still looks like truncation: the rounding then costs a pass
-    /// less than a millisecond, within the wheel's contract.
+    /// <para>Truncation explains a fire no earlier than the due time's whole milliseconds after the arming. A fire earlier
+    /// still is the clock stepping back while the timer was armed (a provider whose timestamp is not monotonic), not the
+    /// timer: it used to count as an early fire too, and from then on every relative due time was rounded up, for good, so
+    /// a delay started at a fraction of a millisecond fired up to a millisecond past its deadline, and a whole step past
+    /// it on a clock advanced in coarse steps (found by the review of the defects left alone, <c>BackwardClockTests</c>).</para>
+    /// <para>One early fire is only a suspicion; the fire right after it decides. A fire cannot be matched with the change
+    /// that caused it, and a kick's fire can land after a later arming with its flag taken: another fire (the timer's own,
+    /// late) took the flag while the kick had not yet changed the timer, or before the kick's fire, already dispatched to
+    /// another thread, ran; that fire's pass armed the timer for less than a millisecond, and the kick's fire, inside the
+    /// window, was taken for truncation, for good (found by a review, <c>KickTakenForTruncationTests</c>). Counting kicks
+    /// in flight cannot close the second order (the kick has returned before its fire runs), and a step back smaller than
+    /// the fraction looked like truncation too. Now such a fire's pass arms the timer for the fraction left, unrounded: a
+    /// timer that truncates takes it as zero and fires again at once, early again, which confirms it; any other timer
+    /// fires on time, and the suspicion is dropped. A provider that truncates pays one more pass, once.</para>
     /// </remarks>
     private void OnFired()
     {
         try
         {
-            if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0)
+            if (!_firesEarly)
             {
-                long armed = Volatile.Read(ref _armed);
-                if (armed != long.MinValue)
+                // Any fire judged clears a suspicion that it does not confirm, a kicked one too: a truncating timer's
+                // confirming fire comes right after the suspected one, so only two fires in a row that both look early
+                // (with no kick flag left for either) switch the rounding on.
+                bool early = Interlocked.Exchange(ref _kicked, 0) == 0 && FiredEarly();
+                if (early && _lastFiredEarly)
                 {
-                    long fraction = armed % TimeSpan.TicksPerMillisecond;
-                    long armedFor = armed - fraction;
-                    long elapsed = _wheel.Elapsed();
-                    if (elapsed < armedFor && elapsed >= armedFor - fraction)
-                    {
-                        _firesEarly = true;
-                    }
+                    _firesEarly = true;
                 }
+                _lastFiredEarly = early;
             }
         }
         catch (Exception)
@@ -171,6 +179,20 @@ internal sealed class ProviderTimerDriver : TimerDriver
             // pass below reads the clock too, and reports the failure (TimerWheel.OnDriverFailed).
         }
         _wheel.RequestDrive();
+    }
+
+    /// <summary>True when the clock reads before the time the timer was last armed for, by no more than the fraction of a millisecond its due time had.</summary>
+    private bool FiredEarly()
+    {
+        long armed = Volatile.Read(ref _armed);
+        if (armed == long.MinValue)
+        {
+            return false;
+        }
+        long fraction = armed % TimeSpan.TicksPerMillisecond;
+        long armedFor = armed - fraction;
+        long elapsed = _wheel.Elapsed();
+        return elapsed < armedFor && elapsed >= armedFor - fraction;
     }
 
     // How many times Arm arms a relative timer again when the clock moved meanwhile (see there).
