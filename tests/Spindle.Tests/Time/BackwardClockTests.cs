@@ -160,9 +160,9 @@ public class BackwardClockTests
     /// <summary>
     /// A step back smaller than the fraction of a millisecond a timer that truncates would drop makes a fire that looks
     /// like truncation: it used to switch the rounding on for good (left alone when the larger steps were fixed, as "a
-    /// pass less than a millisecond late", though on a clock advanced in coarse steps it is a whole step). One early fire
-    /// is now only a suspicion: its pass arms the timer for the fraction left, which this timer does not truncate, so it
-    /// fires on time and the suspicion is dropped.
+    /// pass less than a millisecond late", though on a clock advanced in coarse steps it is a whole step). A fire that looks
+    /// early is now confirmed by a probe (a second timer of the provider, armed for the fraction left), which this
+    /// provider fires on time: the passes planned while the probe is out are rounded up, and none after.
     /// </summary>
     [Fact]
     public void AStepBackSmallerThanTheFractionTruncationDrops_IsNotTakenForATimerThatFiresEarly()
