@@ -99,21 +99,39 @@ internal sealed class ProviderTimerDriver : TimerDriver
 {
     private readonly TimerWheel _wheel;
     private readonly ITimer _timer;
+    private readonly TimeProvider _provider;
 
-    // What the timer was last armed for by a relative Change, and whether a kick (a due time of zero) may be what fires
-    // it next; see OnFired. Heuristics only: a pass always reads the clock. _armed packs two numbers of one arming into
-    // one word, so that OnFired never pairs one arming's with another's: the wheel's elapsed time (TimeSpan ticks) it was
-    // armed for, a whole millisecond, plus the fraction of a millisecond in the due time it was given, which a timer that
-    // truncates drops (below TicksPerMillisecond). long.MinValue: never armed so.
+    // What the timer was last armed for by a relative Change; see OnFired. A heuristic only: a pass always reads the
+    // clock. It packs two numbers of one arming into one word, so that OnFired never pairs one arming's with another's:
+    // the wheel's elapsed time (TimeSpan ticks) it was armed for, a whole millisecond, plus the fraction of a millisecond
+    // in the due time it was given, which a timer that truncates drops (below TicksPerMillisecond). long.MinValue: never
+    // armed so.
     private long _armed = long.MinValue;
-    private int _kicked;
-    // Set once the provider's timer has fired before the time it was armed for: from then on a relative due time is
-    // rounded up to a whole millisecond (see Arm).
+    // Set once the provider's timers are known to fire early (see Probe): from then on a relative due time is rounded up
+    // to a whole millisecond (see Arm).
     private volatile bool _firesEarly;
+
+    // The probe: a second timer of the provider, created on the first fire that looks early (most wheels never need it),
+    // and armed by nothing but Probe. Invariant: _probing is not ProbeIdle from the moment a prober claims it (CAS from
+    // ProbeIdle) until the probe's own fire has been judged (or its arming failed); only the claimant writes _probeFrom and
+    // _probeUntil and changes the probe, so every fire of the probe is the fire of the one arming those two fields
+    // describe. ProbeOutRounding only ever follows ProbeOut (a CAS), so a fire that looks early as the verdict comes cannot
+    // leave the rounding on with no probe out. Created and disposed under _probeLock (rare, and no Change is made under
+    // it: a provider may fire a timer inline inside Change).
+    private const int ProbeIdle = 0;
+    private const int ProbeOut = 1;
+    private const int ProbeOutRounding = 2; // out, and the timer fired early again meanwhile: Arm rounds up until the verdict
+    private readonly object _probeLock = new();
+    private ITimer? _probe;
+    private bool _disposed;
+    private int _probing;
+    private long _probeFrom;   // the wheel's elapsed time when the probe was armed
+    private long _probeUntil;  // and the time its due time (under a millisecond) ends
 
     public ProviderTimerDriver(TimerWheel wheel, TimeProvider provider)
     {
         _wheel = wheel;
+        _provider = provider;
         _timer = provider.CreateTimer(static o => ((ProviderTimerDriver)o!).OnFired(), this, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
     }
 
@@ -122,35 +140,38 @@ internal sealed class ProviderTimerDriver : TimerDriver
     // Change calls are atomic with respect to each other, and the owner arms before it re-checks the inbox, so a
     // kick is either seen by that re-check or lands after the arm; it is never overwritten by a later plan. (A kick that
     // lands between two of Arm's Changes is overwritten, but its push came before it, so the re-check sees that.)
-    public override void Kick()
-    {
-        Volatile.Write(ref _kicked, 1);
-        _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
-    }
+    public override void Kick() => _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
 
     /// <summary>
-    /// The provider's timer fired: runs a pass. A timer that fires before the time it was armed for, with no kick since,
-    /// by no more than the fraction of a millisecond in its due time, is one that truncates due times to whole
-    /// milliseconds, as <see cref="System.Threading.Timer"/> does, and so the timer of every provider that does not
-    /// override <see cref="TimeProvider.CreateTimer"/>: its pass finds nothing due, and arming it for the fraction of a
-    /// millisecond left gave a due time of zero, so it fired again at once, and again, until the clock reached the tick
-    /// (a busy loop of up to a millisecond per deadline; for ever on a clock that only moves when told to). Once seen,
-    /// <see cref="Arm"/> rounds up.
+    /// The provider's timer fired: runs a pass. A fire before the time the timer was armed for, by no more than the
+    /// fraction of a millisecond in its due time, may be a timer that truncates due times to whole milliseconds, as
+    /// <see cref="System.Threading.Timer"/> does, and so the timer of every provider that does not override
+    /// <see cref="TimeProvider.CreateTimer"/>: its pass finds nothing due, and arming it for the fraction of a millisecond
+    /// left gave a due time of zero, so it fired again at once, and again, until the clock reached the tick (a busy loop of
+    /// up to a millisecond per deadline; for ever on a clock that only moves when told to). Such a fire arms the probe (see
+    /// <see cref="Probe"/>), and once that confirms it, <see cref="Arm"/> rounds up.
     /// </summary>
     /// <remarks>
-    /// Truncation explains a fire no earlier than the due time's whole milliseconds after the arming. A fire earlier still
-    /// is the clock stepping back while the timer was armed (a provider whose timestamp is not monotonic), not the timer:
-    /// it used to count as an early fire too, and from then on every relative due time was rounded up, for good, so a
-    /// delay started at a fraction of a millisecond fired up to a millisecond past its deadline, and a whole step past it
-    /// on a clock advanced in coarse steps (found by the review of the defects left alone, <c>BackwardClockTests</c>). A
-    /// step back smaller than the fraction truncation drops still looks like truncation: the rounding then costs a pass
-    /// less than a millisecond, within the wheel's contract.
+    /// <para>Truncation explains a fire no earlier than the due time's whole milliseconds after the arming. A fire earlier
+    /// still is the clock stepping back while the timer was armed (a provider whose timestamp is not monotonic), not the
+    /// timer: it used to count as an early fire too, and from then on every relative due time was rounded up, for good, so
+    /// a delay started at a fraction of a millisecond fired up to a millisecond past its deadline, and a whole step past
+    /// it on a clock advanced in coarse steps (found by the review of the defects left alone, <c>BackwardClockTests</c>).</para>
+    /// <para>A fire inside that window used to be taken as proof, unless a kick had set a flag since, which the next fire
+    /// took. But a fire cannot be matched with the change that caused it: a kick's fire could land after a later arming
+    /// with its flag taken by another fire (the timer's own, late, that ran while the kick had not yet changed the timer,
+    /// or while the kick's fire, already dispatched to another thread, had not yet run), whose pass had armed the timer for
+    /// less than a millisecond; it was taken for truncation, for good (found by a review, <c>KickTakenForTruncationTests</c>).
+    /// Counting kicks in flight does not close the second order (the kick has returned before its fire runs), nor asking
+    /// the next fire for a second opinion (two kicks in the window give two such fires in a row), and a step back smaller
+    /// than the fraction looked like truncation too. The probe asks the provider directly, on a timer that nothing else
+    /// changes.</para>
     /// </remarks>
     private void OnFired()
     {
-        try
+        if (!_firesEarly)
         {
-            if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0)
+            try
             {
                 long armed = Volatile.Read(ref _armed);
                 if (armed != long.MinValue)
@@ -158,19 +179,100 @@ internal sealed class ProviderTimerDriver : TimerDriver
                     long fraction = armed % TimeSpan.TicksPerMillisecond;
                     long armedFor = armed - fraction;
                     long elapsed = _wheel.Elapsed();
-                    if (elapsed < armedFor && elapsed >= armedFor - fraction)
+                    if (elapsed < armedFor && elapsed >= armedFor - fraction && !Probe(elapsed, armedFor - elapsed))
                     {
-                        _firesEarly = true;
+                        // Early again while the probe is out: a timer that truncates, spinning (or a second kick's fire).
+                        Interlocked.CompareExchange(ref _probing, ProbeOutRounding, ProbeOut);
                     }
                 }
+            }
+            catch (Exception)
+            {
+                // The provider's clock failed: this runs on its timer's thread, where an exception may end the process. The
+                // pass below reads the clock too, and reports the failure (TimerWheel.OnDriverFailed).
+            }
+        }
+        _wheel.RequestDrive();
+    }
+
+    /// <summary>
+    /// Finds out whether the provider's timers fire early: arms the probe for <paramref name="due"/> (TimeSpan ticks, more
+    /// than zero and less than a millisecond) from <paramref name="elapsed"/>, the wheel's time now. A timer that truncates
+    /// takes the due time as zero and fires at once, before it ends; any other fires when it ends or later. Does nothing
+    /// while a probe is out (returns false: its verdict is coming) or once the driver is disposed.
+    /// </summary>
+    /// <remarks>
+    /// A fire that only looked early (a kick's, a small step back) costs nothing: the pass arms the timer for the fraction
+    /// left, which it fires on time. A timer that truncates fires again at once, early again, while the probe is out; from
+    /// then until the verdict <see cref="Arm"/> rounds up, or a provider that fires one due timer at a time, the first it
+    /// finds, would fire that one again and again and never the probe (two kicks' fires in a row cost the passes planned
+    /// in that time up to a millisecond each, once, within the wheel's contract). A provider that truncates pays one probe
+    /// and a pass, once. A probe whose fire is late by more than its due time (a loaded machine) finds no truncation: the
+    /// next fire that looks early probes again. A clock that steps back while a probe is out, by less than its due time,
+    /// still looks like truncation.
+    /// </remarks>
+    private bool Probe(long elapsed, long due)
+    {
+        if (Interlocked.CompareExchange(ref _probing, ProbeOut, ProbeIdle) != ProbeIdle)
+        {
+            return false;
+        }
+        try
+        {
+            ITimer? probe = Volatile.Read(ref _probe) ?? CreateProbe();
+            if (probe is null)
+            {
+                Volatile.Write(ref _probing, ProbeIdle);
+                return true;
+            }
+            _probeFrom = elapsed;
+            _probeUntil = elapsed + due;
+            probe.Change(TimeSpan.FromTicks(due), Timeout.InfiniteTimeSpan); // may fire inline, and judge, before it returns
+        }
+        catch (Exception ex)
+        {
+            Volatile.Write(ref _probing, ProbeIdle);
+            if (!Volatile.Read(ref _disposed))
+            {
+                UnobservedExceptions.Report(ex); // the provider's timer failed: nothing else reports it; no verdict
+            }
+        }
+        return true;
+    }
+
+    /// <summary>The probe, created on first use; null once the driver is disposed.</summary>
+    private ITimer? CreateProbe()
+    {
+        lock (_probeLock)
+        {
+            if (_disposed)
+            {
+                return null;
+            }
+            if (_probe is null)
+            {
+                Volatile.Write(ref _probe, _provider.CreateTimer(static o => ((ProviderTimerDriver)o!).OnProbeFired(), this, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan));
+            }
+            return _probe;
+        }
+    }
+
+    /// <summary>The probe fired: before its due time ended (and not before it was armed: a clock that stepped back), the provider's timers fire early.</summary>
+    private void OnProbeFired()
+    {
+        try
+        {
+            long elapsed = _wheel.Elapsed();
+            if (elapsed < _probeUntil && elapsed >= _probeFrom)
+            {
+                _firesEarly = true;
             }
         }
         catch (Exception)
         {
-            // The provider's clock failed: this runs on its timer's thread, where an exception may end the process. The
-            // pass below reads the clock too, and reports the failure (TimerWheel.OnDriverFailed).
+            // The provider's clock failed (see OnFired): no verdict; a later fire that looks early probes again.
         }
-        _wheel.RequestDrive();
+        Volatile.Write(ref _probing, ProbeIdle);
     }
 
     // How many times Arm arms a relative timer again when the clock moved meanwhile (see there).
@@ -201,9 +303,10 @@ internal sealed class ProviderTimerDriver : TimerDriver
         for (int rearms = 0; ; rearms++)
         {
             TimeSpan due = TimerWheel.TimeUntil(next, seen);
-            if (_firesEarly && due.Ticks % TimeSpan.TicksPerMillisecond != 0)
+            if ((_firesEarly || Volatile.Read(ref _probing) == ProbeOutRounding) && due.Ticks % TimeSpan.TicksPerMillisecond != 0)
             {
-                // A timer that truncates would take the fraction as zero: a late pass (within the tick) instead of a spin.
+                // A timer that truncates would take the fraction as zero: a late pass (within the tick) instead of a spin
+                // (see Probe for the rounding while a probe is out).
                 due = TimeSpan.FromTicks((due.Ticks / TimeSpan.TicksPerMillisecond + 1) * TimeSpan.TicksPerMillisecond);
             }
             // A non-negative whole millisecond, plus a fraction below one, unpacked by OnFired (without the fraction at the
@@ -225,7 +328,23 @@ internal sealed class ProviderTimerDriver : TimerDriver
         }
     }
 
-    public override void Dispose() => _timer.Dispose();
+    public override void Dispose()
+    {
+        ITimer? probe;
+        lock (_probeLock)
+        {
+            _disposed = true;
+            probe = _probe;
+        }
+        try
+        {
+            _timer.Dispose();
+        }
+        finally
+        {
+            probe?.Dispose();
+        }
+    }
 }
 
 /// <summary>A provider's timer that can be armed at an absolute timestamp of its clock (<see cref="ManualClock"/>'s, a frame loop's <see cref="LoopClock"/>'s).</summary>

@@ -157,6 +157,39 @@ public class BackwardClockTests
         Assert.Empty(reported);
     }
 
+    /// <summary>
+    /// A step back smaller than the fraction of a millisecond a timer that truncates would drop makes a fire that looks
+    /// like truncation: it used to switch the rounding on for good (left alone when the larger steps were fixed, as "a
+    /// pass less than a millisecond late", though on a clock advanced in coarse steps it is a whole step). A fire that looks
+    /// early is now confirmed by a probe (a second timer of the provider, armed for the fraction left), which this
+    /// provider fires on time: the passes planned while the probe is out are rounded up, and none after.
+    /// </summary>
+    [Fact]
+    public void AStepBackSmallerThanTheFractionTruncationDrops_IsNotTakenForATimerThatFiresEarly()
+    {
+        ConcurrentQueue<Exception> reported = Observe(() =>
+        {
+            var clock = new SteppingClock();
+            using var wheel = new TimerWheel(clock);
+            Advance(clock, Ms(50.5));
+            SpindleTask first = wheel.Delay(10); // due at 61 ms: the provider's timer is armed for 10.5 ms
+            clock.StepBack(Ms(0.3));
+            Advance(clock, Ms(10.5)); // it fires with the clock at 60.7 ms, within the 0.5 ms truncation would drop
+            Assert.False(first.IsCompleted, "fired early");
+            Advance(clock, Ms(1)); // 61.7 ms
+            Assert.Equal(SpindleTaskStatus.Succeeded, first.Status);
+            first.GetAwaiter().GetResult();
+
+            SpindleTask late = wheel.Delay(16); // started at 61.7 ms: due at 78 ms (77.7 rounded up)
+            Advance(clock, Ms(16.6)); // one coarse step: the clock reads 78.3 ms
+            Assert.True(late.IsCompleted,
+                "a 16 ms delay due at 78 ms had not fired with the clock at 78.3 ms: a step back of 0.3 ms was taken for a timer that truncates, and the rest of the millisecond put its pass in the next step, 16.6 ms later");
+            late.GetAwaiter().GetResult();
+            Assert.Equal(0, wheel.PendingCount);
+        });
+        Assert.Empty(reported);
+    }
+
     private static void Advance(SteppingClock clock, TimeSpan by) => TestUtil.AssertReturns(() => clock.Inner.Advance(by), "the advance never returned");
 
     /// <summary>

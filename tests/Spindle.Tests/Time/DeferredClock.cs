@@ -29,30 +29,45 @@ internal sealed class DeferredClock : TimeProvider
         RunDue();
     }
 
+    /// <summary>
+    /// Called at the start of every <see cref="ITimer.Change"/> of this clock's timers, with the due time, on the calling
+    /// thread, before the change takes effect: a test holds a change there to run another thread's steps first.
+    /// </summary>
+    public Action<TimeSpan>? BeforeChange { get; set; }
+
     /// <summary>Fires the timers due now, until none is.</summary>
     public void RunDue()
     {
-        while (true)
+        while (TakeDue() is { } fire)
         {
-            DeferredTimer? due = null;
-            lock (_lock)
+            fire();
+        }
+    }
+
+    /// <summary>Moves time forward and fires nothing (the provider's thread is late).</summary>
+    public void MoveWithoutFiring(TimeSpan delta) => Interlocked.Add(ref _now, delta.Ticks);
+
+    /// <summary>
+    /// Takes one timer due now, as a provider's thread does when it dispatches a fire, and returns that fire for the test to
+    /// run later; null when none is due. Once taken, the timer is no longer due: a <see cref="ITimer.Change"/> made before
+    /// the fire runs arms it again, and does not withdraw the fire already dispatched (as with <see cref="System.Threading.Timer"/>).
+    /// </summary>
+    public Action? TakeDue()
+    {
+        DeferredTimer? due = null;
+        lock (_lock)
+        {
+            foreach (DeferredTimer t in _timers)
             {
-                foreach (DeferredTimer t in _timers)
+                if (t.DueAt >= 0 && t.DueAt <= _now)
                 {
-                    if (t.DueAt >= 0 && t.DueAt <= _now)
-                    {
-                        due = t;
-                        t.DueAt = -1;
-                        break;
-                    }
+                    due = t;
+                    t.DueAt = -1;
+                    break;
                 }
             }
-            if (due is null)
-            {
-                return;
-            }
-            due.Callback(due.State);
         }
+        return due is null ? null : () => due.Callback(due.State);
     }
 
     public override ITimer CreateTimer(TimerCallback callback, object? state, TimeSpan dueTime, TimeSpan period)
@@ -83,6 +98,7 @@ internal sealed class DeferredClock : TimeProvider
 
         public bool Change(TimeSpan dueTime, TimeSpan period)
         {
+            _clock.BeforeChange?.Invoke(dueTime);
             lock (_clock._lock)
             {
                 if (_disposed)
