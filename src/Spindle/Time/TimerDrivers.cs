@@ -107,6 +107,11 @@ internal sealed class ProviderTimerDriver : TimerDriver
     // in the due time it was given, which a timer that truncates drops (below TicksPerMillisecond). long.MinValue: never
     // armed so.
     private long _armed = long.MinValue;
+    // Set by a kick before its Change, taken by the next fire: a fire that follows a kick is not judged (the common case,
+    // on every provider; on a fake clock that does not move between kicks, a probe would stay out, and the passes planned
+    // meanwhile be rounded up, until the clock moved). A kick whose flag another fire took is the rare case the probe
+    // settles (see Probe).
+    private int _kicked;
     // Set once the provider's timers are known to fire early (see Probe): from then on a relative due time is rounded up
     // to a whole millisecond (see Arm).
     private volatile bool _firesEarly;
@@ -140,7 +145,11 @@ internal sealed class ProviderTimerDriver : TimerDriver
     // Change calls are atomic with respect to each other, and the owner arms before it re-checks the inbox, so a
     // kick is either seen by that re-check or lands after the arm; it is never overwritten by a later plan. (A kick that
     // lands between two of Arm's Changes is overwritten, but its push came before it, so the re-check sees that.)
-    public override void Kick() => _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+    public override void Kick()
+    {
+        Volatile.Write(ref _kicked, 1);
+        _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+    }
 
     /// <summary>
     /// The provider's timer fired: runs a pass. A fire before the time the timer was armed for, by no more than the
@@ -157,8 +166,9 @@ internal sealed class ProviderTimerDriver : TimerDriver
     /// timer: it used to count as an early fire too, and from then on every relative due time was rounded up, for good, so
     /// a delay started at a fraction of a millisecond fired up to a millisecond past its deadline, and a whole step past
     /// it on a clock advanced in coarse steps (found by the review of the defects left alone, <c>BackwardClockTests</c>).</para>
-    /// <para>A fire inside that window used to be taken as proof, unless a kick had set a flag since, which the next fire
-    /// took. But a fire cannot be matched with the change that caused it: a kick's fire could land after a later arming
+    /// <para>A fire inside that window, with no kick flagged since (a kick sets <see cref="_kicked"/>, the next fire takes
+    /// it, and a fire that takes it is not judged), used to be taken as proof. But a fire cannot be matched with the change
+    /// that caused it: a kick's fire could land after a later arming
     /// with its flag taken by another fire (the timer's own, late, that ran while the kick had not yet changed the timer,
     /// or while the kick's fire, already dispatched to another thread, had not yet run), whose pass had armed the timer for
     /// less than a millisecond; it was taken for truncation, for good (found by a review, <c>KickTakenForTruncationTests</c>).
@@ -169,7 +179,7 @@ internal sealed class ProviderTimerDriver : TimerDriver
     /// </remarks>
     private void OnFired()
     {
-        if (!_firesEarly)
+        if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0)
         {
             try
             {

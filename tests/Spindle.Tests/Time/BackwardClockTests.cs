@@ -167,7 +167,7 @@ public class BackwardClockTests
     [Fact]
     public void AStepBackSmallerThanTheFractionTruncationDrops_IsNotTakenForATimerThatFiresEarly()
     {
-        ConcurrentQueue<Exception> reported = Observe(() =>
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
             var clock = new SteppingClock();
             using var wheel = new TimerWheel(clock);
