@@ -176,7 +176,7 @@ public sealed class RunCancellationTests
             var runs = new SpindleTask<bool>[workers];
             for (int i = 0; i < workers; i++)
             {
-                runs[i] = Spindle.Run(() => barrier.SignalAndWait(TimeSpan.FromSeconds(3)));
+                runs[i] = Spindle.Run(() => barrier.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds))); // was 3 s
             }
             int met = 0;
             foreach (SpindleTask<bool> r in runs)
@@ -190,7 +190,7 @@ public sealed class RunCancellationTests
         Assert.True(continuationRunning.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
         busy.Dispose();
         workersReleased.Set();
-        Assert.True(canceller.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        Assert.True(canceller.Join(TimeSpan.FromSeconds(2 * TestUtil.DefaultTimeoutSeconds))); // past the barrier's bound
         Assert.Equal(workers, allMet);
     }
 
