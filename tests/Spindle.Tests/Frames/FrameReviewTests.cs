@@ -133,7 +133,12 @@ public sealed class FrameTimerRaceTests
     [Fact]
     public void DelayFromAnotherThread_DueBeforeItsWaiterListens_IsNeverLost()
     {
+        // Up to 1500 delays, each one the forced race. Past Race.Budget no more start once MinDelays have: each waits for
+        // the loop thread to run its frames, and on a loaded machine (two busy loops beside it at a load of 17) 1500 did
+        // not fit in the 30 s the starter was given.
         const int Delays = 1500;
+        const int MinDelays = 200;
+        int startedDelays = 0;
         var loop = new FrameLoop { FixedDeltaTime = FrameUtil.Step };
         using var stop = new CancellationTokenSource();
         int resumed = 0;
@@ -160,18 +165,23 @@ public sealed class FrameTimerRaceTests
                     loop.RunFrame();
                 }
             }) { IsBackground = true };
+            var budget = System.Diagnostics.Stopwatch.StartNew();
             starter = new Thread(() =>
             {
-                for (int i = 0; i < Delays; i++)
+                for (int i = 0; i < Delays && (i < MinDelays || budget.Elapsed < Race.Budget); i++)
                 {
                     One().Forget();
+                    Volatile.Write(ref startedDelays, i + 1);
                 }
             }) { IsBackground = true };
             loopThread.Start();
             starter.Start();
-            Assert.True(starter.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
-            Assert.True(SpinWait.SpinUntil(() => Volatile.Read(ref resumed) == Delays, TimeSpan.FromSeconds(5)),
-                $"{Delays - Volatile.Read(ref resumed)} of {Delays} delays never resumed");
+            Assert.True(starter.Join(Race.Budget + TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
+                $"the starter had started {Volatile.Read(ref startedDelays)} delays");
+            int started = Volatile.Read(ref startedDelays);
+            Assert.True(SpinWait.SpinUntil(() => Volatile.Read(ref resumed) == started, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), // a lost wait never resumes
+                $"{started - Volatile.Read(ref resumed)} of {started} delays never resumed");
+            Assert.True(started >= MinDelays, $"only {started} delays started");
             Assert.Equal(0, resumedOffLoop);
             stop.Cancel();
             Assert.True(loopThread.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));

@@ -104,7 +104,7 @@ public class ParallelForRunnerTests
             producer.Start();
             try
             {
-                Assert.True(SpinWait.SpinUntil(() => Volatile.Read(ref outstanding) > 10_000, 5_000), "the backlog never built");
+                Assert.True(SpinWait.SpinUntil(() => Volatile.Read(ref outstanding) > 10_000, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the backlog never built");
                 var hits = new int[64];
                 var sibling = new Counter();
                 Spindle.Run(() =>
@@ -114,10 +114,10 @@ public class ParallelForRunnerTests
                     new CountJob(sibling).Schedule(a); // made ready by the same finish
                     JobHandle.ScheduleBatchedJobs();
                 }).Forget();
-                Assert.True(SpinWait.SpinUntil(() => sibling.Read() == 1, 10_000), "the IJob sibling never ran");
+                Assert.True(SpinWait.SpinUntil(() => sibling.Read() == 1, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the IJob sibling never ran");
                 Assert.True(
-                    SpinWait.SpinUntil(() => hits.Sum() == 64, 5_000),
-                    $"the parallel-for ran {hits.Sum()} of 64 indices in 5 s while the injection queue stayed full; {WorkerPool.Shared.Describe()}");
+                    SpinWait.SpinUntil(() => hits.Sum() == 64, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), // the flood goes on until then
+                    $"the parallel-for ran {hits.Sum()} of 64 indices in {TestUtil.DefaultTimeoutSeconds} s while the injection queue stayed full; {WorkerPool.Shared.Describe()}");
             }
             finally
             {

@@ -32,11 +32,11 @@ public class SignalStressTests
             },
             after: round =>
             {
-                SpinWait.SpinUntil(() => wait.Status != SpindleTaskStatus.Pending, 5_000);
+                SpinWait.SpinUntil(() => wait.Status != SpindleTaskStatus.Pending, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
                 SpindleTaskStatus st = wait.Status;
                 if (register)
                 {
-                    SpinWait.SpinUntil(() => Volatile.Read(ref ran) != 0, 5_000);
+                    SpinWait.SpinUntil(() => Volatile.Read(ref ran) != 0, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
                     Assert.Equal(1, Volatile.Read(ref ran));
                 }
                 Exception? e = Record.Exception(() => wait.GetAwaiter().GetResult());

@@ -176,7 +176,7 @@ public sealed class RunCancellationTests
             var runs = new SpindleTask<bool>[workers];
             for (int i = 0; i < workers; i++)
             {
-                runs[i] = Spindle.Run(() => barrier.SignalAndWait(TimeSpan.FromSeconds(3)));
+                runs[i] = Spindle.Run(() => barrier.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds))); // was 3 s
             }
             int met = 0;
             foreach (SpindleTask<bool> r in runs)
@@ -190,7 +190,7 @@ public sealed class RunCancellationTests
         Assert.True(continuationRunning.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
         busy.Dispose();
         workersReleased.Set();
-        Assert.True(canceller.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        Assert.True(canceller.Join(TimeSpan.FromSeconds(2 * TestUtil.DefaultTimeoutSeconds))); // past the barrier's bound
         Assert.Equal(workers, allMet);
     }
 
@@ -300,6 +300,7 @@ public sealed class RunCancellationTests
 
         int ran = await Race.Run(
             rounds,
+            minRounds: Math.Min(rounds, 500), // past the budget too: the count below asks for them
             before: _ => cts = new CancellationTokenSource(),
             after: i =>
             {
@@ -437,7 +438,10 @@ public sealed class RunCancellationTests
     /// <summary>
     /// Cancellation against the start, on a fresh token each round, round after round on the same pooled items: each run
     /// either ran its work exactly once and succeeded, or never ran it and was cancelled (checked once the queues have
-    /// drained); no work runs twice or for another round, and a run that started left nothing registered.
+    /// drained); no work runs twice or for another round, and a run that started left nothing registered. Both outcomes
+    /// happen: freely the token won about 98% of the rounds (a worker's start is a wake-up away), and on a loaded machine
+    /// one side could win them all, so one round in 256 forces each: the cancellation first (every worker held, so none
+    /// can start the work), or the start first (the racer cancels once the work has run).
     /// </summary>
     [Fact]
     public async Task CancelRacingTheStart_ExactlyOneOutcome_EveryRound()
@@ -447,14 +451,22 @@ public sealed class RunCancellationTests
         var cancelledRound = new bool[rounds];
         CancellationTokenSource? cts = null;
         SpindleTask<int> task = default;
+        HoldWorkers? hold = null;
         int succeeded = 0;
+        static bool CancelFirst(int round) => (round & 255) == 7;
+        static bool StartFirst(int round) => (round & 255) == 135;
 
         int ran = await Race.Run(
             rounds,
+            minRounds: Math.Min(rounds, 1_000), // past the budget too: the forced rounds and the count below need them
             before: i =>
             {
                 cts = new CancellationTokenSource();
                 int round = i;
+                if (CancelFirst(i))
+                {
+                    hold = new HoldWorkers(); // this class runs alone (sequential collection)
+                }
                 task = Spindle.Run(() =>
                 {
                     Interlocked.Increment(ref ranFor[round]);
@@ -463,6 +475,20 @@ public sealed class RunCancellationTests
             },
             after: i =>
             {
+                if (hold is not null)
+                {
+                    try
+                    {
+                        // The forced order held: no worker was free, and the run ended at the cancellation.
+                        Assert.True(hold.StillHolding, $"round {i}: a held worker was let go before the cancellation");
+                        Assert.Equal(SpindleTaskStatus.Canceled, task.Status);
+                    }
+                    finally
+                    {
+                        hold.Dispose();
+                        hold = null;
+                    }
+                }
                 try
                 {
                     Assert.Equal(i, TestUtil.WithTimeout(task).GetAwaiter().GetResult());
@@ -479,8 +505,15 @@ public sealed class RunCancellationTests
             },
             i =>
             {
-                // A spread of delays, so that the worker's start (a wake-up away) wins some rounds and the token others.
-                Thread.SpinWait(i % 32 * 100);
+                if (StartFirst(i))
+                {
+                    TestUtil.SpinUntil(() => Volatile.Read(ref ranFor[i]) == 1); // a dedicated thread: a plain spin
+                }
+                else
+                {
+                    // A spread of delays, so that the worker's start (a wake-up away) wins some rounds and the token others.
+                    Thread.SpinWait(i % 32 * 100);
+                }
                 cts!.Cancel();
             });
 
@@ -503,6 +536,7 @@ public sealed class RunCancellationTests
         }
         Assert.Equal(ran, succeeded + cancelled);
         Assert.True(ran >= Math.Min(rounds, 1_000), $"only {ran} rounds ran");
+        // Both outcomes happened: the forced rounds make sure of it, under any load.
         Assert.True(cancelled > 0 && succeeded > 0, $"one side won every round: {succeeded} ran, {cancelled} cancelled");
     }
 }

@@ -168,7 +168,7 @@ public class WorkerPoolParkStressTests
                 var wait = Stopwatch.StartNew();
                 while (Volatile.Read(ref h.Executed) != Volatile.Read(ref h.Created))
                 {
-                    Assert.True(wait.Elapsed < TimeSpan.FromSeconds(10), $"quiet round {round}: an item waits with workers parked: {h.State()}");
+                    Assert.True(wait.Elapsed < TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds), $"quiet round {round}: an item waits with workers parked: {h.State()}"); // a lost wake-up: the workers end up parked with no limit
                     Thread.Yield();
                 }
             }

@@ -65,7 +65,7 @@ public class WorkerPoolTimersWhileParkingTests
                 {
                     continuationThread = Environment.CurrentManagedThreadId;
                     continuationStarted.Set();
-                    itemRan.Wait(TimeSpan.FromSeconds(3)); // the continuation: a while, or until the item has run
+                    itemRan.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // the continuation: until the item has run
                     return (true, TimeSpan.FromMilliseconds(300));
                 }
                 return (false, TimeSpan.FromMilliseconds(300)); // nothing due: the worker blocks up to 300 ms, and again
@@ -92,9 +92,12 @@ public class WorkerPoolTimersWhileParkingTests
                 ranOn = Environment.CurrentManagedThreadId;
                 itemRan.Set();
             }));
-            Assert.True(itemRan.Wait(TimeSpan.FromSeconds(10)), $"the item never ran ({pool.Describe()})");
+            Assert.True(itemRan.Wait(TimeSpan.FromSeconds(2 * TestUtil.DefaultTimeoutSeconds)), $"the item never ran ({pool.Describe()})");
             Thread.MemoryBarrier();
-            Assert.True(ranAfterMs < 1000,
+            // Sent to W, the wake-up waits for W's continuation, which waits for the item up to the default timeout (it
+            // ran 3000 ms later when that wait was 3 s): half of it tells the two apart, and a loaded machine does not
+            // (the bound was 1 s).
+            Assert.True(ranAfterMs < TestUtil.DefaultTimeoutSeconds * 1000 / 2,
                 $"the item queued from outside ran {ranAfterMs} ms later (on {(ranOn == continuationThread ? "W, after its timer continuation" : "V")}), "
                 + "while the other worker was parked: the wake-up went to the worker running the continuation");
             Assert.NotEqual(continuationThread, ranOn);
@@ -120,6 +123,10 @@ public class WorkerPoolTimersWhileParkingPublicTests
         {
             return;
         }
+        // The worst wait allowed. A wake-up sent to the worker running the continuation waits for it, and the continuation
+        // waits for the item up to the default timeout (2002 ms when that wait was 2 s): half of it tells the two apart,
+        // and a loaded machine's scheduling delays do not (the bound was 500 ms, the worst of thousands of waits).
+        const long WorstMs = TestUtil.DefaultTimeoutSeconds * 1000 / 2;
         using var started = new SemaphoreSlim(0);
         using var itemRan = new SemaphoreSlim(0);
         int stop = 0;
@@ -141,12 +148,12 @@ public class WorkerPoolTimersWhileParkingPublicTests
             await TestUtil.WithTimeout(Spindle.Run(async () =>
             {
                 var clock = Stopwatch.StartNew();
-                while (clock.Elapsed < TimeSpan.FromSeconds(TestUtil.IsStress ? 60 : 5) && Volatile.Read(ref worstMs) < 500)
+                while (clock.Elapsed < TimeSpan.FromSeconds(TestUtil.IsStress ? 60 : 5) && Volatile.Read(ref worstMs) < WorstMs)
                 {
                     await Spindle.Delay(TimeSpan.FromMilliseconds(1));
                     var wait = Stopwatch.StartNew();
                     started.Release();
-                    itemRan.Wait(TimeSpan.FromSeconds(2));
+                    itemRan.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
                     worstMs = Math.Max(worstMs, wait.ElapsedMilliseconds);
                     iterations++;
                 }
@@ -157,6 +164,6 @@ public class WorkerPoolTimersWhileParkingPublicTests
             Volatile.Write(ref stop, 1);
         }
         await TestUtil.WithTimeout(outside, 10);
-        Assert.True(worstMs < 500, $"an item queued from outside waited {worstMs} ms for a worker's delay continuation, with another worker parked ({iterations} iterations)");
+        Assert.True(worstMs < WorstMs, $"an item queued from outside waited {worstMs} ms for a worker's delay continuation, with another worker parked ({iterations} iterations)");
     }
 }
