@@ -1286,19 +1286,27 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     /// <summary>
     /// The consumer of a combination whose caller got an exception instead (<see cref="AbandonAfterFailedRegistration"/>):
-    /// reads it and reports the inputs' failures it carries, except the caller's error, since nobody else will see them.
-    /// Each is reported once per completion: one read from a source that a read does not consume (a promise's task, a task
-    /// made failed) claims that completion's report (<see cref="CombinatorCore.ReportLoserOnce"/>), as a loser's does; it used to be
-    /// reported without the claim, and a Forget() of the same task, before or after, reported it a second time (found by
-    /// the review of the defects left alone, <c>AbandonedRegistrationReportTests</c>).
+    /// reads it and reports the inputs' failures, except the caller's error, since nobody else will see them. A WhenAll
+    /// reports every failure its slots kept (<see cref="CompleteAll"/>), not only those its combined failure carries: without
+    /// aggregation that is the lowest index's alone, and a later input's fault, which its read consumed, was lost (found by
+    /// the review of stop 31's changes, <c>AbandonedRegistrationReportTests</c>). A WhenAny's failure is its winner's. Each
+    /// is reported once per completion: one read from a source that a read does not consume (a promise's task, a task made
+    /// failed, a BCL task) claims that completion's report (<see cref="CombinatorCore.ReportLoserOnce"/>), as a loser's
+    /// does, so a Forget() of the same task, before or after, or another combinator over the same BCL task, reports nothing
+    /// more; a BCL task that faulted with several exceptions gives each (<see cref="CombinatorCore.ReportLoser(ExceptionDispatchInfo?)"/>).
     /// </summary>
+    /// <remarks>
+    /// The slot by slot report replaces two earlier ones that matched the combined failure's exceptions to the slots'
+    /// failures: unclaimed, a Forget() of the same task reported a second time (found by the review of the defects left
+    /// alone); matched exception by exception, an aggregate reported a BCL task's second exception twice, and two
+    /// completions failed with one exception object once (found by the review of stop 30's changes).
+    /// </remarks>
     private void ReadAbandoned()
     {
         Exception? thrown = _abandonedWith; // read first: the read below may recycle this object
         bool decidedEarly = _decidedEarly; // likewise; a token or timeout that decided reported the stored failures itself
-        bool aggregate = _aggregate;
         // A WhenAll's slots hold what CompleteAll kept for this reader; a WhenAny's losers may still be using theirs.
-        List<(ExceptionDispatchInfo Error, object Origin, short Token)>? origins = decidedEarly || _isAny ? null : TakeFailureOrigins();
+        List<(ExceptionDispatchInfo Error, object? Origin, short Token)>? failures = decidedEarly || _isAny ? null : TakeKeptFailures(thrown);
         // A WhenAny's failure is its winner's: the one input that can be its origin.
         object? winner = null;
         short winnerToken = 0;
@@ -1307,103 +1315,50 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             winner = origin; // a source a read does not consume, or a BCL task
             winnerToken = Slots[_winner].Token;
         }
+        bool isAny = _isAny;
         ReadQuietly(_core.Version, out ExceptionDispatchInfo? error);
         if (error is null || decidedEarly)
         {
             return;
         }
-        if (aggregate && error.SourceException is AggregateException all)
+        if (!isAny)
         {
-            ReportAbandoned(all, thrown, origins);
-        }
-        else if (error.SourceException != thrown)
-        {
-            // An earlier input's failure (the slot's own, passed on as it is): nobody else will ever see it.
-            if (winner is not null)
+            if (failures is not null)
             {
-                ReportLoserOnce(error, winner, winnerToken);
-                return;
-            }
-            if (origins is not null)
-            {
-                foreach ((ExceptionDispatchInfo failure, object readFrom, short token) in origins)
+                foreach ((ExceptionDispatchInfo failure, object? readFrom, short token) in failures)
                 {
-                    if (failure == error)
-                    {
-                        ReportLoserOnce(error, readFrom, token);
-                        return;
-                    }
+                    ReportLoserOnce(failure, readFrom, token);
                 }
             }
-            ReportLoser(error);
+            return;
+        }
+        if (error.SourceException != thrown)
+        {
+            // The winner's failure (passed on as it is): nobody else will ever see it.
+            ReportLoserOnce(error, winner, winnerToken);
         }
     }
 
     /// <summary>
-    /// Before the read that recycles this object: a WhenAll's failures read from sources a read does not consume, with
-    /// their sources and tokens, from the slots that <see cref="CompleteAll"/> kept for this reader (cleared here, so the
-    /// pooled object holds no input); null if there are none.
+    /// Before the read that recycles this object: a WhenAll's failures but the caller's error <paramref name="thrown"/>,
+    /// each with what it was read from (when a read does not consume that) and its token, from the slots that
+    /// <see cref="CompleteAll"/> kept for this reader (cleared here, so the pooled object holds no input); null if there
+    /// are none.
     /// </summary>
-    private List<(ExceptionDispatchInfo Error, object Origin, short Token)>? TakeFailureOrigins()
+    private List<(ExceptionDispatchInfo Error, object? Origin, short Token)>? TakeKeptFailures(Exception? thrown)
     {
-        List<(ExceptionDispatchInfo, object, short)>? origins = null;
+        List<(ExceptionDispatchInfo, object?, short)>? failures = null;
         Slot[] slots = Slots;
         for (int i = 0; i < _count; i++)
         {
-            if (slots[i].Error is { } failure && slots[i].ErrorOrigin is { } origin)
+            if (slots[i].Error is { } failure && failure.SourceException != thrown)
             {
-                (origins ??= new()).Add((failure, origin, slots[i].Token));
+                (failures ??= new()).Add((failure, slots[i].ErrorOrigin, slots[i].Token));
             }
             slots[i].Error = null;
             slots[i].ErrorOrigin = null;
         }
-        return origins;
-    }
-
-    /// <summary>
-    /// Reports the failures an aggregating WhenAll's combined failure <paramref name="all"/> carries, but for the caller's
-    /// error <paramref name="thrown"/>: once per completion. Each of <paramref name="origins"/> is one completion, and the
-    /// exceptions it put in <paramref name="all"/> (one, or every one of a BCL task that faulted with several) are reported
-    /// together under its claim (<see cref="CombinatorCore.ReportLoserOnce"/>); the others, from inputs a read consumed,
-    /// as they are.
-    /// </summary>
-    /// <remarks>
-    /// Matched exception by exception, it reported a BCL task's second exception twice (with its completion's report, then
-    /// on its own), and two completions failed with one exception object once (the second matched the first's claim);
-    /// found by the review of stop 30's changes, <c>AbandonedRegistrationReportTests</c>.
-    /// </remarks>
-    private static void ReportAbandoned(AggregateException all, Exception? thrown, List<(ExceptionDispatchInfo Error, object Origin, short Token)>? origins)
-    {
-        var rest = new List<Exception>(all.InnerExceptions.Count);
-        foreach (Exception inner in all.InnerExceptions)
-        {
-            if (inner != thrown)
-            {
-                rest.Add(inner);
-            }
-        }
-        if (origins is not null)
-        {
-            foreach ((ExceptionDispatchInfo error, object origin, short token) in origins)
-            {
-                // Its exceptions leave the rest, one occurrence each (another input may carry the same exception object).
-                if (rest.Remove(error.SourceException))
-                {
-                    if (BclRead.AllOf(error) is { } several)
-                    {
-                        for (int i = 1; i < several.Count; i++)
-                        {
-                            rest.Remove(several[i]);
-                        }
-                    }
-                    ReportLoserOnce(error, origin, token);
-                }
-            }
-        }
-        foreach (Exception inner in rest)
-        {
-            ReportLoser(inner);
-        }
+        return failures;
     }
 
     /// <summary>Drops the references of inputs that were never started (the race was decided first).</summary>

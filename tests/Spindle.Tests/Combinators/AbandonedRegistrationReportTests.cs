@@ -198,4 +198,65 @@ public sealed class AbandonedRegistrationReportTests
         });
         Assert.Equal(1, reported.Count(e => ReferenceEquals(e, error)));
     }
+
+    /// <summary>
+    /// A WhenAll without aggregation whose registration failed carries only its lowest index's fault, but every earlier
+    /// input's failure was read by it (an async method's read consumes it): nobody else will see the second one either,
+    /// and a WhenAll that its token decides reports every stored failure. Found by the review of stop 31's changes: only
+    /// the first was reported, the second was lost ("e1=1 e2=0").
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void NotAggregating_EveryEarlierAsyncMethodsFault_IsReported(bool failBeforeTheCall)
+    {
+        var e1 = new InvalidOperationException("the first earlier input's failure");
+        var e2 = new InvalidOperationException("the second earlier input's failure");
+        var gate1 = new Promise();
+        var gate2 = new Promise();
+        var reported = Observe(Own.Instances(e1, e2), () =>
+        {
+            if (failBeforeTheCall)
+            {
+                gate1.SetResult();
+                gate2.SetResult();
+            }
+            SpindleTask first = Fails(e1, gate1.Task);
+            SpindleTask second = Fails(e2, gate2.Task);
+            var other = new Promise();
+            SpindleTask awaitedElsewhere = other.Task;
+            awaitedElsewhere.GetAwaiter().OnCompleted(static () => { });
+            Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAll([first, second, awaitedElsewhere]));
+            if (!failBeforeTheCall)
+            {
+                gate1.SetResult(); // both methods fail now, on this thread: the abandoned combination reads them
+                gate2.SetResult();
+            }
+            other.SetResult();
+        });
+        Assert.Equal("e1=1 e2=1", "e1=" + reported.Count(e => e == e1) + " e2=" + reported.Count(e => e == e2));
+    }
+
+    /// <summary>The same for a WhenAny's losers is the loser's path; a tuple WhenAll without aggregation, as the span's.</summary>
+    [Fact]
+    public void NotAggregating_Tuple_EveryEarlierAsyncMethodsFault_IsReported()
+    {
+        var e1 = new InvalidOperationException("the first earlier input's failure");
+        var e2 = new InvalidOperationException("the second earlier input's failure");
+        var gate1 = new Promise();
+        var gate2 = new Promise();
+        var reported = Observe(Own.Instances(e1, e2), () =>
+        {
+            SpindleTask first = Fails(e1, gate1.Task);
+            SpindleTask second = Fails(e2, gate2.Task);
+            var other = new Promise<int>();
+            SpindleTask<int> awaitedElsewhere = other.Task;
+            awaitedElsewhere.GetAwaiter().OnCompleted(static () => { });
+            Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAll(first, second, awaitedElsewhere));
+            gate1.SetResult();
+            gate2.SetResult();
+            other.SetResult(1);
+        });
+        Assert.Equal("e1=1 e2=1", "e1=" + reported.Count(e => e == e1) + " e2=" + reported.Count(e => e == e2));
+    }
 }

@@ -127,6 +127,44 @@ public class CombinatorRegistrationFailureTests
         Assert.False(signal.IsSet, "the set reached the wait's awaiter");
     }
 
+    /// <summary>
+    /// The winner and a finished loser are signal waits that took a set, and a later loser is a signal wait already
+    /// awaited elsewhere: the call throws; each set it had taken is given back exactly once (the signal is set, and its
+    /// next wait takes it; a second one finds nothing), and the awaited wait stays its awaiter's, resumed once by the next
+    /// set. Written by the review of stop 31's changes; passes on the current code.
+    /// </summary>
+    [Fact]
+    public void WhenAny_SettledAtTheCall_SetsTakenByTheWinnerAndAFinishedLoser_AreEachGivenBackOnce_WhenALaterLoserThrows()
+    {
+        var winner = new Signal();
+        SpindleTask winning = winner.WaitAsync();
+        winner.Set();
+        var loser = new Signal();
+        SpindleTask finishedLoser = loser.WaitAsync();
+        loser.Set();
+        var awaited = new Signal();
+        SpindleTask awaitedWait = awaited.WaitAsync();
+        int resumed = 0;
+        awaitedWait.GetAwaiter().OnCompleted(() => resumed++);
+        ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
+            Assert.Throws<InvalidOperationException>(() => SpindleTask.WhenAny(winning, finishedLoser, awaitedWait)));
+        Assert.Empty(reported);
+        foreach (Signal signal in new[] { winner, loser })
+        {
+            SpindleTask next = signal.WaitAsync();
+            Assert.True(next.IsCompleted, "a set the failed call had taken was lost");
+            next.GetAwaiter().GetResult();
+            SpindleTask<bool> after = signal.WaitAsync(TimeSpan.Zero);
+            Assert.True(after.IsCompleted);
+            Assert.False(after.GetAwaiter().GetResult(), "a set the failed call had taken was given back twice");
+        }
+        Assert.Throws<InvalidOperationException>(() => winning.GetAwaiter().GetResult()); // given back: the copy is stale
+        Assert.Equal(0, resumed);
+        awaited.Set();
+        Assert.Equal(1, resumed);
+        Assert.False(awaited.IsSet, "the set reached the wait's awaiter");
+    }
+
     [Fact]
     public void WhenAll_ALaterInputAlreadyAwaited_Throws_AnEarlierFaultIsReported_AndTheCombinatorIsPooledAgain()
     {
