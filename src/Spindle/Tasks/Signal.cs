@@ -309,16 +309,15 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     internal bool TryKeepSet() => _core.TryKeepSignal();
 
     /// <summary>
-    /// A WhenAny that let go of wait <paramref name="token"/> and read it gives back the set it took: the signal is set
-    /// now, and the wait's token is stale, so another copy of it cannot take the same set again.
+    /// A WhenAny settled at the call gives back the set that wait <paramref name="token"/> took, read by it and never
+    /// handed to its caller (a losing wait it let go of, read with <see cref="ReadLosingWait"/>; or its winner, read with
+    /// a read that marks, when letting go of a loser threw: <paramref name="readByCaller"/>), unless the set has reached
+    /// somebody else: a waiter the set resumed, or a read of the wait besides the call's (a signal's wait may be read
+    /// again). Then the set is theirs, and giving it back too would count one set twice. Given back, the signal is set
+    /// and the wait's token is stale, so a later read of it is the await-once error, never a second taker of that set
+    /// (<c>SourceCore.TryGiveBackSet</c>).
     /// </summary>
-    internal void GiveBackSet(short token)
-    {
-        if (!_core.TryGiveBackSet(token))
-        {
-            Set();
-        }
-    }
+    internal void GiveBackSet(short token, bool readByCaller) => _core.TryGiveBackSet(token, readByCaller);
 
     /// <summary>Clears the signal if it is set and nobody has consumed it.</summary>
     public void Reset() => _core.TryClearSignal();
@@ -457,10 +456,28 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
 
     /// <summary>
     /// Reads wait <paramref name="token"/> as <see cref="GetResult(short)"/> does, with its failure (a canceled wait)
-    /// handed back instead of thrown (<see cref="IQuietSource"/>); misuse still throws.
+    /// handed back instead of thrown (<see cref="IQuietSource"/>); misuse still throws. A set it finds has reached this
+    /// reader: marked so that no combinator gives it back as well (<c>SourceCore.MarkSetRead</c>, a bit test for the
+    /// waiter the set resumed).
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private bool ReadWaitQuietly(short token, out ExceptionDispatchInfo? error)
+    {
+        bool tookSet = ReadLosingWait(token, out error);
+        if (tookSet)
+        {
+            _core.MarkSetRead(token);
+        }
+        return tookSet;
+    }
+
+    /// <summary>
+    /// Reads wait <paramref name="token"/> as <see cref="ReadWaitQuietly"/> does, but leaves a set it finds unmarked: for a
+    /// WhenAny settled at the call that reads a losing wait to give its set back (<see cref="GiveBackSet"/>) if nobody
+    /// else has it. Pending and awaited elsewhere (the caller's error), the read's registration is refused with the
+    /// await-once error.
+    /// </summary>
+    internal bool ReadLosingWait(short token, out ExceptionDispatchInfo? error)
     {
         _core.ValidateToken(token);
         try
