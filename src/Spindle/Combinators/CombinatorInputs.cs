@@ -143,7 +143,7 @@ internal static class SpindleInputs
     /// Lets go of a losing input of a WhenAny settled without a combinator: abandons it if it is pending and its source
     /// allows (<see cref="IDetachableSource.TryAbandon"/>). A signal's wait that completed since the inputs were scanned (a
     /// set landed as the race was settled) is read now, and a set it took is given back to the signal, as a combinator
-    /// gives back the sets its losers took (<see cref="TakenSets"/>): a set reaches the caller or is kept, never lost.
+    /// gives back the sets its losers took (<see cref="CombinatorCore.GiveBackSet"/>): a set reaches the caller or is kept, never lost.
     /// False for any other input, which the caller forgets (it is read, and a fault reported, when it finishes).
     /// </summary>
     public static bool TryLetGo(ISpindleSource? source, short token)

@@ -378,7 +378,7 @@ internal static class Combine
     /// read: the caller gets that exception, not the combined task, so nothing the read took may be dropped with it. The
     /// winner's failure (the read consumed it: a pooled box went back to its pool) is reported, as a combinator whose
     /// registration failed reports an input it had taken, once per completion as a loser's; a set a signal's wait took
-    /// is given back to the signal, as a combinator gives back its losers' (<see cref="TakenSets"/>), unless it had reached
+    /// is given back to the signal, as a combinator gives back its losers' (<see cref="CombinatorCore.GiveBackSet"/>), unless it had reached
     /// somebody else too (a signal's wait may be read again: see <see cref="Signal.GiveBackSet"/>).
     /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]

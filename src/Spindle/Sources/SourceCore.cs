@@ -141,7 +141,14 @@ internal struct SourceCore<TResult>
     // HandedToWaiterBit: the set completed the wait while a waiter was registered (SetSignal, in its publishing store, at
     // no cost): the set is that waiter's, whose read then marks nothing. ReadBit: read once by a reader that found the
     // wait completed (one CAS, MarkSetRead). RereadBit: read again after that (one more CAS; later reads mark nothing).
+    // A combinator that may give a set back registers on a wait with this same bit as its mark (RegisterReadingWaiter),
+    // so that in a Waiting word it means "the waiter reads as a reader": the set's publishing store flips the bit (XOR,
+    // at no more cost than the OR it replaces), so such a wait completes with no reader bit, and the combinator's read marks
+    // ReadBit as any first read does. Every other read marks too then: so a misused read of the wait while the combinator
+    // holds it (the caller's, or an awaiter's elsewhere) is seen by the give-back, which requires the combinator's read
+    // alone. A cancelled or timed-out wait may keep the mark into Completed: it took no set, so nothing gives one back.
     private const int HandedToWaiterBit = 1 << 22;
+    private const int ReadingWaiterMark = HandedToWaiterBit;
     private const int ReadBit = 1 << 23;
     private const int RereadBit = 1 << 24;
     private const int SetReaderBits = HandedToWaiterBit | ReadBit | RereadBit;
@@ -434,8 +441,9 @@ internal struct SourceCore<TResult>
 
     /// <summary>
     /// Under Completing, claimed from Waiting in word <paramref name="w"/>: takes the waiter (and a delegate's state),
-    /// clears both fields, and publishes a success with no value, with <paramref name="mark"/> (a constant: a signal's
-    /// <see cref="HandedToWaiterBit"/>, or none). The caller runs the waiter exactly once.
+    /// clears both fields, and publishes a success with no value, with <paramref name="mark"/> flipped in (a constant: a
+    /// signal's <see cref="HandedToWaiterBit"/>, or none; a waiter registered with <see cref="ReadingWaiterMark"/> has
+    /// it already, so it is cleared). The caller runs the waiter exactly once.
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private void TakeWaiterAndPublishSuccess(int w, int mark, out object? waiter, out object? state)
@@ -444,7 +452,7 @@ internal struct SourceCore<TResult>
         state = waiter!.GetType() == typeof(Action<object?>) ? _stateOrError : null;
         _continuation = null;
         _stateOrError = null;
-        Volatile.Write(ref _word, With(w, Completed) | mark);
+        Volatile.Write(ref _word, With(w, Completed) ^ mark);
     }
 
     /// <summary>Fails with <paramref name="exception"/>; false if already completed.</summary>
@@ -1138,6 +1146,20 @@ internal struct SourceCore<TResult>
         if (!TryRegister(continuation, state, token, 0))
         {
             Continuations.Invoke((object)continuation == DirectWaiter.s_moveNext ? state! : continuation, state);
+        }
+    }
+
+    /// <summary>
+    /// Signal only: registers a combinator's slot on wait <paramref name="token"/> as <see cref="OnCompleted(Action{object?}, object?, short)"/>
+    /// does, but as a waiter that reads as a reader (<see cref="ReadingWaiterMark"/>): a set that completes the wait marks no
+    /// reader, and the slot's read marks <see cref="ReadBit"/>, so that the combinator may give the set back only if no
+    /// other read has it (<see cref="TryGiveBackSet"/>).
+    /// </summary>
+    public void OnCompletedAsReader(DirectWaiter waiter, short token)
+    {
+        if (!TryRegister(DirectWaiter.s_moveNext, waiter, token, ReadingWaiterMark))
+        {
+            Continuations.Invoke(waiter, waiter);
         }
     }
 
