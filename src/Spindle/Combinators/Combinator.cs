@@ -26,53 +26,6 @@ internal enum InputKind : byte
 }
 
 /// <summary>
-/// The sets that a combinator took from signals without handing them to its caller: a losing signal wait that completed
-/// while (or after) the race was decided, which the combinator must read; or, in a WhenAll that its token or timeout
-/// decided, a signal input it had read. Each is given back to its signal, so that the signal's next wait takes it, as it
-/// takes a set that lands after the wait was let go of: a set is either delivered to a caller or kept, never lost (the
-/// guarantee a SemaphoreSlim.WaitAsync with a timeout gives its releases). An idle signal keeps it at once
-/// (<see cref="Signal.TryKeepSet"/>, which runs nothing, so it may be called under a claim), before the combined task is
-/// published; one with a wait armed meanwhile is <see cref="Signal.Set"/> by <see cref="GiveBack"/>, after publication
-/// and with no claim held, since that runs the waiter. Allocates only when two or more such signals had waits armed.
-/// </summary>
-internal struct TakenSets
-{
-    private Signal? _first;
-    private List<Signal>? _more;
-
-    public void Add(Signal? signal)
-    {
-        // Kept at once when nothing can run (the signal is idle): so the set is there when the combined task is published,
-        // as one that landed after the wait was let go of is, and a reset in the consumer's continuation drops it. Only a
-        // signal with a wait armed meanwhile is set later, once published and with no claim held.
-        if (signal is null || signal.TryKeepSet())
-        {
-            return;
-        }
-        if (_first is null)
-        {
-            _first = signal;
-        }
-        else
-        {
-            (_more ??= new List<Signal>()).Add(signal);
-        }
-    }
-
-    public readonly void GiveBack()
-    {
-        _first?.Set();
-        if (_more is not null)
-        {
-            foreach (Signal signal in _more)
-            {
-                signal.Set();
-            }
-        }
-    }
-}
-
-/// <summary>
 /// What every combinator shares: one pooled slot per input (the state each input's continuation carries, kept across
 /// uses), registration on every kind of input, the cells that keep typed inputs' results, and the reference count that
 /// decides when the combinator may return to its pool. See <see cref="Combinator{TResult}"/> for the protocol.
@@ -235,7 +188,16 @@ internal abstract class CombinatorCore
 #if DEBUG
         TestHookAfterSlotPublished?.Invoke(slot.Index);
 #endif
-        source.OnCompleted(DirectWaiter.s_moveNext, slot, token); // the slot is its own continuation
+        if (_letsGoOfLosers && source is Signal signal)
+        {
+            // A set this combinator may give back (GiveBackSet): registered as a waiter that reads as a reader, so that a
+            // misused read of the wait elsewhere leaves its mark for the give-back.
+            signal.OnCompletedAsReader(slot, token);
+        }
+        else
+        {
+            source.OnCompleted(DirectWaiter.s_moveNext, slot, token); // the slot is its own continuation
+        }
         // A WhenAny decided while its inputs are being registered (another input won on another thread, or the token was
         // already cancelled) may have missed this slot: it is let go of here. While the race is open, its decider will see
         // this registration (see DetachInputs). The registration is a full fence before the read below: the CAS that
@@ -259,12 +221,10 @@ internal abstract class CombinatorCore
         {
             spin.SpinOnce();
         }
-        var taken = default(TakenSets);
-        if (slot.Index != _winner && LetGo(slot, ref taken))
+        if (slot.Index != _winner && LetGo(slot))
         {
             OnInputLetGo();
         }
-        taken.GiveBack();
     }
 
     /// <summary>
@@ -376,13 +336,13 @@ internal abstract class CombinatorCore
     /// decider CASes the combinator's core and then reads each input's (a registration in progress is waited for). So
     /// every slot is let go of by one of them, or by both, and the detach CAS and the read claim make that once.
     /// </remarks>
-    protected int DetachInputs(int except, ref TakenSets taken)
+    protected int DetachInputs(int except)
     {
         int detached = 0;
         Slot[] slots = _slots;
         for (int i = 0; i < _count; i++)
         {
-            if (i != except && LetGo(slots[i], ref taken))
+            if (i != except && LetGo(slots[i]))
             {
                 detached++;
             }
@@ -393,12 +353,11 @@ internal abstract class CombinatorCore
     /// <summary>
     /// The decider's side of a decided race, under its claim on the core and before it publishes: lets go of every input
     /// but <paramref name="winner"/> (-1 when the token decided) and drops the references of the detached ones, and the
-    /// winner's own. The sets that losing signal waits had taken are added to <paramref name="taken"/>, for the caller to
-    /// give back once it has published.
+    /// winner's own. The sets that losing signal waits had taken are given back (<see cref="GiveBackSet"/>).
     /// </summary>
-    protected void LetGoOfLosers(int winner, ref TakenSets taken)
+    protected void LetGoOfLosers(int winner)
     {
-        int detached = DetachInputs(winner, ref taken);
+        int detached = DetachInputs(winner);
         int others = winner < 0 ? _count : _count - 1;
         if (detached == others)
         {
@@ -421,9 +380,9 @@ internal abstract class CombinatorCore
     /// and then never calls back; returns true, and the caller drops its reference. One whose source has completed (or
     /// is completing), and is safe to read twice (a promise, a signal's wait), is read now (<see cref="ReadLoserNow"/>).
     /// Any other input stays registered: its callback reads it when it finishes. A set that a signal's wait read now had
-    /// taken is added to <paramref name="taken"/>.
+    /// taken is given back.
     /// </summary>
-    protected bool LetGo(Slot slot, ref TakenSets taken)
+    protected bool LetGo(Slot slot)
     {
         // Source first, with an acquire (see AddSource), then the rest of the use. It is cleared by the slot's own read:
         // null means the input was read already, or is being read by its own callback, or is not published yet (its
@@ -442,7 +401,7 @@ internal abstract class CombinatorCore
                 slot.Source = null;
                 return true;
             case DetachOutcome.Completed:
-                taken.Add(ReadLoserNow(slot));
+                ReadLoserNow(slot);
                 return false;
             default:
                 return false;
@@ -457,12 +416,12 @@ internal abstract class CombinatorCore
     /// against the slot's own callback (<see cref="Slot.ReadState"/>); whichever loses the claim waits for the other's
     /// read, which is a few instructions away.
     /// </summary>
-    private static Signal? ReadLoserNow(Slot slot)
+    private static void ReadLoserNow(Slot slot)
     {
         if (!slot.TryClaimRead())
         {
-            AwaitClaimedRead(slot);
-            return null; // the slot's own callback read it, and deals with a set it took
+            AwaitClaimedRead(slot); // the slot's own callback reads it, and gives back a set it took
+            return;
         }
         SpinWait spin = default;
         if (Volatile.Read(ref slot.Source) is not { } source)
@@ -470,34 +429,49 @@ internal abstract class CombinatorCore
             // The slot's registration failed (the caller's error) and its source was withdrawn after this thread met it:
             // there is nothing of this slot's to read.
             slot.EndRead();
-            return null;
+            return;
         }
         while (!HasSettled(source, slot.Token))
         {
             spin.SpinOnce(); // its completer is between its claim and its publication: a few stores
         }
-        Signal? taken = ReadAndReportLoser(slot);
+        ReadAndReportLoser(slot);
         slot.EndRead();
-        return taken;
     }
 
     /// <summary>
     /// Reads a losing slot's input (the caller holds its read claim) and reports its failure. A promise's task is not
     /// consumed by the read, and the caller may still forget it: its fault is reported once per completion
-    /// (<see cref="FaultReport.Claim"/>), whichever report comes first.
+    /// (<see cref="FaultReport.Claim"/>), whichever report comes first. A losing signal wait's set never reached the
+    /// caller: given back before the read ends, so before a decider waiting for this read publishes.
     /// </summary>
-    private static Signal? ReadAndReportLoser(Slot slot)
+    private static void ReadAndReportLoser(Slot slot)
     {
         object? origin = slot.Origin; // the read clears it
         short token = slot.Token;
         ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
+        GiveBackSet(taken, token);
         if (error is not null && slot.Owner.IsTheWinnersFailure(origin, token))
         {
-            return taken; // the same completion as the winner's, whose failure the combined task carries
+            return; // the same completion as the winner's, whose failure the combined task carries
         }
         ReportLoserOnce(error, origin, token);
-        return taken;
     }
+
+    /// <summary>
+    /// Gives back the set that this combinator's read of signal wait <paramref name="token"/> took (<paramref name="signal"/>;
+    /// null if none), which never reached its caller: a losing wait of a WhenAny, or a wait a WhenAll read before its token
+    /// or timeout decided. So the signal's next wait takes it, as it takes a set that lands after the wait was let go of: a
+    /// set is delivered to a caller or kept, never lost (the guarantee a SemaphoreSlim.WaitAsync with a timeout gives its
+    /// releases). The one rule of every give-back (<see cref="Signal.GiveBackSet"/>, as a WhenAny settled at the call
+    /// gives back): only if the combinator's read is the only one that had it. Its slot registered as a waiter that reads
+    /// as a reader (<see cref="Signal.OnCompletedAsReader"/>) or found the wait completed, so that read marked the wait; a
+    /// set that reached anybody else too (the caller read the wait before handing it over, or while the combinator held
+    /// it, or an awaiter elsewhere was resumed by it) is theirs, and not given back. Given back, the wait's token is stale:
+    /// a later read of it is the await-once error. Runs nothing, so it is called under the claim, before publication,
+    /// while the wait is still the combinator's (a wait started meanwhile is a second waiter: see the Signal's remarks).
+    /// </summary>
+    protected static void GiveBackSet(Signal? signal, short token) => signal?.GiveBackSet(token, readByCaller: true);
 
     /// <summary>
     /// True for a losing WhenAny input that is the winner's own completion, passed twice (a promise's task, a preserved
@@ -567,17 +541,12 @@ internal abstract class CombinatorCore
     /// </summary>
     protected void ReadLoser(Slot slot)
     {
-        var taken = default(TakenSets);
         if (slot.TryClaimRead())
         {
-            Signal? set = ReadAndReportLoser(slot);
-            // A losing wait's set never reached the caller: kept before the read ends, so before a decider waiting for
-            // this read publishes (see TakenSets).
-            taken.Add(set);
+            ReadAndReportLoser(slot); // gives back a set the wait took, before the read ends
             slot.EndRead();
         }
         Release();
-        taken.GiveBack();
     }
 
     /// <summary>A losing input's failure is not rethrown, but it is never lost either.</summary>
@@ -673,7 +642,7 @@ internal abstract class CombinatorCore
         /// <summary>
         /// A WhenAll with a token or a timeout: the signal whose set this slot's read took (its wait succeeded), until the
         /// combination's outcome says whether the set reached the caller (cleared) or not (given back: see
-        /// <see cref="TakenSets"/>). Taken with an exchange, so it is given back once.
+        /// <see cref="GiveBackSet"/>). Taken with an exchange, so it is given back once.
         /// </summary>
         public Signal? TakenSet;
 
@@ -1116,20 +1085,18 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             CancelTimer();
         }
-        var taken = default(TakenSets);
         // The sets that inputs read before this decision took: given back now, not when the last input is accounted for
         // (an input that cannot be let go of may never finish). A read that stores its set after this exchange sees the
         // core claimed and gives it back itself (see OnInputCompleted): a Dekker pair, both sides full fences.
-        TakeStoredSets(ref taken);
-        int detached = DetachInputs(-1, ref taken);
+        GiveBackStoredSets();
+        int detached = DetachInputs(-1);
         if (detached > 0)
         {
             // The consumer's reference keeps the object until it reads, which it can only do after the publication below.
             Interlocked.Add(ref _references, -detached);
-            InputsLetGo(detached, ref taken);
+            InputsLetGo(detached);
         }
         _core.EndCompletion(waiter, outcome);
-        taken.GiveBack();
     }
 
     /// <summary>
@@ -1138,13 +1105,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// </summary>
     protected override void OnInputLetGo()
     {
-        var taken = default(TakenSets);
         if (_countsInputs)
         {
-            InputsLetGo(1, ref taken);
+            InputsLetGo(1);
         }
         Release();
-        taken.GiveBack();
     }
 
     /// <summary>
@@ -1152,11 +1117,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// as finished; whoever accounts for the last input reports the failures the inputs left in their slots, as no
     /// callback will.
     /// </summary>
-    private void InputsLetGo(int count, ref TakenSets taken)
+    private void InputsLetGo(int count)
     {
         if (Interlocked.Add(ref _inputsLeft, -count) == 0)
         {
-            ReportStoredFailures(ref taken);
+            ReportStoredFailures();
         }
     }
 
@@ -1195,10 +1160,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             if (_core.TryBeginCompletion(out object? waiter))
             {
                 _winner = CancelledRace;
-                var taken = default(TakenSets);
-                LetGoOfLosers(-1, ref taken);
+                LetGoOfLosers(-1);
                 _core.EndCompletion(waiter, canceled);
-                taken.GiveBack();
             }
             return;
         }
@@ -1416,7 +1379,6 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             // The token or the timeout may decide first and read this input itself (ReadLoserNow): the read is claimed,
             // and whoever loses the claim leaves it to the other (which reports a failure it reads).
-            var taken = default(TakenSets);
             if (slot.TryClaimRead())
             {
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
@@ -1432,7 +1394,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                     Interlocked.Exchange(ref slot.TakenSet, takenSet);
                     if (_core.IsCompletingOrCompleted)
                     {
-                        taken.Add(Interlocked.Exchange(ref slot.TakenSet, null));
+                        GiveBackSet(Interlocked.Exchange(ref slot.TakenSet, null), slot.Token);
                     }
                 }
                 slot.EndRead();
@@ -1444,7 +1406,6 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 CompleteAll();
             }
             Release();
-            taken.GiveBack();
             return;
         }
         // Read the input exactly once: this returns a pooled input to its pool and observes its exception. Kept, with
@@ -1490,11 +1451,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         Volatile.Write(ref _winner, slot.Index); // after the origin: a loser may be waiting for it (IsTheWinnersFailure)
         // Under the mark, before the combined task completes, so that its continuation may reset or reuse the losing
         // inputs at once.
-        var taken = default(TakenSets);
-        LetGoOfLosers(slot.Index, ref taken);
+        LetGoOfLosers(slot.Index);
         // The publication: from here on the consumer may recycle this object, and nothing here touches it.
         _core.EndCompletion(waiter, error);
-        taken.GiveBack();
     }
 
     /// <summary>
@@ -1508,7 +1467,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             ReportLoser(error);
             Release();
-            takenSet?.Set(); // a losing signal wait's set never reached the caller (see TakenSets)
+            // A losing signal wait's set never reached the caller. Set again, not given back by the rule of the other
+            // combinators (GiveBackSet): the wait is the producer's own, which the caller never held, and a loser answers
+            // its token after the publication, when the consumer may be waiting on the signal again (that wait takes it).
+            takenSet?.Set();
             return;
         }
         if (Volatile.Read(ref _unfinishedProducers) > 0)
@@ -1545,9 +1507,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (!_core.TryBeginCompletion(out object? waiter))
         {
             // Cancelled or timed out first: the failures are reported, not lost, and the sets are given back.
-            var taken = default(TakenSets);
-            ReportStoredFailures(ref taken);
-            taken.GiveBack();
+            ReportStoredFailures();
             return;
         }
         // A combination whose registration failed keeps its slots' failures for its one reader, which reports them and
@@ -1566,18 +1526,19 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     }
 
     /// <summary>
-    /// Takes the sets that a WhenAll's callbacks left in its slots (<see cref="CombinatorCore.Slot.TakenSet"/>) into
-    /// <paramref name="taken"/>, each with an exchange against the callback's own (so once), and only where one is: the
-    /// caller has claimed the core (a full fence) before this reads them, the other half of the callback's pair.
+    /// Gives back the sets that a WhenAll's callbacks left in its slots (<see cref="CombinatorCore.Slot.TakenSet"/>;
+    /// <see cref="CombinatorCore.GiveBackSet"/>), each taken with an exchange against the callback's own (so once), and
+    /// only where one is: the caller has claimed the core (a full fence) before this reads them, the other half of the
+    /// callback's pair.
     /// </summary>
-    private void TakeStoredSets(ref TakenSets taken)
+    private void GiveBackStoredSets()
     {
         Slot[] slots = Slots;
         for (int i = 0; i < _count; i++)
         {
             if (Volatile.Read(ref slots[i].TakenSet) is not null)
             {
-                taken.Add(Interlocked.Exchange(ref slots[i].TakenSet, null));
+                GiveBackSet(Interlocked.Exchange(ref slots[i].TakenSet, null), slots[i].Token);
             }
         }
     }
@@ -1585,12 +1546,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// <summary>
     /// A WhenAll decided by its token or timeout, once every input is accounted for: the failures its inputs left in their
     /// slots are reported (not rethrown: the combined task was cancelled or timed out), and cleared; the sets that its
-    /// signal inputs took are added to <paramref name="taken"/>, which the caller gives back where no claim is held.
+    /// signal inputs took are given back.
     /// </summary>
-    private void ReportStoredFailures(ref TakenSets taken)
+    private void ReportStoredFailures()
     {
         Slot[] slots = Slots;
-        TakeStoredSets(ref taken);
+        GiveBackStoredSets();
         for (int i = 0; i < _count; i++)
         {
             ExceptionDispatchInfo? error = slots[i].Error;

@@ -143,7 +143,7 @@ internal static class SpindleInputs
     /// Lets go of a losing input of a WhenAny settled without a combinator: abandons it if it is pending and its source
     /// allows (<see cref="IDetachableSource.TryAbandon"/>). A signal's wait that completed since the inputs were scanned (a
     /// set landed as the race was settled) is read now, and a set it took is given back to the signal, as a combinator
-    /// gives back the sets its losers took (<see cref="TakenSets"/>): a set reaches the caller or is kept, never lost.
+    /// gives back the sets its losers took (<see cref="CombinatorCore.GiveBackSet"/>): a set reaches the caller or is kept, never lost.
     /// False for any other input, which the caller forgets (it is read, and a fault reported, when it finishes).
     /// </summary>
     public static bool TryLetGo(ISpindleSource? source, short token)
@@ -156,6 +156,9 @@ internal static class SpindleInputs
         {
             return true;
         }
+#if DEBUG
+        TestHookAfterAbandonFailed?.Invoke(source);
+#endif
         if (source is not Signal signal)
         {
             return false;
@@ -166,7 +169,7 @@ internal static class SpindleInputs
         // is still pending and already awaited elsewhere (the caller's error): the read's registration is refused with the
         // await-once error, which goes to the caller, as for any other input awaited elsewhere, and the wait stays its
         // awaiter's. (A read that caught it returned the finished input as the winner, and reported the caller's error.)
-        bool tookSet = ((IQuietSource<bool>)signal).ReadQuietly(token, out ExceptionDispatchInfo? error);
+        bool tookSet = signal.ReadLosingWait(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
             CombinatorCore.ReportLoser(error); // a cancellation, which is not reported
@@ -175,11 +178,22 @@ internal static class SpindleInputs
         {
             // Nothing is held here, and the combined task is not published yet: kept before the caller sees it. The wait's
             // version moves on with it, so a second copy of the wait among the inputs (the caller's misuse) cannot be read
-            // as the winner that took the same set.
-            signal.GiveBackSet(token);
+            // as the winner that took the same set. Unless the set has reached somebody already: a waiter elsewhere that
+            // it resumed (the caller's misuse), or a read of the wait (the caller's, before the call, or another thread's
+            // at this instant). The set is theirs then, and is not given back a second time.
+            signal.GiveBackSet(token, readByCaller: false);
         }
         return true;
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on the letting-go thread when a losing input of a WhenAny settled at the call could not be
+    /// abandoned (it had an awaiter, or had finished), before it is read or forgotten: the window in which a set or a
+    /// misused read from elsewhere meets the let-go.
+    /// </summary>
+    internal static Action<ISpindleSource>? TestHookAfterAbandonFailed;
+#endif
 }
 
 internal readonly struct SpindleInput : IInputKind<SpindleTask, VoidResult>

@@ -293,6 +293,15 @@ internal static class Combine
     internal static Action? TestHookRepeatProbe;
 #endif
 
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on the calling thread of a WhenAny settled at the call, with the loser's index, after the winner
+    /// was read and before that loser is let go of: the instant at which a misused await of an input from elsewhere meets
+    /// the settling.
+    /// </summary>
+    internal static Action<int>? TestHookBeforeLetGo;
+#endif
+
     /// <summary>
     /// True for a source the repeat check refuses twice: one of Spindle's own (every one reads through
     /// <see cref="IQuietSource"/>) whose read consumes the use, so not a promise, a preserved task or a failed one
@@ -349,6 +358,9 @@ internal static class Combine
             {
                 if (j != winner && (error is null || !default(TKind).IsSameCompletion(tasks[j], tasks[winner])))
                 {
+#if DEBUG
+                    TestHookBeforeLetGo?.Invoke(j);
+#endif
                     default(TKind).Forget(tasks[j]);
                 }
             }
@@ -366,7 +378,8 @@ internal static class Combine
     /// read: the caller gets that exception, not the combined task, so nothing the read took may be dropped with it. The
     /// winner's failure (the read consumed it: a pooled box went back to its pool) is reported, as a combinator whose
     /// registration failed reports an input it had taken, once per completion as a loser's; a set a signal's wait took
-    /// is given back to the signal, as a combinator gives back its losers' (<see cref="TakenSets"/>).
+    /// is given back to the signal, as a combinator gives back its losers' (<see cref="CombinatorCore.GiveBackSet"/>), unless it had reached
+    /// somebody else too (a signal's wait may be read again: see <see cref="Signal.GiveBackSet"/>).
     /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static void HandBackTakenWinner<TInput, TValue, TKind>(TInput winner, ExceptionDispatchInfo? error)
@@ -379,7 +392,9 @@ internal static class Combine
         }
         else if (source is Signal signal && signal.TookSet(token))
         {
-            signal.GiveBackSet(token); // the read left the wait current: its token goes stale with the set given back
+            // The read left the wait current: its token goes stale with the set given back. Unless the set had reached
+            // somebody before this call's read (a waiter it resumed, a read of the caller's), or since: then it is theirs.
+            signal.GiveBackSet(token, readByCaller: true);
         }
     }
 

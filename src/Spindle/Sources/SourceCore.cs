@@ -131,6 +131,28 @@ internal struct SourceCore<TResult>
     // Reset), it keeps one completion's fault from being reported twice, and the next use's is reported again.
     private const int ReportedBit = 1 << 21;
 
+    // Signal only: who has the set a completed wait took, so that a combinator gives a set back only if nobody has it
+    // (TryGiveBackSet). A signal's wait may be read again, so a set that has reached a reader leaves no other trace: given
+    // back as well, one set was counted twice and a later wait completed with nobody having set the signal. Written only
+    // on a completed use (Completed, or Signaled with the wait's own version), carried by every state change (With),
+    // dropped by every version step (NextVersion). Invariant: a set is given back only from a word with none of them (or,
+    // for a read the giving caller made itself, with ReadBit alone), in the CAS that steps the version, so a read that
+    // marks afterwards finds its token stale (the await-once error), and a read that marked first keeps the set.
+    // HandedToWaiterBit: the set completed the wait while a waiter was registered (SetSignal, in its publishing store, at
+    // no cost): the set is that waiter's, whose read then marks nothing. ReadBit: read once by a reader that found the
+    // wait completed (one CAS, MarkSetRead). RereadBit: read again after that (one more CAS; later reads mark nothing).
+    // A combinator that may give a set back registers on a wait with this same bit as its mark (RegisterReadingWaiter),
+    // so that in a Waiting word it means "the waiter reads as a reader": the set's publishing store flips the bit (XOR,
+    // at no more cost than the OR it replaces), so such a wait completes with no reader bit, and the combinator's read marks
+    // ReadBit as any first read does. Every other read marks too then: so a misused read of the wait while the combinator
+    // holds it (the caller's, or an awaiter's elsewhere) is seen by the give-back, which requires the combinator's read
+    // alone. A cancelled or timed-out wait may keep the mark into Completed: it took no set, so nothing gives one back.
+    private const int HandedToWaiterBit = 1 << 22;
+    private const int ReadingWaiterMark = HandedToWaiterBit;
+    private const int ReadBit = 1 << 23;
+    private const int RereadBit = 1 << 24;
+    private const int SetReaderBits = HandedToWaiterBit | ReadBit | RereadBit;
+
     private object? _continuation; // the waiter, while Waiting
     private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
     private TResult _result;
@@ -412,23 +434,25 @@ internal struct SourceCore<TResult>
                 w = taken;
                 continue;
             }
-            TakeWaiterAndPublishSuccess(w, out waiter, out state);
+            TakeWaiterAndPublishSuccess(w, 0, out waiter, out state);
             return true;
         }
     }
 
     /// <summary>
     /// Under Completing, claimed from Waiting in word <paramref name="w"/>: takes the waiter (and a delegate's state),
-    /// clears both fields, and publishes a success with no value. The caller runs the waiter exactly once.
+    /// clears both fields, and publishes a success with no value, with <paramref name="mark"/> flipped in (a constant: a
+    /// signal's <see cref="HandedToWaiterBit"/>, or none; a waiter registered with <see cref="ReadingWaiterMark"/> has
+    /// it already, so it is cleared). The caller runs the waiter exactly once.
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    private void TakeWaiterAndPublishSuccess(int w, out object? waiter, out object? state)
+    private void TakeWaiterAndPublishSuccess(int w, int mark, out object? waiter, out object? state)
     {
         waiter = _continuation;
         state = waiter!.GetType() == typeof(Action<object?>) ? _stateOrError : null;
         _continuation = null;
         _stateOrError = null;
-        Volatile.Write(ref _word, With(w, Completed));
+        Volatile.Write(ref _word, With(w, Completed) ^ mark);
     }
 
     /// <summary>Fails with <paramref name="exception"/>; false if already completed.</summary>
@@ -920,7 +944,7 @@ internal struct SourceCore<TResult>
                     w = taken;
                     continue;
                 }
-                TakeWaiterAndPublishSuccess(w, out object? waiter, out object? state);
+                TakeWaiterAndPublishSuccess(w, HandedToWaiterBit, out object? waiter, out object? state); // the set is the waiter's
                 RunWaiter(waiter!, state);
                 return;
             }
@@ -974,17 +998,76 @@ internal struct SourceCore<TResult>
         => (word & StateMask) == Abandoned ? With(NextVersion(word), Signaled) : With(word, Signaled);
 
     /// <summary>
-    /// Signal only: gives back the set that wait <paramref name="token"/> took, read by a WhenAny that let go of it
-    /// (SpindleInputs.TryLetGo): the signal is set again and the version moves on in the same CAS, so the wait's token is
-    /// stale and no other copy of it reads the set a second time (a second read is the await-once error). False if that
-    /// wait is no longer the signal's idle current one (a second wait started meanwhile, the caller's error): the caller
-    /// then sets the signal as any set does.
+    /// Signal only: gives back the set that completed wait <paramref name="token"/> took, read by a WhenAny that let go of
+    /// it or that threw after reading it (Combine.SettleNow), if that set has reached nobody else: the signal is set again
+    /// and the version moves on in the same CAS, so the wait's token is stale and no copy of it reads the set a second
+    /// time (a later read is the await-once error). <paramref name="readByCaller"/>: the caller read the wait with a read
+    /// that marks (<see cref="MarkSetRead"/>), so its own <see cref="ReadBit"/> is expected; otherwise it read without
+    /// marking. A set that landed on the idle signal since the wait completed (Signaled) is the same set afterwards: two
+    /// sets of an auto-reset signal collapse into one.
     /// </summary>
-    public bool TryGiveBackSet(short token)
+    /// <returns>
+    /// True if given back. False if the set has reached a reader (its waiter, or a read besides the caller's: the set is
+    /// theirs), or the wait is no longer the signal's current one (another wait began, the caller's error: a second
+    /// waiter may lose a wake-up, as the Signal's remarks say, but a set is never handed out twice).
+    /// </returns>
+    public bool TryGiveBackSet(short token, bool readByCaller)
+    {
+        int readers = readByCaller ? ReadBit : 0;
+        int w = Volatile.Read(ref _word);
+        while (true)
+        {
+            int current = w & StateMask;
+            if ((short)w != token || (w & (SetReaderBits | ArmingBit)) != readers || (current != Completed && current != Signaled))
+            {
+                return false;
+            }
+            int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Signaled), w);
+            if (prev == w)
+            {
+                return true;
+            }
+            w = prev; // a set landed on the idle signal, or a read marked the wait: look again
+        }
+    }
+
+    /// <summary>
+    /// Signal only: a read of completed wait <paramref name="token"/> found that it took a set: the set has reached a
+    /// reader, so no combinator may give it back (<see cref="TryGiveBackSet"/>). Nothing to write for the waiter a set
+    /// resumed (the set marked it) or once read twice; else one CAS.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The set was given back (or the signal's next wait began) since this
+    /// read: it is not this reader's (the await-once error, as for any read of a wait after that).</exception>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public void MarkSetRead(short token)
     {
         int w = Volatile.Read(ref _word);
-        return (short)w == token && (w & (StateMask | ArmingBit)) == Completed
-            && Interlocked.CompareExchange(ref _word, With(NextVersion(w), Signaled), w) == w;
+        if ((w & (HandedToWaiterBit | RereadBit)) == 0 || (short)w != token)
+        {
+            MarkSetReadSlow(w, token);
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private void MarkSetReadSlow(int w, short token)
+    {
+        while (true)
+        {
+            if ((short)w != token)
+            {
+                ThrowHelper.ThrowStaleToken();
+            }
+            if ((w & (HandedToWaiterBit | RereadBit)) != 0)
+            {
+                return;
+            }
+            int prev = Interlocked.CompareExchange(ref _word, w | ((w & ReadBit) == 0 ? ReadBit : RereadBit), w);
+            if (prev == w)
+            {
+                return;
+            }
+            w = prev;
+        }
     }
 
     /// <summary>Signal only: clears a set signal that no wait has taken. False if it was not set.</summary>
@@ -1063,6 +1146,20 @@ internal struct SourceCore<TResult>
         if (!TryRegister(continuation, state, token, 0))
         {
             Continuations.Invoke((object)continuation == DirectWaiter.s_moveNext ? state! : continuation, state);
+        }
+    }
+
+    /// <summary>
+    /// Signal only: registers a combinator's slot on wait <paramref name="token"/> as <see cref="OnCompleted(Action{object?}, object?, short)"/>
+    /// does, but as a waiter that reads as a reader (<see cref="ReadingWaiterMark"/>): a set that completes the wait marks no
+    /// reader, and the slot's read marks <see cref="ReadBit"/>, so that the combinator may give the set back only if no
+    /// other read has it (<see cref="TryGiveBackSet"/>).
+    /// </summary>
+    public void OnCompletedAsReader(DirectWaiter waiter, short token)
+    {
+        if (!TryRegister(DirectWaiter.s_moveNext, waiter, token, ReadingWaiterMark))
+        {
+            Continuations.Invoke(waiter, waiter);
         }
     }
 

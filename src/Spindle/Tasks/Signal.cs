@@ -24,6 +24,9 @@ namespace SpindleLib;
 /// continuations asynchronously, as soon as a worker has read the losing wait, which may be just after the WhenAny
 /// completes). Until the WhenAny completes, the wait
 /// is still its own: a second wait started before then, from another thread, is a second waiter and may lose a wake-up.
+/// A set is handed out once: a set given back so has reached nobody else (a read of the wait by the caller, before it
+/// was handed over or while the combinator held it, keeps the set with that reader instead), and a read of the wait
+/// after its set was given back is the await-once error (<see cref="InvalidOperationException"/>).
 /// A wait that finds the signal set has taken the set when <see cref="WaitAsync(CancellationToken)"/> returns (its task
 /// has completed). A WhenAny reports the first of its inputs that has finished, in order, as <c>Task.WhenAny</c> does, so
 /// such a wait passed behind an input that has also finished loses with its set consumed; pass the signal's wait first
@@ -303,22 +306,31 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     public void Set() => _core.SetSignal();
 
     /// <summary>
-    /// A combinator gives back a set it took: the signal is set now if no wait is armed (nothing runs, so this may be
-    /// called under a claim); false if one is, and the caller must <see cref="Set"/> it where no claim is held.
+    /// Keeps a set that landed on a wait a combinator is taking back (<see cref="WithdrawWait"/>): the signal is set now if
+    /// no wait is armed (nothing runs); false if one is.
     /// </summary>
     internal bool TryKeepSet() => _core.TryKeepSignal();
 
     /// <summary>
-    /// A WhenAny that let go of wait <paramref name="token"/> and read it gives back the set it took: the signal is set
-    /// now, and the wait's token is stale, so another copy of it cannot take the same set again.
+    /// A combinator gives back the set that wait <paramref name="token"/> took, read by it and never handed to its caller,
+    /// unless the set has reached somebody else: a waiter the set resumed, or a read of the wait besides the combinator's
+    /// (a signal's wait may be read again). Then the set is theirs, and giving it back too would count one set twice.
+    /// <paramref name="readByCaller"/>: the combinator read the wait with a read that marks (a pending combinator's slot,
+    /// registered with <see cref="OnCompletedAsReader"/>, or one that found the wait completed; a WhenAny settled at the
+    /// call, its winner); false for a read that does not (a WhenAny settled at the call, a losing wait it let go of, read
+    /// with <see cref="ReadLosingWait"/>). Given back, the signal is set and the wait's token is stale, so a later read of
+    /// it is the await-once error, never a second taker of that set (<c>SourceCore.TryGiveBackSet</c>). Runs nothing, so
+    /// it may be called under a claim; a combinator gives back before it publishes, while the wait is still its own.
     /// </summary>
-    internal void GiveBackSet(short token)
-    {
-        if (!_core.TryGiveBackSet(token))
-        {
-            Set();
-        }
-    }
+    internal void GiveBackSet(short token, bool readByCaller) => _core.TryGiveBackSet(token, readByCaller);
+
+    /// <summary>
+    /// A combinator that may give this wait's set back (<see cref="GiveBackSet"/>) registers its slot: as
+    /// <see cref="OnCompleted(Action{object?}, object?, short)"/>, but a set that resumes the slot leaves the wait marked
+    /// as read by nobody yet, and the slot's read marks it as any read does, so a misused read of the wait elsewhere is
+    /// seen (<c>SourceCore.OnCompletedAsReader</c>).
+    /// </summary>
+    internal void OnCompletedAsReader(DirectWaiter slot, short token) => _core.OnCompletedAsReader(slot, token);
 
     /// <summary>Clears the signal if it is set and nobody has consumed it.</summary>
     public void Reset() => _core.TryClearSignal();
@@ -457,10 +469,28 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
 
     /// <summary>
     /// Reads wait <paramref name="token"/> as <see cref="GetResult(short)"/> does, with its failure (a canceled wait)
-    /// handed back instead of thrown (<see cref="IQuietSource"/>); misuse still throws.
+    /// handed back instead of thrown (<see cref="IQuietSource"/>); misuse still throws. A set it finds has reached this
+    /// reader: marked so that no combinator gives it back as well (<c>SourceCore.MarkSetRead</c>, a bit test for the
+    /// waiter the set resumed).
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     private bool ReadWaitQuietly(short token, out ExceptionDispatchInfo? error)
+    {
+        bool tookSet = ReadLosingWait(token, out error);
+        if (tookSet)
+        {
+            _core.MarkSetRead(token);
+        }
+        return tookSet;
+    }
+
+    /// <summary>
+    /// Reads wait <paramref name="token"/> as <see cref="ReadWaitQuietly"/> does, but leaves a set it finds unmarked: for a
+    /// WhenAny settled at the call that reads a losing wait to give its set back (<see cref="GiveBackSet"/>) if nobody
+    /// else has it. Pending and awaited elsewhere (the caller's error), the read's registration is refused with the
+    /// await-once error.
+    /// </summary>
+    internal bool ReadLosingWait(short token, out ExceptionDispatchInfo? error)
     {
         _core.ValidateToken(token);
         try

@@ -48,7 +48,10 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// <summary>The deadline, in wheel ticks (milliseconds since the wheel's origin, rounded up).</summary>
     internal long Deadline;
 
-    /// <summary>How many nodes the insert inbox held with this one on top (written before the push; read for PendingCount).</summary>
+    /// <summary>
+    /// How many nodes the insert inbox held with this one on top (written before the push; read only for PendingCount,
+    /// which it may leave wrong until the next drain: see <see cref="WheelShard.PendingCount"/>).
+    /// </summary>
     internal int InboxDepth;
 
     /// <summary>The slot (level * 64 + index) the node is linked in, or -1 (owner only).</summary>

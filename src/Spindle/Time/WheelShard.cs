@@ -72,6 +72,15 @@ internal sealed class WheelShard : WorkerTimers
     /// Timers linked as of the owner's last change, plus those in the insert inbox. During a pass, the timers it took from
     /// the inbox count as linked (see <see cref="DrainInboxes"/>).
     /// </summary>
+    /// <remarks>
+    /// The inbox's part is the depth on its head (<see cref="Push"/>), which may be wrong until the owner's next drain: a
+    /// push whose head was taken, recycled and pushed again between its read of the depth and its CAS (an ABA on the
+    /// head's identity, harmless to the stack itself) carries the depth of the node's previous use, and so do the pushes
+    /// above it; and this read may meet a head the owner has just taken and reused. Off by at most the depth the inbox
+    /// had then (<c>InboxDepthAbaTests</c>). Only counts read it (<see cref="TimerWheel.PendingCount"/> and diagnostics):
+    /// the owner links by walking the nodes, and decides when to run by <see cref="HasInbox"/> and
+    /// <see cref="HasPending"/>, which read no depth.
+    /// </remarks>
     public long PendingCount => Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
 
     /// <summary>
@@ -88,7 +97,8 @@ internal sealed class WheelShard : WorkerTimers
     public bool HasInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _cancelInbox) is not null;
 
     /// <summary>
-    /// Adds <paramref name="node"/> from any thread: one CAS onto the insert inbox.
+    /// Adds <paramref name="node"/> from any thread: one CAS onto the insert inbox. The depth it records is the head's plus
+    /// one, read before the CAS: only a count, which an ABA on the head can make stale (see <see cref="PendingCount"/>).
     /// </summary>
     public void Push(TimerNode node)
     {
@@ -99,6 +109,9 @@ internal sealed class WheelShard : WorkerTimers
             node.Next = head;
             int below = head is null ? 0 : head.InboxDepth;
             node.InboxDepth = below + 1;
+#if DEBUG
+            TestHookBeforeInboxCas?.Invoke(head);
+#endif
             TimerNode? seen = Interlocked.CompareExchange(ref _inbox, node, head);
             if (seen == head)
             {
@@ -107,6 +120,14 @@ internal sealed class WheelShard : WorkerTimers
             head = seen;
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on a pushing thread with the head it read (and whose depth it used), before its CAS: the window in
+    /// which the owner can take that head, and its node come back to the top of the inbox in a later use.
+    /// </summary>
+    internal static Action<TimerNode?>? TestHookBeforeInboxCas;
+#endif
 
     /// <summary>Links <paramref name="node"/> directly. Owner only (a worker adding to its own shard).</summary>
     public void AddOwned(TimerNode node, long now)
