@@ -98,12 +98,20 @@ internal static class TestUtil
     /// looks; the scenario test that spun so failed in two CI runs, SystemClockServerScenarioTests).
     /// </remarks>
     public static void SpinUntil(Func<bool> condition, int seconds = DefaultTimeoutSeconds)
+        => SpinUntil(condition, static () => "", seconds);
+
+    /// <summary>
+    /// As <see cref="SpinUntil(Func{bool}, int)"/>; on timeout the exception's message adds what
+    /// <paramref name="describe"/> returns then (the state that kept the condition false: counts, <c>Describe()</c>s).
+    /// </summary>
+    public static void SpinUntil(Func<bool> condition, Func<string> describe, int seconds = DefaultTimeoutSeconds)
     {
         TimeSpan timeout = TimeSpan.FromSeconds(seconds);
         bool held = WorkerPool.Shared.IsWorkerThread ? PollHelping(condition, timeout) : SpinWait.SpinUntil(condition, timeout);
         if (!held)
         {
-            throw new TimeoutException("The condition did not hold within " + seconds + " s.");
+            string state = describe();
+            throw new TimeoutException("The condition did not hold within " + seconds + " s." + (state.Length == 0 ? "" : " " + state));
         }
     }
 
