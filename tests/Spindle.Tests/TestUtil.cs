@@ -146,11 +146,32 @@ internal static class TestUtil
     /// start on a worker when the previous one ended there, and a worker that runs a loop's frames cannot also run the
     /// work those frames wait for when it is the only one, on one processor).
     /// </summary>
-    public static async Task LeaveSpindleWorkers()
+    /// <remarks>
+    /// Where the caller goes on is decided when its await looks, not when something elsewhere finishes: it was an async
+    /// method that awaited Task.Yield until off the workers, and a thread-pool thread that finished it before the caller's
+    /// await looked let the caller go on synchronously, on its worker (TestUtilTests).
+    /// </remarks>
+    public static LeaveWorkersAwaitable LeaveSpindleWorkers() => default;
+
+    /// <summary>
+    /// What <see cref="LeaveSpindleWorkers"/> returns: complete off the Spindle workers; on one, it resumes the caller on
+    /// a thread-pool thread (never a worker), whenever the caller awaits it.
+    /// </summary>
+    public readonly struct LeaveWorkersAwaitable : System.Runtime.CompilerServices.INotifyCompletion
     {
-        while (OnSpindleWorker)
+        /// <summary>Itself: the awaitable is its own awaiter.</summary>
+        public LeaveWorkersAwaitable GetAwaiter() => this;
+
+        /// <summary>True off the workers, read when the caller's await looks: the caller goes on where it is.</summary>
+        public bool IsCompleted => !OnSpindleWorker && !WorkerPool.Shared.IsWorkerThread;
+
+        /// <summary>Resumes the caller on a thread-pool thread.</summary>
+        public void OnCompleted(Action continuation)
+            => ThreadPool.QueueUserWorkItem(static state => ((Action)state!)(), continuation);
+
+        /// <summary>Nothing to return.</summary>
+        public void GetResult()
         {
-            await Task.Yield(); // a worker has no SynchronizationContext of its own: this resumes on a thread-pool thread
         }
     }
 
