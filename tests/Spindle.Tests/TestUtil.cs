@@ -224,7 +224,8 @@ internal static class TestUtil
 
 /// <summary>
 /// Occupies workers with blocking Spindle.Run items until disposed: every worker (so only the test thread runs jobs), or
-/// <c>count</c> of them. Only for tests that run alone (SequentialCollection).
+/// <c>count</c> of them. Only for tests that run alone (SequentialCollection), and never on a Spindle worker: an async
+/// test starts on one when the test before it ended there, so it leaves them first (<see cref="TestUtil.LeaveSpindleWorkers"/>).
 /// </summary>
 internal sealed class HoldWorkers : IDisposable
 {
@@ -241,6 +242,14 @@ internal sealed class HoldWorkers : IDisposable
         if (count < 0 || count > WorkerPool.Shared.WorkerCount)
         {
             throw new ArgumentOutOfRangeException(nameof(count), count, $"between 0 and the {WorkerPool.Shared.WorkerCount} workers");
+        }
+        if (WorkerPool.Shared.IsWorkerThread)
+        {
+            // The caller would be a worker it cannot hold (holding every worker stalled until the items' 30 s bound), or
+            // the one left free, blocked in the test's own waits: JobCompleteConcurrencyTests stalled so in a full run.
+            throw new InvalidOperationException(
+                "HoldWorkers was created on a Spindle worker: await TestUtil.LeaveSpindleWorkers() first (a test starts on a worker when the one before it ended there), or create it inside Task.Run (thread: "
+                + Thread.CurrentThread.Name + ").");
         }
         using var started = new CountdownEvent(count);
         _items = new SpindleTask[count];
