@@ -98,12 +98,20 @@ internal static class TestUtil
     /// looks; the scenario test that spun so failed in two CI runs, SystemClockServerScenarioTests).
     /// </remarks>
     public static void SpinUntil(Func<bool> condition, int seconds = DefaultTimeoutSeconds)
+        => SpinUntil(condition, static () => "", seconds);
+
+    /// <summary>
+    /// As <see cref="SpinUntil(Func{bool}, int)"/>; on timeout the exception's message adds what
+    /// <paramref name="describe"/> returns then (the state that kept the condition false: counts, <c>Describe()</c>s).
+    /// </summary>
+    public static void SpinUntil(Func<bool> condition, Func<string> describe, int seconds = DefaultTimeoutSeconds)
     {
         TimeSpan timeout = TimeSpan.FromSeconds(seconds);
         bool held = WorkerPool.Shared.IsWorkerThread ? PollHelping(condition, timeout) : SpinWait.SpinUntil(condition, timeout);
         if (!held)
         {
-            throw new TimeoutException("The condition did not hold within " + seconds + " s.");
+            string state = describe();
+            throw new TimeoutException("The condition did not hold within " + seconds + " s." + (state.Length == 0 ? "" : " " + state));
         }
     }
 
@@ -138,11 +146,32 @@ internal static class TestUtil
     /// start on a worker when the previous one ended there, and a worker that runs a loop's frames cannot also run the
     /// work those frames wait for when it is the only one, on one processor).
     /// </summary>
-    public static async Task LeaveSpindleWorkers()
+    /// <remarks>
+    /// Where the caller goes on is decided when its await looks, not when something elsewhere finishes: it was an async
+    /// method that awaited Task.Yield until off the workers, and a thread-pool thread that finished it before the caller's
+    /// await looked let the caller go on synchronously, on its worker (TestUtilTests).
+    /// </remarks>
+    public static LeaveWorkersAwaitable LeaveSpindleWorkers() => default;
+
+    /// <summary>
+    /// What <see cref="LeaveSpindleWorkers"/> returns: complete off the Spindle workers; on one, it resumes the caller on
+    /// a thread-pool thread (never a worker), whenever the caller awaits it.
+    /// </summary>
+    public readonly struct LeaveWorkersAwaitable : System.Runtime.CompilerServices.INotifyCompletion
     {
-        while (OnSpindleWorker)
+        /// <summary>Itself: the awaitable is its own awaiter.</summary>
+        public LeaveWorkersAwaitable GetAwaiter() => this;
+
+        /// <summary>True off the workers, read when the caller's await looks: the caller goes on where it is.</summary>
+        public bool IsCompleted => !OnSpindleWorker && !WorkerPool.Shared.IsWorkerThread;
+
+        /// <summary>Resumes the caller on a thread-pool thread.</summary>
+        public void OnCompleted(Action continuation)
+            => ThreadPool.QueueUserWorkItem(static state => ((Action)state!)(), continuation);
+
+        /// <summary>Nothing to return.</summary>
+        public void GetResult()
         {
-            await Task.Yield(); // a worker has no SynchronizationContext of its own: this resumes on a thread-pool thread
         }
     }
 
@@ -195,7 +224,8 @@ internal static class TestUtil
 
 /// <summary>
 /// Occupies workers with blocking Spindle.Run items until disposed: every worker (so only the test thread runs jobs), or
-/// <c>count</c> of them. Only for tests that run alone (SequentialCollection).
+/// <c>count</c> of them. Only for tests that run alone (SequentialCollection), and never on a Spindle worker: an async
+/// test starts on one when the test before it ended there, so it leaves them first (<see cref="TestUtil.LeaveSpindleWorkers"/>).
 /// </summary>
 internal sealed class HoldWorkers : IDisposable
 {
@@ -212,6 +242,14 @@ internal sealed class HoldWorkers : IDisposable
         if (count < 0 || count > WorkerPool.Shared.WorkerCount)
         {
             throw new ArgumentOutOfRangeException(nameof(count), count, $"between 0 and the {WorkerPool.Shared.WorkerCount} workers");
+        }
+        if (WorkerPool.Shared.IsWorkerThread)
+        {
+            // The caller would be a worker it cannot hold (holding every worker stalled until the items' 30 s bound), or
+            // the one left free, blocked in the test's own waits: JobCompleteConcurrencyTests stalled so in a full run.
+            throw new InvalidOperationException(
+                "HoldWorkers was created on a Spindle worker: await TestUtil.LeaveSpindleWorkers() first (a test starts on a worker when the one before it ended there), or create it inside Task.Run (thread: "
+                + Thread.CurrentThread.Name + ").");
         }
         using var started = new CountdownEvent(count);
         _items = new SpindleTask[count];

@@ -31,6 +31,7 @@ public class JobAwaitContextTests
     [Fact]
     public async Task AwaitersResumeWithTheirOwnValues_AndTheCompletingThreadKeepsItsOwn()
     {
+        await TestUtil.LeaveSpindleWorkers(); // HoldWorkers must be created off them (a test can start on one)
         using var hold = new HoldWorkers();
         var gate = new Flag();
         JobHandle handle = new HeldJob { Release = gate, Done = new Flag() }.Schedule();

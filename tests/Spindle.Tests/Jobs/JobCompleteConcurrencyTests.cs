@@ -40,6 +40,7 @@ public class JobCompleteConcurrencyTests
     [Fact]
     public async Task ManyThreadsCompleteOneBlockedJob_OnlyOneWorkerFree_WorkerWaiterStartsBeforeTheGatedJobCanTakeIt()
     {
+        await TestUtil.LeaveSpindleWorkers(); // HoldWorkers must be created off them
         using var hold = new HoldWorkers(WorkerPool.Shared.WorkerCount - 1);
         for (int round = 0; round < 20; round++)
         {
@@ -59,6 +60,21 @@ public class JobCompleteConcurrencyTests
     }
 
     /// <summary>
+    /// The test above, started on a Spindle worker, as a test is when the one before it ended on one: the class's tests
+    /// block (the waits for the waiters to start, the gate), and a test thread that is the one free worker never runs the
+    /// worker waiter it waits for. It stalled the full suite once (stop 32: 30 s, round 0; alone, started so, every time:
+    /// "waiter 0 (worker, completing blocked) returned before the gated job was released: Faulted TimeoutException:
+    /// GateJob was never released").
+    /// </summary>
+    [Fact]
+    public async Task ManyThreadsCompleteOneBlockedJob_OnlyOneWorkerFree_StartedOnAWorker()
+    {
+        await Spindle.SwitchToWorker();
+        Assert.True(TestUtil.OnSpindleWorker);
+        await ManyThreadsCompleteOneBlockedJob_OnlyOneWorkerFree_WorkerWaiterStartsBeforeTheGatedJobCanTakeIt();
+    }
+
+    /// <summary>
     /// Thread and worker waiters call Complete() at once on a job blocked behind a gate (even indices) or on a job that
     /// depends on it (odd indices). None may return before the gate opens; all must return after, and see the jobs done.
     /// </summary>
@@ -75,6 +91,9 @@ public class JobCompleteConcurrencyTests
     /// </remarks>
     private static async Task CompleteOneBlockedJobFromManyThreads(int workerWaiters)
     {
+        // This thread blocks below (the waits for the waiters to start, the gate): it must not be a worker, which the
+        // waiters could then not count on (each round: the last one's await may have resumed on one).
+        await TestUtil.LeaveSpindleWorkers();
         const int ThreadWaiters = 6;
         int total = workerWaiters + ThreadWaiters;
         using var gate = new Gate();

@@ -184,7 +184,9 @@ public class JobDagEdgeCaseTests
                         empty.GetAwaiter().UnsafeOnCompleted(() =>
                         {
                             continuationThread = Environment.CurrentManagedThreadId;
-                            laterCompleted = TestUtil.PollHelping(() => later.IsCompleted, TimeSpan.FromSeconds(5)); // helping: this may be the only worker
+                            // Helping: this may be the only worker. A job that never becomes visible, not speed: half the
+                            // default (it was 5 s, for 20,000 jobs ahead of it on a possibly loaded machine).
+                            laterCompleted = TestUtil.PollHelping(() => later.IsCompleted, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds / 2));
                             continued.Set();
                         });
                     });
@@ -200,7 +202,7 @@ public class JobDagEdgeCaseTests
                     {
                         hits++; // the flush ran the continuation: the case this test is after
                     }
-                    Assert.True(laterCompleted, $"round {round}: an await continuation (run on the flushing thread: {continuationThread == flusher}) waited 5 s for a job later in the same batch, which never became visible (with Complete() it would hang for ever)");
+                    Assert.True(laterCompleted, $"round {round}: an await continuation (run on the flushing thread: {continuationThread == flusher}) waited {TestUtil.DefaultTimeoutSeconds / 2} s for a job later in the same batch, which never became visible (with Complete() it would hang for ever)");
                     Assert.Equal(20_001, ran.Read());
                 }
             },
@@ -242,7 +244,10 @@ public class JobDagEdgeCaseTests
                     JobHandle awaited = Dependent(a, awaitedKind, ran);
                     awaited.GetAwaiter().UnsafeOnCompleted(() =>
                     {
-                        otherCompleted = SpinWait.SpinUntil(() => other.IsCompleted, TimeSpan.FromSeconds(5));
+                        // An order defect, not speed: with it, other is made ready only after this returns, so the wait
+                        // runs out whatever its bound. Half the default (it was 5 s, which a loaded machine can use up
+                        // running other on the second worker), so the wait for `continued` below still sees it end.
+                        otherCompleted = SpinWait.SpinUntil(() => other.IsCompleted, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds / 2));
                         continued.Set();
                     });
                     gate.WaitStarted();
@@ -252,7 +257,7 @@ public class JobDagEdgeCaseTests
                     gate.Dispose();
                 }
                 Assert.True(continued.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the continuation never ran");
-                Assert.True(otherCompleted, "the continuation of a job that finished with its dependency waited 5 s for another dependent of that dependency, which was not made ready until the continuation returned (with Complete() it would hang for ever)");
+                Assert.True(otherCompleted, $"the continuation of a job that finished with its dependency waited {TestUtil.DefaultTimeoutSeconds / 2} s for another dependent of that dependency, which was not made ready until the continuation returned (with Complete() it would hang for ever)");
                 Assert.Equal(fails ? error : null, JobTestUtil.CompleteCatching(other));
                 Assert.Equal(fails ? 0 : otherKind == Kind.Job ? 2 : 1, ran.Read());
             },

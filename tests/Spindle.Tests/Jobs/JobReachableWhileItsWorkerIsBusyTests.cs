@@ -41,7 +41,8 @@ public class JobReachableWhileItsWorkerIsBusyTests
                 Assert.True(root.IsCompleted);
                 var clock = Stopwatch.StartNew();
                 Task waiter = Task.Run(quick.Complete);
-                bool done = waiter.Wait(TimeSpan.FromSeconds(5));
+                // The defect blocks until the release below: the default bound (it was 5 s; a Task.Run can start late).
+                bool done = waiter.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
                 long ms = clock.ElapsedMilliseconds;
                 string pool = WorkerPool.Shared.Describe();
                 release.Set();
@@ -84,7 +85,8 @@ public class JobReachableWhileItsWorkerIsBusyTests
                 Assert.True(scheduled.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the scheduling item never ran");
                 var clock = Stopwatch.StartNew();
                 Task waiter = Task.Run(job.Complete);
-                bool done = waiter.Wait(TimeSpan.FromSeconds(5));
+                // The defect blocks until the release below: the default bound (it was 5 s; a Task.Run can start late).
+                bool done = waiter.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
                 long ms = clock.ElapsedMilliseconds;
                 string pool = WorkerPool.Shared.Describe();
                 release.Set();

@@ -100,6 +100,7 @@ public class JobWaitRefusalMessageTests
     [Fact]
     public async Task RunItemNestedInABlockedJobOnAWorker_IsToldTheJobIsBlockedBelowIt()
     {
+        await TestUtil.LeaveSpindleWorkers(); // HoldWorkers must be created off them (a test can start on one)
         using var others = new HoldWorkers(WorkerPool.Shared.WorkerCount - 1); // the free worker runs the job and the item
         var box = new Box();
         SpindleTask outer = Spindle.Run(() =>
@@ -117,6 +118,7 @@ public class JobWaitRefusalMessageTests
     [Fact]
     public async Task JobNestedInABlockedJob_IsToldTheJobIsBlockedBelowIt()
     {
+        await TestUtil.LeaveSpindleWorkers(); // HoldWorkers must be created off them (a test can start on one)
         Exception? thrown = null;
         var box = new Box();
         using (new HoldWorkers()) // only the waiting thread can run the jobs

@@ -48,7 +48,8 @@ public class ParallelForRunnerTests
                 JobHandle dependent = new CountJob(ran).Schedule(second);
                 var clock = Stopwatch.StartNew();
                 Task waiter = Task.Run(dependent.Complete);
-                bool done = waiter.Wait(TimeSpan.FromSeconds(5));
+                // The defect blocks until the release below: the default bound (it was 5 s; a Task.Run can start late).
+                bool done = waiter.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
                 long ms = clock.ElapsedMilliseconds;
                 string pool = WorkerPool.Shared.Describe();
                 release.Set();

@@ -108,7 +108,9 @@ public sealed class PromiseNestingDepthTests
 
             RunNested(Continuations.MaxInlineDepth, () => promise.SetResult(5));
 
-            woke = waiter.Join(TimeSpan.FromSeconds(5));
+            // A wake-up queued behind the held workers runs only when they let go (after HoldWorkers' 30 s): half the
+            // default (it was 5 s), and stillHolding below tells that the holders had not let go meanwhile.
+            woke = waiter.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds / 2));
             stillHolding = hold.StillHolding;
         }
         finally

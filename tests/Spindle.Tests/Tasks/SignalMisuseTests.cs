@@ -10,6 +10,8 @@ namespace SpindleLib.Tests.Tasks;
 /// </summary>
 public class SignalMisuseTests
 {
+    private static readonly TimeSpan Bound = TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds);
+
     // Wait A's WaitAsync is held after arming (its DropRegistration waits for the previous wait's cancellation callback,
     // which is running the previous wait's continuation). A Set completes A's armed wait; wait B then arms, is not
     // rejected, and A's late writes to the shared cancellation state clobber B's: cancelling B's token never ends B.
@@ -25,11 +27,11 @@ public class SignalMisuseTests
         SpindleTask t0 = s.WaitAsync(cts0.Token);
         t0.GetAwaiter().UnsafeOnCompleted(() => { entered.Set(); release.Wait(); });
         var canceller = Task.Run(() => cts0.Cancel()); // the callback runs t0's continuation, which blocks
-        Assert.True(entered.Wait(10_000));
+        Assert.True(entered.Wait(Bound));
 
         SpindleTask tA = default;
         var waiterA = Task.Run(() => { tA = s.WaitAsync(ctsA.Token); });
-        SpinWait.SpinUntil(() => s.HasWaiter, 10_000); // A has armed and is now held in DropRegistration
+        SpinWait.SpinUntil(() => s.HasWaiter, Bound); // A has armed and is now held in DropRegistration
         Assert.True(s.HasWaiter);
         s.Set(); // completes A's armed wait: the signal is idle
 
@@ -44,11 +46,13 @@ public class SignalMisuseTests
             return; // rejected: fine
         }
         release.Set();
-        Assert.True(waiterA.Wait(10_000));
-        Assert.True(canceller.Wait(10_000));
+        Assert.True(waiterA.Wait(Bound));
+        Assert.True(canceller.Wait(Bound));
         Assert.Equal(SpindleTaskStatus.Pending, tB.Status);
         ctsB.Cancel();
-        Assert.True(SpinWait.SpinUntil(() => tB.Status != SpindleTaskStatus.Pending, 2_000),
+        // A hang, not speed: with the defect B never ends, so the suite's default bound (it was 2 s) tells the two apart
+        // on a loaded machine too, as do the waits above (they were 10 s).
+        Assert.True(SpinWait.SpinUntil(() => tB.Status != SpindleTaskStatus.Pending, Bound),
             "B was accepted, and cancelling its token no longer ends it (a hang for its awaiter)");
     }
 

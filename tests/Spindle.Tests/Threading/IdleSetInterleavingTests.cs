@@ -59,7 +59,8 @@ public class IdleSetInterleavingTests
         Assert.Equal(0, set.Count);
         set.Announce(1);                                   // another worker parks meanwhile
         var standDown = Task.Run(() => set.StandDown(0));  // worker 0's re-check found an item
-        Assert.True(standDown.Wait(TimeSpan.FromSeconds(5)), "the claimed worker waited for a wake-up it never got");
+        // The defect blocks for ever: the default bound (it was 5 s; a Task.Run can start late on a loaded machine).
+        Assert.True(standDown.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the claimed worker waited for a wake-up it never got");
         Assert.Equal(1, set.Count);
         Assert.True(set.TryWakeOne());                      // worker 1 is there to be claimed, its wake-up intact
         Assert.True(set.Block(1, 1000));
@@ -177,7 +178,8 @@ public class IdleSetInterleavingTests
         // 0 blocks with no limit; 1 is claimed and stands down; 2 is running.
         var blocked = Task.Run(() => set.Block(0, Timeout.Infinite));
         set.ReleaseAll();
-        Assert.True(blocked.Wait(TimeSpan.FromSeconds(5)), "Dispose did not wake a parked worker");
+        // The defect blocks for ever: the default bound (it was 5 s; a Task.Run can start late on a loaded machine).
+        Assert.True(blocked.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "Dispose did not wake a parked worker");
         Assert.True(blocked.Result);
         set.StandDown(1);   // takes one of its two permits at once
         Assert.Equal(0, set.Count);

@@ -31,7 +31,8 @@ public class IdleSetTests
         set.Announce(1);                  // worker 1 parks in between (the interleaving that hung)
         Assert.False(set.Block(1, 50), "worker 1 was woken by the wake-up meant for worker 0");
         var standDown = Task.Run(() => set.StandDown(0)); // worker 0 leaves to run its item: its wake-up is there for it
-        Assert.True(standDown.Wait(TimeSpan.FromSeconds(5)), "the claimed worker waited for a wake-up another worker had taken");
+        // The defect blocks for ever: the default bound (it was 5 s; a Task.Run can start late on a loaded machine).
+        Assert.True(standDown.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the claimed worker waited for a wake-up another worker had taken");
         Assert.Equal(0, set.Count);
         Assert.False(set.TryWakeOne()); // nobody is announced: no stray permit is left for a later wait either
         set.Announce(0);

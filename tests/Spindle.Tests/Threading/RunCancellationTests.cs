@@ -84,6 +84,7 @@ public sealed class RunCancellationTests
     [Fact]
     public async Task CancelledWhileQueued_EndsAtOnce_TheWorkNeverRuns_AndTheItemIsReusedAfterwards()
     {
+        await TestUtil.LeaveSpindleWorkers(); // HoldWorkers must be created off them (a test can start on one)
         using var cts = new CancellationTokenSource();
         int ran = 0;
         SpindleTask action;

@@ -232,6 +232,7 @@ public class SpindleRunTests
     [Fact]
     public async Task Run_WhileAnotherThreadBlocksInGetResult_DelegateStillRunsOnAWorker()
     {
+        await TestUtil.LeaveSpindleWorkers(); // HoldWorkers must be created off them (a test can start on one)
         var busy = new HoldWorkers();
         // Every worker is now busy.
 

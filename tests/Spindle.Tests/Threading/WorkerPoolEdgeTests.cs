@@ -14,9 +14,21 @@ namespace SpindleLib.Tests.Threading;
 /// </summary>
 public class WorkerPoolEdgeTests
 {
+    /// <summary>The suite's default bound on a wait that only a starvation (or a hang) runs out.</summary>
+    internal static readonly TimeSpan Bound = TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds);
+
+    /// <summary>How long a loop that could starve an item runs at most: past <see cref="Bound"/>, so a starved item fails it.</summary>
+    internal static readonly TimeSpan LoopLimit = TimeSpan.FromSeconds(2 * TestUtil.DefaultTimeoutSeconds);
+
     /// <summary>
     /// A chain that re-queues itself from its worker until <paramref name="stop"/> is set or its deadline passes: what
     /// <c>while (...) await Spindle.Yield();</c> does on a worker (the continuation goes to the worker's run-next slot).
+    /// </summary>
+    /// <summary>
+    /// An item that re-queues itself from its worker (into the run-next slot, as a yield's continuation does) until
+    /// <c>stop</c> holds or its limit runs out. The tests give it <see cref="LoopLimit"/> and wait <see cref="Bound"/> for
+    /// the item it must not starve: a starved item runs only when the loop ends, so it still shows as the wait running
+    /// out, and a loaded machine has the default bound to get the item through (the limits were 4-6 s and the waits 3 s).
     /// </summary>
     private sealed class YieldLoop : WorkItem
     {
@@ -62,10 +74,10 @@ public class WorkerPoolEdgeTests
         {
             for (int i = 0; i < workers; i++)
             {
-                loops[i] = new YieldLoop(pool, () => Volatile.Read(ref injectedRan) != 0, TimeSpan.FromSeconds(4));
+                loops[i] = new YieldLoop(pool, () => Volatile.Read(ref injectedRan) != 0, LoopLimit);
                 pool.Queue(loops[i]);
                 YieldLoop loop = loops[i];
-                TestUtil.SpinUntil(() => Volatile.Read(ref loop.Rounds) > 1000, 10);
+                TestUtil.SpinUntil(() => Volatile.Read(ref loop.Rounds) > 1000);
             }
             // One loop per worker, every worker busy (so it is without a fair look; a fair worker may well run two loops
             // by turns, which leaves nobody starving either).
@@ -77,10 +89,10 @@ public class WorkerPoolEdgeTests
                 Volatile.Write(ref injectedRan, 1);
                 ran.Set();
             }));
-            bool ranInTime = ran.Wait(TimeSpan.FromSeconds(3));
+            bool ranInTime = ran.Wait(Bound);
             bool loopsStillRunning = !loops[0].Ended.IsSet;
             Assert.True(ranInTime,
-                $"an item queued from outside waited 3 s in the injection queue while {workers} worker(s) ran yield loops ({pool.Describe()})");
+                $"an item queued from outside waited {Bound.TotalSeconds} s in the injection queue while {workers} worker(s) ran yield loops ({pool.Describe()})");
             Assert.True(loopsStillRunning || ranInTime, "unreachable");
         }
         finally
@@ -105,7 +117,7 @@ public class WorkerPoolEdgeTests
         try
         {
             using var ran = new ManualResetEventSlim();
-            loop = new YieldLoop(pool, () => Volatile.Read(ref displacedRan) != 0, TimeSpan.FromSeconds(4));
+            loop = new YieldLoop(pool, () => Volatile.Read(ref displacedRan) != 0, LoopLimit);
             YieldLoop theLoop = loop;
             pool.Queue(new ActionItem(() =>
             {
@@ -116,8 +128,8 @@ public class WorkerPoolEdgeTests
                 }));
                 pool.Queue(theLoop); // displaces the item above into the deque
             }));
-            Assert.True(ran.Wait(TimeSpan.FromSeconds(3)),
-                $"an item displaced into the deque waited 3 s behind a yield loop in the run-next slot ({pool.Describe()})");
+            Assert.True(ran.Wait(Bound),
+                $"an item displaced into the deque waited {Bound.TotalSeconds} s behind a yield loop in the run-next slot ({pool.Describe()})");
         }
         finally
         {
@@ -149,7 +161,7 @@ public class WorkerPoolEdgeTests
                 Volatile.Write(ref itemRan, 1);
                 ran.Set();
             });
-            loop = new YieldLoop(pool, () => Volatile.Read(ref itemRan) != 0, TimeSpan.FromSeconds(6));
+            loop = new YieldLoop(pool, () => Volatile.Read(ref itemRan) != 0, LoopLimit);
             YieldLoop theLoop = loop;
             pool.Queue(new ActionItem(() =>
             {
@@ -160,7 +172,7 @@ public class WorkerPoolEdgeTests
                 pool.Queue(theLoop); // into this worker's run-next slot (displacing the item into the deque)
                 helping.Set();
                 // Blocks as BlockingWait does on a worker: helps until what it waits for has happened (bounded here).
-                long limit = Stopwatch.GetTimestamp() + 10 * Stopwatch.Frequency;
+                long limit = Stopwatch.GetTimestamp() + (long)(LoopLimit.TotalSeconds * Stopwatch.Frequency);
                 while (Volatile.Read(ref itemRan) == 0 && Stopwatch.GetTimestamp() < limit)
                 {
                     if (!pool.TryRunOne())
@@ -173,11 +185,11 @@ public class WorkerPoolEdgeTests
             Assert.True(helping.Wait(TimeSpan.FromSeconds(10)), "the helping item did not start");
             if (!displacedIntoTheDeque)
             {
-                TestUtil.SpinUntil(() => Volatile.Read(ref theLoop.Rounds) > 1000, 10); // the worker is deep in the loop
+                TestUtil.SpinUntil(() => Volatile.Read(ref theLoop.Rounds) > 1000); // the worker is deep in the loop
                 pool.Queue(item); // from outside: the injection queue
             }
-            Assert.True(ran.Wait(TimeSpan.FromSeconds(3)),
-                $"an item {(displacedIntoTheDeque ? "displaced into the deque" : "queued from outside")} waited 3 s while the only worker, " +
+            Assert.True(ran.Wait(Bound),
+                $"an item {(displacedIntoTheDeque ? "displaced into the deque" : "queued from outside")} waited {Bound.TotalSeconds} s while the only worker, " +
                 $"blocked on it, helped with a yield loop ({Volatile.Read(ref theLoop.Rounds)} rounds; {pool.Describe()})");
         }
         finally
@@ -722,16 +734,17 @@ public class WorkerPoolEdgeSequentialTests
         => AssertRunFromOutsideGetsThrough("looped on awaits of their own runs", static () => Spindle.Run(static () => { }));
 
     /// <summary>
-    /// Every shared worker loops on <paramref name="step"/> (for at most 5 s); a Spindle.Run queued from outside meanwhile
-    /// must run within 3 s.
+    /// Every shared worker loops on <paramref name="step"/> (for at most <see cref="WorkerPoolEdgeTests.LoopLimit"/>); a
+    /// Spindle.Run queued from outside meanwhile must run within the default bound (a starved one runs when the loops end).
     /// </summary>
     private static async Task AssertRunFromOutsideGetsThrough(string what, Func<SpindleTask> step)
     {
+        await TestUtil.LeaveSpindleWorkers(); // the Spindle.Run calls below must queue from outside, as in the case below
         int workers = WorkerPool.Shared.WorkerCount;
         int stop = 0;
         var loops = new Task[workers];
         var threads = new System.Collections.Concurrent.ConcurrentDictionary<int, byte>();
-        long deadline = Stopwatch.GetTimestamp() + 5 * Stopwatch.Frequency;
+        long deadline = Stopwatch.GetTimestamp() + (long)(WorkerPoolEdgeTests.LoopLimit.TotalSeconds * Stopwatch.Frequency);
         try
         {
             for (int i = 0; i < workers; i++)
@@ -745,10 +758,10 @@ public class WorkerPoolEdgeSequentialTests
                     }
                 }));
             }
-            TestUtil.SpinUntil(() => threads.Count == workers, 3);
+            TestUtil.SpinUntil(() => threads.Count == workers);
             Task<int> probe = TestUtil.AwaitAsync(Spindle.Run(() => 42));
-            Task first = await Task.WhenAny(probe, Task.Delay(TimeSpan.FromSeconds(3)));
-            Assert.True(first == probe, $"Spindle.Run from outside did not run in 3 s while {workers} worker(s) {what}");
+            Task first = await Task.WhenAny(probe, Task.Delay(WorkerPoolEdgeTests.Bound));
+            Assert.True(first == probe, $"Spindle.Run from outside did not run in {WorkerPoolEdgeTests.Bound.TotalSeconds} s while {workers} worker(s) {what}");
         }
         finally
         {
@@ -769,8 +782,9 @@ public class WorkerPoolEdgeSequentialTests
         => AssertRunFromOutsideReachesBlockedWorkers("looped on awaits of their own runs", static () => Spindle.Run(static () => { }));
 
     /// <summary>
-    /// Every shared worker starts a loop on <paramref name="step"/> (for at most 6 s) and then blocks on a promise that
-    /// only a Spindle.Run queued from outside sets: that run must get through within 3 s.
+    /// Every shared worker starts a loop on <paramref name="step"/> (for at most <see cref="WorkerPoolEdgeTests.LoopLimit"/>)
+    /// and then blocks on a promise that only a Spindle.Run queued from outside sets: that run must get through within the
+    /// default bound (a starved one runs when the loops end).
     /// </summary>
     private static async Task AssertRunFromOutsideReachesBlockedWorkers(string what, Func<SpindleTask> step)
     {
@@ -780,7 +794,7 @@ public class WorkerPoolEdgeSequentialTests
         var promises = new Promise[workers];
         var blockers = new Task[workers];
         var loopThreads = new System.Collections.Concurrent.ConcurrentDictionary<int, byte>();
-        long deadline = Stopwatch.GetTimestamp() + 6 * Stopwatch.Frequency;
+        long deadline = Stopwatch.GetTimestamp() + (long)(WorkerPoolEdgeTests.LoopLimit.TotalSeconds * Stopwatch.Frequency);
         using var started = new CountdownEvent(workers);
         try
         {
@@ -799,7 +813,7 @@ public class WorkerPoolEdgeSequentialTests
                 }));
             }
             Assert.True(started.Wait(TimeSpan.FromSeconds(10)), "not every worker took a blocking item");
-            TestUtil.SpinUntil(() => loopThreads.Count == workers, 3);
+            TestUtil.SpinUntil(() => loopThreads.Count == workers);
             Task probe = TestUtil.AwaitAsync(Spindle.Run(() =>
             {
                 foreach (Promise p in promises)
@@ -807,9 +821,9 @@ public class WorkerPoolEdgeSequentialTests
                     p.TrySetResult();
                 }
             }));
-            Task first = await Task.WhenAny(probe, Task.Delay(TimeSpan.FromSeconds(3)));
+            Task first = await Task.WhenAny(probe, Task.Delay(WorkerPoolEdgeTests.Bound));
             Assert.True(first == probe,
-                $"Spindle.Run from outside did not run in 3 s while {workers} worker(s), blocked on it, {what} ({WorkerPool.Shared.Describe()})");
+                $"Spindle.Run from outside did not run in {WorkerPoolEdgeTests.Bound.TotalSeconds} s while {workers} worker(s), blocked on it, {what} ({WorkerPool.Shared.Describe()})");
         }
         finally
         {

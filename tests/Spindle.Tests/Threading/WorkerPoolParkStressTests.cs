@@ -179,7 +179,8 @@ public class WorkerPoolParkStressTests
                 Assert.True(h.Ran[i] == 1, $"item {i} ran {h.Ran[i]} times: {h.State()}");
             }
             Assert.True(created > 1000, $"only {created} items");
-            SpinWait.SpinUntil(() => pool.IdleWorkers == Workers, 2000);
+            // Workers that never park, not speed: the default bound (it was 2 s, which a loaded machine can use up).
+            SpinWait.SpinUntil(() => pool.IdleWorkers == Workers, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
             Assert.Equal(Workers, pool.IdleWorkers);
         }
         finally
@@ -188,7 +189,8 @@ public class WorkerPoolParkStressTests
         }
         foreach (Thread thread in h.Threads.Keys)
         {
-            Assert.True(thread.Join(TimeSpan.FromSeconds(5)), $"{thread.Name} did not end after Dispose");
+            // A worker Dispose did not wake never ends: the default bound (it was 5 s).
+            Assert.True(thread.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), $"{thread.Name} did not end after Dispose");
         }
     }
 
@@ -225,7 +227,8 @@ public class WorkerPoolParkStressTests
             pool.Dispose();
             foreach (Thread thread in threads.Keys)
             {
-                Assert.True(thread.Join(TimeSpan.FromSeconds(5)), $"round {round}: {thread.Name} did not end after Dispose");
+                // A worker Dispose did not wake never ends: the default bound (it was 5 s).
+                Assert.True(thread.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), $"round {round}: {thread.Name} did not end after Dispose");
             }
         }
     }
