@@ -40,6 +40,12 @@ internal abstract class CombinatorCore
     /// at that moment. A Release build has no such call.
     /// </summary>
     internal static Action<int>? TestHookAfterSlotPublished;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs when an input's completion reaches its slot, before the slot reads it: the window in
+    /// which the input has completed and the combinator has not read it yet, for a misused read of it elsewhere.
+    /// </summary>
+    internal static Action<int>? TestHookBeforeInputRead;
 #endif
 
     private Slot[] _slots = Array.Empty<Slot>();
@@ -1370,6 +1376,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     protected override void OnInputCompleted(Slot slot)
     {
+#if DEBUG
+        TestHookBeforeInputRead?.Invoke(slot.Index);
+#endif
         if (_isAny)
         {
             CompleteAny(slot); // reads the input and drops its reference

@@ -217,7 +217,10 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     {
         if (source.GetStatus(token) != SpindleTaskStatus.Pending)
         {
-            ReadAndReport(source, token);
+#if DEBUG
+            TestHookBeforeReadAtCall?.Invoke(source);
+#endif
+            ReadAndReport(source, token, atCall: true);
             return;
         }
         if (source is StateMachineBoxBase box)
@@ -226,7 +229,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
             // forgotten endless loop would otherwise keep one for ever).
             if (!box.TryObserveWhenCompleted(token))
             {
-                ReadAndReport(source, token); // it completed since the look above
+                ReadAndReport(source, token, atCall: true); // it completed since the look above
             }
             return;
         }
@@ -248,22 +251,35 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         }
     }
 
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs on the forgetting thread when <see cref="Observe"/> has found the task finished,
+    /// before it reads it: the instant at which another thread's read of the task (the caller's misuse) meets the read.
+    /// </summary>
+    internal static Action<ISpindleSource>? TestHookBeforeReadAtCall;
+#endif
+
     private void OnCompleted()
     {
         ISpindleSource source = _source!;
         short token = _token;
         _source = null;
         ObjectPool<ForgetObserver>.Return(this);
-        ReadAndReport(source, token);
+        ReadAndReport(source, token, atCall: false);
     }
 
     /// <summary>
     /// Reads a forgotten task's completed use and reports its fault; for a source a read does not consume (a promise), only
     /// if no report of the same completion came first (a second Forget, or the report of an abandoned use).
+    /// <paramref name="atCall"/>: read by <see cref="Observe"/> on the caller's thread, where misuse (another read consumed
+    /// the use first, since the status check that would have thrown for a read before it) throws the await-once error to
+    /// the caller, as that check does, instead of being reported as the task's fault. Spindle's own sources tell misuse
+    /// from a failure (<see cref="IQuietSource"/>); a user's source is read with a catch, and whatever it throws reported.
+    /// The observer's own read, after the call returned, has nobody to throw to: it reports whatever the read meets.
     /// </summary>
-    internal static void ReadAndReport(ISpindleSource source, short token)
+    private static void ReadAndReport(ISpindleSource source, short token, bool atCall)
     {
-        ExceptionDispatchInfo? failure = QuietRead.Read(source, token);
+        ExceptionDispatchInfo? failure = atCall && source is IQuietSource quiet ? quiet.ReadQuietly(token) : QuietRead.Read(source, token);
         if (FaultReport.IsFault(failure) && FaultReport.Claim(source, token))
         {
             UnobservedExceptions.Report(failure.SourceException);

@@ -75,6 +75,8 @@ public readonly partial struct SpindleTask<T>
     /// Lets the task run with nobody awaiting it; a fault goes to <see cref="Spindle.UnobservedException"/>, once per
     /// completion (see <see cref="SpindleTask.Forget"/>).
     /// </summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited or read (also by another thread while this
+    /// call reads it), or already has an awaiter.</exception>
     public void Forget()
     {
         if (_source is { } s)

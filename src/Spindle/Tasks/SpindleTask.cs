@@ -97,6 +97,8 @@ public readonly partial struct SpindleTask
     /// <see cref="TaskScope.WaitAsync"/>) forgotten again reports nothing more, nor does a promise's use whose fault was
     /// reported when a WhenAny let go of it.
     /// </summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited or read (also by another thread while this
+    /// call reads it), or already has an awaiter: a Spindle task has one reader, and a forgotten task's is its observer.</exception>
     public void Forget()
     {
         if (_source is { } s)
