@@ -1,7 +1,9 @@
 using System;
+using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 using System.Threading.Tasks.Sources;
+using Xunit;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -35,6 +37,40 @@ internal static class CombinatorTestSupport
     /// Used to check that the combinator read (consumed) each input.
     /// </summary>
     public static async SpindleTask Await(Promise promise) => await promise.Task;
+
+    /// <summary>Awaits <paramref name="wait"/> and counts its resumption in <paramref name="resumed"/>.</summary>
+    public static async SpindleTask AwaitAndCount(SpindleTask wait, StrongBox<int> resumed)
+    {
+        await wait;
+        resumed.Value++;
+    }
+
+    /// <summary>An async method that returns <paramref name="value"/> once <paramref name="gate"/> completes.</summary>
+    public static async SpindleTask<int> ValueAfter(Promise gate, int value)
+    {
+        await gate.Task;
+        return value;
+    }
+
+    /// <summary>An async method that fails with <paramref name="error"/> once <paramref name="gate"/> completes.</summary>
+    public static async SpindleTask<int> FailsAfter(Promise gate, Exception error)
+    {
+        await gate.Task;
+        throw error;
+    }
+
+    /// <summary>
+    /// The signal's set has gone to a reader: the signal is not set again, a new wait does not complete by itself, and
+    /// a real set completes it. <paramref name="what"/> names the scenario in the failure message.
+    /// </summary>
+    public static void AssertTheSetWasHandedOutOnce(Signal signal, string what)
+    {
+        Assert.False(signal.IsSet, "one Set was handed out twice: " + what + ", and the signal was set again");
+        SpindleTask next = signal.WaitAsync();
+        Assert.False(next.IsCompleted, "a wait completed with nobody having set the signal since: " + what);
+        signal.Set();
+        next.GetAwaiter().GetResult();
+    }
 
     /// <summary>True when <paramref name="task"/> was already read (its token is stale: reading its status throws).</summary>
     public static bool WasConsumed(SpindleTask task)

@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Linq;
 using System.Threading;
 using static SpindleLib.Tests.UnobservedReports;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -19,18 +20,6 @@ namespace SpindleLib.Tests.Combinators;
 public class ForgetReadMisuseTests
 {
 #if DEBUG
-    private static async SpindleTask<int> ValueAfter(Promise gate, int value)
-    {
-        await gate.Task;
-        return value;
-    }
-
-    private static async SpindleTask<int> FailsAfter(Promise gate, Exception error)
-    {
-        await gate.Task;
-        throw error;
-    }
-
     private sealed class Outcome
     {
         public Exception? Thrown;

@@ -2,6 +2,7 @@ using System;
 using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks.Sources;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -34,22 +35,6 @@ public class PendingCombinatorSetMisuseTests
     {
         Token,
         Timeout,
-    }
-
-    private static async SpindleTask AwaitAndCount(SpindleTask wait, StrongBox<int> resumed)
-    {
-        await wait;
-        resumed.Value++;
-    }
-
-    /// <summary>The signal's set has gone to a reader: a new wait must not find it set again.</summary>
-    private static void AssertTheSetWasHandedOutOnce(Signal signal, string what)
-    {
-        Assert.False(signal.IsSet, "one Set was handed out twice: " + what + ", and the signal was set again");
-        SpindleTask next = signal.WaitAsync();
-        Assert.False(next.IsCompleted, "a wait completed with nobody having set the signal since: " + what);
-        signal.Set();
-        next.GetAwaiter().GetResult();
     }
 
     /// <summary>

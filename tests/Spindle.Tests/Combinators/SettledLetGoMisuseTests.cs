@@ -5,6 +5,7 @@ using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 using static SpindleLib.Tests.UnobservedReports;
+using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
 namespace SpindleLib.Tests.Combinators;
 
@@ -25,22 +26,6 @@ public class SettledLetGoMisuseTests
 
         /// <summary>An async method awaited the wait and was resumed by the set.</summary>
         Awaited,
-    }
-
-    private static async SpindleTask AwaitAndCount(SpindleTask wait, StrongBox<int> resumed)
-    {
-        await wait;
-        resumed.Value++;
-    }
-
-    /// <summary>The signal's set has gone to the reader: a new wait must not find it set again.</summary>
-    private static void AssertTheSetWasHandedOutOnce(Signal signal, string what)
-    {
-        Assert.False(signal.IsSet, "one Set was handed out twice: " + what + ", and the signal was set again");
-        SpindleTask next = signal.WaitAsync();
-        Assert.False(next.IsCompleted, "a wait completed with nobody having set the signal since: " + what);
-        signal.Set();
-        next.GetAwaiter().GetResult();
     }
 
     [Theory]
@@ -207,18 +192,6 @@ public class SettledLetGoMisuseTests
         {
             Assert.True(signal.IsSet, "the other thread's read failed, and the set was lost: " + otherRead);
         }
-    }
-
-    private static async SpindleTask<int> ValueAfter(Promise gate, int value)
-    {
-        await gate.Task;
-        return value;
-    }
-
-    private static async SpindleTask<int> FailsAfter(Promise gate, Exception error)
-    {
-        await gate.Task;
-        throw error;
     }
 
     /// <summary>
