@@ -141,7 +141,7 @@ internal struct SourceCore<TResult>
     // HandedToWaiterBit: the set completed the wait while a waiter was registered (SetSignal, in its publishing store, at
     // no cost): the set is that waiter's, whose read then marks nothing. ReadBit: read once by a reader that found the
     // wait completed (one CAS, MarkSetRead). RereadBit: read again after that (one more CAS; later reads mark nothing).
-    // A combinator that may give a set back registers on a wait with this same bit as its mark (RegisterReadingWaiter),
+    // A combinator that may give a set back registers on a wait with this same bit as its mark (OnCompletedAsReader),
     // so that in a Waiting word it means "the waiter reads as a reader": the set's publishing store flips the bit (XOR,
     // at no more cost than the OR it replaces), so such a wait completes with no reader bit, and the combinator's read marks
     // ReadBit as any first read does. Every other read marks too then: so a misused read of the wait while the combinator

@@ -28,14 +28,13 @@ public class SettledLetGoMisuseTests
         Awaited,
     }
 
-    [Theory]
-    [InlineData(Reader.Read)]
-    [InlineData(Reader.Awaited)]
-    public void AllFinished_ALosingWaitWhoseSetWasTakenAlready_IsNotGivenBackAsASecondSet(Reader reader)
+    /// <summary>
+    /// A wait of <paramref name="signal"/> that a set completed and that <paramref name="reader"/> then took the set of: the
+    /// caller's own read (a signal's wait may be read again) or an awaiter the set resumed; counted in <paramref name="resumed"/>.
+    /// </summary>
+    private static SpindleTask WaitWhoseSetReached(Signal signal, Reader reader, StrongBox<int> resumed)
     {
-        var signal = new Signal();
         SpindleTask wait = signal.WaitAsync();
-        var resumed = new StrongBox<int>();
         if (reader == Reader.Awaited)
         {
             _ = AwaitAndCount(wait, resumed);
@@ -43,10 +42,21 @@ public class SettledLetGoMisuseTests
         signal.Set();
         if (reader == Reader.Read)
         {
-            wait.GetAwaiter().GetResult(); // a signal's wait may be read again: this read takes the set
+            wait.GetAwaiter().GetResult();
             resumed.Value++;
         }
         Assert.Equal(1, resumed.Value);
+        return wait;
+    }
+
+    [Theory]
+    [InlineData(Reader.Read)]
+    [InlineData(Reader.Awaited)]
+    public void AllFinished_ALosingWaitWhoseSetWasTakenAlready_IsNotGivenBackAsASecondSet(Reader reader)
+    {
+        var signal = new Signal();
+        var resumed = new StrongBox<int>();
+        SpindleTask wait = WaitWhoseSetReached(signal, reader, resumed);
         int winner = SpindleTask.WhenAny(SpindleTask.CompletedTask, wait).GetAwaiter().GetResult();
         Assert.Equal(0, winner);
         AssertTheSetWasHandedOutOnce(signal, "the wait's " + reader + " took it and the settled WhenAny gave it back");
@@ -63,18 +73,8 @@ public class SettledLetGoMisuseTests
     public void SettledAtTheCall_ALoserAwaitedElsewhere_AWinningWaitWhoseSetWasTakenAlready_IsNotGivenBack(Reader reader)
     {
         var signal = new Signal();
-        SpindleTask wait = signal.WaitAsync();
         var resumed = new StrongBox<int>();
-        if (reader == Reader.Awaited)
-        {
-            _ = AwaitAndCount(wait, resumed);
-        }
-        signal.Set();
-        if (reader == Reader.Read)
-        {
-            wait.GetAwaiter().GetResult();
-            resumed.Value++;
-        }
+        SpindleTask wait = WaitWhoseSetReached(signal, reader, resumed);
         var other = new Promise();
         SpindleTask awaited = other.Task;
         awaited.Forget(); // pending, and it already has its one awaiter

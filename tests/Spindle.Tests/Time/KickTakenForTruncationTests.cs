@@ -43,16 +43,11 @@ public class KickTakenForTruncationTests
 
         using var kick = new HeldKick(clock);
         SpindleTask earlier = default;
-        Task producing = TestUtil.RunOnThread(() =>
-        {
-            kick.Producer = Thread.CurrentThread;
-            earlier = wheel.Delay(5); // due at 6 ms, before the plan: kicks
-        }, "kicking producer");
-        kick.WaitEntered();
+        kick.Start(() => earlier = wheel.Delay(5)); // due at 6 ms, before the plan: kicks
 
         Run(() => clock.Advance(Ms(10.8))); // 11.3 ms: the timer fires late for 11 ms; its pass arms it for 0.7 ms
         Assert.Equal(SpindleTaskStatus.Succeeded, first.Status);
-        kick.Release(producing);
+        kick.Release();
         Assert.Equal(SpindleTaskStatus.Succeeded, earlier.Status); // no kick lost: the pass saw its push
         Run(clock.RunDue); // the kick's fire, at 11.3 ms
 
@@ -109,12 +104,7 @@ public class KickTakenForTruncationTests
 
         using var kick = new HeldKick(clock);
         SpindleTask earlier = default;
-        Task producing = TestUtil.RunOnThread(() =>
-        {
-            kick.Producer = Thread.CurrentThread;
-            earlier = wheel.Delay(5); // due at 6 ms, before the plan: kicks
-        }, "kicking producer");
-        kick.WaitEntered();
+        kick.Start(() => earlier = wheel.Delay(5)); // due at 6 ms, before the plan: kicks
 
         clock.MoveWithoutFiring(Ms(10.8)); // 11.3 ms
         Action late = clock.TakeDue() ?? throw new InvalidOperationException("the timer armed for 11 ms was not due at 11.3 ms");
@@ -122,7 +112,7 @@ public class KickTakenForTruncationTests
         Action cancelKick = clock.TakeDue() ?? throw new InvalidOperationException("the cancellation did not kick the provider's timer");
         Run(late); // its pass fires the first delay and the earlier one, and arms the timer for 0.7 ms, to 12 ms
         Assert.Equal(SpindleTaskStatus.Succeeded, first.Status);
-        kick.Release(producing);
+        kick.Release();
         Assert.Equal(SpindleTaskStatus.Succeeded, earlier.Status);
         Action producerKick = clock.TakeDue() ?? throw new InvalidOperationException("the producer's kick did not change the timer");
         Run(cancelKick); // at 11.3 ms
@@ -179,7 +169,7 @@ public class KickTakenForTruncationTests
             _clock = clock;
             clock.BeforeChange = due =>
             {
-                if (Thread.CurrentThread == Producer && due == TimeSpan.Zero && Interlocked.Exchange(ref _held, 1) == 0)
+                if (Thread.CurrentThread == _producer && due == TimeSpan.Zero && Interlocked.Exchange(ref _held, 1) == 0)
                 {
                     _entered.Set();
                     if (!_released.Wait(Bound))
@@ -190,14 +180,28 @@ public class KickTakenForTruncationTests
             };
         }
 
-        public volatile Thread? Producer;
+        private volatile Thread? _producer;
+        private Task? _producing;
 
-        public void WaitEntered() => Assert.True(_entered.Wait(Bound), "the producer's delay never kicked the provider's timer");
+        /// <summary>
+        /// Runs <paramref name="produce"/> (a delay that kicks) on a thread of its own, and returns once its kick is held
+        /// before the provider's timer is changed.
+        /// </summary>
+        public void Start(Action produce)
+        {
+            _producing = TestUtil.RunOnThread(() =>
+            {
+                _producer = Thread.CurrentThread;
+                produce();
+            }, "kicking producer");
+            Assert.True(_entered.Wait(Bound), "the producer's delay never kicked the provider's timer");
+        }
 
         /// <summary>Lets the kick change the timer, and waits for the producer to return.</summary>
-        public void Release(Task producing)
+        public void Release()
         {
             _released.Set();
+            Task producing = _producing ?? throw new InvalidOperationException("Start was not called");
             Assert.True(producing.Wait(Bound), "the producer's delay never returned");
             producing.GetAwaiter().GetResult();
             _clock.BeforeChange = null;
