@@ -31,7 +31,7 @@ public readonly partial struct SpindleTask
     /// <remarks>
     /// The inputs are not cancelled by it: the wait lets go of them before the combined task completes, as
     /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/> lets go of its losers. A <see cref="Promise"/>'s task is left
-    /// pending and the promise can be reset at once; a <see cref="Signal"/>'s wait ends, and a later set is kept for the
+    /// pending (it can be awaited again) and the promise can be reset at once; a <see cref="Signal"/>'s wait ends, and a later set is kept for the
     /// next wait; a delay leaves its timer wheel; an async method goes on running, forgotten. An input that has finished
     /// is read, and other kinds (BCL tasks, combinators, other sources) are read when they finish. A failure that nobody
     /// will read goes to <see cref="Spindle.UnobservedException"/>, once. The same holds when a timeout

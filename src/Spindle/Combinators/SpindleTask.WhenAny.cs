@@ -16,8 +16,10 @@ public readonly partial struct SpindleTask
     /// <remarks>
     /// <para><b>Losers.</b> As <c>Task.WhenAny</c> removes its continuations from the tasks that lose, WhenAny detaches
     /// from its losing inputs before the combined task completes, where their kind allows it: a <see cref="Promise"/>'s
-    /// task is left pending and its promise can be reset at once (even from the continuation of the await; as always, the
-    /// reset must not race with a completion of the promise, so its producer must be done with the old use); a
+    /// task is left pending with no awaiter: it can be awaited again (so the same promise can be raced in every turn of a
+    /// loop, as a <c>Task</c> can), and its promise can be reset at once (even from the continuation of the await; as
+    /// always, the reset must not race with a completion of the promise, so its producer must be done with the old use); a
+    /// <see cref="Preserve"/>d task keeps no waiter of the race; a
     /// <see cref="Signal"/>'s wait ends, and a later <see cref="Signal.Set"/> is kept for the next wait; a
     /// <see cref="Spindle.Delay(int, CancellationToken)"/> leaves its timer wheel at once, not at its deadline; a frame-loop
     /// wait (<see cref="FrameLoop.WaitUntil(Func{bool}, CancellationToken)"/> and <c>WaitWhile</c>, whose predicate is not

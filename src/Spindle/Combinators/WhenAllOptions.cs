@@ -36,7 +36,7 @@ public readonly struct WhenAllOptions
     /// </summary>
     /// <remarks>
     /// <para>As with the overloads' <see cref="CancellationToken"/>, the timeout ends the wait, not the inputs: the wait
-    /// lets go of them as a WhenAny lets go of its losers (a promise can be reset at once, a signal's wait ends), and a
+    /// lets go of them as a WhenAny lets go of its losers (a promise's task can be awaited again or the promise reset, a signal's wait ends), and a
     /// failure among them that nobody will read goes to <see cref="Spindle.UnobservedException"/>, once. When
     /// the inputs finish first, the timer is cancelled at once and nothing is left in the wheel. The deadline is rounded
     /// up to the wheel's 1 ms tick, so it never fires early. <see cref="TimeSpan.Zero"/> times out at once unless every

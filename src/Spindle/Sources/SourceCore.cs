@@ -75,8 +75,8 @@ internal readonly struct VoidResult
 /// whose race is decided detaches from its other inputs): a CAS from Waiting to Registering decides against the
 /// completer; under that mark the leaver checks that the waiter is its own, and stores a replacement (a forgotten box
 /// observes itself) or Abandoned. An abandoned use counts as awaited while it is pending (a new await is the
-/// await-once error), may be reset, and completes with nobody to run: a fault is reported to the unobserved-exception
-/// event, as any fault nobody reads. A source that is never reset and takes one awaiter at a time (a task scope's wait)
+/// await-once error; but a promise's may be awaited again, see <see cref="AwaitAfterLetGoBit"/>), may be reset, and
+/// completes with nobody to run: a fault is reported to the unobserved-exception event, as any fault nobody reads. A source that is never reset and takes one awaiter at a time (a task scope's wait)
 /// leaves for Pending instead (<see cref="TryWithdrawWaiter"/>): the next await registers as the first did, and the
 /// outcome stays for it. Once it has completed it is an ordinary completed use (a promise's result can be
 /// read, as a completed promise's can).</para>
@@ -153,12 +153,20 @@ internal struct SourceCore<TResult>
     private const int RereadBit = 1 << 24;
     private const int SetReaderBits = HandedToWaiterBit | ReadBit | RereadBit;
 
+    // Promises only: a use that a combinator let go of (Abandoned, still pending) may be awaited again, as a use nobody
+    // awaited may, so that the same promise's task can be raced turn after turn (`WhenAny(next, stop.Task)` in a loop,
+    // `reply.Task.WithTimeout(t)` until it answers), as a Task can. TryRegister takes such a use as Pending (the CAS from
+    // Abandoned to Registering decides against a completer, as the one from Pending does), and TryAbandon finds it let go
+    // already. Other sources release an abandoned use at once (ReleaseAbandoned) or never abandon one. Set once before the
+    // source is published (AllowAwaitAfterLetGo) and kept by every version step, as DispatchBit is.
+    private const int AwaitAfterLetGoBit = 1 << 25;
+
     private object? _continuation; // the waiter, while Waiting
     private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
     private TResult _result;
-    // The version token (low 16 bits), the state (bits 16-18) and the dispatch flag (the sign bit): see the remarks. The
-    // flag is set once before the source is published and kept by every version step (NextVersion), so it costs no field
-    // and can be read at any time.
+    // The version token (low 16 bits), the state (bits 16-18), the marks above (bits 19-25) and the dispatch flag (the
+    // sign bit): see the remarks. The dispatch flag and AwaitAfterLetGoBit are set once before the source is published and
+    // kept by every version step (NextVersion), so they cost no field and can be read at any time.
     private int _word;
 
     /// <summary>The token of the current use.</summary>
@@ -173,8 +181,14 @@ internal struct SourceCore<TResult>
     /// </summary>
     public void RunContinuationsAsynchronously() => _word |= DispatchBit;
 
+    /// <summary>
+    /// Promises only: a use a combinator let go of may be awaited again (see <see cref="AwaitAfterLetGoBit"/>). Call from
+    /// the constructor, before the source is shared.
+    /// </summary>
+    public void AllowAwaitAfterLetGo() => _word |= AwaitAfterLetGoBit;
+
     /// <summary>The word of the next use after <paramref name="word"/>: the token wraps, the flag stays, the state is Pending.</summary>
-    internal static int NextVersion(int word) => (word & DispatchBit) | (unchecked(word + 1) & TokenMask);
+    internal static int NextVersion(int word) => (word & (DispatchBit | AwaitAfterLetGoBit)) | (unchecked(word + 1) & TokenMask);
 
     /// <summary>The token of the use after the one in <paramref name="word"/>.</summary>
     internal static short NextToken(int word) => (short)NextVersion(word);
@@ -749,7 +763,7 @@ internal struct SourceCore<TResult>
             }
             if (current != Pending)
             {
-                return false;
+                return current == Abandoned && (w & AwaitAfterLetGoBit) != 0; // let go of already (and awaited by nobody since)
             }
             int prev = Interlocked.CompareExchange(ref _word, With(w, Abandoned), w);
             if (prev == w)
@@ -1188,7 +1202,7 @@ internal struct SourceCore<TResult>
                 ThrowHelper.ThrowStaleToken();
             }
             int current = w & StateMask;
-            if (current == Pending)
+            if (current == Pending || (current == Abandoned && (w & AwaitAfterLetGoBit) != 0))
             {
                 int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
                 if (prev != w)
@@ -1222,7 +1236,7 @@ internal struct SourceCore<TResult>
                 w = Volatile.Read(ref _word);
                 continue;
             }
-            ThrowHelper.ThrowAlreadyAwaited(); // Waiting or Abandoned: this use already has (or had) its waiter
+            ThrowHelper.ThrowAlreadyAwaited(); // Waiting, or Abandoned (but a promise's): this use already has (or had) its waiter
         }
     }
 

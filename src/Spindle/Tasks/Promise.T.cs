@@ -17,6 +17,7 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// <summary>Creates a promise whose continuations run on the thread that completes it (as far as a bounded nesting depth).</summary>
     public Promise()
     {
+        _core.AllowAwaitAfterLetGo();
     }
 
     /// <summary>Creates a promise.</summary>
@@ -27,6 +28,7 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// </param>
     public Promise(bool runContinuationsAsynchronously)
     {
+        _core.AllowAwaitAfterLetGo();
         if (runContinuationsAsynchronously)
         {
             _core.RunContinuationsAsynchronously();
@@ -104,7 +106,7 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// <summary>Starts a new use: the promise becomes pending again and tasks from earlier uses become stale.</summary>
     /// <remarks>
     /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
-    /// combinator no longer waits on it. As for any reset, nothing may complete the old use at the same time: a late
+    /// combinator no longer waits on it (or awaited again: see <see cref="Promise"/>'s remarks). As for any reset, nothing may complete the old use at the same time: a late
     /// TrySet* racing the reset may land on either use.
     /// <para>Reset a completed use only once the code awaiting it has read it. Usually that code runs inside the Set*
     /// call, so it has. It has not yet when the promise runs its continuations asynchronously, nor when Set* is called

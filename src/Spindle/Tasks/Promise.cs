@@ -18,6 +18,12 @@ namespace SpindleLib;
 /// promise's task may be read again until <see cref="Reset"/>, after which the old task's token is stale (for the next
 /// 65,535 resets: the 16-bit token then comes round again; see <see cref="SpindleTask"/>). Passing it to
 /// <see cref="SpindleTask.Forget"/> again reports a fault no second time: a fault is reported once per completion.</para>
+/// <para>A combinator that stops waiting on the task (a WhenAny it lost, a <c>WithTimeout</c> that timed out, a
+/// <c>WithCancellation</c> whose token won) lets go of it: the use is left pending with no awaiter, so the task can be
+/// awaited again, and the same promise raced in every turn of a loop (<c>await SpindleTask.WhenAny(next, stop.Task)</c>,
+/// or <c>reply.Task.WithTimeout(t)</c> until it answers), as a <c>Task</c> can. A fault that completes such a use while
+/// nobody awaits it is reported to <see cref="Spindle.UnobservedException"/>, once; a fault landing at the instant the
+/// task is awaited again may also be read by that await.</para>
 /// </remarks>
 public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource
 {
@@ -26,6 +32,7 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// <summary>Creates a promise whose continuations run on the thread that completes it (as far as a bounded nesting depth).</summary>
     public Promise()
     {
+        _core.AllowAwaitAfterLetGo();
     }
 
     /// <summary>Creates a promise.</summary>
@@ -36,6 +43,7 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// </param>
     public Promise(bool runContinuationsAsynchronously)
     {
+        _core.AllowAwaitAfterLetGo();
         if (runContinuationsAsynchronously)
         {
             _core.RunContinuationsAsynchronously();
@@ -113,7 +121,7 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// <summary>Starts a new use: the promise becomes pending again and tasks from earlier uses become stale.</summary>
     /// <remarks>
     /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
-    /// combinator no longer waits on it. As for any reset, nothing may complete the old use at the same time: a late
+    /// combinator no longer waits on it (its task may also be awaited again: see the class remarks). As for any reset, nothing may complete the old use at the same time: a late
     /// TrySet* racing the reset may land on either use.
     /// <para>Reset a completed use only once the code awaiting it has read it. Usually that code runs inside the Set*
     /// call, so it has. It has not yet when the promise runs its continuations asynchronously, nor when Set* is called

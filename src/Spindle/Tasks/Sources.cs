@@ -55,9 +55,13 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 /// <summary>
 /// The source behind <c>Preserve()</c>: it awaits the original task once, keeps the outcome, and lets any number of
 /// awaiters read it. Continuations registered before completion are kept in a list under a lock (this is not a hot path).
+/// A combinator that lost a race takes its waiter back out of the list (<see cref="IDetachableSource"/>), so a preserved
+/// task raced in every turn of a loop holds nothing per turn; a fault that completes it with nobody waiting, after a
+/// combinator let go of it, is reported once (as a promise's abandoned use's is), since that combinator's caller will not
+/// read it.
 /// </summary>
 [StackTraceHidden]
-internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource
+internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource, IDetachableSource
 {
     private static readonly Action<object?> s_onSourceCompleted = static o => ((PreservedSource<T>)o!).OnSourceCompleted();
 
@@ -69,6 +73,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     private ExceptionDispatchInfo? _error;
     private List<(Action<object?> Continuation, object? State)>? _waiters;
     private ReportOnce _faultReport; // a Forget() reported the fault (IRereadableSource)
+    private bool _letGo; // a combinator let go of this task before it completed (under the lock)
 
     public PreservedSource(ISpindleSource source, short token)
     {
@@ -91,6 +96,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
             error = QuietRead.Read(source, _token);
         }
         List<(Action<object?>, object?)>? waiters;
+        bool unread;
         lock (_lock)
         {
             _result = result;
@@ -99,10 +105,55 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
             _source = null;
             waiters = _waiters;
             _waiters = null;
+            unread = _letGo && (waiters is null || waiters.Count == 0);
+        }
+        if (unread && FaultReport.IsFault(error) && _faultReport.TryTake())
+        {
+            UnobservedExceptions.Report(error.SourceException);
         }
         if (waiters is not null)
         {
             RunAll(waiters);
+        }
+    }
+
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
+    {
+        lock (_lock)
+        {
+            if (_completed)
+            {
+                return DetachOutcome.Completed; // taken with the list by the completion: it runs, or ran
+            }
+            List<(Action<object?> Continuation, object? State)>? waiters = _waiters;
+            if (waiters is not null)
+            {
+                // From the end: in a loop, the waiter leaving is usually the latest one. A linear search, as Task's removal
+                // of a continuation is.
+                for (int i = waiters.Count - 1; i >= 0; i--)
+                {
+                    if (waiters[i].State == waiter && (object)waiters[i].Continuation == DirectWaiter.s_moveNext)
+                    {
+                        waiters.RemoveAt(i);
+                        _letGo = true;
+                        return DetachOutcome.Detached;
+                    }
+                }
+            }
+            return DetachOutcome.NotWaiting;
+        }
+    }
+
+    bool IDetachableSource.TryAbandon(short token)
+    {
+        lock (_lock)
+        {
+            if (_completed)
+            {
+                return false; // the caller reads it, as any finished loser
+            }
+            _letGo = true; // nothing of the caller's is registered: letting go is remembering that a race dropped it
+            return true;
         }
     }
 
@@ -175,6 +226,18 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     void IValueTaskSource.GetResult(short token) => GetResult(token);
 
     bool IRereadableSource.TryClaimFaultReport(short token) => _faultReport.TryTake();
+
+    /// <summary>Tests only: the waiters registered before completion that have not run.</summary>
+    internal int WaiterCountForTests
+    {
+        get
+        {
+            lock (_lock)
+            {
+                return _waiters?.Count ?? 0;
+            }
+        }
+    }
 
     public void OnCompleted(Action<object?> continuation, object? state, short token)
     {

@@ -70,7 +70,9 @@ public readonly partial struct SpindleTask
     /// task: await the returned one instead. It allocates one object when the task has not yet completed successfully.
     /// The preserved task keeps the outcome, not the original's source (a pooled one goes back to its pool once, when
     /// the original completes). A fault that no awaiter of it ever reads is not reported: pass the preserved task to
-    /// <see cref="Forget"/> to have it reported.
+    /// <see cref="Forget"/> to have it reported. A combinator that stops waiting on it (a WhenAny it lost, a timeout)
+    /// takes its waiter back, so the preserved task can be raced in every turn of a loop and holds nothing per turn; a
+    /// fault that then completes it with no awaiter is reported once, as a <see cref="Forget"/> would report it.
     /// </summary>
     public SpindleTask Preserve()
     {

@@ -13,7 +13,7 @@ public readonly partial struct SpindleTask
     /// <remarks>
     /// <para><b>Consumes this task.</b> Await the returned task instead. If the timeout wins, the wait lets go of this task
     /// before the returned one completes, as <see cref="WhenAny(System.ReadOnlySpan{SpindleTask})"/> lets go of a loser:
-    /// a <see cref="Promise"/>'s task is left pending and the promise can be reset at once; a <see cref="Signal"/>'s wait
+    /// a <see cref="Promise"/>'s task is left pending (wait on it again with a new timeout, or reset the promise); a <see cref="Signal"/>'s wait
     /// ends (so the signal can be waited on again at once, and a later set is kept for that wait); a delay leaves its
     /// wheel; an async method goes on running, forgotten. Other sources are read when they finish. A fault that nobody
     /// will read then goes to <see cref="Spindle.UnobservedException"/>, once (a cancellation does not). The operation
@@ -58,7 +58,7 @@ public readonly partial struct SpindleTask
     /// <remarks>
     /// The rules are <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>'s: this task is consumed (await
     /// the returned one); if the token wins, the wait lets go of this task before the returned one completes, as a
-    /// WhenAny lets go of a loser (a promise can be reset at once, a signal's wait ends and a later set is kept), and a
+    /// WhenAny lets go of a loser (a promise's task can be awaited again or the promise reset, a signal's wait ends and a later set is kept), and a
     /// late fault of it goes to <see cref="Spindle.UnobservedException"/>. When this task finishes first, the returned task
     /// completes with its outcome at once, and a later cancellation changes nothing; the token's registration is dropped
     /// when the returned task's result is read (as for every combinator), so await it rather than leave it unread. A token that cannot be cancelled, or a task that has already completed, returns

@@ -22,8 +22,10 @@ public class CombinatorMisuseReportTests
     [Fact]
     public void WhenAny_PreCancelledToken_SameTaskTwice_ThrownErrorNotAlsoReported()
     {
+        // An async method's task (a pooled box): passed twice, it is refused. (A promise's task passed twice to a
+        // combination settled by its token is let go of twice, which is harmless: the same use may be awaited again.)
         var p = new Promise();
-        SpindleTask t = p.Task;
+        SpindleTask t = Await(p);
         using var cts = new CancellationTokenSource();
         cts.Cancel();
         InvalidOperationException? thrown = null;
@@ -37,8 +39,10 @@ public class CombinatorMisuseReportTests
     [Fact]
     public void WhenAll_PreCancelledToken_SameTaskTwice_ThrownErrorNotAlsoReported()
     {
+        // An async method's task (a pooled box): passed twice, it is refused. (A promise's task passed twice to a
+        // combination settled by its token is let go of twice, which is harmless: the same use may be awaited again.)
         var p = new Promise();
-        SpindleTask t = p.Task;
+        SpindleTask t = Await(p);
         using var cts = new CancellationTokenSource();
         cts.Cancel();
         InvalidOperationException? thrown = null;

@@ -20,8 +20,9 @@ namespace SpindleLib.Tests.Tasks;
 /// let go of may be reset while pending.</item>
 /// <item>A task taken before a Reset is stale: Status, await, GetResult, Preserve, Forget and WhenAny all throw the
 /// await-once InvalidOperationException (naming Preserve), never another use's outcome.</item>
-/// <item>One awaiter at a time: a second await of a pending use (or of one a combinator let go of) throws the
-/// "already has an awaiter" error naming Preserve. A completed use may be read any number of times until Reset.</item>
+/// <item>One awaiter at a time: a second await of a pending use throws the "already has an awaiter" error naming
+/// Preserve; a use a combinator let go of has no awaiter, and may be awaited again. A completed use may be read any
+/// number of times until Reset.</item>
 /// <item>Every awaiter (OnCompleted, UnsafeOnCompleted, AsValueTask, an async Spindle method, Preserve's awaiters, a
 /// WhenAny or WhenAll over the task and another promise) runs exactly once and sees the use's outcome: the value, the
 /// very exception object, or an OperationCanceledException carrying the token. With runContinuationsAsynchronously the
@@ -29,7 +30,7 @@ namespace SpindleLib.Tests.Tasks;
 /// forms run under the registrant's ExecutionContext, and nothing a continuation sets leaks into the completer.</item>
 /// <item>A continuation that throws: inline, the exception reaches the completer after the use completed; dispatched, it
 /// goes to Spindle.UnobservedException.</item>
-/// <item>Faults nobody will read (a forgotten task, a use a combinator let go of) are reported to
+/// <item>Faults nobody will read (a forgotten task, a use a combinator let go of and nobody awaited since) are reported to
 /// Spindle.UnobservedException exactly once, at completion; cancellations are not reported. A completed use's fault is
 /// reported once by Forget and those reports together: forgetting it again reports nothing more.</item>
 /// </list>
@@ -440,7 +441,7 @@ public sealed class PromiseModelTests
     {
         None,
         Awaiter, // an await, a Preserve, a Forget observer or a combinator: Reset throws, a second await throws
-        Abandoned, // a combinator let go of it: Reset allowed, a second await throws
+        Abandoned, // a combinator let go of it: Reset allowed, may be awaited again (and is then an Awaiter's or Forgotten)
         Forgotten, // as Awaiter, and a fault is reported
     }
 
@@ -557,7 +558,7 @@ public sealed class PromiseModelTests
                 {
                     return done;
                 }
-                return waiter == Waiter.None ? null : new Outcome(Kind.AlreadyAwaited);
+                return waiter is Waiter.None or Waiter.Abandoned ? null : new Outcome(Kind.AlreadyAwaited);
             }
 
             Outcome Try(Action a)

@@ -219,10 +219,11 @@ public sealed class RunContinuationsAsynchronouslyTests
     [InlineData(0x7FFF, 0x8000)]
     [InlineData(0xFFFF, 0)]
     [InlineData(0x5_1234, 0x1235)] // a word in the Completed state: the next use is Pending
-    [InlineData(int.MaxValue, 0)]
+    [InlineData(int.MaxValue, 1 << 25)] // bit 25, a promise's "awaited again after a let-go" (AwaitAfterLetGoBit), is kept too
     [InlineData(int.MinValue, int.MinValue + 1)]
     [InlineData(int.MinValue | 0xFFFF, int.MinValue)]
-    [InlineData(-1, int.MinValue)]
+    [InlineData(-1, int.MinValue | 1 << 25)]
+    [InlineData(1 << 25 | 0x5_0007, 1 << 25 | 8)]
     public void NextVersion_WrapsTheCounterAndKeepsTheFlagBit(int version, int next)
     {
         Assert.Equal(next, SourceCore<VoidResult>.NextVersion(version));
