@@ -274,6 +274,19 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     private short _token;
     private ForgetObserver? _next;
 
+    // Who reads the task, Observe or the observer's run (OnCompleted): Registering until the registration in Observe has
+    // returned. A run before then (the registration found the task finished and ran the observer at once, on the
+    // forgetting thread, or it finished on another thread meanwhile) reads nothing and leaves the read to Observe, which
+    // reads at the call, where misuse is thrown to the caller (ReadAndReport, atCall); a run after it reads, as the
+    // forgotten task's only reader. Invariant: exactly one of the two reads the task and returns the observer to its pool,
+    // the one whose atomic step on this field comes second. (The observer run by the registration used to read as if
+    // Forget() had returned: a read of the task elsewhere at that instant, the caller's misuse, was reported as the task's
+    // fault and Forget() returned; found by the review of stop 32's changes.)
+    private const int Registering = 0;
+    private const int Registered = 1;
+    private const int Ran = 2;
+    private int _phase;
+
     ref ForgetObserver? IPoolNode<ForgetObserver>.Next => ref _next;
 
     public static void Observe(ISpindleSource source, short token)
@@ -299,6 +312,10 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         ForgetObserver observer = ObjectPool<ForgetObserver>.TryRent() ?? new ForgetObserver();
         observer._source = source;
         observer._token = token;
+        observer._phase = Registering; // published to the observer's run by the registration itself
+#if DEBUG
+        TestHookBeforeRegister?.Invoke(source);
+#endif
         try
         {
             source.OnCompleted(s_onCompleted, observer, token);
@@ -312,6 +329,24 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
             ObjectPool<ForgetObserver>.Return(observer);
             throw;
         }
+        catch
+        {
+            // A foreign source's: a run that comes later reads the task; one that came already left the read to this
+            // call, which has only the source's exception to throw, so it reports what it reads, as a later run would.
+            if (Interlocked.CompareExchange(ref observer._phase, Registered, Registering) != Registering)
+            {
+                ReadAndReport(source, token, atCall: false);
+            }
+            throw;
+        }
+        if (Interlocked.CompareExchange(ref observer._phase, Registered, Registering) == Registering)
+        {
+            return; // the observer reads the task when it finishes
+        }
+        // It finished during the registration, and the observer's run left the read to this call (see _phase).
+        observer._source = null;
+        ObjectPool<ForgetObserver>.Return(observer);
+        ReadAndReport(source, token, atCall: true);
     }
 
 #if DEBUG
@@ -320,10 +355,21 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     /// before it reads it: the instant at which another thread's read of the task (the caller's misuse) meets the read.
     /// </summary>
     internal static Action<ISpindleSource>? TestHookBeforeReadAtCall;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs on the forgetting thread when <see cref="Observe"/> has found the task pending (and
+    /// not an async method's), before it registers its observer: the instant at which the task may finish, so that the
+    /// registration finds it finished.
+    /// </summary>
+    internal static Action<ISpindleSource>? TestHookBeforeRegister;
 #endif
 
     private void OnCompleted()
     {
+        if (Interlocked.Exchange(ref _phase, Ran) == Registering)
+        {
+            return; // Observe is still registering: it reads the task at the call (see _phase)
+        }
         ISpindleSource source = _source!;
         short token = _token;
         _source = null;
@@ -334,8 +380,9 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     /// <summary>
     /// Reads a forgotten task's completed use and reports its fault; for a source a read does not consume (a promise), only
     /// if no report of the same completion came first (a second Forget, or the report of an abandoned use).
-    /// <paramref name="atCall"/>: read by <see cref="Observe"/> on the caller's thread, where misuse (another read consumed
-    /// the use first, since the status check that would have thrown for a read before it) throws the await-once error to
+    /// <paramref name="atCall"/>: read by <see cref="Observe"/> on the caller's thread (the task had finished at its look, or
+    /// finished while its observer registered), where misuse (another read consumed the use first, since the status check
+    /// or the registration that would have thrown for a read before it) throws the await-once error to
     /// the caller, as that check does, instead of being reported as the task's fault. Spindle's own sources tell misuse
     /// from a failure (<see cref="IQuietSource"/>); a user's source is read with a catch, and whatever it throws reported.
     /// The observer's own read, after the call returned, has nobody to throw to: it reports whatever the read meets.

@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Linq;
 using System.Threading;
+using System.Threading.Tasks;
 using static SpindleLib.Tests.UnobservedReports;
 using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
 
@@ -19,6 +20,32 @@ namespace SpindleLib.Tests.Combinators;
 [Collection(SequentialCollection.Name)] // process-wide hooks, and UnobservedException
 public class ForgetReadMisuseTests
 {
+    /// <summary>
+    /// <c>Forget()</c> of a pending task racing the fault that finishes it (the observer registered first, or the
+    /// registration finding the task finished and leaving the read to the call, or the task finished before the call's
+    /// look): the fault is reported exactly once a round, and the call never throws (nobody else reads the task).
+    /// </summary>
+    [Fact]
+    public async Task Forget_RacingTheFaultThatFinishesThePendingTask_ReportsTheFaultOnce()
+    {
+        var promise = new Promise();
+        var error = new InvalidTimeZoneException("the forgotten combination's fault, once a round");
+        SpindleTask<int> any = default;
+        int rounds = 0;
+        ConcurrentQueue<Exception> reported = await ObserveAsync(Own.Any(Own.Instances(error), Own.AwaitOnceErrors()), async q =>
+            rounds = await TestUtil.WithTimeout(Race.Run(TestUtil.Stress(20_000),
+                before: _ =>
+                {
+                    promise.Reset();
+                    any = SpindleTask.WhenAny(promise.Task);
+                },
+                after: round => Assert.True(q.Count == round + 1, $"round {round}: {q.Count} reports after {round + 1} faults"),
+                _ => any.Forget(),
+                _ => promise.SetException(error))));
+        Assert.Equal(rounds, reported.Count);
+        Assert.All(reported, e => Assert.Same(error, e));
+    }
+
 #if DEBUG
     private sealed class Outcome
     {
@@ -119,6 +146,111 @@ public class ForgetReadMisuseTests
         Outcome outcome = ReadElsewhereAtTheCallsRead(loser, error,
             () => SpindleTask.WhenAny((ReadOnlySpan<SpindleTask<int>>)new[] { winner, loser }).GetAwaiter().GetResult());
         AssertReadOnce_AndTheMisuseThrownByTheCall(outcome, faulted, error, 2);
+    }
+
+    /// <summary>
+    /// The same misuse when the task is still pending at the call's look and finishes as the call registers its observer:
+    /// the registration finds it finished and runs the observer at once, on the caller's thread, inside <c>Forget()</c>.
+    /// Another thread's read of the task just then (here a WhenAny's combined task, a pooled source read once) consumes
+    /// it before the observer's read, which must throw the await-once error to the caller as the read at the call does,
+    /// not report it as the task's fault. (Found by the review of stop 32's changes: the observer run by the registration
+    /// read as if Forget() had returned.)
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void Forget_APendingTaskFinishingAsTheObserverRegisters_ReadElsewhereBeforeItsRead_ThrowsTheAwaitOnceErrorToTheCaller(bool faulted)
+    {
+        Promise[] inputs = Promises(2);
+        var error = new InvalidTimeZoneException("the forgotten combination's fault");
+        SpindleTask<int> any = SpindleTask.WhenAny(inputs[0].Task, inputs[1].Task);
+        Assert.False(any.IsCompleted);
+        object combinator = any._source!;
+        int caller = Environment.CurrentManagedThreadId;
+        var outcome = new Outcome();
+        ForgetObserver.TestHookBeforeRegister = source =>
+        {
+            if (ReferenceEquals(source, combinator))
+            {
+                ForgetObserver.TestHookBeforeRegister = null;
+                if (faulted)
+                {
+                    inputs[0].SetException(error);
+                }
+                else
+                {
+                    inputs[0].SetResult();
+                }
+            }
+        };
+        PoolTestHooks.Returning = item =>
+        {
+            if (ReferenceEquals(item, combinator))
+            {
+                Interlocked.Increment(ref outcome.Returned);
+            }
+            else if (item is ForgetObserver && Environment.CurrentManagedThreadId == caller && !outcome.Ran)
+            {
+                // The observer is done with its registration and is about to read the finished task: another thread
+                // reads it first.
+                outcome.Ran = true;
+                Exception? other = Record.Exception(() => TestUtil.RunOnThread(() => outcome.OtherValue = any.GetAwaiter().GetResult())
+                    .Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+                outcome.OtherError = (other as AggregateException)?.InnerException ?? other;
+            }
+        };
+        try
+        {
+            outcome.Reported = Observe(Own.Any(Own.Instances(error), Own.AwaitOnceErrors(), Own.ReportedOnTestThreads()),
+                () => outcome.Thrown = Record.Exception(() => any.Forget()));
+        }
+        finally
+        {
+            ForgetObserver.TestHookBeforeRegister = null;
+            PoolTestHooks.Returning = null;
+        }
+        AssertReadOnce_AndTheMisuseThrownByTheCall(outcome, faulted, error, 0);
+    }
+
+    /// <summary>
+    /// Without the misuse: a pending task that faults as <c>Forget()</c> registers its observer is read at the call, and its
+    /// fault reported once; the call returns, and the observer goes back to its pool once.
+    /// </summary>
+    [Fact]
+    public void Forget_APendingTaskFaultingAsTheObserverRegisters_ReportsTheFaultOnce()
+    {
+        Promise[] inputs = Promises(1);
+        var error = new InvalidTimeZoneException("the forgotten combination's fault, read at the call");
+        SpindleTask<int> any = SpindleTask.WhenAny(inputs[0].Task);
+        object combinator = any._source!;
+        int observersReturned = 0;
+        ForgetObserver.TestHookBeforeRegister = source =>
+        {
+            if (ReferenceEquals(source, combinator))
+            {
+                ForgetObserver.TestHookBeforeRegister = null;
+                inputs[0].SetException(error);
+            }
+        };
+        PoolTestHooks.Returning = item =>
+        {
+            if (item is ForgetObserver)
+            {
+                Interlocked.Increment(ref observersReturned);
+            }
+        };
+        ConcurrentQueue<Exception> reported;
+        try
+        {
+            reported = Observe(Own.Any(Own.Instances(error), Own.AwaitOnceErrors()), () => any.Forget());
+        }
+        finally
+        {
+            ForgetObserver.TestHookBeforeRegister = null;
+            PoolTestHooks.Returning = null;
+        }
+        Assert.Same(error, Assert.Single(reported));
+        Assert.Equal(1, Volatile.Read(ref observersReturned));
     }
 
     /// <summary>The window's other side: a read elsewhere before the call's look throws at the call already (pinned).</summary>

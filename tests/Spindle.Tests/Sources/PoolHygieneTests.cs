@@ -66,6 +66,7 @@ public sealed class PoolHygieneTests
 
         // Forget's observer: the token is written by Observe for every use, and read only by that use's OnCompleted.
         Add("ForgetObserver", "_token", "scalar, written by Observe for every use");
+        Add("ForgetObserver", "_phase", "scalar, written by Observe for every use (Registering) before the observer is registered");
 
         // Blocking waiter: its event is readonly, made once per pooled waiter, and Reset before the waiter is returned.
         Add("BlockingWait", "_event", "readonly ManualResetEventSlim made once per pooled waiter, reset before return");
