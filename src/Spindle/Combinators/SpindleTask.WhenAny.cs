@@ -29,6 +29,11 @@ public readonly partial struct SpindleTask
     /// method goes on running, forgotten (see <see cref="Forget"/>). A promise or a signal wait that completed while the
     /// race was being decided is read before the combined task completes. Other inputs (combinators, BCL tasks, other
     /// sources) are read when they finish. The same holds when the wait is cancelled, and when an input had finished already.
+    /// Such an input keeps what waits on it until it finishes: a BCL task keeps its continuation, and with it the pooled
+    /// combinator, so a loop that races one long-lived BCL task (a shutdown task) turn after turn holds one combinator per
+    /// turn until that task finishes. Race a token instead, which every wait drops when it ends: cancel a
+    /// <see cref="CancellationTokenSource"/> when the task finishes, and pass its token to the wait
+    /// (<see cref="WhenAny(ReadOnlySpan{SpindleTask}, CancellationToken)"/>, <see cref="Signal.WaitAsync(CancellationToken)"/>).
     /// A task that a read does not consume (a promise's, a preserved one, a BCL task) may be passed more than once: a copy
     /// of the winner is not a loser, and its failure, which is the winner's, is not reported.</para>
     /// <para>To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>

@@ -159,6 +159,13 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// As for <see cref="Complete"/>, a blocking read of this task (<c>GetAwaiter().GetResult()</c>) inside the job, or
     /// inside a job it depends on, could never return: it throws an <see cref="InvalidOperationException"/> instead,
     /// and leaves the task as it was.
+    /// <para>Each call starts a new wait on the job (an async method that awaits it). One that a combinator ends without
+    /// (a WhenAny it lost, a <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, System.Threading.CancellationToken)"/>
+    /// that timed out) is forgotten: it stays on the job's waiter list until the job finishes, and then reports the job's
+    /// fault to <see cref="Spindle.UnobservedException"/>. So a loop that waits for a job with a timeout turn after turn,
+    /// <c>await handle.AsSpindleTask().WithTimeout(t)</c>, holds one wait per turn until the job finishes, and a fault is
+    /// reported once per turn that timed out. To show progress while a job runs, test <see cref="IsCompleted"/> each turn
+    /// (<c>while (!handle.IsCompleted) { await Spindle.Delay(16); ... }</c>), then await the handle once.</para>
     /// </remarks>
     public SpindleTask AsSpindleTask() => Node is null ? default : AwaitAsync(this);
 

@@ -1236,6 +1236,12 @@ internal struct SourceCore<TResult>
                 w = Volatile.Read(ref _word);
                 continue;
             }
+            if ((w & ForgottenBit) != 0)
+            {
+                // Forgotten (Forget(), or a combinator that ended without it let go of it): only its observer reads it,
+                // so this is the await-once error, not a second awaiter, whose message would send the caller looking for one.
+                ThrowHelper.ThrowStaleToken();
+            }
             ThrowHelper.ThrowAlreadyAwaited(); // Waiting, or Abandoned (but a promise's): this use already has (or had) its waiter
         }
     }

@@ -10,8 +10,24 @@ namespace SpindleLib;
 internal static class ThrowHelper
 {
     internal const string AwaitOnceMessage =
-        "This Spindle task was already awaited, or was passed to Forget(). A pooled Spindle task can be awaited exactly once, " +
-        "because its source returns to the pool when its result is read. Call Preserve() on the task to get one that can be awaited many times.";
+        "This Spindle task was already awaited, was passed to Forget(), or was let go of by a combinator that ended without it " +
+        "(a WhenAny that another input won, a WithTimeout or WithCancellation whose timeout or token came first, a WhenAll " +
+        "decided by its token or timeout). A pooled Spindle task can be awaited exactly once, because its source returns to " +
+        "the pool when its result is read. Call Preserve() on the task to get one that can be awaited many times; to wait for " +
+        "the same task turn after turn (an overall deadline, a long-running operation raced in a loop), preserve it once, " +
+        "before the loop, and pass the preserved task each turn.";
+
+    /// <summary>
+    /// The second-awaiter error: another awaiter is registered on this use. A combinator that ended without a source it
+    /// cannot let go of (a <see cref="Spindle.Run(Action)"/> task, a combined task) is such an awaiter until the source
+    /// finishes, which is what a loop that hands the same task to a combinator every turn meets on its second turn.
+    /// </summary>
+    internal const string SecondAwaiterMessage =
+        "This Spindle task already has an awaiter: it is awaited elsewhere, or a combinator that ended without it (a WhenAny " +
+        "it lost, a WithTimeout or WithCancellation whose timeout or token came first) still waits for it, since a task it " +
+        "cannot let go of (a Spindle.Run task, a combined task) is read when it finishes. A Spindle task supports one await " +
+        "at a time; call Preserve() on the task to await it from several places, or to wait for it turn after turn " +
+        "(preserve it once, before the loop, and pass the preserved task each turn).";
 
     /// <summary>
     /// The last await-once error this thread threw (<see cref="ThrowStaleToken"/>, <see cref="ThrowAlreadyAwaited"/>): a
@@ -26,8 +42,7 @@ internal static class ThrowHelper
     public static void ThrowStaleToken() => throw Refusal(new InvalidOperationException(AwaitOnceMessage));
 
     [DoesNotReturn]
-    public static void ThrowAlreadyAwaited() => throw Refusal(new InvalidOperationException(
-        "This Spindle task already has an awaiter. A Spindle task supports one await at a time; call Preserve() on the task to await it from several places."));
+    public static void ThrowAlreadyAwaited() => throw Refusal(new InvalidOperationException(SecondAwaiterMessage));
 
     private static Exception Refusal(Exception exception) => t_lastRefusal = exception;
 

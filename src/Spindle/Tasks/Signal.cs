@@ -440,7 +440,11 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     }
 
     private static void ThrowSecondWaiter() => ThrowHelper.ThrowInvalidOperation(
-        "A wait on this Signal is already pending. A Signal has one waiter at a time; give each waiter its own Signal.");
+        "A wait on this Signal is already pending. A Signal has one waiter at a time; give each waiter its own Signal. If the " +
+        "earlier wait was given a combinator of its own (WithCancellation, WithTimeout, a WhenAll) and that combined task lost a " +
+        "WhenAny, the combined task still holds the wait until it ends (a WhenAny lets go of a signal's wait, not of a combined " +
+        "task): pass the token or timeout to the wait itself, WaitAsync(cancellationToken) or WaitAsync(timeout, cancellationToken), " +
+        "and race that.");
 
     /// <inheritdoc/>
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);

@@ -100,7 +100,8 @@ public readonly partial struct SpindleTask
     /// reported when a WhenAny let go of it.
     /// </summary>
     /// <exception cref="InvalidOperationException">The task was already awaited or read (also by another thread while this
-    /// call reads it), or already has an awaiter: a Spindle task has one reader, and a forgotten task's is its observer.</exception>
+    /// call reads it), or already has an awaiter: a Spindle task has one reader, and a forgotten task's is its observer (a
+    /// second Forget(), or one of a task a combinator let go of, is the await-once error).</exception>
     public void Forget()
     {
         if (_source is { } s)

@@ -103,7 +103,10 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
             if (_waiting)
             {
                 ThrowHelper.ThrowInvalidOperation(
-                    "A wait on this SpindlePeriodicTimer is already pending. Only one consumer may wait at a time: await each WaitForNextTickAsync before calling it again.");
+                    "A wait on this SpindlePeriodicTimer is already pending. Only one consumer may wait at a time: await each WaitForNextTickAsync before calling it again. " +
+                    "If the earlier wait was given a combinator of its own (WithCancellation, WithTimeout) and that combined task lost a WhenAny, the combined " +
+                    "task still holds the wait until the tick (a WhenAny lets go of a tick wait, not of a combined task): pass the token to " +
+                    "WaitForNextTickAsync(cancellationToken) itself, and race that.");
             }
             if (cancellationToken.IsCancellationRequested)
             {
