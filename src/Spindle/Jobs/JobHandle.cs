@@ -164,7 +164,9 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// that timed out) is forgotten: it stays on the job's waiter list until the job finishes, and then reports the job's
     /// fault to <see cref="Spindle.UnobservedException"/>. So a loop that waits for a job with a timeout turn after turn,
     /// <c>await handle.AsSpindleTask().WithTimeout(t)</c>, holds one wait per turn until the job finishes, and a fault is
-    /// reported once per turn that timed out. To show progress while a job runs, test <see cref="IsCompleted"/> each turn
+    /// reported once per turn that timed out. To wait for a job turn after turn, make its wait once, before the loop, and
+    /// preserve it (<c>var done = handle.AsSpindleTask().Preserve();</c>, then <c>await done.WithTimeout(t)</c> each turn: a
+    /// preserved task keeps no waiter of a combinator that let go of it), or test <see cref="IsCompleted"/> each turn
     /// (<c>while (!handle.IsCompleted) { await Spindle.Delay(16); ... }</c>), then await the handle once.</para>
     /// </remarks>
     public SpindleTask AsSpindleTask() => Node is null ? default : AwaitAsync(this);

@@ -51,4 +51,35 @@ public class JobPolledWithTimeoutTests
         });
         Assert.True(reports.IsEmpty, $"the job's fault, which the loop's last wait observed, was also reported {reports.Count} times (once per timed-out turn)");
     }
+
+    [Fact]
+    public void FailingJob_ItsTaskPreservedOnceAndPolledWithATimeoutEveryTurn_HoldsNothingPerTurn_AndTheFaultGoesToTheLastWait()
+    {
+        // The workaround the docs give: one wait on the job, preserved before the loop, raced every turn.
+        const int Turns = 200;
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var boom = new PolledJobFault();
+        var reports = UnobservedReports.Observe(e => ReferenceEquals(e, boom), () =>
+        {
+            using var gate = new Gate();
+            JobHandle gated = new GateJob(gate).Schedule();
+            JobHandle failing = new ThrowJob(boom).Schedule(gated);
+            JobHandle.ScheduleBatchedJobs();
+            gate.WaitStarted();
+            SpindleTask done = failing.AsSpindleTask().Preserve();
+            for (int i = 0; i < Turns; i++)
+            {
+                SpindleTask turn = done.WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
+                clock.Advance(TimeSpan.FromMilliseconds(1));
+                Assert.Throws<TimeoutException>(() => turn.GetAwaiter().GetResult());
+                Assert.Equal(0, ((PreservedSource<VoidResult>)done._source!).WaiterCountForTests);
+            }
+            SpindleTask last = done.WithTimeout(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds), wheel);
+            gate.Release.Set();
+            Assert.Same(boom, Record.Exception(() => last.GetAwaiter().GetResult()));
+            Assert.Equal(0, wheel.PendingCount);
+        });
+        Assert.Empty(reports);
+    }
 }
