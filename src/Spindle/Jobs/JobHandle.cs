@@ -159,17 +159,34 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// As for <see cref="Complete"/>, a blocking read of this task (<c>GetAwaiter().GetResult()</c>) inside the job, or
     /// inside a job it depends on, could never return: it throws an <see cref="InvalidOperationException"/> instead,
     /// and leaves the task as it was.
-    /// <para>Each call starts a new wait on the job (an async method that awaits it). One that a combinator ends without
-    /// (a WhenAny it lost, a <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, System.Threading.CancellationToken)"/>
-    /// that timed out) is forgotten: it stays on the job's waiter list until the job finishes, and then reports the job's
-    /// fault to <see cref="Spindle.UnobservedException"/>. So a loop that waits for a job with a timeout turn after turn,
-    /// <c>await handle.AsSpindleTask().WithTimeout(t)</c>, holds one wait per turn until the job finishes, and a fault is
-    /// reported once per turn that timed out. To wait for a job turn after turn, make its wait once, before the loop, and
-    /// preserve it (<c>var done = handle.AsSpindleTask().Preserve();</c>, then <c>await done.WithTimeout(t)</c> each turn: a
-    /// preserved task keeps no waiter of a combinator that let go of it), or test <see cref="IsCompleted"/> each turn
+    /// <para>Each call on a job that has not finished starts a new wait on it: a small pooled object on the job's waiter
+    /// list, which goes back to its pool when it is read, or, if nobody will read it, when the job finishes. A combinator
+    /// can let go of it (a WhenAny it lost, a
+    /// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, System.Threading.CancellationToken)"/> that timed out): it
+    /// then reads nothing and reports nothing, and the job's fault is reported once to
+    /// <see cref="Spindle.UnobservedException"/> only if nothing else observes it, as for a job nobody awaits. So a loop
+    /// that waits for a job with a timeout turn after turn, <c>await handle.AsSpindleTask().WithTimeout(t)</c>, reports
+    /// nothing per turn that timed out; but the job's waiter list is only taken whole when the job finishes, so until then
+    /// each such turn leaves one wait on it (a few dozen bytes, pooled again when the job finishes). To poll a job that may
+    /// run for a long time, make its wait once, before the loop, and preserve it
+    /// (<c>var done = handle.AsSpindleTask().Preserve();</c>, then <c>await done.WithTimeout(t)</c> each turn: a preserved
+    /// task keeps no waiter of a combinator that let go of it), or test <see cref="IsCompleted"/> each turn
     /// (<c>while (!handle.IsCompleted) { await Spindle.Delay(16); ... }</c>), then await the handle once.</para>
     /// </remarks>
-    public SpindleTask AsSpindleTask() => Node is null ? default : AwaitAsync(this);
+    public SpindleTask AsSpindleTask()
+    {
+        if (Node is not { } node)
+        {
+            return default;
+        }
+        // IsCompleted flushes the batch, as an await does.
+        if (!IsCompleted && JobWait.TryStart(node, Version, out SpindleTask wait))
+        {
+            return wait;
+        }
+        // Finished (before the call, or while the wait was being pushed): its success, or its fault, read as an await reads it.
+        return AwaitAsync(this);
+    }
 
     private static async SpindleTask AwaitAsync(JobHandle handle) => await handle;
 

@@ -588,6 +588,26 @@ internal struct SourceCore<TResult>
         }
     }
 
+    /// <summary>True if <paramref name="waiter"/>, handed back by <see cref="TryBeginCompletion"/>, stands for an abandoned use.</summary>
+    public static bool IsAbandonedWaiter(object? waiter) => waiter == s_abandoned;
+
+    /// <summary>
+    /// Under Completing claimed from Abandoned (<see cref="TryBeginCompletion"/> handed back a waiter for which
+    /// <see cref="IsAbandonedWaiter"/> holds): ends the use with nothing to run, write or report, completed and already
+    /// consumed in the publishing store, as <see cref="ReleaseAbandoned"/> ends one from Abandoned: nobody reads it, and a
+    /// copy of its task the caller kept (misuse) is the await-once error from here on, never a read of a use the owner
+    /// recycles. For a source whose completer, not its leaver, ends an abandoned use (a job's wait, which cannot leave
+    /// the job's waiter list): the caller owns the object afterwards, and clears it (<see cref="ClearForPool"/>).
+    /// </summary>
+    public void EndAbandonedUnread()
+    {
+        _stateOrError = null;
+        _result = default!;
+        _continuation = null;
+        // Only the completer writes the word while it is Completing.
+        Volatile.Write(ref _word, With(NextVersion(_word), Completed));
+    }
+
     /// <summary>
     /// As <see cref="EndCompletion"/> for a success with <paramref name="result"/>, written under the claim before the
     /// publication (a signal's wait that timed out: see <see cref="TryBeginCompletionOfUse"/>).

@@ -73,31 +73,6 @@ public class JobFaultSequentialTests
         });
     }
 
-    /// <summary>Collects until <paramref name="error"/> is reported or the tries run out; true if it was.</summary>
-    private static bool CollectUntilReported(ConcurrentQueue<Exception> reported, Exception error, int tries)
-    {
-        for (int i = 0; i < tries; i++)
-        {
-            // Run a few unrelated jobs so no queue slot or local of a worker still points at the failed node.
-            var counter = new Counter();
-            var handles = new JobHandle[8];
-            for (int k = 0; k < handles.Length; k++)
-            {
-                handles[k] = new CountJob(counter).Schedule();
-            }
-            JobHandle.CombineDependencies(handles).Complete();
-            GC.Collect();
-            GC.WaitForPendingFinalizers();
-            GC.Collect();
-            if (reported.Any(e => ReferenceEquals(e, error)))
-            {
-                return true;
-            }
-            Thread.Sleep(10);
-        }
-        return false;
-    }
-
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static void FailAndForget(Exception error)
     {
@@ -173,7 +148,7 @@ public class JobFaultSequentialTests
             ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailAndForget(error);
-                Assert.True(CollectUntilReported(r, error, 50), "the unobserved job failure was never reported");
+                Assert.True(JobTestUtil.CollectUntilReported(r, error, 50), "the unobserved job failure was never reported");
             });
             Assert.Single(reported, e => ReferenceEquals(e, error));
         });
@@ -189,7 +164,7 @@ public class JobFaultSequentialTests
             ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailWithDependentsAndForget(error, gate);
-                Assert.True(CollectUntilReported(r, error, 50), "the unobserved job failure was never reported");
+                Assert.True(JobTestUtil.CollectUntilReported(r, error, 50), "the unobserved job failure was never reported");
             });
             Assert.Single(reported, e => ReferenceEquals(e, error));
         });
@@ -204,7 +179,7 @@ public class JobFaultSequentialTests
             ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailThenScheduleDependentAndForget(error);
-                Assert.True(CollectUntilReported(r, error, 50), "the failure was never reported: scheduling a dependent after it marked it observed");
+                Assert.True(JobTestUtil.CollectUntilReported(r, error, 50), "the failure was never reported: scheduling a dependent after it marked it observed");
             });
             Assert.Single(reported, e => ReferenceEquals(e, error));
         });
@@ -219,7 +194,7 @@ public class JobFaultSequentialTests
             ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailThenCombineAndForget(error);
-                Assert.True(CollectUntilReported(r, error, 50), "the failure was never reported: combining the failed handle marked it observed");
+                Assert.True(JobTestUtil.CollectUntilReported(r, error, 50), "the failure was never reported: combining the failed handle marked it observed");
             });
             Assert.Single(reported, e => ReferenceEquals(e, error));
         });
@@ -237,7 +212,7 @@ public class JobFaultSequentialTests
             ConcurrentQueue<Exception> reported = UnobservedReports.Observe(UnobservedReports.Own.Instances(error), r =>
             {
                 FailAndObserve(error, how);
-                Assert.False(CollectUntilReported(r, error, 5), "an observed job failure was reported as unobserved");
+                Assert.False(JobTestUtil.CollectUntilReported(r, error, 5), "an observed job failure was reported as unobserved");
             });
             Assert.DoesNotContain(reported, e => ReferenceEquals(e, error));
         });

@@ -5,19 +5,21 @@ namespace SpindleLib.Tests.Jobs;
 
 /// <summary>
 /// A loop that waits for a job with a timeout, turn after turn, until it finishes (show progress between turns):
-/// <c>await handle.AsSpindleTask().WithTimeout(t)</c>. Each call of <see cref="JobHandle.AsSpindleTask"/> starts an async
-/// method that awaits the job; a timeout that wins forgets it, so it stays on the job's waiter list until the job finishes,
-/// and then reports the job's fault to <see cref="Spindle.UnobservedException"/>: one failed job, observed by the loop's
-/// last await, is reported once per turn that timed out. Found by this stop's loop idioms (the scope's WaitAsync, made
-/// detachable in stop 29, reports nothing in the same loop). Not fixed here (a wait on a job that a combinator can let go
-/// of needs a source of its own on the job's waiter list); the AsSpindleTask docs name the limit and the workaround.
+/// <c>await handle.AsSpindleTask().WithTimeout(t)</c>. Each call of <see cref="JobHandle.AsSpindleTask"/> started an async
+/// method that awaited the job; a timeout that won forgot it, so it stayed on the job's waiter list until the job finished,
+/// and then reported the job's fault to <see cref="Spindle.UnobservedException"/>: one failed job, observed by the loop's
+/// last await, was reported once per turn that timed out. Found by stop 33's loop idioms (the scope's WaitAsync, made
+/// detachable in stop 29, reports nothing in the same loop), and fixed by a wait of its own on the job's waiter list that
+/// a combinator can let go of (JobWait: see JobWaitLetGoTests).
 /// </summary>
 [Collection(SequentialCollection.Name)] // a gated job holds a worker, and the batch is global
 public class JobPolledWithTimeoutTests
 {
     private sealed class PolledJobFault() : Exception("the polled job's fault");
 
-    [Fact(Skip = "A defect found in stop 33 and not fixed there: before a fix it fails with \"the job's fault, which the loop's last wait observed, was also reported 200 times (once per timed-out turn)\". Unskip with the fix.")]
+    // Failed before JobWait with "the job's fault, which the loop's last wait observed, was also reported 200 times (once
+    // per timed-out turn)".
+    [Fact]
     public void FailingJob_PolledWithATimeoutEveryTurn_ItsFaultIsNotReportedOncePerTurn()
     {
         const int Turns = 200;

@@ -1,4 +1,6 @@
 using System;
+using System.Collections.Concurrent;
+using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -206,6 +208,34 @@ internal static class JobTestUtil
     /// <summary>Waits (without helping: IsCompleted only flushes) until the workers have finished the job.</summary>
     public static void WaitByPolling(JobHandle handle, int seconds = TestUtil.DefaultTimeoutSeconds)
         => TestUtil.SpinUntil(() => handle.IsCompleted, seconds);
+
+    /// <summary>
+    /// Collects until <paramref name="error"/> is reported (a failed job's holder reports from its finalizer) or the tries
+    /// run out; true if it was.
+    /// </summary>
+    public static bool CollectUntilReported(ConcurrentQueue<Exception> reported, Exception error, int tries)
+    {
+        for (int i = 0; i < tries; i++)
+        {
+            // Run a few unrelated jobs so no queue slot or local of a worker still points at the failed node.
+            var counter = new Counter();
+            var handles = new JobHandle[8];
+            for (int k = 0; k < handles.Length; k++)
+            {
+                handles[k] = new CountJob(counter).Schedule();
+            }
+            JobHandle.CombineDependencies(handles).Complete();
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            GC.Collect();
+            if (reported.Any(e => ReferenceEquals(e, error)))
+            {
+                return true;
+            }
+            Thread.Sleep(10);
+        }
+        return false;
+    }
 
     /// <summary>Best effort: waits until every worker of the shared pool is parked (false if they did not within the bound).</summary>
     public static bool WaitForParkedWorkers(int milliseconds)

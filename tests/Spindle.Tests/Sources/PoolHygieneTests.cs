@@ -116,6 +116,8 @@ public sealed class PoolHygieneTests
         Add("Edge", "Claim", "scalar settled claim (Delivered/Revoked or the last ticket); NewTicket writes it before every push");
         Add("Edge", "ExpectedVersion", "scalar, written before every push");
 
+        Add("JobWait", "_pooledForTests", "Debug-only bookkeeping: true while the wait is in its pool, so that a second return is counted");
+
         // Timers.
         Add("TimerNode", "Slot", "-1, the rest value that Recycle sets (not in a wheel slot)", when: (_, v) => (int)v! == -1);
         Add("TimerNode", "InboxDepth", "scalar, written when the node is pushed onto a shard's inbox, read only for the inbox head");
@@ -980,6 +982,27 @@ public sealed class PoolHygieneTests
             await TestUtil.WithTimeout(new RefJob { Payload = payload, Out = new int[1] }.Schedule().AsSpindleTask());
             await SwallowAsync(async () => await AwaitJob(new FaultingJob { Payload = payload }.Schedule()));
 
+            // A job's wait taken while the job is pending (JobWait): read on the job's success and on its fault, and let go
+            // of by a timeout (the job's finish recycles it).
+            var jobStarted = new ManualResetEventSlim();
+            var jobRelease = new ManualResetEventSlim();
+            JobHandle pending = new WaitingJob { Payload = payload, Started = jobStarted, Release = jobRelease }.Schedule();
+            JobHandle failsAfter = new FaultingJob { Payload = payload }.Schedule(pending);
+            JobHandle.ScheduleBatchedJobs();
+            SpindleTask readOnSuccess = pending.AsSpindleTask();
+            SpindleTask readOnFault = failsAfter.AsSpindleTask();
+            var jobClock = new ManualClock();
+            using (var jobWheel = new TimerWheel(jobClock))
+            {
+                SpindleTask letGo = failsAfter.AsSpindleTask().WithTimeout(TimeSpan.FromMilliseconds(1), jobWheel);
+                jobClock.Advance(TimeSpan.FromMilliseconds(1));
+                Swallow(() => letGo.GetAwaiter().GetResult());
+            }
+            jobRelease.Set();
+            await TestUtil.WithTimeout(readOnSuccess);
+            await SwallowAsync(() => TestUtil.WithTimeout(readOnFault));
+            Eventually(() => checker.Seen.TryGetValue("JobWait", out int waits) && waits >= 3);
+
             // The blocking waits run on a thread of their own: after the awaits above the test may be running on a Spindle
             // worker (a job's completion resumes its awaiter inline), and a worker blocked in a plain wait for a job that
             // only a worker can start waits for ever when it is the only one (one processor).
@@ -1021,7 +1044,7 @@ public sealed class PoolHygieneTests
             Spindle.UnobservedException -= swallow;
             s_flowed.Value = null;
         }
-        AssertClean(checker, "JobNode", "ParallelForNode", "ParallelForBatchNode", "CombineNode", "Edge", "BlockingWait", "StateMachineBox");
+        AssertClean(checker, "JobNode", "ParallelForNode", "ParallelForBatchNode", "CombineNode", "Edge", "BlockingWait", "StateMachineBox", "JobWait");
     }
 
     // ---- timers ----

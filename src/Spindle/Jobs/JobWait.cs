@@ -1,0 +1,169 @@
+using System;
+using System.Diagnostics;
+using System.Runtime.ExceptionServices;
+using System.Threading;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The pooled source behind <see cref="JobHandle.AsSpindleTask"/> for a job that has not finished: one waiter on the
+/// job's waiter list, and a completion core that a combinator can let go of (a WhenAny it lost, a WithTimeout that timed
+/// out), so that a wait nobody will read reports nothing and goes back to its pool when the job finishes.
+/// </summary>
+/// <remarks>
+/// <para><b>The outcome is the job's.</b> The core completes with success when the job finishes (its waiter runs on the
+/// finishing thread); the job's fault is not copied into it. A read consumes the core's use and then reads the fault from
+/// the job's node (<see cref="JobNode.GetFault"/>: a failed node is never recycled and keeps its exception holder, and a
+/// stale version means the job succeeded), which marks it observed. So each read throws the fault, as
+/// <c>await handle</c> does, and a wait nobody reads observes nothing: the holder reports the fault once, when it is
+/// collected, if nothing else observed it, as for a job nobody awaits.</para>
+/// <para><b>Letting go.</b> The waiter on the job's list cannot be taken off it (the list is only pushed to, and taken
+/// whole when the job finishes: see <see cref="JobNode"/>'s remarks), so a use a combinator let go of (the core's
+/// Abandoned state) stays valid until the job's finish runs its waiter, <see cref="OnJobFinished"/>, which ends the use
+/// unread and recycles the object there.</para>
+/// <para>Invariant: exactly one of {the reader of a use, the job's finish of a use that was let go of} returns the object
+/// to its pool, and never while the use's waiter edge may still run. The core decides it: the finish's claim
+/// (<see cref="SourceCore{TResult}.TryBeginCompletion"/>) takes the use either from Abandoned (nobody will read it: the
+/// finish ends it consumed, in the same publishing store, and recycles) or from Pending or Waiting (it publishes, and the
+/// reader, whose consume needs the published use, recycles after it). The finish runs after the job took its waiter list
+/// and returned the edge, so a recycled object is on no list. An edge whose push was revoked (it raced the job's finish
+/// and may sit in a later job's list, see <see cref="JobNode"/>'s remarks on pushing) is never run and never walked
+/// (its version is not that list's): the object went back to its pool at once, since no finish will ever run for it.</para>
+/// </remarks>
+[StackTraceHidden]
+internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource, IPoolNode<JobWait>
+{
+    private static readonly Action<object?> s_onJobFinished = static o => ((JobWait)o!).OnJobFinished();
+
+    private SourceCore<VoidResult> _core;
+    private JobNode? _node;
+    private int _jobVersion;
+    private JobWait? _poolNext;
+
+    ref JobWait? IPoolNode<JobWait>.Next => ref _poolNext;
+
+#if DEBUG
+    /// <summary>Tests only (a Debug build): how many JobWaits are out of their pool (rented and not yet returned).</summary>
+    internal static int InUseForTests;
+
+    /// <summary>Tests only (a Debug build): how many times a JobWait was returned while already back in its pool.</summary>
+    internal static int DoubleReturnsForTests;
+
+    private bool _pooledForTests = true;
+#endif
+
+    /// <summary>
+    /// Starts a wait on the job of <paramref name="node"/>, version <paramref name="version"/>: true with the wait's task,
+    /// false if the job has finished (then nothing was kept, and the caller takes the job's outcome itself).
+    /// </summary>
+    public static bool TryStart(JobNode node, int version, out SpindleTask task)
+    {
+        JobWait wait = ObjectPool<JobWait>.TryRent() ?? new JobWait();
+#if DEBUG
+        wait._pooledForTests = false;
+        Interlocked.Increment(ref InUseForTests);
+#endif
+        wait._node = node;
+        wait._jobVersion = version;
+        short token = wait._core.Version; // the use's token cannot move on before the finish has published it
+        if (node.TryAddWaiter(version, s_onJobFinished, wait))
+        {
+            task = new SpindleTask(wait, token);
+            return true;
+        }
+        // Finished meanwhile: the token never left, and no finish will run this waiter.
+        wait.Recycle();
+        task = default;
+        return false;
+    }
+
+    /// <summary>The job finished (or, for an edge a later job delivered, the job it was meant for succeeded): see the remarks.</summary>
+    private void OnJobFinished()
+    {
+        // Nothing else completes the core, and the use cannot be consumed before it completes: the claim always wins.
+        bool claimed = _core.TryBeginCompletion(out object? waiter);
+        Debug.Assert(claimed, "only the job's finish completes a JobWait");
+        if (SourceCore<VoidResult>.IsAbandonedWaiter(waiter))
+        {
+            // Let go of by a combinator: nobody will read this use. Ended consumed in the publishing store (a copy of the
+            // task the caller kept is the await-once error from here on), and recycled here, by the invariant's one owner.
+            _core.EndAbandonedUnread();
+            Recycle();
+            return;
+        }
+        // The reader recycles, after the publication: this thread touches nothing once the waiter may have run.
+        _core.EndCompletion(waiter, null);
+    }
+
+    /// <summary>
+    /// A combinator that no longer needs this wait leaves it: its waiter will never run, and the use is recycled when the
+    /// job finishes (see the remarks). A wait that has completed, or is completing, is left to the waiter, which reads it
+    /// (a read consumes it).
+    /// </summary>
+    DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
+    {
+        DetachOutcome outcome = _core.TryReplaceWaiter(waiter, null, null);
+        return outcome == DetachOutcome.Completed ? DetachOutcome.NotWaiting : outcome;
+    }
+
+    /// <summary>A combinator settled at the call lets go of a wait it never registered on: as <see cref="IDetachableSource.TryDetach"/>.</summary>
+    bool IDetachableSource.TryAbandon(short token) => _core.TryAbandon(token);
+
+    public SpindleTaskStatus GetStatus(short token)
+    {
+        _core.ValidateToken(token);
+        if (!_core.IsCompleted)
+        {
+            return SpindleTaskStatus.Pending;
+        }
+        // The fault is the job's (see the remarks), read after the use was seen completed, so the job has finished. The
+        // token is checked again afterwards: a read on another thread (misuse) may have consumed and recycled the use
+        // meanwhile, and the fields read may then be another use's (or cleared).
+        JobNode? node = _node;
+        int version = _jobVersion;
+        ExceptionHolder? fault = node?.PeekFault(version);
+        _core.ValidateToken(token);
+        return SourceCore<VoidResult>.StatusOf(fault?.Info);
+    }
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+    /// <summary>Reads the outcome once (blocking, helping, while the job is pending) and recycles the wait.</summary>
+    public void GetResult(short token) => ReadQuietly(token)?.Throw();
+
+    /// <summary>As <see cref="GetResult"/>, returning the job's failure instead of throwing it (<see cref="IQuietSource"/>).</summary>
+    public ExceptionDispatchInfo? ReadQuietly(short token)
+    {
+        // A blocking read inside a job this waits for throws here (BlockingWait: its edge's state is this object), and
+        // leaves the use as it was.
+        _core.Consume(token, this, out _);
+        JobNode node = _node!;
+        int version = _jobVersion;
+        Recycle();
+        // An observation, as Complete() and await are: the job's holder then reports nothing.
+        return node.GetFault(version)?.Info;
+    }
+
+    private void Recycle()
+    {
+        _node = null;
+        _jobVersion = 0;
+        _core.ClearForPool();
+#if DEBUG
+        if (_pooledForTests)
+        {
+            Interlocked.Increment(ref DoubleReturnsForTests);
+            return;
+        }
+        _pooledForTests = true;
+        Interlocked.Decrement(ref InUseForTests);
+#endif
+        ObjectPool<JobWait>.Return(this);
+    }
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => _core.OnCompleted(continuation, state, token, flags);
+}
