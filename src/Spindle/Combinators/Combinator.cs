@@ -453,9 +453,8 @@ internal abstract class CombinatorCore
     /// </summary>
     private static void ReadAndReportLoser(Slot slot)
     {
-        object? origin = slot.Origin; // the read clears it
-        short token = slot.Token;
-        ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken);
+        ExceptionDispatchInfo? error = slot.ReadInput(out Signal? taken, out object? origin);
+        short token = slot.Token; // a ValueTask's, if its read found its origin
         GiveBackSet(taken, token);
         if (error is not null && slot.Owner.IsTheWinnersFailure(origin, token))
         {
@@ -607,7 +606,8 @@ internal abstract class CombinatorCore
 
         /// <summary>
         /// What this use's input is read from, before its read clears it: its Spindle source, or its BCL task; null for a
-        /// ValueTask, or an input that failed before it was a task. A failure's origin, for the claim of its report.
+        /// ValueTask (its read finds it: <see cref="ReadInput(out object?)"/>), or an input that failed before it was a
+        /// task. A failure's origin, for the claim of its report.
         /// </summary>
         public object? Origin => Kind switch
         {
@@ -615,6 +615,23 @@ internal abstract class CombinatorCore
             InputKind.Task => Task,
             _ => null,
         };
+
+        /// <summary>
+        /// A ValueTask input's origin, found by its failed read (<see cref="ValueTaskOrigin"/>: the Spindle source behind
+        /// it, when a read does not consume that source), with its token in <see cref="Token"/>; taken by
+        /// <see cref="ReadInput(out object?)"/>.
+        /// </summary>
+        private object? _readOrigin;
+
+        /// <summary>A ValueTask input's read found that its failure came from <paramref name="origin"/>'s use <paramref name="token"/> (null: nothing).</summary>
+        public void NoteReadOrigin(object? origin, short token)
+        {
+            if (origin is not null)
+            {
+                _readOrigin = origin;
+                Token = token;
+            }
+        }
 
         /// <summary>This use's cell when the input's result is kept (a typed input); null for an untyped input.</summary>
         public InputCell? Typed;
@@ -705,12 +722,28 @@ internal abstract class CombinatorCore
         /// timeout), or null. Asked before the read, which lets go of the wait's state: the combinator holds the wait, so
         /// its outcome cannot change meanwhile.
         /// </summary>
-        public ExceptionDispatchInfo? ReadInput(out Signal? takenSet)
+        public ExceptionDispatchInfo? ReadInput(out Signal? takenSet, out object? origin)
         {
             Signal? signal = Kind == InputKind.Spindle ? Source as Signal : null;
             bool tookSet = signal is not null && signal.TookSet(Token);
-            ExceptionDispatchInfo? error = ReadInput();
+            ExceptionDispatchInfo? error = ReadInput(out origin);
             takenSet = error is null && tookSet ? signal : null;
+            return error;
+        }
+
+        /// <summary>
+        /// As <see cref="ReadInput()"/>, with what a failure was read from (<see cref="Origin"/>, taken before the read clears
+        /// it; for a ValueTask, what its read found, with its token in <see cref="Token"/>), for the claim of its report.
+        /// </summary>
+        public ExceptionDispatchInfo? ReadInput(out object? origin)
+        {
+            origin = Origin;
+            ExceptionDispatchInfo? error = ReadInput();
+            if (Kind == InputKind.ValueTask)
+            {
+                origin = error is null ? null : _readOrigin;
+                _readOrigin = null;
+            }
             return error;
         }
 
@@ -739,12 +772,11 @@ internal abstract class CombinatorCore
                 if (Kind == InputKind.Task)
                 {
                     Task!.GetAwaiter().GetResult();
+                    return null;
                 }
-                else
-                {
-                    ValueTask.GetAwaiter().GetResult();
-                }
-                return null;
+                ExceptionDispatchInfo? error = ValueTaskOrigin.Read(ValueTask, out object? origin, out short token);
+                NoteReadOrigin(origin, token);
+                return error;
             }
             catch (Exception ex)
             {
@@ -763,8 +795,9 @@ internal abstract class CombinatorCore
     internal abstract class InputCell
     {
         /// <summary>
-        /// Reads the slot's typed input into the cell; returns a Spindle input's failure, and throws a BCL input's (its
-        /// awaiter is the only way to read it as an await would) and misuse (the caller, <see cref="Slot.ReadInput()"/>, catches).
+        /// Reads the slot's typed input into the cell; returns a Spindle input's or a ValueTask's failure (a ValueTask's
+        /// with its origin noted on the slot: <see cref="Slot.NoteReadOrigin"/>), and throws a BCL task's (its awaiter is
+        /// the only way to read it as an await would) and misuse (the caller, <see cref="Slot.ReadInput()"/>, catches).
         /// </summary>
         public abstract ExceptionDispatchInfo? Read(Slot slot);
 
@@ -789,8 +822,9 @@ internal abstract class CombinatorCore
                 case InputKind.ValueTask:
                     ValueTask<T> pending = Pending;
                     Pending = default;
-                    Value = pending.GetAwaiter().GetResult();
-                    break;
+                    Value = ValueTaskOrigin.Read(pending, out ExceptionDispatchInfo? failure, out object? origin, out short token);
+                    slot.NoteReadOrigin(origin, token);
+                    return failure;
             }
             return null;
         }
@@ -1393,8 +1427,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 // Published to the last input by the interlocked decrement below, with the set a signal's wait took: the
                 // outcome decides whether that set reached the caller (CompleteAll) or is given back (DecideAllEarly,
                 // ReportStoredFailures, or here).
-                object? origin = slot.Origin; // the read clears it
-                slot.KeepFailure(slot.ReadInput(out Signal? takenSet), origin); // a report of it claims it (ReportStoredFailures)
+                ExceptionDispatchInfo? failure = slot.ReadInput(out Signal? takenSet, out object? origin);
+                slot.KeepFailure(failure, origin); // a report of it claims it (ReportStoredFailures)
                 if (takenSet is not null)
                 {
                     // The exchange is a full fence before the read of the core (the other half of DecideAllEarly's pair).
@@ -1420,8 +1454,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // Read the input exactly once: this returns a pooled input to its pool and observes its exception. Kept, with
         // where it came from (for the reader of a combination whose registration failed: ReadAbandoned), published to
         // the last input by the interlocked decrement below.
-        object? readFrom = slot.Origin; // the read clears it
-        slot.KeepFailure(slot.ReadInput(), readFrom);
+        ExceptionDispatchInfo? error = slot.ReadInput(out object? readFrom);
+        slot.KeepFailure(error, readFrom);
         int remaining = Interlocked.Decrement(ref _references);
         if (remaining > 1)
         {
@@ -1436,7 +1470,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     {
         if (_startsProducers)
         {
-            CompleteAnyOfProducers(slot.Index, slot.ReadInput(out Signal? takenSet), takenSet);
+            CompleteAnyOfProducers(slot.Index, slot.ReadInput(out Signal? takenSet, out _), takenSet);
             return;
         }
         // The core's own CAS decides the race, against the other inputs and the cancellation: one atomic step where a
@@ -1451,8 +1485,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return;
         }
         // The winner's slot is read by nobody else: the decider skips it, and so does a registrant (by _winner).
-        object? origin = slot.Origin; // the read clears it
-        ExceptionDispatchInfo? error = slot.ReadInput();
+        ExceptionDispatchInfo? error = slot.ReadInput(out object? origin);
         if (error is not null && FaultReport.IsRereadable(origin))
         {
             _winnerFaultOrigin = origin; // a second copy of this completion among the losers is not reported

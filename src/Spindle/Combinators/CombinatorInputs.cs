@@ -5,6 +5,7 @@ using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
 
 namespace SpindleLib;
 
@@ -120,6 +121,116 @@ internal static class BclRead
             error = Failure(task, ex);
             return default!;
         }
+    }
+}
+
+/// <summary>
+/// Finds the Spindle source behind a ValueTask input whose read failed, so that the report of its fault is claimed as
+/// the same completion's is through its Spindle task (<see cref="FaultReport.Claim"/>): a promise's task passed as a
+/// ValueTask (<c>promise.Task</c> converts implicitly, or <c>AsValueTask()</c>) is the promise's completion, which a
+/// <c>Forget()</c> of the task, or another combinator over it, may report too.
+/// </summary>
+/// <remarks>
+/// A ValueTask exposes its source and token only through its internals, but its awaiter's read calls the source's
+/// <c>IValueTaskSource.GetResult</c>. So, while a combinator reads a ValueTask here, a source a read does not consume
+/// (<see cref="IRereadableSource"/>) that throws its failure names itself and its token (<see cref="Note"/>, on the
+/// failure path only, and only while asked). The name is taken only if the ValueTask is exactly one made from that
+/// source and token (a ValueTask's equality compares its source object and token, never its internals otherwise), so
+/// a name left by any other read (a nested one, or a user's IValueTaskSource that reads a promise inside its own
+/// GetResult) is never taken for another input's. A ValueTask made from a BCL Task, or from a source a read consumes
+/// (an async method's, read once), has no origin: its fault is reported as it was.
+/// </remarks>
+internal static class ValueTaskOrigin
+{
+    [ThreadStatic]
+    private static Asked? t_asked;
+
+    /// <summary>One per thread: whether a combinator's read is asking, and the source named by the read's failure.</summary>
+    private sealed class Asked
+    {
+        public bool Asking;
+        public IRereadableSource? Source;
+        public short Token;
+    }
+
+    /// <summary>
+    /// A source a read does not consume is about to throw the failure of use <paramref name="token"/> to its reader: if
+    /// that reader is a combinator reading a ValueTask (<see cref="Read"/>), it names the source. Failure path only.
+    /// </summary>
+    public static void Note(IRereadableSource source, short token)
+    {
+        if (t_asked is { Asking: true } asked)
+        {
+            asked.Source = source;
+            asked.Token = token;
+        }
+    }
+
+    /// <summary>
+    /// Reads finished <paramref name="input"/> as <see cref="BclRead.Read(ValueTask, Task?)"/> does; a failure comes with
+    /// its <paramref name="origin"/> (the Spindle source behind the ValueTask, use <paramref name="token"/>) when the
+    /// source is one a read does not consume; else null.
+    /// </summary>
+    public static ExceptionDispatchInfo? Read(ValueTask input, out object? origin, out short token)
+    {
+        Asked asked = Begin(out bool outer);
+        try
+        {
+            input.GetAwaiter().GetResult();
+            origin = null;
+            token = 0;
+            return null;
+        }
+        catch (Exception ex)
+        {
+            origin = asked.Source is IValueTaskSource named && input.Equals(new ValueTask(named, asked.Token)) ? named : null;
+            token = origin is null ? (short)0 : asked.Token;
+            return BclRead.Failure(null, ex);
+        }
+        finally
+        {
+            End(asked, outer);
+        }
+    }
+
+    /// <summary>As <see cref="Read(ValueTask, out object?, out short)"/>, keeping the result.</summary>
+    public static T Read<T>(ValueTask<T> input, out ExceptionDispatchInfo? error, out object? origin, out short token)
+    {
+        Asked asked = Begin(out bool outer);
+        try
+        {
+            T result = input.GetAwaiter().GetResult();
+            error = null;
+            origin = null;
+            token = 0;
+            return result;
+        }
+        catch (Exception ex)
+        {
+            origin = asked.Source is IValueTaskSource<T> named && input.Equals(new ValueTask<T>(named, asked.Token)) ? named : null;
+            token = origin is null ? (short)0 : asked.Token;
+            error = BclRead.Failure(null, ex);
+            return default!;
+        }
+        finally
+        {
+            End(asked, outer);
+        }
+    }
+
+    private static Asked Begin(out bool outer)
+    {
+        Asked asked = t_asked ??= new Asked();
+        outer = asked.Asking; // a read nested in this one's (a source that helps while it blocks) restores it
+        asked.Asking = true;
+        asked.Source = null;
+        return asked;
+    }
+
+    private static void End(Asked asked, bool outer)
+    {
+        asked.Asking = outer;
+        asked.Source = null; // holds nothing once the read is over
     }
 }
 
@@ -351,16 +462,16 @@ internal readonly struct ValueTaskInput : IInputKind<ValueTask, VoidResult>
     /// <summary>A pending ValueTask must be read exactly once when it finishes: only a combinator's slot can do that without allocating.</summary>
     public bool ForgetsPending => false;
 
-    /// <summary>Read exactly once, even on success: that is what releases a pooled source.</summary>
-    public void Forget(ValueTask input) => ForgetByReading<ValueTask, VoidResult, ValueTaskInput>(input);
-
-    /// <summary>Reads a finished losing input (consuming it); a fault is reported, a cancellation is not.</summary>
-    internal static void ForgetByReading<TInput, TValue, TKind>(TInput input)
-        where TKind : struct, IInputKind<TInput, TValue>
+    /// <summary>
+    /// Reads a finished losing input exactly once, even on success: that is what releases a pooled source. A fault is
+    /// reported, a cancellation is not; once per completion when the ValueTask was made from a source a read does not
+    /// consume (a promise's task: <see cref="ValueTaskOrigin"/>), which a Forget() of that task may report too.
+    /// </summary>
+    public void Forget(ValueTask input)
     {
-        Debug.Assert(default(TKind).IsCompleted(input), "a pending input goes to a combinator");
-        default(TKind).Read(input, out ExceptionDispatchInfo? error);
-        CombinatorCore.ReportLoser(error);
+        Debug.Assert(input.IsCompleted, "a pending input goes to a combinator");
+        ExceptionDispatchInfo? error = ValueTaskOrigin.Read(input, out object? origin, out short token);
+        CombinatorCore.ReportLoserOnce(error, origin, token);
     }
 
     public void Add(CombinatorCore combinator, int index, ValueTask input) => combinator.Add(index, input);
@@ -386,7 +497,13 @@ internal readonly struct ValueTaskInput<T> : IInputKind<ValueTask<T>, T>
 
     public bool ForgetsPending => false;
 
-    public void Forget(ValueTask<T> input) => ValueTaskInput.ForgetByReading<ValueTask<T>, T, ValueTaskInput<T>>(input);
+    /// <summary>As <see cref="ValueTaskInput.Forget"/>.</summary>
+    public void Forget(ValueTask<T> input)
+    {
+        Debug.Assert(input.IsCompleted, "a pending input goes to a combinator");
+        ValueTaskOrigin.Read(input, out ExceptionDispatchInfo? error, out object? origin, out short token);
+        CombinatorCore.ReportLoserOnce(error, origin, token);
+    }
 
     public void Add(CombinatorCore combinator, int index, ValueTask<T> input) => combinator.Add(index, input);
 

@@ -298,8 +298,25 @@ internal struct SourceCore<TResult>
     public TResult GetResult(short token, ISpindleSource owner)
     {
         TResult result = ReadQuietly(token, owner, out ExceptionDispatchInfo? error);
-        error?.Throw();
+        if (error is not null)
+        {
+            ThrowFailure(error, owner, token);
+        }
         return result;
+    }
+
+    /// <summary>
+    /// Throws the failure of use <paramref name="token"/> to its reader; an owner a read does not consume (a promise, a
+    /// scope's wait) names itself first, for a combinator reading it through a ValueTask (<see cref="ValueTaskOrigin"/>).
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void ThrowFailure(ExceptionDispatchInfo error, ISpindleSource owner, short token)
+    {
+        if (owner is IRereadableSource rereadable)
+        {
+            ValueTaskOrigin.Note(rereadable, token);
+        }
+        error.Throw();
     }
 
     /// <summary>As <see cref="GetResult"/>, but the failure goes to <paramref name="error"/> instead of being thrown (<see cref="IQuietSource"/>).</summary>

@@ -44,9 +44,8 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Signal)o!).Cancel(ct);
 #else
-    // Register has no token argument here: the callback reads the wait's own token (dropping the registration waits for
-    // a callback in flight, so it cannot read a later wait's).
-    private static readonly Action<object?> s_cancel = static o => ((Signal)o!).Cancel(((Signal)o!)._waitState!.Token);
+    // Register has no token argument here: the callback reads the wait's own token (see Cancel).
+    private static readonly Action<object?> s_cancel = static o => ((Signal)o!).Cancel();
 #endif
 
     // The result of a wait is whether it timed out (WaitAsync with a timeout): false, the default, for every wait a set
@@ -55,25 +54,91 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     private WaitState? _waitState; // created by the first cancelable or timed wait, then reused: a signal awaited without either stays small
 
     /// <summary>
-    /// The current wait's cancellation: its registration, its token (which a late callback is checked against), and the
-    /// version of the wait it may cancel; and its timeout, if it has one.
+    /// What one wait holds: its cancellation (its registration, its token, which a late callback is checked against, and
+    /// the version of the wait it may cancel) and its timeout's timer, if it has one. Owned by one wait at a time
+    /// (<see cref="_holder"/>), and ended only by that wait's end (<see cref="EndWait"/>).
     /// </summary>
     private sealed class WaitState
     {
+        private const int NoHolder = -1;
+        private const int Taking = -2;
+
+        // Whose registration, token and timer the fields below hold: a wait's token (as 0..65535), NoHolder, or Taking
+        // while an ending copies them out (a few stores; the drop and the stop come after, on the ender's copies).
+        // Invariant: only the wait named here has anything stored, and only the thread that moved it from that wait's
+        // token to Taking touches the fields until it writes NoHolder. A wait names itself (Hold) under the core's arming
+        // mark, after it has ended whatever was held, and before it stores anything; a read of a wait that is over takes
+        // only what that wait holds (TryTake with its token). So a read of an old wait, which may still be running on
+        // another thread (a forgotten wait's observer, run by the set) when the owner arms its next wait, can never end
+        // the next wait's registration or timer: it used to drop the next wait's registration (the wait then ignored its
+        // token: a lost wake-up), or stop its timer once the pooled timer object had been reused for it.
+        private int _holder = NoHolder;
+
         public CancellationTokenRegistration Registration;
         public CancellationToken Token;
+
+        /// <summary>Written with a release after <see cref="Token"/>, read with an acquire before it (see <see cref="Cancel"/>).</summary>
         public short Version;
 
-        /// <summary>The timed wait's timer until the wait is over (<see cref="EndWait"/>): taken with an exchange, so stopped once.</summary>
         public SignalTimeout? Timeout;
 
         /// <summary>
-        /// True while a wait's registration or timer is held: the current wait's, or that of one that completed and was
-        /// never read (the next wait ends it). A token is stored only with its registration, and cleared with it. Read by
-        /// a new wait before it holds the arming mark: what a wait that is over holds can only go away meanwhile (a wait
-        /// that is storing its own is pending, or holds the mark, so the new wait is rejected).
+        /// True while a wait's registration or timer is held (or being taken): the current wait's, or that of one that
+        /// completed and was never read (the next wait ends it). Read by a new wait before it holds the arming mark: what
+        /// a wait that is over holds can only go away meanwhile (a wait that is storing its own is pending, or holds the
+        /// mark, so the new wait is rejected).
         /// </summary>
-        public bool HoldsWait => Volatile.Read(ref Timeout) is not null || Token.CanBeCanceled;
+        public bool HoldsWait => Volatile.Read(ref _holder) != NoHolder;
+
+        /// <summary>Under the arming mark, with nothing held: wait <paramref name="token"/> is about to store what it holds.</summary>
+        public void Hold(short token)
+        {
+            Debug.Assert(Volatile.Read(ref _holder) == NoHolder, "the previous wait's state was ended first");
+            Volatile.Write(ref _holder, (ushort)token);
+        }
+
+        /// <summary>
+        /// Takes what wait <paramref name="onlyWait"/> holds (or, with <see cref="AnyWait"/>, whatever is held: only a new
+        /// wait, under the arming mark), clearing the fields: true with the registration and the timer, for the caller to
+        /// drop and stop outside (a drop may wait for a callback in flight). False if that wait holds nothing (any more),
+        /// or another thread is taking what it holds. With <see cref="AnyWait"/>, an ending in progress elsewhere is
+        /// waited for, a few stores, so that the caller may store the new wait's state once this returns.
+        /// </summary>
+        public bool TryTake(int onlyWait, Signal signal, out CancellationTokenRegistration registration, out SignalTimeout? timeout)
+        {
+            SpinWait spin = default;
+            while (true)
+            {
+                int holder = Volatile.Read(ref _holder);
+                if (holder == Taking && onlyWait == AnyWait)
+                {
+                    spin.SpinOnce();
+                    continue;
+                }
+                if (holder < 0 || (onlyWait != AnyWait && holder != (ushort)onlyWait))
+                {
+                    registration = default;
+                    timeout = null;
+                    return false;
+                }
+#if DEBUG
+                if (onlyWait != AnyWait)
+                {
+                    TestHookBeforeEndingRead?.Invoke(signal);
+                }
+#endif
+                if (Interlocked.CompareExchange(ref _holder, Taking, holder) == holder)
+                {
+                    registration = Registration;
+                    Registration = default;
+                    Token = default;
+                    timeout = Timeout;
+                    Timeout = null;
+                    Volatile.Write(ref _holder, NoHolder);
+                    return true;
+                }
+            }
+        }
     }
 
     /// <summary>Creates a signal whose waiter runs on the thread that sets it (as far as a bounded nesting depth).</summary>
@@ -252,10 +317,11 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
                 try
                 {
                     state ??= _waitState = new WaitState();
+                    state.Hold(token); // before anything is stored, so that a withdrawal takes whatever was
                     if (cancellationToken.CanBeCanceled)
                     {
                         state.Token = cancellationToken;
-                        state.Version = token;
+                        Volatile.Write(ref state.Version, token); // after the token (see Cancel)
                         state.Registration = CancellationRegistrations.Register(cancellationToken, s_cancel, this);
                     }
                     if (wheel is not null)
@@ -290,7 +356,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// </summary>
     private void WithdrawWait(short token)
     {
-        EndWait(_waitState);
+        EndWait(_waitState, onlyWait: token);
         if (_core.TryBeginCompletionOfUse(token, out object? waiter))
         {
             Debug.Assert(waiter is null, "nobody had the wait's task, so nobody registered on it");
@@ -382,25 +448,39 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// </summary>
     internal bool TookSet(short token) => _core.Version == token && !_core.ResultUnchecked;
 
-    private void Cancel(CancellationToken cancellationToken)
-    {
-        if (_waitState is not { } cancel)
-        {
-            return;
-        }
+    /// <summary>
+    /// A wait's token was cancelled (its registration's callback): ends the current wait as canceled if it is pending and
+    /// its own token is the one cancelled. A callback may still be running for an earlier wait when a later one stores
+    /// its state: an ending waits for a callback in flight as it drops the registration, but a read of the earlier wait
+    /// on another thread may be the one dropping it, and the next wait does not wait for that. So the version is read
+    /// first, then the token, which every wait stores before its version (<see cref="StoreWaitState"/>): the token read is
+    /// that version's wait's, or a later wait's (and then that version's wait is over, so nothing happens). A later wait
+    /// is ended only if its own token is the one cancelled, or (on netstandard2.1, whose callback gets no token) is
+    /// cancelled too.
+    /// </summary>
 #if NET
-        // A callback still running for an earlier wait (Unregister does not wait for one in flight) must not cancel
-        // this one: only the current wait's token may.
-        if (cancellationToken != cancel.Token)
+    private void Cancel(CancellationToken cancelled)
+#else
+    private void Cancel()
+#endif
+    {
+        if (_waitState is not { } state)
         {
             return;
         }
+        short version = Volatile.Read(ref state.Version);
+        CancellationToken token = state.Token;
+#if NET
+        if (token != cancelled)
+#else
+        if (!token.IsCancellationRequested)
 #endif
-        // Only the wait this registration was made for, and only while it is pending.
-        short version = cancel.Version;
+        {
+            return;
+        }
         if (IsPendingWait(version))
         {
-            EndWaitEarly(version, ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
+            EndWaitEarly(version, ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(token)));
         }
     }
 
@@ -435,7 +515,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// </summary>
     private void EndAbandonedWait(short wait)
     {
-        EndWait(_waitState);
+        EndWait(_waitState, onlyWait: wait);
         _core.ReleaseAbandoned(wait); // false: a set landed meanwhile (kept, the signal is set), nothing else to do
     }
 
@@ -505,14 +585,23 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         {
             // The wait is over: drop its cancellation registration and stop its timer, so nothing stays registered behind
             // it. Only if it is over: a misused read of a pending wait (a second await, which throws) must not touch the
-            // state of the wait its real awaiter is still waiting on, nor a read whose token a later wait made stale
-            // drop that wait's.
+            // state of the wait its real awaiter is still waiting on. And only what this wait holds: the owner may arm
+            // its next wait at any moment from here on, and that wait's state is never this read's (WaitState.TryTake).
             if (_core.IsCompleted && _core.Version == token)
             {
                 EndWait(_waitState, onlyWait: token);
             }
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs on the reading thread when a read of a wait has found it over, and what it holds
+    /// (its registration, its timer) still held, just before it takes them: the instant at which the owner's next wait
+    /// may arm and store its own.
+    /// </summary>
+    internal static Action<Signal>? TestHookBeforeEndingRead;
+#endif
 
     bool IQuietSource<bool>.ReadQuietly(short token, out ExceptionDispatchInfo? error) => ReadWaitQuietly(token, out error);
 
@@ -522,26 +611,20 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         return error;
     }
 
-    /// <summary>Any wait's timer (outside a token's range): see <see cref="EndWait"/>.</summary>
+    /// <summary>Whatever wait holds the state (outside a token's range): see <see cref="EndWait"/>.</summary>
     private const int AnyWait = int.MinValue;
 
     /// <summary>
-    /// A wait is over (read, let go of, or followed by a new one): drops its cancellation registration and stops its
-    /// timer. With <paramref name="onlyWait"/> (a token), only a timer started for that wait.
+    /// A wait is over (read, let go of, withdrawn, or followed by a new one): drops its cancellation registration (waiting
+    /// for its callback if one is running) and stops its timer. With <paramref name="onlyWait"/> (a token), only if that
+    /// wait holds them; with <see cref="AnyWait"/> (a new wait, under the arming mark), whatever a previous wait holds.
     /// </summary>
-    private static void EndWait(WaitState? state, int onlyWait = AnyWait)
+    private void EndWait(WaitState? state, int onlyWait = AnyWait)
     {
-        if (state is null)
+        if (state is not null && state.TryTake(onlyWait, this, out CancellationTokenRegistration registration, out SignalTimeout? timeout))
         {
-            return;
-        }
-        CancellationRegistrations.Drop(ref state.Registration);
-        state.Token = default;
-        if (Volatile.Read(ref state.Timeout) is { } timeout
-            && (onlyWait == AnyWait || timeout.Wait == onlyWait)
-            && Interlocked.CompareExchange(ref state.Timeout, null, timeout) == timeout)
-        {
-            timeout.Stop();
+            CancellationRegistrations.Drop(ref registration);
+            timeout?.Stop();
         }
     }
 

@@ -47,9 +47,6 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
         return t;
     }
 
-    /// <summary>The wait it was started for (its token).</summary>
-    public short Wait => _wait;
-
     private void OnFired()
     {
         if (_timer.OnFired(out Exception? stopped))

@@ -27,11 +27,18 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 
     public T GetResult(short token)
     {
-        _error.Throw();
+        ThrowFailure(token);
         return default!;
     }
 
-    void IValueTaskSource.GetResult(short token) => _error.Throw();
+    void IValueTaskSource.GetResult(short token) => ThrowFailure(token);
+
+    /// <summary>Names this source for a combinator reading it through a ValueTask (<see cref="ValueTaskOrigin"/>), then throws.</summary>
+    private void ThrowFailure(short token)
+    {
+        ValueTaskOrigin.Note(this, token);
+        _error.Throw();
+    }
 
     public T ReadQuietly(short token, out ExceptionDispatchInfo? error)
     {
@@ -198,7 +205,11 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     public T GetResult(short token)
     {
         T result = ReadQuietly(token, out ExceptionDispatchInfo? error);
-        error?.Throw();
+        if (error is not null)
+        {
+            ValueTaskOrigin.Note(this, token); // for a combinator reading it through a ValueTask
+            error.Throw();
+        }
         return result;
     }
 

@@ -97,7 +97,8 @@ public readonly partial struct SpindleTask
     /// A fault is reported once per completion: a task that a read does not consume (a <see cref="Promise"/>'s, a
     /// preserved one, one made by <see cref="FromException(Exception)"/>, a <see cref="TaskScope"/>'s
     /// <see cref="TaskScope.WaitAsync"/>) forgotten again reports nothing more, nor does a promise's use whose fault was
-    /// reported when a WhenAny let go of it.
+    /// reported when a WhenAny let go of it, or by a combinator it was given to (as itself, or as a
+    /// <see cref="System.Threading.Tasks.ValueTask"/> made from it).
     /// </summary>
     /// <exception cref="InvalidOperationException">The task was already awaited or read (also by another thread while this
     /// call reads it), or already has an awaiter: a Spindle task has one reader, and a forgotten task's is its observer (a
