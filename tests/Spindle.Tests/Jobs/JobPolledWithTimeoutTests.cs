@@ -15,41 +15,74 @@ namespace SpindleLib.Tests.Jobs;
 [Collection(SequentialCollection.Name)] // a gated job holds a worker, and the batch is global
 public class JobPolledWithTimeoutTests
 {
+    private const int Turns = 200;
+
     private sealed class PolledJobFault() : Exception("the polled job's fault");
+
+    /// <summary>
+    /// A job that fails once its gate opens (it depends on a gated job that holds a worker), and the loop's timer wheel
+    /// on a manual clock: each turn's wait times out after 1 ms of that clock.
+    /// </summary>
+    private sealed class FailingJobPoll : IDisposable
+    {
+        private readonly ManualClock _clock = new();
+        private readonly Gate _gate = new();
+
+        public FailingJobPoll()
+        {
+            Wheel = new TimerWheel(_clock);
+            JobHandle gated = new GateJob(_gate).Schedule();
+            Failing = new ThrowJob(Boom).Schedule(gated);
+            JobHandle.ScheduleBatchedJobs();
+            _gate.WaitStarted();
+        }
+
+        public PolledJobFault Boom { get; } = new();
+
+        public TimerWheel Wheel { get; }
+
+        public JobHandle Failing { get; }
+
+        /// <summary>One turn: waits on <paramref name="wait"/> with a 1 ms timeout, which wins.</summary>
+        public void TimeOut(SpindleTask wait)
+        {
+            SpindleTask turn = wait.WithTimeout(TimeSpan.FromMilliseconds(1), Wheel);
+            _clock.Advance(TimeSpan.FromMilliseconds(1));
+            Assert.True(turn.IsCompleted, "the turn's timeout did not end it");
+            Assert.Throws<TimeoutException>(() => turn.GetAwaiter().GetResult());
+        }
+
+        /// <summary>Opens the gate: the job fails, and <paramref name="last"/> (the loop's last wait) gets its fault.</summary>
+        public void FailAndRead(SpindleTask last)
+        {
+            _gate.Release.Set();
+            Assert.Same(Boom, Record.Exception(() => last.GetAwaiter().GetResult()));
+            Assert.Equal(0, Wheel.PendingCount);
+        }
+
+        public void Dispose()
+        {
+            _gate.Dispose();
+            Wheel.Dispose();
+        }
+    }
 
     // Failed before JobWait with "the job's fault, which the loop's last wait observed, was also reported 200 times (once
     // per timed-out turn)".
     [Fact]
     public void FailingJob_PolledWithATimeoutEveryTurn_ItsFaultIsNotReportedOncePerTurn()
     {
-        const int Turns = 200;
-        var clock = new ManualClock();
-        using var wheel = new TimerWheel(clock);
-        var boom = new PolledJobFault();
-        var reports = UnobservedReports.Observe(e => ReferenceEquals(e, boom), () =>
+        using var poll = new FailingJobPoll();
+        var reports = UnobservedReports.Observe(e => ReferenceEquals(e, poll.Boom), () =>
         {
-            using var gate = new Gate();
-            JobHandle gated = new GateJob(gate).Schedule();
-            JobHandle failing = new ThrowJob(boom).Schedule(gated);
-            JobHandle.ScheduleBatchedJobs();
-            gate.WaitStarted();
-            int timeouts = 0;
             for (int i = 0; i < Turns; i++)
             {
-                SpindleTask turn = failing.AsSpindleTask().WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
-                clock.Advance(TimeSpan.FromMilliseconds(1));
-                Assert.True(turn.IsCompleted, "the turn's timeout did not end it");
-                Assert.Throws<TimeoutException>(() => turn.GetAwaiter().GetResult());
-                timeouts++;
+                poll.TimeOut(poll.Failing.AsSpindleTask());
             }
-            Assert.Equal(Turns, timeouts);
-            // The loop's last wait, which observes the fault. Its async method registered on the job after every turn's,
-            // and a finishing job runs its awaiters oldest first, on one thread: once it has the fault, every earlier
-            // turn's wait has run (and reported, if it reports).
-            SpindleTask last = failing.AsSpindleTask();
-            gate.Release.Set();
-            Assert.Same(boom, Record.Exception(() => last.GetAwaiter().GetResult()));
-            Assert.Equal(0, wheel.PendingCount);
+            // The loop's last wait, which observes the fault. It registered on the job after every turn's, and a finishing
+            // job runs its awaiters oldest first, on one thread: once it has the fault, every earlier turn's wait has run
+            // (and reported, if it reports).
+            poll.FailAndRead(poll.Failing.AsSpindleTask());
         });
         Assert.True(reports.IsEmpty, $"the job's fault, which the loop's last wait observed, was also reported {reports.Count} times (once per timed-out turn)");
     }
@@ -57,30 +90,17 @@ public class JobPolledWithTimeoutTests
     [Fact]
     public void FailingJob_ItsTaskPreservedOnceAndPolledWithATimeoutEveryTurn_HoldsNothingPerTurn_AndTheFaultGoesToTheLastWait()
     {
-        // The workaround the docs give: one wait on the job, preserved before the loop, raced every turn.
-        const int Turns = 200;
-        var clock = new ManualClock();
-        using var wheel = new TimerWheel(clock);
-        var boom = new PolledJobFault();
-        var reports = UnobservedReports.Observe(e => ReferenceEquals(e, boom), () =>
+        // The workaround the docs give for a long job: one wait on the job, preserved before the loop, raced every turn.
+        using var poll = new FailingJobPoll();
+        var reports = UnobservedReports.Observe(e => ReferenceEquals(e, poll.Boom), () =>
         {
-            using var gate = new Gate();
-            JobHandle gated = new GateJob(gate).Schedule();
-            JobHandle failing = new ThrowJob(boom).Schedule(gated);
-            JobHandle.ScheduleBatchedJobs();
-            gate.WaitStarted();
-            SpindleTask done = failing.AsSpindleTask().Preserve();
+            SpindleTask done = poll.Failing.AsSpindleTask().Preserve();
             for (int i = 0; i < Turns; i++)
             {
-                SpindleTask turn = done.WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
-                clock.Advance(TimeSpan.FromMilliseconds(1));
-                Assert.Throws<TimeoutException>(() => turn.GetAwaiter().GetResult());
+                poll.TimeOut(done);
                 Assert.Equal(0, ((PreservedSource<VoidResult>)done._source!).WaiterCountForTests);
             }
-            SpindleTask last = done.WithTimeout(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds), wheel);
-            gate.Release.Set();
-            Assert.Same(boom, Record.Exception(() => last.GetAwaiter().GetResult()));
-            Assert.Equal(0, wheel.PendingCount);
+            poll.FailAndRead(done.WithTimeout(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds), poll.Wheel));
         });
         Assert.Empty(reports);
     }
