@@ -281,6 +281,64 @@ public class JobEdgePushRaceTests
             Assert.Equal(1, Volatile.Read(ref resumed)); // C's finish skipped the revoked edge
         }
     }
+
+    [Fact]
+    public void AsSpindleTaskWhoseWaitIsRevoked_ThenTheSameWaitObjectReused_TheLaterJobsFinishNeverRunsIt()
+    {
+        // JobHandle.AsSpindleTask's JobWait pushes its edge as any awaiter does. Revoked (the job finished and its node was
+        // rented by C during the push), the wait goes back to its pool at once, although its revoked edge, whose state is
+        // that object, stays linked in C's list. The next wait rents the same object for another job: C's finish must
+        // skip the revoked edge and never complete the reused wait.
+        var log = new List<string>();
+        var laterFault = new InvalidTimeZoneException("the later job's own failure");
+        using (new HoldWorkers())
+        {
+            int baseline = Volatile.Read(ref JobWait.InUseForTests);
+            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            JobHandle a = new OrderJob { Log = log, Name = "A" }.Schedule();
+            SpindleTask first = default;
+            JobHandle later = PushWhileTheDependencyIsRecycled(a, log, laterFault, () => first = a.AsSpindleTask());
+            Assert.Equal(SpindleTaskStatus.Succeeded, first.Status); // A succeeded: the revoked wait took its outcome at once
+            first.GetAwaiter().GetResult();
+            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+
+            JobHandle d = new OtherOrderJob { Log = log, Name = "D" }.Schedule();
+            SpindleTask second = d.AsSpindleTask(); // a JobWait from the pool the revoked one went back to, on D's list
+            Assert.Equal(baseline + 1, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(laterFault, Assert.Throws<InvalidTimeZoneException>(() => later.Complete()));
+            Assert.Equal(SpindleTaskStatus.Pending, second.Status); // C's finish skipped the revoked edge
+            d.Complete();
+            Assert.Equal(SpindleTaskStatus.Succeeded, second.Status);
+            second.GetAwaiter().GetResult();
+            Assert.Equal(new[] { "A", "C", "D" }, log);
+            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+        }
+    }
+
+    [Fact]
+    public void AsSpindleTaskWhoseEdgeIsMisplaced_DeliveredByTheLaterJobFirst_CompletesOnceAsASuccess()
+    {
+        // The later job C fails and finishes between the JobWait's push (into C's list) and the pusher's second look: C's
+        // finish claims the misplaced edge and completes the wait as a success (A succeeded); the read must not pick up
+        // C's failure from the recycled node, and the wait goes back to its pool once.
+        var log = new List<string>();
+        using (new HoldWorkers())
+        {
+            int baseline = Volatile.Read(ref JobWait.InUseForTests);
+            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            JobHandle a = new OrderJob { Log = log, Name = "A" }.Schedule();
+            SpindleTask wait = default;
+            PushWhileTheDependencyIsRecycled(
+                a, log, new InvalidTimeZoneException("the later job's own failure"), () => wait = a.AsSpindleTask(), laterFinishesFirst: true);
+            Assert.Equal(baseline + 1, Volatile.Read(ref JobWait.InUseForTests)); // the push stood: a JobWait, delivered
+            Assert.Equal(SpindleTaskStatus.Succeeded, wait.Status);
+            wait.GetAwaiter().GetResult();
+            Assert.Throws<InvalidOperationException>(() => wait.GetAwaiter().GetResult()); // read once
+            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+        }
+    }
 #endif
 
     [Fact]
