@@ -22,8 +22,8 @@ namespace SpindleLib;
 /// <c>WithCancellation</c> whose token won) lets go of it: the use is left pending with no awaiter, so the task can be
 /// awaited again, and the same promise raced in every turn of a loop (<c>await SpindleTask.WhenAny(next, stop.Task)</c>,
 /// or <c>reply.Task.WithTimeout(t)</c> until it answers), as a <c>Task</c> can. A fault that completes such a use while
-/// nobody awaits it is reported to <see cref="Spindle.UnobservedException"/>, once; a fault landing at the instant the
-/// task is awaited again may also be read by that await.</para>
+/// nobody awaits it (between two turns, say) is reported to <see cref="Spindle.UnobservedException"/>, once, and is
+/// still thrown to any later read of the use, as a completed promise's outcome is.</para>
 /// </remarks>
 public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource
 {
