@@ -187,6 +187,9 @@ internal struct SourceCore<TResult>
     /// </summary>
     public void AllowAwaitAfterLetGo() => _word |= AwaitAfterLetGoBit;
 
+    /// <summary>A promise's use that a combinator let go of, still pending: it may be awaited again (<see cref="AwaitAfterLetGoBit"/>).</summary>
+    private static bool IsLetGoPromiseUse(int word) => (word & (StateMask | AwaitAfterLetGoBit)) == (Abandoned | AwaitAfterLetGoBit);
+
     /// <summary>The word of the next use after <paramref name="word"/>: the token wraps, the flag stays, the state is Pending.</summary>
     internal static int NextVersion(int word) => (word & (DispatchBit | AwaitAfterLetGoBit)) | (unchecked(word + 1) & TokenMask);
 
@@ -800,7 +803,7 @@ internal struct SourceCore<TResult>
             }
             if (current != Pending)
             {
-                return current == Abandoned && (w & AwaitAfterLetGoBit) != 0; // let go of already (and awaited by nobody since)
+                return IsLetGoPromiseUse(w); // let go of already (and awaited by nobody since)
             }
             int prev = Interlocked.CompareExchange(ref _word, With(w, Abandoned), w);
             if (prev == w)
@@ -1239,7 +1242,7 @@ internal struct SourceCore<TResult>
                 ThrowHelper.ThrowStaleToken();
             }
             int current = w & StateMask;
-            if (current == Pending || (current == Abandoned && (w & AwaitAfterLetGoBit) != 0))
+            if (current == Pending || IsLetGoPromiseUse(w))
             {
                 int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
                 if (prev != w)

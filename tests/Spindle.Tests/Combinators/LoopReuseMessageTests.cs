@@ -30,6 +30,22 @@ public class LoopReuseMessageTests
         return Assert.Throws<InvalidOperationException>(() => turn());
     }
 
+    /// <summary>
+    /// <see cref="SecondTurn"/> for an overall deadline: each turn races a fresh piece of work (a promise, reset) against
+    /// the same <paramref name="deadline"/>, and the work wins the first turn.
+    /// </summary>
+    private static InvalidOperationException SecondTurnAgainst(SpindleTask deadline)
+    {
+        var work = new Promise();
+        return SecondTurn(
+            () =>
+            {
+                work.Reset();
+                return SpindleTask.WhenAny(work.Task, deadline);
+            },
+            () => work.SetResult());
+    }
+
     /// <summary>The message of a task a combinator let go of: what happened, and the fix for a loop.</summary>
     private static void AssertNamesTheLetGoAndTheFix(InvalidOperationException e, string what)
     {
@@ -45,14 +61,7 @@ public class LoopReuseMessageTests
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         SpindleTask deadline = wheel.Delay(TimeSpan.FromSeconds(5));
-        var work = new Promise();
-        InvalidOperationException e = SecondTurn(
-            () =>
-            {
-                work.Reset();
-                return SpindleTask.WhenAny(work.Task, deadline);
-            },
-            () => work.SetResult());
+        InvalidOperationException e = SecondTurnAgainst(deadline);
         AssertNamesTheLetGoAndTheFix(e, "a delay raced in every turn");
         clock.Advance(TimeSpan.FromMilliseconds(1)); // a pass unlinks the delay the first turn let go of
         Assert.Equal(0, wheel.PendingCount);
@@ -65,14 +74,7 @@ public class LoopReuseMessageTests
     {
         FrameLoop loop = FrameUtil.NewBoundLoop();
         SpindleTask deadline = kind == "Delay" ? loop.Delay(TimeSpan.FromSeconds(5)) : loop.DelayFrame(300);
-        var work = new Promise();
-        InvalidOperationException e = SecondTurn(
-            () =>
-            {
-                work.Reset();
-                return SpindleTask.WhenAny(work.Task, deadline);
-            },
-            () => work.SetResult());
+        InvalidOperationException e = SecondTurnAgainst(deadline);
         AssertNamesTheLetGoAndTheFix(e, "loop." + kind + " raced in every turn");
     }
 
