@@ -194,7 +194,10 @@ public class PoolDispatchClockStressTests
                         due.Add(t);
                     }
                 }
-                _inFlight += due.Count;
+                // Atomic, though under the lock: the fires decrement it outside the lock, on pool threads. A plain += here
+                // lost a decrement now and then (a fire finishing between its read and its write), and WaitQuiet then waited
+                // for a fire that had already run (seen in CI, "the dispatched fires never ran", with no fire running).
+                Interlocked.Add(ref _inFlight, due.Count);
             }
             foreach (PoolTimer t in due)
             {
