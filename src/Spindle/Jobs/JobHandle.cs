@@ -159,19 +159,19 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// As for <see cref="Complete"/>, a blocking read of this task (<c>GetAwaiter().GetResult()</c>) inside the job, or
     /// inside a job it depends on, could never return: it throws an <see cref="InvalidOperationException"/> instead,
     /// and leaves the task as it was.
-    /// <para>Each call on a job that has not finished starts a new wait on it: a small pooled object on the job's waiter
-    /// list, which goes back to its pool when it is read, or, if nobody will read it, when the job finishes. A combinator
-    /// can let go of it (a WhenAny it lost, a
+    /// <para>A call on a job that has not finished returns a wait on it: a small pooled object on the job's waiter list,
+    /// which goes back to its pool when it is read, or, if nobody will read it, when the job finishes. A combinator can let
+    /// go of it (a WhenAny it lost, a
     /// <see cref="SpindleTask.WithTimeout(TimeSpan, TimerWheel, System.Threading.CancellationToken)"/> that timed out): it
     /// then reads nothing and reports nothing, and the job's fault is reported once to
-    /// <see cref="Spindle.UnobservedException"/> only if nothing else observes it, as for a job nobody awaits. So a loop
-    /// that waits for a job with a timeout turn after turn, <c>await handle.AsSpindleTask().WithTimeout(t)</c>, reports
-    /// nothing per turn that timed out; but the job's waiter list is only taken whole when the job finishes, so until then
-    /// each such turn leaves one wait on it (a few dozen bytes, pooled again when the job finishes). To poll a job that may
-    /// run for a long time, make its wait once, before the loop, and preserve it
-    /// (<c>var done = handle.AsSpindleTask().Preserve();</c>, then <c>await done.WithTimeout(t)</c> each turn: a preserved
-    /// task keeps no waiter of a combinator that let go of it), or test <see cref="IsCompleted"/> each turn
-    /// (<c>while (!handle.IsCompleted) { await Spindle.Delay(16); ... }</c>), then await the handle once.</para>
+    /// <see cref="Spindle.UnobservedException"/> only if nothing else observes it, as for a job nobody awaits. The next call
+    /// on the same job reuses a wait that was let go of (under a new token: a kept copy of the let-go task is the
+    /// await-once error) instead of adding one. So a loop that waits for a job with a timeout turn after turn,
+    /// <c>await handle.AsSpindleTask().WithTimeout(t)</c>, reports nothing per turn that timed out and holds one wait
+    /// however long the job runs (up to four loops polling the same job at once hold about one each; more hold one per turn
+    /// until the job finishes). Preserving the wait once before the loop
+    /// (<c>var done = handle.AsSpindleTask().Preserve();</c>, then <c>await done.WithTimeout(t)</c> each turn) holds
+    /// nothing per turn too, for any number of loops.</para>
     /// </remarks>
     public SpindleTask AsSpindleTask()
     {

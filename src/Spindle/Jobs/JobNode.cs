@@ -71,6 +71,15 @@ internal abstract class JobNode : WorkItem
     private readonly bool _countsAsJob;
     private readonly bool _sharesReferences;
 
+    /// <summary>
+    /// The latest <see cref="JobWait"/> pushed onto this job's waiter list (<see cref="JobHandle.AsSpindleTask"/> on a
+    /// pending job), the head of a chain through the job's waits (JobWait's remarks, "Reviving"): a hint only, written by
+    /// JobWait alone and never trusted (every wait found through it is checked against its own job and version, and
+    /// revived by a CAS on its own core's word). Cleared when the node is recycled; a late link may leave it pointing to a
+    /// wait of an earlier use, which that check then rejects.
+    /// </summary>
+    internal JobWait? LatestWait;
+
     private const int Pending = 0;
     private const int Succeeded = 1;
     private const int Faulted = 2;
@@ -184,6 +193,7 @@ internal abstract class JobNode : WorkItem
         long next = (rs & ~0xFFFFFFFFL) + (1L << 32);
         Volatile.Write(ref _refState, next);
         ClearJob();
+        LatestWait = null; // a pooled node holds no wait (one plain store: the only cost AsSpindleTask's revival puts on this path)
         if ((int)(next >> 32) == 0)
         {
             // The 32-bit version wrapped: pooled again, the node would give a later job a version that an old handle
@@ -337,6 +347,24 @@ internal abstract class JobNode : WorkItem
 
     /// <summary>Tests only (a Debug build): how many dependencies the job still waits for.</summary>
     internal int PendingDependenciesForTests => Volatile.Read(ref _pending);
+
+    /// <summary>
+    /// Tests only (a Debug build): how many edges of the job of <paramref name="version"/> its waiter list holds (dependents
+    /// and awaiters not yet delivered); 0 once it finished. A snapshot, walked without a reference: call it while the job
+    /// cannot finish.
+    /// </summary>
+    internal int WaiterCountForTests(int version)
+    {
+        int count = 0;
+        for (Edge? edge = Volatile.Read(ref _edges); edge is not null && edge != s_sealed; edge = edge.Next)
+        {
+            if (edge.ExpectedVersion == version)
+            {
+                count++;
+            }
+        }
+        return count;
+    }
 #endif
 
     /// <summary>A revoked own edge may still be linked in another job's list: this job takes a new one.</summary>

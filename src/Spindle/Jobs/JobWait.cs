@@ -9,7 +9,8 @@ namespace SpindleLib;
 /// <summary>
 /// The pooled source behind <see cref="JobHandle.AsSpindleTask"/> for a job that has not finished: one waiter on the
 /// job's waiter list, and a completion core that a combinator can let go of (a WhenAny it lost, a WithTimeout that timed
-/// out), so that a wait nobody will read reports nothing and goes back to its pool when the job finishes.
+/// out), so that a wait nobody will read reports nothing and goes back to its pool when the job finishes, and the next
+/// <c>AsSpindleTask()</c> on the same job reuses it meanwhile (see the remarks, "Reviving").
 /// </summary>
 /// <remarks>
 /// <para><b>The outcome is the job's.</b> The core completes with success when the job finishes (its waiter runs on the
@@ -30,6 +31,27 @@ namespace SpindleLib;
 /// and returned the edge, so a recycled object is on no list. An edge whose push was revoked (it raced the job's finish
 /// and may sit in a later job's list, see <see cref="JobNode"/>'s remarks on pushing) is never run and never walked
 /// (its version is not that list's): the object went back to its pool at once, since no finish will ever run for it.</para>
+/// <para><b>Reviving.</b> A loop that polls a pending job with a new <c>AsSpindleTask()</c> every turn, each let go of
+/// by a timeout, would leave one wait per turn on the list until the job finishes. So <see cref="TryStart"/> first looks
+/// for a wait of the same job (node and version) that was let go of and is still unclaimed, and gives it a new use
+/// instead of pushing a new one: its edge is still on the list, and the job's finish completes whichever use is current
+/// then. The waits pushed for a job are chained from the node (<see cref="JobNode.LatestWait"/>, then
+/// <see cref="_previous"/>), and the look walks at most <see cref="MaxRevivalWalk"/> of them, so a job polled by up to that
+/// many loops at once holds about one wait per loop, not one per turn. The walk takes no reference: a wait found is
+/// trusted only through its core's word. It reads the word (Abandoned, token t), then the wait's job and version (which
+/// belong to use t while the word is unchanged: they are written before the wait is pushed and cleared only after the
+/// word has moved on), and revives with one CAS from that same word to Pending with token t + 1
+/// (<see cref="SourceCore{TResult}.TryReviveAbandoned"/>). That CAS and the finish's claim from Abandoned decide against
+/// each other, and two revivers likewise: one wins; the others rent a new wait (and a finish that won ends the use
+/// unread and recycles, as above). A revived use is an ordinary pending use again: its finish claims it from Pending or
+/// Waiting and its reader recycles, or from Abandoned if it is let go of again. The let-go use's token is stale from the
+/// revival on, so a copy of its task is the await-once error, never a read of the new use. Reviving never returns the
+/// object to its pool, so the invariant above is unchanged. A wait is chained only once its push succeeded (a revoked
+/// push recycles at once and is never chained), and the waits of a pending job are never recycled (they complete only
+/// at its finish), so the chain of a pending job is intact; after the finish, a stale link (the node's, or one a caller
+/// wrote after its wait had already completed and been recycled) may reach a recycled wait, or one of another job, which
+/// the job-and-version check rejects, and the walk stops there; it never walks more than <see cref="MaxRevivalWalk"/>
+/// waits, so a stale link can make no cycle it follows for ever.</para>
 /// </remarks>
 [StackTraceHidden]
 internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource, IPoolNode<JobWait>
@@ -39,7 +61,11 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     private SourceCore<VoidResult> _core;
     private JobNode? _node;
     private int _jobVersion;
+    private JobWait? _previous; // the wait chained before this one on the same job, if any (see the remarks, "Reviving")
     private JobWait? _poolNext;
+
+    /// <summary>How many of a job's chained waits <see cref="TryStart"/> looks at for one to revive (see the remarks).</summary>
+    private const int MaxRevivalWalk = 4;
 
     ref JobWait? IPoolNode<JobWait>.Next => ref _poolNext;
 
@@ -51,6 +77,13 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     internal static int DoubleReturnsForTests;
 
     private bool _pooledForTests = true;
+
+    /// <summary>
+    /// Tests only (a Debug build): run by <c>AsSpindleTask()</c> when it has found a let-go wait of its job and is about
+    /// to revive it (after its look at the word, before the CAS), standing in for a preemption there, so that a test can
+    /// let the job finish, or another caller revive the same wait, at that moment.
+    /// </summary>
+    internal static Action<JobWait>? TestHookBeforeRevive;
 #endif
 
     /// <summary>
@@ -59,6 +92,10 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     /// </summary>
     public static bool TryStart(JobNode node, int version, out SpindleTask task)
     {
+        if (TryRevive(node, version, out task))
+        {
+            return true;
+        }
         JobWait wait = ObjectPool<JobWait>.TryRent() ?? new JobWait();
 #if DEBUG
         wait._pooledForTests = false;
@@ -69,6 +106,7 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
         short token = wait._core.Version; // the use's token cannot move on before the finish has published it
         if (node.TryAddWaiter(version, s_onJobFinished, wait))
         {
+            Chain(node, version, wait);
             task = new SpindleTask(wait, token);
             return true;
         }
@@ -76,6 +114,62 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
         wait.Recycle();
         task = default;
         return false;
+    }
+
+    /// <summary>
+    /// Gives a new use to a wait of this job (<paramref name="node"/>, <paramref name="version"/>) that a combinator let go
+    /// of and no finish has claimed: true with the new use's task. See the remarks, "Reviving".
+    /// </summary>
+    private static bool TryRevive(JobNode node, int version, out SpindleTask task)
+    {
+        JobWait? wait = Volatile.Read(ref node.LatestWait);
+        for (int i = 0; i < MaxRevivalWalk && wait is not null; i++)
+        {
+            // The word first, then what its use is for: both hold together only while the word is unchanged, which the
+            // revival's CAS checks.
+            bool abandoned = wait._core.IsAbandoned(out short letGo);
+            if (!wait.IsFor(node, version))
+            {
+                break; // another job's, or recycled: the chain of this job ends here
+            }
+#if DEBUG
+            if (abandoned)
+            {
+                TestHookBeforeRevive?.Invoke(wait);
+            }
+#endif
+            if (abandoned && wait._core.TryReviveAbandoned(letGo, out short next))
+            {
+                task = new SpindleTask(wait, next);
+                return true;
+            }
+            wait = Volatile.Read(ref wait._previous);
+        }
+        task = default;
+        return false;
+    }
+
+    private bool IsFor(JobNode node, int version) => Volatile.Read(ref _node) == node && Volatile.Read(ref _jobVersion) == version;
+
+    /// <summary>
+    /// Makes <paramref name="wait"/>, just pushed onto the job's list, the head of the job's chain. A hint: a link lost to
+    /// a race (the job finished and the node moved on, or another head won) costs only a wait that cannot be revived.
+    /// </summary>
+    private static void Chain(JobNode node, int version, JobWait wait)
+    {
+        JobWait? head = Volatile.Read(ref node.LatestWait);
+        while (true)
+        {
+            // Only a wait of this same job is linked: one of an earlier use of the node (or this very object, in an
+            // earlier life) would only end the walk.
+            wait._previous = head is not null && head != wait && head.IsFor(node, version) ? head : null;
+            JobWait? seen = Interlocked.CompareExchange(ref node.LatestWait, wait, head);
+            if (seen == head)
+            {
+                return;
+            }
+            head = seen;
+        }
     }
 
     /// <summary>The job finished (or, for an edge a later job delivered, the job it was meant for succeeded): see the remarks.</summary>
@@ -149,6 +243,7 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     {
         _node = null;
         _jobVersion = 0;
+        _previous = null;
         _core.ClearForPool();
 #if DEBUG
         if (_pooledForTests)

@@ -815,6 +815,35 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>
+    /// A job's wait only (<see cref="JobWait"/>: see its remarks, "Reviving"): true with the use's token if the current use
+    /// is Abandoned (a combinator let go of it, and no completer has claimed it). A snapshot, for a caller that checks what
+    /// the use is for and then calls <see cref="TryReviveAbandoned"/> with this token.
+    /// </summary>
+    public bool IsAbandoned(out short token)
+    {
+        int w = Volatile.Read(ref _word);
+        token = (short)w;
+        return (w & StateMask) == Abandoned;
+    }
+
+    /// <summary>
+    /// A job's wait only: turns abandoned use <paramref name="token"/> into a new use, Pending, with the next token
+    /// (<paramref name="next"/>), in one CAS from that very word: true if this call did. The CAS decides against the
+    /// completer's claim (<see cref="TryBeginCompletion"/> from Abandoned, which would end the use unread) and against
+    /// another reviver: exactly one of them moves the word. The old token is stale from then on (a copy of the let-go task
+    /// is the await-once error, never a read of the new use). An abandoned use holds no waiter and no state (the waiter it
+    /// had was a direct waiter, taken out by <see cref="TryReplaceWaiter"/>, which writes no state), so there is nothing
+    /// to clear.
+    /// </summary>
+    public bool TryReviveAbandoned(short token, out short next)
+    {
+        int w = Volatile.Read(ref _word);
+        int revived = NextVersion(w); // Pending, with the next token; the marks are dropped, as by every version step
+        next = (short)revived;
+        return (short)w == token && (w & StateMask) == Abandoned && Interlocked.CompareExchange(ref _word, revived, w) == w;
+    }
+
+    /// <summary>
     /// Claims the report of completed use <paramref name="token"/>'s fault (<see cref="ReportedBit"/>): true the first
     /// time, false once claimed. True when the use is not the current completed one (reset meanwhile, or not published
     /// yet): the caller reports, as before there was a claim, rather than drop a fault.

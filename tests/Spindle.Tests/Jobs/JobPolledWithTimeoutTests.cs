@@ -1,4 +1,8 @@
 using System;
+using System.Collections.Concurrent;
+using System.Runtime.CompilerServices;
+using System.Threading;
+using System.Threading.Tasks;
 using Xunit;
 
 namespace SpindleLib.Tests.Jobs;
@@ -52,12 +56,36 @@ public class JobPolledWithTimeoutTests
             Assert.Throws<TimeoutException>(() => turn.GetAwaiter().GetResult());
         }
 
+        /// <summary>Opens the gate: the job fails.</summary>
+        public void Open() => _gate.Release.Set();
+
         /// <summary>Opens the gate: the job fails, and <paramref name="last"/> (the loop's last wait) gets its fault.</summary>
         public void FailAndRead(SpindleTask last)
         {
-            _gate.Release.Set();
+            Open();
             Assert.Same(Boom, Record.Exception(() => last.GetAwaiter().GetResult()));
             Assert.Equal(0, Wheel.PendingCount);
+        }
+
+        /// <summary>
+        /// Polls the job <paramref name="turns"/> times with a new <c>AsSpindleTask()</c> each turn, each timed out, and
+        /// checks every turn that what the job holds stays bounded: the JobWaits out of their pool (a Debug build's count,
+        /// against <paramref name="baseline"/>) and the edges on the job's waiter list.
+        /// </summary>
+        public void PollBounded(int turns, int baseline)
+        {
+            for (int i = 0; i < turns; i++)
+            {
+                TimeOut(Failing.AsSpindleTask());
+#if DEBUG
+                int held = Volatile.Read(ref JobWait.InUseForTests) - baseline;
+                int edges = Failing.Node!.WaiterCountForTests(Failing.Version);
+                if (held > 1 || edges > 1)
+                {
+                    Assert.Fail($"turn {i + 1}: the pending job holds {held} JobWaits and {edges} waiter edges (at most 1 each expected)");
+                }
+#endif
+            }
         }
 
         public void Dispose()
@@ -85,6 +113,70 @@ public class JobPolledWithTimeoutTests
             poll.FailAndRead(poll.Failing.AsSpindleTask());
         });
         Assert.True(reports.IsEmpty, $"the job's fault, which the loop's last wait observed, was also reported {reports.Count} times (once per timed-out turn)");
+    }
+
+    private const int LongPollTurns = 10_000;
+
+    // Failed before the let-go wait was revived with "turn 2: the pending job holds 2 JobWaits and 2 waiter edges (at most
+    // 1 each expected)": each turn's let-go wait stayed on the job's push-only waiter list until the job finished.
+    [Fact]
+    public async Task FailingJob_PolledWithANewTaskAndATimeoutEveryTurn_HoldsOneWait_AndTheFaultGoesToTheLastRead()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+#if DEBUG
+            int baseline = Volatile.Read(ref JobWait.InUseForTests);
+            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+#else
+            int baseline = 0;
+#endif
+            using var poll = new FailingJobPoll();
+            var reports = UnobservedReports.Observe(e => ReferenceEquals(e, poll.Boom), () =>
+            {
+                poll.PollBounded(LongPollTurns, baseline);
+                poll.FailAndRead(poll.Failing.AsSpindleTask());
+            });
+            Assert.True(reports.IsEmpty, $"the job's fault, which the loop's last wait observed, was also reported {reports.Count} times");
+#if DEBUG
+            TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "a JobWait never went back to its pool");
+            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+#endif
+        });
+    }
+
+    [Fact]
+    public async Task FailingJob_PolledWithANewTaskAndATimeoutEveryTurn_NeverRead_ItsFaultIsReportedExactlyOnce()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            Exception? boom = null;
+            ConcurrentQueue<Exception> reported = UnobservedReports.Observe(e => e is PolledJobFault, r =>
+            {
+                boom = PollAndFailUnread();
+                Assert.True(JobTestUtil.CollectUntilReported(r, boom, 50), "the fault of a polled job nobody read was never reported");
+                JobTestUtil.CollectUntilReported(r, new PolledJobFault(), 3); // time for a second report, if there were one
+            });
+            Assert.Single(reported, e => ReferenceEquals(e, boom));
+        });
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)] // no local of the caller keeps the handle, and so the failed node, alive
+    private static PolledJobFault PollAndFailUnread()
+    {
+#if DEBUG
+        int baseline = Volatile.Read(ref JobWait.InUseForTests);
+#else
+        int baseline = 0;
+#endif
+        using var poll = new FailingJobPoll();
+        poll.PollBounded(LongPollTurns, baseline);
+        JobHandle failing = poll.Failing;
+        poll.Open(); // the job fails, with nobody reading it
+        JobTestUtil.WaitByPolling(failing); // IsCompleted only: not an observation
+#if DEBUG
+        TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "the let-go wait never went back to its pool");
+#endif
+        return poll.Boom;
     }
 
     [Fact]

@@ -232,4 +232,90 @@ public class JobWaitLetGoTests
 #endif
         Assert.True(timedOut + jobWon == expected, $"{timedOut} timed out and {jobWon} saw the job finish, of {expected}");
     }
+
+    [Fact]
+    public async Task RevivalRacingTheJobsFinishAndASecondCaller_EveryWaitGoesBackToItsPoolOnce_AndEveryContinuationRunsOnce()
+    {
+        // Each round: a wait on a pending job, let go of by its timeout (Abandoned, its edge still on the job's list). Then
+        // racers 0 and 1 each call AsSpindleTask() (one may revive the let-go wait, the other rents a new one, or either
+        // finds the job finished) and await it; racer 2 lets the job finish (its worker claims the let-go wait from
+        // Abandoned, ending it unread, or the revived use from Pending or Waiting). The core's word decides each pair.
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var made = new ConcurrentQueue<Exception>();
+        Exception? boom = null;
+        int rounds = TestUtil.Stress(1500);
+        StrongBox<bool>? go = null;
+        JobHandle job = default;
+        SpindleTask letGo = default;
+        var callers = new SpindleTask[2];
+        int continuations = 0;
+        int expected = 0;
+        int revived = 0;
+#if DEBUG
+        int baseline = Volatile.Read(ref JobWait.InUseForTests);
+        int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+#endif
+        void Call(int racer)
+        {
+            SpindleTask task = job.AsSpindleTask();
+            callers[racer] = task;
+            task.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref continuations));
+        }
+
+        ConcurrentQueue<Exception> reports = await UnobservedReports.ObserveAsync(UnobservedReports.Own.InstancesIn(made), async _ =>
+        {
+            int ran = await TestUtil.WithTimeout(Race.Run(
+                rounds,
+                before: round =>
+                {
+                    go = new StrongBox<bool>();
+                    boom = round % 2 == 0 ? new JobWaitFault("revival raced in round " + round) : null;
+                    if (boom is not null)
+                    {
+                        made.Enqueue(boom);
+                    }
+                    job = new SpinJob { Go = go, Error = boom }.Schedule();
+                    JobHandle.ScheduleBatchedJobs();
+                    letGo = job.AsSpindleTask();
+                    SpindleTask turn = letGo.WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
+                    clock.Advance(TimeSpan.FromMilliseconds(1));
+                    Assert.Throws<TimeoutException>(() => turn.GetAwaiter().GetResult());
+                    expected += 2;
+                },
+                after: round =>
+                {
+                    TestUtil.SpinUntil(() => Volatile.Read(ref continuations) >= expected, () => "round " + round + ": a caller's continuation never ran");
+                    bool first = callers[0]._source == letGo._source;
+                    bool second = callers[1]._source == letGo._source;
+                    Assert.False(first && second, "round " + round + ": both callers were given the let-go wait");
+                    if (first || second)
+                    {
+                        revived++;
+                    }
+                    Assert.Same(boom, Record.Exception(() => callers[0].GetAwaiter().GetResult()));
+                    Assert.Same(boom, Record.Exception(() => callers[1].GetAwaiter().GetResult()));
+                    // The let-go use's token is stale, revived or ended unread: the await-once error, never a read of a later use.
+                    Assert.Throws<InvalidOperationException>(() => letGo.GetAwaiter().GetResult());
+                    Assert.Same(boom, JobTestUtil.CompleteCatching(job));
+#if DEBUG
+                    TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "round " + round + ": a JobWait never went back to its pool");
+                    Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+#endif
+                    Assert.Equal(expected, Volatile.Read(ref continuations));
+                },
+                _ => Call(0),
+                _ => Call(1),
+                _ => Volatile.Write(ref go!.Value, true)), TestUtil.StressTimeout(120));
+            Assert.True(ran > 0);
+        });
+        Assert.Empty(reports); // every fault was read by both callers
+        Assert.Equal(expected, Volatile.Read(ref continuations));
+        Assert.Equal(0, wheel.PendingCount);
+#if DEBUG
+        Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+        Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+#endif
+        Assert.True(revived > 0, "no round revived the let-go wait: the race never reached the revival");
+    }
 }

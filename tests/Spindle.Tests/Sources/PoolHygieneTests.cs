@@ -982,8 +982,8 @@ public sealed class PoolHygieneTests
             await TestUtil.WithTimeout(new RefJob { Payload = payload, Out = new int[1] }.Schedule().AsSpindleTask());
             await SwallowAsync(async () => await AwaitJob(new FaultingJob { Payload = payload }.Schedule()));
 
-            // A job's wait taken while the job is pending (JobWait): read on the job's success and on its fault, and let go
-            // of by a timeout (the job's finish recycles it).
+            // A job's wait taken while the job is pending (JobWait): read on the job's success and on its fault, let go of by
+            // a timeout, and revived by the next call and read.
             var jobStarted = new ManualResetEventSlim();
             var jobRelease = new ManualResetEventSlim();
             JobHandle pending = new WaitingJob { Payload = payload, Started = jobStarted, Release = jobRelease }.Schedule();
@@ -998,9 +998,12 @@ public sealed class PoolHygieneTests
                 jobClock.Advance(TimeSpan.FromMilliseconds(1));
                 Swallow(() => letGo.GetAwaiter().GetResult());
             }
+            // The let-go wait revived by the next call on the same job (a chained JobWait: its link is cleared in its pool).
+            SpindleTask revived = failsAfter.AsSpindleTask();
             jobRelease.Set();
             await TestUtil.WithTimeout(readOnSuccess);
             await SwallowAsync(() => TestUtil.WithTimeout(readOnFault));
+            await SwallowAsync(() => TestUtil.WithTimeout(revived));
             Eventually(() => checker.Seen.TryGetValue("JobWait", out int waits) && waits >= 3);
 
             // The blocking waits run on a thread of their own: after the awaits above the test may be running on a Spindle

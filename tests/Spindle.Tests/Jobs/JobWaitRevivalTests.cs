@@ -1,0 +1,191 @@
+using System;
+using System.Collections.Concurrent;
+using System.Threading;
+using System.Threading.Tasks;
+using Xunit;
+
+namespace SpindleLib.Tests.Jobs;
+
+/// <summary>
+/// <see cref="JobHandle.AsSpindleTask"/> on a pending job revives a wait of that job that a combinator let go of (see
+/// JobWait's remarks, "Reviving"), instead of leaving one more wait on the job's push-only waiter list each turn. The two
+/// races of the revival are forced here with the Debug hook <c>JobWait.TestHookBeforeRevive</c> (between the look at the
+/// let-go wait and the CAS that revives it): the job's finish claiming the wait first, and a second caller reviving it
+/// first. Run alone: the hook, the count of waits in use and the unobserved-exception event are process-wide.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class JobWaitRevivalTests
+{
+    private sealed class RevivalFault(string message) : Exception(message);
+
+    /// <summary>A job that fails (or succeeds) once its gate opens: it depends on a gated job that holds a worker.</summary>
+    private sealed class GatedJob : IDisposable
+    {
+        private readonly Gate _gate = new();
+
+        public GatedJob(Exception? error)
+        {
+            Error = error;
+            JobHandle gated = new GateJob(_gate).Schedule();
+            Handle = error is null ? new CountJob(new Counter()).Schedule(gated) : new ThrowJob(error).Schedule(gated);
+            JobHandle.ScheduleBatchedJobs();
+            _gate.WaitStarted();
+        }
+
+        public Exception? Error { get; }
+
+        public JobHandle Handle { get; }
+
+        /// <summary>Opens the gate and waits (without observing) until the job has finished.</summary>
+        public void Finish()
+        {
+            _gate.Release.Set();
+            JobTestUtil.WaitByPolling(Handle);
+        }
+
+        public void Dispose() => _gate.Release.Set();
+    }
+
+    /// <summary>Lets go of <paramref name="wait"/>: a WhenAny it loses detaches from it.</summary>
+    private static void LetGo(SpindleTask wait)
+    {
+        var winner = new Promise();
+        SpindleTask<int> any = SpindleTask.WhenAny(wait, winner.Task);
+        winner.SetResult();
+        Assert.Equal(1, any.GetAwaiter().GetResult());
+    }
+
+#if DEBUG
+    private static void RunWithHook(Action<JobWait> hook, Action body)
+    {
+        JobWait.TestHookBeforeRevive = w =>
+        {
+            JobWait.TestHookBeforeRevive = null; // once
+            hook(w);
+        };
+        try
+        {
+            body();
+        }
+        finally
+        {
+            JobWait.TestHookBeforeRevive = null;
+        }
+    }
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task TheJobsFinishClaimsTheLetGoWaitAsItIsRevived_TheCallerGetsTheJobsOutcome_AndEveryWaitIsPooledOnce(bool fails)
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            int baseline = Volatile.Read(ref JobWait.InUseForTests);
+            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            var boom = fails ? new RevivalFault("finished as the wait was revived") : null;
+            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => e is RevivalFault, () =>
+            {
+                using var job = new GatedJob(boom);
+                SpindleTask letGo = job.Handle.AsSpindleTask();
+                LetGo(letGo);
+                bool hooked = false;
+                SpindleTask late = default;
+                RunWithHook(
+                    w =>
+                    {
+                        hooked = true;
+                        Assert.Same(letGo._source, w);
+                        job.Finish(); // its finish claims the let-go wait from Abandoned, ends it unread and pools it
+                        TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "the finished job's let-go wait never went back to its pool");
+                    },
+                    () => late = job.Handle.AsSpindleTask());
+                Assert.True(hooked, "the call never found the let-go wait: the race was not forced");
+                Assert.True(late.IsCompleted, "the caller was given a wait that the job's finish had already ended (and pooled)");
+                Assert.Same(boom, Record.Exception(() => late.GetAwaiter().GetResult()));
+                Assert.Throws<InvalidOperationException>(() => letGo.GetAwaiter().GetResult());
+            });
+            Assert.Empty(reports);
+            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+        });
+    }
+
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task ASecondCallerRevivesTheLetGoWaitFirst_TheFirstGetsANewOne_AndEachContinuationRunsOnce(bool fails)
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            int baseline = Volatile.Read(ref JobWait.InUseForTests);
+            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            var boom = fails ? new RevivalFault("revived by two callers") : null;
+            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => e is RevivalFault, () =>
+            {
+                using var job = new GatedJob(boom);
+                SpindleTask letGo = job.Handle.AsSpindleTask();
+                LetGo(letGo);
+                SpindleTask second = default;
+                SpindleTask first = default;
+                RunWithHook(_ => second = job.Handle.AsSpindleTask(), () => first = job.Handle.AsSpindleTask());
+                Assert.Same(letGo._source, second._source); // the second caller revived it
+                Assert.IsType<JobWait>(first._source);
+                Assert.NotSame(letGo._source, first._source); // the first, whose CAS lost, rented a new wait
+                Assert.Throws<InvalidOperationException>(() => letGo.GetAwaiter().GetResult()); // stale: never the new use's read
+                Assert.Equal(baseline + 2, Volatile.Read(ref JobWait.InUseForTests));
+                Assert.Equal(2, job.Handle.Node!.WaiterCountForTests(job.Handle.Version));
+                int ran = 0;
+                first.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref ran));
+                second.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref ran));
+                job.Finish();
+                TestUtil.SpinUntil(() => Volatile.Read(ref ran) == 2, () => $"{Volatile.Read(ref ran)} of the 2 continuations ran");
+                Assert.Same(boom, Record.Exception(() => first.GetAwaiter().GetResult()));
+                Assert.Same(boom, Record.Exception(() => second.GetAwaiter().GetResult()));
+                Assert.Equal(2, Volatile.Read(ref ran));
+            });
+            Assert.Empty(reports);
+            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+        });
+    }
+
+    [Fact]
+    public async Task TwoLoopsPollingOneJobInTurn_EachTurnRevivesALetGoWait_AndTheJobHoldsTwo()
+    {
+        // Loop A's wait is pending while loop B calls (B gets a wait of its own), then A lets go and calls again: it finds
+        // its let-go wait behind B's on the job's chain. So two loops hold two waits, however many turns they take.
+        await JobTestUtil.Bounded(() =>
+        {
+            int baseline = Volatile.Read(ref JobWait.InUseForTests);
+            var boom = new RevivalFault("polled by two loops");
+            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => e is RevivalFault, () =>
+            {
+                using var job = new GatedJob(boom);
+                SpindleTask a = job.Handle.AsSpindleTask();
+                SpindleTask b = default;
+                for (int turn = 0; turn < 1000; turn++)
+                {
+                    if (turn > 0)
+                    {
+                        LetGo(b);
+                    }
+                    b = job.Handle.AsSpindleTask();
+                    LetGo(a);
+                    a = job.Handle.AsSpindleTask();
+                    int held = Volatile.Read(ref JobWait.InUseForTests) - baseline;
+                    int edges = job.Handle.Node!.WaiterCountForTests(job.Handle.Version);
+                    if (held > 2 || edges > 2)
+                    {
+                        Assert.Fail($"turn {turn + 1}: the job polled by two loops holds {held} JobWaits and {edges} waiter edges (2 expected)");
+                    }
+                }
+                job.Finish();
+                Assert.Same(boom, Record.Exception(() => a.GetAwaiter().GetResult()));
+                Assert.Same(boom, Record.Exception(() => b.GetAwaiter().GetResult()));
+            });
+            Assert.Empty(reports);
+            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+        });
+    }
+#endif
+}
