@@ -29,6 +29,13 @@ public sealed class RunCancellationTests
         Assert.Equal(token, e.CancellationToken);
     }
 
+    /// <summary>
+    /// How many holders a cancelled run's item still has (RunItem's <c>_holds</c>): 2 while it waits in a queue, 1 once the
+    /// worker that dequeued it has let go, so that the consumer's read is the last and returns it to the reader's pool.
+    /// </summary>
+    private static int QueueHolds(object item)
+        => (int)item.GetType().GetField("_holds", System.Reflection.BindingFlags.NonPublic | System.Reflection.BindingFlags.Instance)!.GetValue(item)!;
+
     [Fact]
     public void AlreadyCancelled_EveryOverload_GivesACancelledTask_AndRunsNothing()
     {
@@ -123,7 +130,11 @@ public sealed class RunCancellationTests
 
         // The workers now reach the cancelled items, let go of them, and run nothing.
         await TestUtil.WithTimeout(Spindle.Run(() => { }));
-        Thread.Sleep(50);
+        // Each item's worker must have let go of it before this thread reads it, or the item goes back to that worker's
+        // pool, not this thread's. A later item's completion does not prove that (another worker may have dequeued an
+        // item and not yet let go), and a 50 ms sleep here was too short under load: wait for the holds themselves.
+        TestUtil.SpinUntil(() => readLater.All(t => QueueHolds(t._source!) == 1),
+            () => "holds: " + string.Join(",", readLater.Select(t => QueueHolds(t._source!))));
         Assert.Equal(0, Volatile.Read(ref ran));
         // Read last, these go back to this thread's pool here, and the next runs rented on this thread, before it
         // awaits anything (an await may resume on another thread, with another pool), get those very items.

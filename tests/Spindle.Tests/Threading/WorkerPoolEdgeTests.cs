@@ -923,8 +923,10 @@ public class WorkerPoolEdgeSequentialTests
             Interlocked.Exchange(ref s_reachabilityRan, 0);
             WeakReference[] refs = QueueItemsFromAWorker(pool, Count);
             TestUtil.SpinUntil(() => Volatile.Read(ref s_reachabilityRan) == Count, 20);
-            // Let both workers run out of work, spin and park.
-            Thread.Sleep(300);
+            // Let both workers run out of work, spin and park. Waited for, not slept: a worker that has not parked yet may
+            // still hold the last item it ran or looked at (the count above is taken inside that item), for as long as it
+            // is descheduled; a 300 ms sleep failed under load with both workers still spinning ("idle=0 spinning=2").
+            TestUtil.SpinUntil(() => pool.IdleWorkers == pool.WorkerCount, () => pool.Describe());
             GC.Collect();
             GC.WaitForPendingFinalizers();
             GC.Collect();
