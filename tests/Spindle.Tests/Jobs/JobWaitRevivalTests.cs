@@ -109,6 +109,47 @@ public class JobWaitRevivalTests
         });
     }
 
+    /// <summary>
+    /// Two waits on one job that then succeeds: the first is read (pooled again; <paramref name="read"/> refers to it
+    /// weakly), the second, taken after it (so chained to it), is handed back unread.
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static SpindleTask TwoWaitsOneReadOneKept(out WeakReference read)
+    {
+        using var job = new GatedJob(null);
+        SpindleTask first = job.Handle.AsSpindleTask();
+        SpindleTask kept = job.Handle.AsSpindleTask();
+        Assert.NotSame(first._source, kept._source);
+        read = new WeakReference(first._source);
+        job.Finish();
+        first.GetAwaiter().GetResult();
+        return kept;
+    }
+
+    [Fact]
+    public async Task AFinishedWaitKeptUnread_KeepsNoLinkToAnEarlierWaitOfItsJob_SoALaterJobsUnobservedFaultIsStillReported()
+    {
+        // A wait nobody reads is legal (it observes nothing), and a caller may keep its task (looking at IsCompleted, say).
+        // Its link to the wait chained before it on the same job (JobWait._previous) serves only while that job is pending:
+        // kept after the finish, it would hold that earlier wait after its read and pooling, and whatever it is rented for
+        // next, here a later failed job's wait, dropped unread, whose fault must still be reported when it is collected.
+        await JobTestUtil.Bounded(() =>
+        {
+            var later = new RevivalFault("a later job's fault, read by nobody");
+            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => ReferenceEquals(e, later), r =>
+            {
+                SpindleTask kept = TwoWaitsOneReadOneKept(out WeakReference read);
+                Assert.True(kept.IsCompleted);
+                Assert.True(FailWithAWaitDroppedUnread(later, read), "the later job's wait was not the pooled one: the case was not forced");
+                Assert.True(
+                    JobTestUtil.CollectUntilReported(r, later, 50),
+                    "a later job's unobserved fault was never reported: a finished wait kept unread still linked to an earlier wait of its job, pooled and rented for that job");
+                GC.KeepAlive(kept._source);
+            });
+            Assert.Single(reports);
+        });
+    }
+
 #if DEBUG
     private static void RunWithHook(Action<JobWait> hook, Action body)
     {
