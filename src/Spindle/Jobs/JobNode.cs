@@ -75,8 +75,10 @@ internal abstract class JobNode : WorkItem
     /// The latest <see cref="JobWait"/> pushed onto this job's waiter list (<see cref="JobHandle.AsSpindleTask"/> on a
     /// pending job), the head of a chain through the job's waits (JobWait's remarks, "Reviving"): a hint only, written by
     /// JobWait alone and never trusted (every wait found through it is checked against its own job and version, and
-    /// revived by a CAS on its own core's word). Cleared when the node is recycled; a late link may leave it pointing to a
-    /// wait of an earlier use, which that check then rejects.
+    /// revived by a CAS on its own core's word). Cleared when the job finishes, whatever its outcome (a failed node is
+    /// never recycled: a link it kept would hold a wait read and pooled since, and whatever that wait is rented for next);
+    /// a link written after that (a caller whose push raced the finish) is taken back by that caller
+    /// (<c>JobWait.Chain</c>), so a finished or pooled node holds no wait.
     /// </summary>
     internal JobWait? LatestWait;
 
@@ -193,7 +195,6 @@ internal abstract class JobNode : WorkItem
         long next = (rs & ~0xFFFFFFFFL) + (1L << 32);
         Volatile.Write(ref _refState, next);
         ClearJob();
-        LatestWait = null; // a pooled node holds no wait (one plain store: the only cost AsSpindleTask's revival puts on this path)
         if ((int)(next >> 32) == 0)
         {
             // The 32-bit version wrapped: pooled again, the node would give a later job a version that an old handle
@@ -526,6 +527,15 @@ internal abstract class JobNode : WorkItem
         Volatile.Write(ref _state, fault is null ? Succeeded : Faulted);
         int version = Version; // unchanged until the last reference is dropped, after this
         Edge? edges = Interlocked.Exchange(ref _edges, s_sealed);
+        // The chain of the job's waits serves only while it is pending (JobWait's remarks, "Reviving"): dropped now, for
+        // every outcome, since a failed node is never recycled and would keep it for ever (and, through a wait read and
+        // pooled since, whatever that wait is rented for next). Read after the Exchange (a full fence) and the state
+        // store: a link written after this read is taken back by its writer, whose look at the state follows its own CAS
+        // (JobWait.Chain). A read, and a store only when a wait was taken: the only cost the revival puts on this path.
+        if (Volatile.Read(ref LatestWait) is not null)
+        {
+            Volatile.Write(ref LatestWait, null);
+        }
         // Two passes. Dependents first, so that every job waiting for this one is ready (queued, or kept to run inline)
         // before any awaiter's continuation runs: a continuation may Complete() a dependent, which must then find it.
         Edge? continuations = null;

@@ -48,10 +48,13 @@ namespace SpindleLib;
 /// revival on, so a copy of its task is the await-once error, never a read of the new use. Reviving never returns the
 /// object to its pool, so the invariant above is unchanged. A wait is chained only once its push succeeded (a revoked
 /// push recycles at once and is never chained), and the waits of a pending job are never recycled (they complete only
-/// at its finish), so the chain of a pending job is intact; after the finish, a stale link (the node's, or one a caller
-/// wrote after its wait had already completed and been recycled) may reach a recycled wait, or one of another job, which
-/// the job-and-version check rejects, and the walk stops there; it never walks more than <see cref="MaxRevivalWalk"/>
-/// waits, so a stale link can make no cycle it follows for ever.</para>
+/// at its finish), so the chain of a pending job is intact. The job's finish drops the node's link, whatever the outcome
+/// (a failed node is never recycled, and would otherwise hold the wait after its read, and whatever the pooled wait is
+/// rented for next), and a caller whose link lands after that takes it back (<see cref="Chain"/>); each wait's own link
+/// is dropped when the finish runs its waiter (a wait may be kept unread after that). Until then, a stale
+/// link may reach a recycled wait, or one of another job, which the job-and-version check rejects, and the walk stops
+/// there; it never walks more than <see cref="MaxRevivalWalk"/> waits, so a stale link can make no cycle it follows for
+/// ever.</para>
 /// </remarks>
 [StackTraceHidden]
 internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource, IPoolNode<JobWait>
@@ -61,7 +64,7 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     private SourceCore<VoidResult> _core;
     private JobNode? _node;
     private int _jobVersion;
-    private JobWait? _previous; // the wait chained before this one on the same job, if any (see the remarks, "Reviving")
+    private JobWait? _previous; // the wait chained before this one on the same job while it is pending (see the remarks, "Reviving")
     private JobWait? _poolNext;
 
     /// <summary>How many of a job's chained waits <see cref="TryStart"/> looks at for one to revive (see the remarks).</summary>
@@ -166,6 +169,13 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
             JobWait? seen = Interlocked.CompareExchange(ref node.LatestWait, wait, head);
             if (seen == head)
             {
+                // The job's finish drops the link (JobNode.FinishCore), but only one it can see: a link made after its
+                // look is taken back here. The CAS above is a full fence, paired with the finish's state store and
+                // Exchange before its look, so one of the two always sees the other.
+                if (node.IsCompleted(version))
+                {
+                    Interlocked.CompareExchange(ref node.LatestWait, null, wait);
+                }
                 return;
             }
             head = seen;
@@ -175,6 +185,10 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     /// <summary>The job finished (or, for an edge a later job delivered, the job it was meant for succeeded): see the remarks.</summary>
     private void OnJobFinished()
     {
+        // The link serves only while the job is pending: a wait kept unread after this (which is legal) must not hold the
+        // wait chained before it, read and pooled since, and whatever that one is rented for next. Before the claim: once
+        // published, the use may be read and the object recycled at once.
+        _previous = null;
         // Nothing else completes the core, and the use cannot be consumed before it completes: the claim always wins.
         bool claimed = _core.TryBeginCompletion(out object? waiter);
         Debug.Assert(claimed, "only the job's finish completes a JobWait");

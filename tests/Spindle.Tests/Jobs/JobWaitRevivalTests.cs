@@ -55,6 +55,101 @@ public class JobWaitRevivalTests
         Assert.Equal(1, any.GetAwaiter().GetResult());
     }
 
+    /// <summary>
+    /// A job that fails, awaited through its wait (which observes the fault, and goes back to this thread's pool): the
+    /// job's handle is kept (returned), the wait is not (only a weak reference to it, in <paramref name="wait"/>).
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static GatedJob FailAndRead(Exception boom, out WeakReference wait)
+    {
+        var job = new GatedJob(boom);
+        SpindleTask read = job.Handle.AsSpindleTask();
+        wait = new WeakReference(read._source);
+        job.Finish();
+        Assert.Same(boom, Record.Exception(() => read.GetAwaiter().GetResult()));
+        return job;
+    }
+
+    /// <summary>
+    /// A job that fails, with a wait on it taken and dropped unread (a wait nobody reads observes nothing: the job's holder
+    /// reports the fault when it is collected). True if that wait was the object <paramref name="wait"/> refers to.
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static bool FailWithAWaitDroppedUnread(Exception boom, WeakReference wait)
+    {
+        using var job = new GatedJob(boom);
+        SpindleTask dropped = job.Handle.AsSpindleTask();
+        bool same = ReferenceEquals(dropped._source, wait.Target);
+        job.Finish();
+        Assert.True(dropped.IsCompleted);
+        return same;
+    }
+
+    [Fact]
+    public async Task AFailedJobKeptByItsCaller_KeepsNoLinkToAWaitThatWentBackToItsPool_SoALaterJobsUnobservedFaultIsStillReported()
+    {
+        // A failed node is never recycled, so it is never cleared for a pool: a link it kept to the last wait pushed on it
+        // (the chain's head, JobNode.LatestWait) would outlive that wait's read, and hold whatever the pooled wait is
+        // rented for next. Here the next use is a wait on another job that fails, taken and dropped unread: that job's
+        // fault must still be reported when it is collected, not kept from its finalizer by the first job's handle.
+        await JobTestUtil.Bounded(() =>
+        {
+            var kept = new RevivalFault("the failed job whose handle is kept");
+            var later = new RevivalFault("a later job's fault, read by nobody");
+            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => ReferenceEquals(e, later), r =>
+            {
+                using GatedJob first = FailAndRead(kept, out WeakReference wait);
+                Assert.True(FailWithAWaitDroppedUnread(later, wait), "the later job's wait was not the pooled one: the case was not forced");
+                Assert.True(
+                    JobTestUtil.CollectUntilReported(r, later, 50),
+                    "a later job's unobserved fault was never reported: a failed job kept by its caller still linked to the wait, pooled and rented for that job");
+                GC.KeepAlive(first);
+            });
+            Assert.Single(reports);
+        });
+    }
+
+    /// <summary>
+    /// Two waits on one job that then succeeds: the first is read (pooled again; <paramref name="read"/> refers to it
+    /// weakly), the second, taken after it (so chained to it), is handed back unread.
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static SpindleTask TwoWaitsOneReadOneKept(out WeakReference read)
+    {
+        using var job = new GatedJob(null);
+        SpindleTask first = job.Handle.AsSpindleTask();
+        SpindleTask kept = job.Handle.AsSpindleTask();
+        Assert.NotSame(first._source, kept._source);
+        read = new WeakReference(first._source);
+        job.Finish();
+        first.GetAwaiter().GetResult();
+        return kept;
+    }
+
+    [Fact]
+    public async Task AFinishedWaitKeptUnread_KeepsNoLinkToAnEarlierWaitOfItsJob_SoALaterJobsUnobservedFaultIsStillReported()
+    {
+        // A wait nobody reads is legal (it observes nothing), and a caller may keep its task (looking at IsCompleted, say).
+        // Its link to the wait chained before it on the same job (JobWait._previous) serves only while that job is pending:
+        // kept after the finish, it would hold that earlier wait after its read and pooling, and whatever it is rented for
+        // next, here a later failed job's wait, dropped unread, whose fault must still be reported when it is collected.
+        await JobTestUtil.Bounded(() =>
+        {
+            var later = new RevivalFault("a later job's fault, read by nobody");
+            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => ReferenceEquals(e, later), r =>
+            {
+                SpindleTask kept = TwoWaitsOneReadOneKept(out WeakReference read);
+                Assert.True(kept.IsCompleted);
+                Assert.True(FailWithAWaitDroppedUnread(later, read), "the later job's wait was not the pooled one: the case was not forced");
+                Assert.True(
+                    JobTestUtil.CollectUntilReported(r, later, 50),
+                    "a later job's unobserved fault was never reported: a finished wait kept unread still linked to an earlier wait of its job, pooled and rented for that job");
+                GC.KeepAlive(kept._source);
+            });
+            Assert.Single(reports);
+        });
+    }
+
 #if DEBUG
     private static void RunWithHook(Action<JobWait> hook, Action body)
     {
@@ -146,6 +241,72 @@ public class JobWaitRevivalTests
             Assert.Empty(reports);
             Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
             Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+        });
+    }
+
+    /// <summary>A job type used only here, so that its pool holds only its own nodes, which no other job takes meanwhile.</summary>
+    private struct LateChainJob : IJob
+    {
+        public readonly void Execute()
+        {
+        }
+    }
+
+    /// <summary>
+    /// With every worker held, takes a wait on a job whose finish (run on this thread, so its node goes back to this
+    /// thread's pool) lands between the wait's push and its link on the node's chain: the push was delivered, so the
+    /// call hands back the (completed) wait, and links it after the node was cleared for its pool. The wait is read
+    /// (pooled again); hands back the pooled node, and a weak reference to the wait.
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
+    private static JobNode ChainAfterTheFinish(out WeakReference wait)
+    {
+        using var hold = new HoldWorkers();
+        JobHandle job = new LateChainJob().Schedule();
+        JobNode node = job.Node!;
+        bool finished = false;
+        JobNode.TestHookAfterEdgePush = _ =>
+        {
+            JobNode.TestHookAfterEdgePush = null;
+            job.Complete(); // runs it here: its finish delivers the wait's edge, and the node goes back to this thread's pool
+            finished = node.Version != job.Version;
+        };
+        SpindleTask late;
+        try
+        {
+            late = job.AsSpindleTask();
+        }
+        finally
+        {
+            JobNode.TestHookAfterEdgePush = null;
+        }
+        Assert.True(finished, "the job was not finished and its node pooled between the push and the link: the race was not forced");
+        Assert.IsType<JobWait>(late._source); // delivered, not revoked: the caller got the wait
+        wait = new WeakReference(late._source);
+        Assert.True(late.IsCompleted);
+        late.GetAwaiter().GetResult(); // the wait goes back to this thread's pool
+        return node;
+    }
+
+    [Fact]
+    public async Task AWaitLinkedAfterItsJobFinishedAndItsNodeWasPooled_LeavesNoLinkOnThePooledNode()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            var later = new RevivalFault("a later job's fault, read by nobody");
+            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => ReferenceEquals(e, later), r =>
+            {
+                JobNode pooled = ChainAfterTheFinish(out WeakReference wait);
+                Assert.True(
+                    Volatile.Read(ref pooled.LatestWait) is null,
+                    "a node in its pool links to a wait (JobNode.LatestWait): written by a caller whose push raced the job's finish, after the node was cleared");
+                // What that link would hold: the pooled wait rented for a later job's wait, dropped unread, whose fault
+                // must still be reported when it is collected.
+                Assert.True(FailWithAWaitDroppedUnread(later, wait), "the later job's wait was not the pooled one: the case was not forced");
+                Assert.True(JobTestUtil.CollectUntilReported(r, later, 50), "a later job's unobserved fault was never reported");
+                GC.KeepAlive(pooled);
+            });
+            Assert.Single(reports);
         });
     }
 
