@@ -289,6 +289,45 @@ public class JobWaitRevivalTests
     }
 
     [Fact]
+    public async Task AWaitWhoseJobFinishesBetweenItsPushAndItsLink_KeepsNoLinkToAnEarlierWaitOfItsJob()
+    {
+        // The finish runs the second wait's waiter (which drops its link) before that wait's caller links it to the first,
+        // still unread: a link written then would be kept by a caller who keeps the second task unread, as in the case
+        // above (the first wait, read and pooled, then rented for anything). It holds because the finish drops the node's
+        // link before it runs any waiter, so the caller finds no head to link to (and a caller that read the head just
+        // before fails its CAS on the node's cleared link and links again, to nothing). A pin, written by the lead while
+        // checking the review's fix: it passed on that fix.
+        await JobTestUtil.Bounded(() =>
+        {
+            using var hold = new HoldWorkers();
+            JobHandle job = new LateChainJob().Schedule();
+            SpindleTask first = job.AsSpindleTask();
+            bool finished = false;
+            JobNode.TestHookAfterEdgePush = _ =>
+            {
+                JobNode.TestHookAfterEdgePush = null;
+                job.Complete(); // runs both waits' waiters here, before the second call links its wait
+                finished = first.IsCompleted;
+            };
+            SpindleTask second;
+            try
+            {
+                second = job.AsSpindleTask();
+            }
+            finally
+            {
+                JobNode.TestHookAfterEdgePush = null;
+            }
+            Assert.True(finished, "the job did not finish between the second wait's push and its link: the race was not forced");
+            JobWait wait = Assert.IsType<JobWait>(second._source);
+            object? link = typeof(JobWait).GetField("_previous", System.Reflection.BindingFlags.NonPublic | System.Reflection.BindingFlags.Instance)!.GetValue(wait);
+            Assert.True(link is null, "a finished wait, handed to its caller, still links to an earlier wait of its job (JobWait._previous): linked after the finish had dropped its link");
+            first.GetAwaiter().GetResult();
+            second.GetAwaiter().GetResult();
+        });
+    }
+
+    [Fact]
     public async Task AWaitLinkedAfterItsJobFinishedAndItsNodeWasPooled_LeavesNoLinkOnThePooledNode()
     {
         await JobTestUtil.Bounded(() =>
