@@ -175,6 +175,10 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
                 if (node.IsCompleted(version))
                 {
                     Interlocked.CompareExchange(ref node.LatestWait, null, wait);
+                    // And this wait's own link, which the finish dropped when it ran the waiter but a retry of the CAS
+                    // above may have written again since (a link to another caller's wait, chained after the finish).
+                    // This caller still owns the wait: its task is not handed out yet, so nothing can read or recycle it.
+                    wait._previous = null;
                 }
                 return;
             }
