@@ -81,7 +81,9 @@ public class JobWaitRevivalTests
         SpindleTask dropped = job.Handle.AsSpindleTask();
         bool same = ReferenceEquals(dropped._source, wait.Target);
         job.Finish();
-        Assert.True(dropped.IsCompleted);
+        // The handle is completed before the finish runs the job's waiters (on the worker that ran it): wait for this one's
+        // (seen in CI: an assertion of IsCompleted right after Finish failed under load).
+        TestUtil.SpinUntil(() => dropped.IsCompleted, () => "the failed job's finish never ran the dropped wait's waiter");
         return same;
     }
 
@@ -123,6 +125,8 @@ public class JobWaitRevivalTests
         read = new WeakReference(first._source);
         job.Finish();
         first.GetAwaiter().GetResult();
+        // The finish may run the first wait's waiter before the second's: wait for the second too (the caller asserts it completed).
+        TestUtil.SpinUntil(() => kept.IsCompleted, () => "the job's finish never ran the kept wait's waiter");
         return kept;
     }
 
