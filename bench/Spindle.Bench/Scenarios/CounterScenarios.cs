@@ -360,7 +360,7 @@ public sealed class CountersSignalScenario : Scenario
             {
                 if (queue.TryDequeue(out TaskCounter? c))
                 {
-                        c.Waiting!.SetResult();
+                    c.Waiting!.SetResult();
                 }
                 else
                 {
@@ -394,7 +394,7 @@ public sealed class CountersSignalScenario : Scenario
             {
                 if (waiting.TryDequeue(out Counters.Counter? c))
                 {
-                        signalled.Enqueue(c);
+                    signalled.Enqueue(c);
                 }
                 else
                 {
@@ -409,8 +409,8 @@ public sealed class CountersSignalScenario : Scenario
             {
                 if (signalled.TryDequeue(out Counters.Counter? c))
                 {
-                        c.Count++;
-                        waiting.Enqueue(c);
+                    c.Count++;
+                    waiting.Enqueue(c);
                 }
                 else
                 {
@@ -458,7 +458,7 @@ public sealed class CountersSignalScenario : Scenario
             {
                 if (queue.TryDequeue(out SpindleCounter? c))
                 {
-                        c.Signal.Set();
+                    c.Signal.Set();
                 }
                 else
                 {
