@@ -216,7 +216,13 @@ internal sealed class WorkerPool : Scheduler
         {
             return null;
         }
-        return w.Timers ??= create(state);
+        WorkerTimers? timers = w.Timers;
+        if (timers is null)
+        {
+            timers = create(state);
+            Volatile.Write(ref w.Timers, timers); // other workers read it to rescue its overdue timers (RescueOverdueTimers)
+        }
+        return timers;
     }
 
     /// <summary>How many items a busy worker runs between looks at its timers.</summary>
@@ -282,6 +288,18 @@ internal sealed class WorkerPool : Scheduler
             _injection.Enqueue(item); // its interlocked tail update is the full fence
         }
         NotifyIfNoneSpinning();
+    }
+
+    /// <summary>
+    /// Wakes one parked worker, if any: a worker running an item started a timer earlier than any its shard had, and a
+    /// parked worker must look again when it falls due, to rescue it if that item still runs (<see cref="RescueOverdueTimers"/>).
+    /// </summary>
+    internal void WakeOneIdle()
+    {
+        if (_idle.Count != 0)
+        {
+            _idle.TryWakeOne();
+        }
     }
 
     private void NotifyIfNoneSpinning()
@@ -467,6 +485,65 @@ internal sealed class WorkerPool : Scheduler
         return null;
     }
 
+    /// <summary>
+    /// Runs an item from the worker loop (<see cref="Execute"/>), lending the worker's timers meanwhile
+    /// (<see cref="WorkerTimers.Lend"/>): while the item runs, an idle worker may fire those that fall due
+    /// (<see cref="RescueOverdueTimers"/>), so a long item (a blocking call, a heavy computation) does not hold them back,
+    /// nor the ones it starts itself before it blocks.
+    /// </summary>
+    private static void ExecuteLendingTimers(Worker self, WorkItem item)
+    {
+        WorkerTimers? timers = self.Timers;
+        if (timers is not null)
+        {
+            timers.Lend();
+            Execute(item);
+            timers.Reclaim();
+        }
+        else
+        {
+            Execute(item);
+        }
+    }
+
+    /// <summary>
+    /// Fires, for an idle worker about to park, the overdue timers of other workers that are running an item
+    /// (<see cref="WorkerTimers.TryRescue"/>): their continuations are queued to this worker. Go's scheduler does the
+    /// same with the timers of a busy processor (<c>stealWork</c> runs <c>checkTimers</c> on the others'). A parked worker
+    /// looks again every <see cref="RunNextLookMilliseconds"/> while another runs an item, so a timer held by a long
+    /// item fires about that late at most, as long as a worker is free.
+    /// </summary>
+    private bool RescueOverdueTimers(Worker self)
+    {
+        bool ran = false;
+        foreach (Worker other in _workers)
+        {
+            if (other != self && Volatile.Read(ref other.Timers) is { } timers && timers.TryRescue())
+            {
+                ran = true;
+            }
+        }
+        return ran;
+    }
+
+    /// <summary>How long until the earliest timer of another worker falls due, as the owners last published it.</summary>
+    private TimeSpan UntilOthersTimersDue(Worker self)
+    {
+        TimeSpan earliest = Timeout.InfiniteTimeSpan;
+        foreach (Worker other in _workers)
+        {
+            if (other != self && Volatile.Read(ref other.Timers) is { } timers)
+            {
+                TimeSpan until = timers.UntilDue();
+                if (until != Timeout.InfiniteTimeSpan && (earliest == Timeout.InfiniteTimeSpan || until < earliest))
+                {
+                    earliest = until;
+                }
+            }
+        }
+        return earliest;
+    }
+
     /// <summary>Runs an item from the worker loop, where the thread's context is the default, and puts the default back.</summary>
     private static void Execute(WorkItem item)
     {
@@ -533,7 +610,7 @@ internal sealed class WorkerPool : Scheduler
                 item = FindWorkTakingTurns(self, stealRunNext: false);
                 if (item is not null)
                 {
-                    Execute(item);
+                    ExecuteLendingTimers(self, item);
                     // A busy worker still looks at its timers now and then, or they would wait for it to run dry.
                     if (self.Timers is { } busyTimers && ++self.SinceTimerPoll >= TimerPollInterval)
                     {
@@ -588,7 +665,7 @@ internal sealed class WorkerPool : Scheduler
                 // This worker stops spinning to run what it found. If more work is visible and no one else spins,
                 // wake a parked worker to take it (Go's scheduler does the same), or it would wait behind this item.
                 WakeIfMoreWork(self);
-                Execute(item);
+                ExecuteLendingTimers(self, item);
                 continue;
             }
 
@@ -601,6 +678,10 @@ internal sealed class WorkerPool : Scheduler
             {
                 continue; // timers fired (or are due) after all: stay awake
             }
+            if (RescueOverdueTimers(self))
+            {
+                continue; // another worker's overdue timers fired: their continuations are queued here
+            }
 
             // Park: announce, re-check, then block (see the class remarks). The re-check takes a run-next item at first
             // sight: one queued before the announcement woke nobody (its producer saw this worker spinning, or not yet
@@ -611,7 +692,7 @@ internal sealed class WorkerPool : Scheduler
             {
                 _idle.StandDown(self.Index);
                 WakeIfMoreWork(self);
-                Execute(item);
+                ExecuteLendingTimers(self, item);
                 continue;
             }
             // While it blocks, its timers are parked: a thread that cancels one of them tidies them itself, since a
@@ -624,6 +705,17 @@ internal sealed class WorkerPool : Scheduler
                 continue;
             }
             int waitMs = untilTimer == Timeout.InfiniteTimeSpan ? Timeout.Infinite : RoundUpToMilliseconds(untilTimer);
+            if (UntilOthersTimersDue(self) is var untilOthers && untilOthers != Timeout.InfiniteTimeSpan)
+            {
+                // Wake when another worker's timers fall due, a tick late (an owner that is free fires them itself first,
+                // and publishes its next), and rescue them if their owner is still running an item; no sooner than the
+                // run-next look, so a worker whose timers fall due every millisecond costs the others no more wake-ups.
+                int othersMs = Math.Max(RunNextLookMilliseconds, RoundUpToMilliseconds(untilOthers) + 1);
+                if ((uint)othersMs < (uint)waitMs)
+                {
+                    waitMs = othersMs;
+                }
+            }
             if ((uint)waitMs > RunNextLookMilliseconds && OthersRunning())
             {
                 // Another worker is running an item, and a hand-off it leaves in its run-next slot may have missed this

@@ -129,9 +129,17 @@ internal sealed class WheelShard : WorkerTimers
     internal static Action<TimerNode?>? TestHookBeforeInboxCas;
 #endif
 
-    /// <summary>Links <paramref name="node"/> directly. Owner only (a worker adding to its own shard).</summary>
+    /// <summary>
+    /// Links <paramref name="node"/> directly. Owner only (a worker adding to its own shard); if the owner has lent the
+    /// shard for the item it is running (<see cref="WorkerTimers.Lend"/>), it takes it back for the link.
+    /// </summary>
     public void AddOwned(TimerNode node, long now)
     {
+        bool lent = IsLent;
+        if (lent)
+        {
+            Reclaim();
+        }
         node.Shard = this;
         if (_linkedOwner == 0 && now > _elapsed)
         {
@@ -139,6 +147,21 @@ internal sealed class WheelShard : WorkerTimers
         }
         Link(node);
         PublishCount();
+        bool earliest = node.Deadline < _nextDue;
+        if (earliest)
+        {
+            Volatile.Write(ref _nextDue, node.Deadline);
+        }
+        if (lent)
+        {
+            Lend();
+            if (earliest)
+            {
+                // A parked worker sleeps until the other workers' timers were due when it parked: wake one, so it parks
+                // again no longer than until this one, and rescues it if this item still runs then.
+                WorkerPool.Shared.WakeOneIdle();
+            }
+        }
     }
 
     /// <summary>Hands a cancelled node to the owner (one CAS); the first since the owner last looked sees that it is released promptly (<see cref="TimerWheel.OnCancelQueued"/>).</summary>
@@ -211,18 +234,61 @@ internal sealed class WheelShard : WorkerTimers
     public override bool HasPending => _linkedOwner != 0 || Volatile.Read(ref _cancelInbox) is not null;
 
     /// <inheritdoc/>
+    /// <remarks>A worker that polls while it blocks inside an item takes its lent shard back for the poll (its
+    /// continuations run here, on the owner), and lends it again after.</remarks>
     public override bool Poll(out TimeSpan untilNext)
     {
+        bool lent = IsLent;
+        if (lent)
+        {
+            Reclaim();
+        }
         long now = _wheel.NowTick();
         long fired = _fired;
         DrainInboxes(now);
         PublishCount();
         long next = NextDeadline();
+        Volatile.Write(ref _nextDue, next);
         untilNext = next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next);
+        if (lent)
+        {
+            Lend();
+        }
         return _fired != fired;
     }
 
     private long _fired;
+
+    // A worker's shard, lent while its worker runs an item (WorkerTimers.Lend): the earliest tick at which something may
+    // be due, as the owner (or the last rescuer) published it: a pass's next expiration (a coarse slot's start, at or
+    // before its timers' deadlines), lowered by each link. Only a hint for rescuers: one that finds nothing due costs a pass.
+    private long _nextDue = long.MaxValue;
+    private bool _rescuing; // true while a rescuer's pass runs: due continuations are queued to the workers, not run
+
+    /// <inheritdoc/>
+    protected override bool IsOverdue() => Volatile.Read(ref _nextDue) < _wheel.NowTick();
+
+    /// <inheritdoc/>
+    public override TimeSpan UntilDue() => Volatile.Read(ref _nextDue) is var next && next != long.MaxValue ? _wheel.TimeUntil(next) : Timeout.InfiniteTimeSpan;
+
+    /// <inheritdoc/>
+    /// <remarks>
+    /// A rescuer holds the shard (<see cref="WorkerTimers.TryRescue"/>) while its owner runs an item: it runs the pass the
+    /// owner would run between items, but hands the due continuations to the workers in batches, so no user code runs
+    /// while it holds the shard, and the owner, when it takes the shard back, waits only for the pass itself.
+    /// </remarks>
+    protected override bool Rescue()
+    {
+        long now = _wheel.NowTick();
+        long fired = _fired;
+        _rescuing = true;
+        DrainInboxes(now);
+        _rescuing = false;
+        FlushBatch();
+        PublishCount();
+        Volatile.Write(ref _nextDue, NextDeadline());
+        return _fired != fired;
+    }
 
     /// <summary>
     /// Takes the cancel snapshot first, then the insert snapshot (see <see cref="TimerNode"/> remarks); expires what is
@@ -574,7 +640,7 @@ internal sealed class WheelShard : WorkerTimers
         {
             return;
         }
-        if (!_dispatch)
+        if (!_dispatch && !_rescuing)
         {
             // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
             // of the slot would be lost, a worker's thread would die, a wheel's drive would stay held). It is reported,

@@ -1,0 +1,282 @@
+using System;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Time;
+
+/// <summary>
+/// A worker lends its timer shard while it runs an item, and an idle worker fires the lent shard's overdue timers
+/// (<c>WorkerTimers.TryRescue</c>): a delay started on a worker that then blocks, or runs a long computation, fires on
+/// time instead of when that item ends. Real clock; the tests wait for conditions, never for a sleep.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class WorkerShardRescueTests
+{
+    /// <summary>Runs one item on every worker at once, each starting a delay there, so that every worker owns a shard.</summary>
+    private static async Task GiveEveryWorkerAShard()
+    {
+        int n = Spindle.WorkerCount;
+        using var together = new Barrier(n);
+        var items = new Task[n];
+        for (int i = 0; i < n; i++)
+        {
+            items[i] = TestUtil.AwaitAsync(Spindle.Run(() =>
+            {
+                Assert.True(together.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "every worker should take one of the items");
+                Spindle.Delay(1).GetAwaiter().GetResult(); // started here: this worker's shard
+            }));
+        }
+        await TestUtil.WithTimeout(Task.WhenAll(items));
+    }
+
+    [Fact]
+    public async Task DelaysStartedByAnItemThatThenBlocks_FireWhileItBlocks_OnAnotherWorker()
+    {
+        if (Spindle.WorkerCount < 2)
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
+        await TestUtil.LeaveSpindleWorkers();
+        await GiveEveryWorkerAShard();
+
+        const int Waiters = 8;
+        using var release = new ManualResetEventSlim();
+        var fired = new TaskCompletionSource[Waiters];
+        var firedOn = new int[Waiters];
+        var early = new ConcurrentQueue<string>();
+        int blockerThread = 0;
+        for (int i = 0; i < Waiters; i++)
+        {
+            fired[i] = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        }
+
+        async SpindleTask Waiter(int i)
+        {
+            int ms = 20 + 5 * i;
+            long start = Stopwatch.GetTimestamp();
+            await Spindle.Delay(ms);
+            double waited = Stopwatch.GetElapsedTime(start).TotalMilliseconds;
+            if (waited < ms)
+            {
+                early.Enqueue($"a {ms} ms delay completed after {waited:F3} ms");
+            }
+            firedOn[i] = Environment.CurrentManagedThreadId;
+            fired[i].SetResult();
+        }
+
+        SpindleTask blocker = Spindle.Run(() =>
+        {
+            blockerThread = Environment.CurrentManagedThreadId;
+            for (int i = 0; i < Waiters; i++)
+            {
+                Waiter(i).Forget(); // each delay goes into this worker's own shard
+            }
+            // A long item: a blocking call that returns only once the delays have fired (or the test gives up).
+            release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+        });
+        try
+        {
+            Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
+            Task first = await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Assert.True(first == all,
+                $"the delays of a worker blocked in an item did not fire while it blocked; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
+            Assert.False(release.IsSet);
+            Assert.Empty(early);
+            Assert.All(firedOn, thread => Assert.NotEqual(blockerThread, thread)); // the blocked worker ran none of them
+        }
+        finally
+        {
+            release.Set();
+        }
+        await TestUtil.WithTimeout(blocker);
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+
+    [Fact]
+    public async Task ALongComputationsDelays_FireDuringIt()
+    {
+        if (Spindle.WorkerCount < 2)
+        {
+            return; // the rescuer is another worker
+        }
+        await TestUtil.LeaveSpindleWorkers();
+        await GiveEveryWorkerAShard();
+
+        var fired = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+        int stop = 0;
+        SpindleTask<long> computation = Spindle.Run(() =>
+        {
+            long start = Stopwatch.GetTimestamp();
+            Spindle.Delay(10).ContinueWithForTest(() => fired.TrySetResult(true));
+            long spins = 0;
+            // CPU-bound work that ends when the delay fired, or after the suite's bound.
+            while (Volatile.Read(ref stop) == 0 && !fired.Task.IsCompleted
+                   && Stopwatch.GetElapsedTime(start) < TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds))
+            {
+                spins++;
+            }
+            return spins;
+        });
+        try
+        {
+            Task first = await Task.WhenAny(fired.Task, Task.Delay(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Assert.True(first == fired.Task,
+                $"the delay of a worker busy computing did not fire during the computation; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
+        }
+        finally
+        {
+            Volatile.Write(ref stop, 1);
+        }
+        await TestUtil.WithTimeout(computation);
+    }
+
+    /// <summary>
+    /// The lending protocol alone, on a stand-in for a shard: an owner lends and takes back its timers in a tight loop,
+    /// and touches them only while they are its own; two rescuers race to fire them while they are lent. No pass of a
+    /// rescuer may overlap an owner's touch, and the rescuers must get in.
+    /// </summary>
+    [Fact]
+    public async Task AnOwnerAndTwoRescuers_NeverHoldTheTimersAtOnce()
+    {
+        var timers = new ProbeTimers();
+        int rounds = TestUtil.Stress(200_000);
+        int stop = 0;
+        Task owner = TestUtil.RunOnThread(() =>
+        {
+            for (int r = 0; r < rounds; r++)
+            {
+                timers.Lend();
+                Thread.SpinWait(r % 64); // the item
+                timers.Reclaim();
+                timers.Touch(); // owner only, between items
+            }
+            Volatile.Write(ref stop, 1);
+        }, "owner");
+        Task[] rescuers = new Task[2];
+        for (int i = 0; i < rescuers.Length; i++)
+        {
+            rescuers[i] = TestUtil.RunOnThread(() =>
+            {
+                while (Volatile.Read(ref stop) == 0)
+                {
+                    timers.TryRescue();
+                }
+            }, "rescuer");
+        }
+        await TestUtil.WithTimeout(Task.WhenAll(owner, Task.WhenAll(rescuers)), TestUtil.StressTimeout(120));
+        Assert.Equal(0, timers.Overlaps);
+        Assert.True(timers.Rescues > 0, "no rescuer ever got the lent timers");
+        Assert.Equal(rounds, timers.OwnerTouches);
+    }
+
+#if DEBUG
+    /// <summary>
+    /// A rescuer that has claimed the timers when the owner takes them back: the owner's exchange is already visible, so
+    /// the rescuer must leave them alone, and the owner must wait until the rescuer lets go before it goes on.
+    /// </summary>
+    [Fact]
+    public async Task ARescuerThatClaimsAsTheOwnerTakesBack_LeavesTheTimers_AndTheOwnerWaitsForIt()
+    {
+        var timers = new ProbeTimers();
+        using var claimed = new ManualResetEventSlim();
+        using var letGo = new ManualResetEventSlim();
+        int ownerBack = 0;
+        WorkerTimers.TestHookRescuerClaimed = t =>
+        {
+            if (t != timers)
+            {
+                return;
+            }
+            claimed.Set();
+            // Hold the claim until the owner has taken its timers back (its exchange is done; it now waits for this thread).
+            TestUtil.SpinUntil(() => !timers.IsLent);
+            letGo.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+            Assert.Equal(0, Volatile.Read(ref ownerBack)); // the owner is still waiting
+        };
+        try
+        {
+            timers.Lend();
+            Task rescuer = TestUtil.RunOnThread(() => Assert.False(timers.TryRescue()), "rescuer");
+            Assert.True(claimed.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Task owner = TestUtil.RunOnThread(() =>
+            {
+                timers.Reclaim();
+                Volatile.Write(ref ownerBack, 1);
+                timers.Touch();
+            }, "owner");
+            TestUtil.SpinUntil(() => !timers.IsLent);
+            Assert.False(owner.IsCompleted, "the owner took its timers back while a rescuer held them");
+            letGo.Set();
+            await TestUtil.WithTimeout(Task.WhenAll(rescuer, owner));
+            Assert.Equal(0, timers.Rescues); // the rescuer saw them taken back after its claim
+            Assert.Equal(0, timers.Overlaps);
+        }
+        finally
+        {
+            WorkerTimers.TestHookRescuerClaimed = null;
+            letGo.Set();
+        }
+    }
+#endif
+
+    /// <summary>A stand-in for a shard that counts its holders: always overdue, and a pass is a short critical section.</summary>
+    private sealed class ProbeTimers : WorkerTimers
+    {
+        private int _inside;
+        public int Overlaps;
+        public int Rescues;
+        public int OwnerTouches;
+
+        public override bool HasPending => true;
+
+        public override bool Poll(out TimeSpan untilNext)
+        {
+            untilNext = Timeout.InfiniteTimeSpan;
+            return false;
+        }
+
+        protected override bool IsOverdue() => true;
+
+        protected override bool Rescue()
+        {
+            Enter();
+            Rescues++;
+            Thread.SpinWait(20);
+            Leave();
+            return true;
+        }
+
+        public void Touch()
+        {
+            Enter();
+            OwnerTouches++;
+            Leave();
+        }
+
+        private void Enter()
+        {
+            if (Interlocked.Increment(ref _inside) != 1)
+            {
+                Interlocked.Increment(ref Overlaps);
+            }
+        }
+
+        private void Leave() => Interlocked.Decrement(ref _inside);
+    }
+}
+
+internal static class SpindleTaskTestExtensions
+{
+    /// <summary>Runs <paramref name="then"/> when <paramref name="task"/> completes (on whatever thread completes it).</summary>
+    public static void ContinueWithForTest(this SpindleTask task, Action then)
+    {
+        async SpindleTask Continue(SpindleTask t)
+        {
+            await t;
+            then();
+        }
+        Continue(task).Forget();
+    }
+}
