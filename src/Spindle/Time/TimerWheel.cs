@@ -133,6 +133,13 @@ public sealed partial class TimerWheel : IDisposable
     }
 
     /// <summary>The wheel on <see cref="TimeProvider.System"/> that <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/> uses. It is never disposed.</summary>
+    /// <remarks>
+    /// A timer started on a Spindle worker goes into that worker's own part of this wheel, with no atomic operation, and
+    /// the worker fires it between work items, running its continuation there. While the worker runs an item, an idle
+    /// worker fires the ones that fall due instead (within about 10 ms), so a long item, such as a blocking call or a
+    /// heavy computation, does not hold them back, as long as another worker is free. A timer's continuation that runs
+    /// long holds back the later timers of its worker until it returns: run long work with <see cref="Spindle.Run(Action)"/>.
+    /// </remarks>
     public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
 
     /// <summary>The default wheel if something has created it (for metrics, which must not create it).</summary>

@@ -226,6 +226,9 @@ internal sealed class WheelShard : WorkerTimers
         {
             ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
             PublishCount();
+            // Its next deadline may be later now: other workers park until it (UntilDue), so a stale earlier one would
+            // wake them every look while this worker sleeps on.
+            Volatile.Write(ref _nextDue, NextDeadline());
             Interlocked.Exchange(ref _park, Parked); // a full fence before the inbox is read again
         }
     }
