@@ -165,6 +165,21 @@ public sealed class ApiMisuseReviewTests
         Assert.Equal(3, typed.Task.GetAwaiter().GetResult());
     }
 
+    // The builders' SetStateMachine ignored null silently; the BCL's builders throw ArgumentNullException naming it.
+    [Fact]
+    public void BuilderSetStateMachine_Null_ThrowsArgumentNullNamingStateMachine_AndTheBuilderStillWorks()
+    {
+        SpindleTaskMethodBuilder untyped = SpindleTaskMethodBuilder.Create();
+        Assert.Equal("stateMachine", Assert.Throws<ArgumentNullException>(() => untyped.SetStateMachine(null!)).ParamName);
+        untyped.SetResult();
+        untyped.Task.GetAwaiter().GetResult();
+
+        SpindleTaskMethodBuilder<int> typed = SpindleTaskMethodBuilder<int>.Create();
+        Assert.Equal("stateMachine", Assert.Throws<ArgumentNullException>(() => typed.SetStateMachine(null!)).ParamName);
+        typed.SetResult(3);
+        Assert.Equal(3, typed.Task.GetAwaiter().GetResult());
+    }
+
     // ManualClock.Advance accepts any forward delta, TimeSpan.MaxValue included (its timestamp saturates: "advance past
     // everything"), but GetUtcNow then added the elapsed time to the start date unchecked: every later call threw an
     // ArgumentOutOfRangeException from DateTimeOffset's arithmetic ("un-representable DateTime", parameter 't'), far from
