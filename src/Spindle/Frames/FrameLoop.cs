@@ -239,14 +239,15 @@ public sealed partial class FrameLoop
 
     /// <summary>Adds a phase at the end of the frame, after every existing one.</summary>
     /// <returns>The new phase.</returns>
-    /// <exception cref="ArgumentException"><paramref name="name"/> is null, empty, or already a phase's name in this loop.</exception>
+    /// <exception cref="ArgumentNullException"><paramref name="name"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="name"/> is empty, or already a phase's name in this loop.</exception>
     /// <exception cref="InvalidOperationException">A frame is running.</exception>
     public FramePhase AddPhase(string name) => InsertPhase(name, null, after: true);
 
     /// <summary>Adds a phase right after <paramref name="after"/>.</summary>
     /// <returns>The new phase.</returns>
-    /// <exception cref="ArgumentNullException"><paramref name="after"/> is null.</exception>
-    /// <exception cref="ArgumentException"><paramref name="name"/> is null, empty, or taken; or <paramref name="after"/> belongs to another loop.</exception>
+    /// <exception cref="ArgumentNullException"><paramref name="after"/> or <paramref name="name"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="name"/> is empty, or taken; or <paramref name="after"/> belongs to another loop.</exception>
     /// <exception cref="InvalidOperationException">A frame is running.</exception>
     public FramePhase AddPhaseAfter(FramePhase after, string name)
     {
@@ -256,8 +257,8 @@ public sealed partial class FrameLoop
 
     /// <summary>Adds a phase right before <paramref name="before"/> (before <see cref="EarlyUpdate"/> makes it the first).</summary>
     /// <returns>The new phase.</returns>
-    /// <exception cref="ArgumentNullException"><paramref name="before"/> is null.</exception>
-    /// <exception cref="ArgumentException"><paramref name="name"/> is null, empty, or taken; or <paramref name="before"/> belongs to another loop.</exception>
+    /// <exception cref="ArgumentNullException"><paramref name="before"/> or <paramref name="name"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="name"/> is empty, or taken; or <paramref name="before"/> belongs to another loop.</exception>
     /// <exception cref="InvalidOperationException">A frame is running.</exception>
     public FramePhase AddPhaseBefore(FramePhase before, string name)
     {
@@ -268,9 +269,13 @@ public sealed partial class FrameLoop
     /// <summary>Adds a phase next to <paramref name="anchor"/> (at the end when null), whose place is read under the lock.</summary>
     private FramePhase InsertPhase(string name, FramePhase? anchor, bool after)
     {
-        if (string.IsNullOrEmpty(name))
+        if (name is null)
         {
-            throw new ArgumentException("A phase needs a name.", nameof(name));
+            ThrowHelper.ThrowArgumentNull(nameof(name));
+        }
+        if (name.Length == 0)
+        {
+            throw new ArgumentException("A phase needs a name: pass a non-empty string, different from every other phase's in this loop.", nameof(name));
         }
         lock (_phasesLock)
         {
@@ -283,7 +288,7 @@ public sealed partial class FrameLoop
             {
                 if (p.Name == name)
                 {
-                    throw new ArgumentException("This loop already has a phase named '" + name + "'.", nameof(name));
+                    throw new ArgumentException("This loop already has a phase named '" + name + "'. Give each phase a name of its own, or use the existing phase (see Phases).", nameof(name));
                 }
             }
             var phase = new FramePhase(this, name);
@@ -709,7 +714,7 @@ public sealed partial class FrameLoop
         }
         if (Interlocked.CompareExchange(ref _runThreadId, -1, 0) != 0)
         {
-            ThrowHelper.ThrowInvalidOperation("This FrameLoop is already being run by Run(...).");
+            ThrowHelper.ThrowInvalidOperation("This FrameLoop is already being run by Run(...): a loop has one Run at a time. Cancel the running one's token and await its task before calling Run again.");
         }
         var done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
         var thread = new Thread(() => RunThread(framesPerSecond, cancellationToken, done))

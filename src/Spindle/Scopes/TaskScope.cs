@@ -116,7 +116,7 @@ public sealed class TaskScope : IAsyncDisposable
         Task task;
         try
         {
-            task = child(Token) ?? throw new InvalidOperationException("A TaskScope child returned null instead of a task.");
+            task = child(Token) ?? throw new InvalidOperationException("A TaskScope child returned null instead of a task. Return a task from every child (Task.CompletedTask when it has nothing to wait for).");
         }
         catch (Exception ex)
         {

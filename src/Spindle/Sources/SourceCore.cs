@@ -204,6 +204,15 @@ internal struct SourceCore<TResult>
     /// <summary>True once a continuation is registered (or being registered, or left), or the operation has completed.</summary>
     public bool IsAwaitedOrCompleted => (Volatile.Read(ref _word) & StateMask) != Pending;
 
+    /// <summary>
+    /// The error of a reset while an await of the current use is pending. Only <see cref="Promise.Reset"/> and
+    /// <see cref="Promise{T}.Reset"/> can meet it: Spindle's own sources reset a use nobody awaits.
+    /// </summary>
+    internal const string ResetWhileAwaitedMessage =
+        "This promise cannot be reset while an await on its current use is pending: the awaiting code would never resume. " +
+        "Complete the use first (SetResult, SetException, SetCanceled or a TrySet* method) and reset it once the awaiting code " +
+        "has read it, or use a new promise.";
+
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
     /// <remarks>An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending.</remarks>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
@@ -213,7 +222,7 @@ internal struct SourceCore<TResult>
         int state = w & StateMask;
         if (state != Pending && state != Completed && state != Abandoned)
         {
-            ThrowHelper.ThrowInvalidOperation("The source cannot be reset while an await on it is still pending.");
+            ThrowHelper.ThrowInvalidOperation(ResetWhileAwaitedMessage);
         }
         _stateOrError = null;
         _result = default!;

@@ -26,9 +26,14 @@ public struct SpindleTaskMethodBuilder
     public void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
         => BuilderCore.Start(ref stateMachine);
 
-    /// <summary>Not used: Spindle boxes state machines itself.</summary>
+    /// <summary>Not used: Spindle boxes state machines itself. Refuses null, as the BCL's builders do.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="stateMachine"/> is null.</exception>
     public void SetStateMachine(IAsyncStateMachine stateMachine)
     {
+        if (stateMachine is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(stateMachine));
+        }
     }
 
     /// <summary>Completes the task successfully.</summary>
@@ -94,9 +99,14 @@ public struct SpindleTaskMethodBuilder<T>
     public void Start<TStateMachine>(ref TStateMachine stateMachine) where TStateMachine : IAsyncStateMachine
         => BuilderCore.Start(ref stateMachine);
 
-    /// <summary>Not used: Spindle boxes state machines itself.</summary>
+    /// <summary>Not used: Spindle boxes state machines itself. Refuses null, as the BCL's builders do.</summary>
+    /// <exception cref="ArgumentNullException"><paramref name="stateMachine"/> is null.</exception>
     public void SetStateMachine(IAsyncStateMachine stateMachine)
     {
+        if (stateMachine is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(stateMachine));
+        }
     }
 
     /// <summary>Completes the task with <paramref name="result"/>.</summary>

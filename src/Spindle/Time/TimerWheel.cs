@@ -614,7 +614,7 @@ public sealed partial class TimerWheel : IDisposable
     {
         if (ReferenceEquals(this, Volatile.Read(ref s_default)))
         {
-            ThrowHelper.ThrowInvalidOperation("TimerWheel.Default is shared by the whole process and cannot be disposed.");
+            ThrowHelper.ThrowInvalidOperation("TimerWheel.Default is shared by the whole process and cannot be disposed. Dispose only a wheel you created with new TimerWheel(timeProvider).");
         }
         if (_disposed)
         {

@@ -153,14 +153,25 @@ public sealed class ApiMisuseReviewTests
     // own parameter, 'source', which the caller never saw (the BCL's builders name 'exception').
     [Fact]
     public void BuilderSetException_Null_ThrowsArgumentNullNamingException_AndTheBuilderStillWorks()
+        => AssertBuildersRefuseNull("exception", (ref SpindleTaskMethodBuilder b) => b.SetException(null!), (ref SpindleTaskMethodBuilder<int> b) => b.SetException(null!));
+
+    // The builders' SetStateMachine ignored null silently; the BCL's builders throw ArgumentNullException naming it.
+    [Fact]
+    public void BuilderSetStateMachine_Null_ThrowsArgumentNullNamingStateMachine_AndTheBuilderStillWorks()
+        => AssertBuildersRefuseNull("stateMachine", (ref SpindleTaskMethodBuilder b) => b.SetStateMachine(null!), (ref SpindleTaskMethodBuilder<int> b) => b.SetStateMachine(null!));
+
+    private delegate void OnBuilder<TBuilder>(ref TBuilder builder);
+
+    /// <summary>Each builder refuses a null argument naming <paramref name="paramName"/>, and then completes as usual.</summary>
+    private static void AssertBuildersRefuseNull(string paramName, OnBuilder<SpindleTaskMethodBuilder> untypedCall, OnBuilder<SpindleTaskMethodBuilder<int>> typedCall)
     {
         SpindleTaskMethodBuilder untyped = SpindleTaskMethodBuilder.Create();
-        Assert.Equal("exception", Assert.Throws<ArgumentNullException>(() => untyped.SetException(null!)).ParamName);
+        Assert.Equal(paramName, Assert.Throws<ArgumentNullException>(() => untypedCall(ref untyped)).ParamName);
         untyped.SetResult();
         untyped.Task.GetAwaiter().GetResult();
 
         SpindleTaskMethodBuilder<int> typed = SpindleTaskMethodBuilder<int>.Create();
-        Assert.Equal("exception", Assert.Throws<ArgumentNullException>(() => typed.SetException(null!)).ParamName);
+        Assert.Equal(paramName, Assert.Throws<ArgumentNullException>(() => typedCall(ref typed)).ParamName);
         typed.SetResult(3);
         Assert.Equal(3, typed.Task.GetAwaiter().GetResult());
     }

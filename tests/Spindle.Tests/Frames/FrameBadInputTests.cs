@@ -117,12 +117,47 @@ public sealed class FrameBadInputTests
         Assert.Equal(0, loop.QueuedCount);
     }
 
+    // A null name threw ArgumentException (the type .NET keeps for a bad value, not a missing one), where every other
+    // null argument of the loop throws ArgumentNullException; the duplicate-name message said what was wrong, not what to do.
+    [Fact]
+    public void AddPhase_NullName_ThrowsArgumentNullNamingName_EveryOverload_AndAddsNothing()
+    {
+        var loop = new FrameLoop();
+        Assert.Equal("name", Assert.Throws<ArgumentNullException>(() => loop.AddPhase(null!)).ParamName);
+        Assert.Equal("name", Assert.Throws<ArgumentNullException>(() => loop.AddPhaseAfter(loop.Update, null!)).ParamName);
+        Assert.Equal("name", Assert.Throws<ArgumentNullException>(() => loop.AddPhaseBefore(loop.Update, null!)).ParamName);
+        Assert.Equal(4, loop.Phases.Count);
+        ArgumentException taken = Assert.Throws<ArgumentException>(() => loop.AddPhaseAfter(loop.Update, "LateUpdate"));
+        Assert.Contains("name of its own", taken.Message, StringComparison.Ordinal);
+        Assert.Equal(4, loop.Phases.Count);
+    }
+
+    // A second Run while one runs said only "already being run"; it now says how to restart a loop.
+    [Fact]
+    public async Task Run_WhileRunning_ThrowsNamingTheFix_AndTheFirstRunGoesOn()
+    {
+        var loop = new FrameLoop();
+        using var cts = new CancellationTokenSource();
+        Task run = loop.Run(1000, cts.Token);
+        try
+        {
+            InvalidOperationException e = Assert.Throws<InvalidOperationException>(() => { _ = loop.Run(60, CancellationToken.None); });
+            Assert.Contains("Cancel the running one's token and await its task", e.Message, StringComparison.Ordinal);
+            long seen = loop.FrameCount;
+            TestUtil.SpinUntil(() => loop.FrameCount > seen + 1);
+        }
+        finally
+        {
+            cts.Cancel();
+            await TestUtil.WithTimeout(run);
+        }
+    }
+
     [Fact]
     public void AddPhase_BadNameOrDuringAFrame_Throws()
     {
         FrameLoop loop = FrameUtil.NewBoundLoop();
-        Assert.Throws<ArgumentException>(() => loop.AddPhase(""));
-        Assert.Throws<ArgumentException>(() => loop.AddPhase(null!));
+        Assert.Equal("name", Assert.Throws<ArgumentException>(() => loop.AddPhase("")).ParamName);
         Assert.Throws<ArgumentException>(() => loop.AddPhase("Update"));
         loop.AddPhase("Render");
         Assert.Throws<ArgumentException>(() => loop.AddPhase("Render"));

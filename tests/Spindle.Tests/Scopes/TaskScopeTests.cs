@@ -235,6 +235,17 @@ public sealed class TaskScopeTests
         await scope.DisposeAsync();
     }
 
+    // A child that returned null failed the scope with "returned null instead of a task", naming no fix.
+    [Fact]
+    public async Task RunTask_ChildReturnsNull_FailsTheScopeWithAMessageNamingTheFix()
+    {
+        var scope = new TaskScope();
+        scope.RunTask(_ => null!);
+        Assert.Equal(0, scope.RunningChildren);
+        InvalidOperationException e = await Assert.ThrowsAsync<InvalidOperationException>(async () => await scope.DisposeAsync());
+        Assert.Contains("Task.CompletedTask", e.Message, StringComparison.Ordinal);
+    }
+
     [Fact]
     public async Task Run_ChildThrowsSynchronously_CountsAsAFailure()
     {

@@ -132,7 +132,11 @@ public class PromiseTests
         SpindleTask<int> task = promise.Task;
         task.GetAwaiter().UnsafeOnCompleted(() => runs++);
 
-        Assert.Throws<InvalidOperationException>(() => promise.Reset());
+        InvalidOperationException e = Assert.Throws<InvalidOperationException>(() => promise.Reset());
+        // It said "The source cannot be reset while an await on it is still pending": no promise, and no way out.
+        Assert.Contains("promise cannot be reset", e.Message, StringComparison.Ordinal);
+        Assert.Contains("Complete the use first", e.Message, StringComparison.Ordinal);
+        Assert.Contains("use a new promise", e.Message, StringComparison.Ordinal);
 
         Assert.Equal(SpindleTaskStatus.Pending, task.Status);
         promise.SetResult(3);

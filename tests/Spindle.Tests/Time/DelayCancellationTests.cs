@@ -100,6 +100,8 @@ public class DelayCancellationTests
     {
         InvalidOperationException e = Assert.Throws<InvalidOperationException>(() => TimerWheel.Default.Dispose());
         Assert.Contains("cannot be disposed", e.Message);
+        Assert.Contains("Dispose only a wheel you created", e.Message, StringComparison.Ordinal); // it named no way out before
+        TimerWheel.Default.Delay(0).GetAwaiter().GetResult(); // still working
     }
 
     [Fact]
