@@ -355,6 +355,12 @@ internal struct SourceCore<TResult>
         {
             BlockingWait.Wait(owner, token);
             w = Volatile.Read(ref _word);
+            if ((w & ForgottenBit) != 0)
+            {
+                // Forgotten (and completed) while this read was registering: the word tested above is stale, and the
+                // use is its observer's. Tested here, off the fast path, on the word the CAS below consumes.
+                ThrowHelper.ThrowStaleToken();
+            }
         }
         error = ErrorOnceCompleted;
         TResult result = _result;
