@@ -164,6 +164,11 @@ internal static class FaultReport
 /// The claim of a source whose one completion is never reset (a <c>FromException</c> task, a preserved task, a scope's
 /// outcome): the first <see cref="TryTake"/> wins, every later one, on any thread, loses.
 /// </summary>
+/// <remarks>
+/// Lock-free: the classic atomic test-and-set (one <see cref="Interlocked.Exchange(ref int, int)"/>). Invariant:
+/// <see cref="_taken"/> goes from 0 to 1 once and never back, so exactly one caller ever sees 0. A source that is reset
+/// keeps its claim in its completion core's word instead (SourceCore's ReportedBit), which each version step drops.
+/// </remarks>
 internal struct ReportOnce
 {
     private int _taken;

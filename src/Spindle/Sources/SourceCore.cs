@@ -35,6 +35,19 @@ internal enum SignalLook
     WaitPending,
 }
 
+#if DEBUG
+/// <summary>Tests only (a Debug build): points inside <see cref="SourceCore{TResult}"/> where a test forces a race.</summary>
+internal static class SourceCoreTestHooks
+{
+    /// <summary>
+    /// Runs on the resetting thread once <see cref="SourceCore{TResult}.Reset"/> has read the word and found the use may
+    /// be reset, before it changes anything: standing in for another thread that awaits or completes the old use then.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? ResetSawState;
+}
+#endif
+
 /// <summary>Placeholder result for sources that produce no value.</summary>
 internal readonly struct VoidResult
 {
@@ -214,20 +227,60 @@ internal struct SourceCore<TResult>
         "has read it, or use a new promise.";
 
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
-    /// <remarks>An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending.</remarks>
+    /// <remarks>
+    /// An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending. A completed
+    /// use is reset with a plain store: nothing but its owner writes a completed word's fields, and the one mark another
+    /// thread may CAS onto it (<see cref="ReportedBit"/>) is dropped by the version step anyway. A pending or abandoned use
+    /// may meet an await of it (or a completer) at the same instant, so it is claimed first (<see cref="ClaimForReset"/>).
+    /// </remarks>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
     public void Reset()
     {
         int w = Volatile.Read(ref _word);
-        int state = w & StateMask;
-        if (state != Pending && state != Completed && state != Abandoned)
+        if ((w & StateMask) != Completed)
         {
-            ThrowHelper.ThrowInvalidOperation(ResetWhileAwaitedMessage);
+            w = ClaimForReset(w);
         }
         _stateOrError = null;
         _result = default!;
         _continuation = null;
         Volatile.Write(ref _word, NextVersion(w));
+    }
+
+    /// <summary>
+    /// <see cref="Reset"/> of a use that is not completed: claims the word by a CAS to Registering from the word the check
+    /// passed on (as <see cref="TryArm"/> claims a signal's next use), so that the fields are cleared under the claim, and
+    /// hands back that word (or, if the use completed meanwhile, the completed word, which needs no claim). An await of the
+    /// old use registering at that instant either wins the CAS, and the reset is refused as for any pending await, or meets
+    /// the claim, waits, and finds its token stale; a completer that meets it completes the next use, as the promise's
+    /// remarks say a set racing a reset may. Before, a check and then a plain store of the next version wiped such a
+    /// registration: its awaiting code was never run, and nothing threw (ResetRaceTests).
+    /// </summary>
+    /// <exception cref="InvalidOperationException">A continuation is waiting on the use, or registering, or it is completing.</exception>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private int ClaimForReset(int w)
+    {
+        while (true)
+        {
+            int state = w & StateMask;
+            if (state == Completed)
+            {
+                return w;
+            }
+            if (state != Pending && state != Abandoned)
+            {
+                ThrowHelper.ThrowInvalidOperation(ResetWhileAwaitedMessage);
+            }
+#if DEBUG
+            SourceCoreTestHooks.ResetSawState?.Invoke();
+#endif
+            int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
+            if (prev == w)
+            {
+                return w;
+            }
+            w = prev; // an await registered, or a completer claimed: look again
+        }
     }
 
     /// <summary>
@@ -364,6 +417,12 @@ internal struct SourceCore<TResult>
         {
             BlockingWait.Wait(owner, token);
             w = Volatile.Read(ref _word);
+            if ((w & ForgottenBit) != 0)
+            {
+                // Forgotten (and completed) while this read was registering: the word tested above is stale, and the
+                // use is its observer's. Tested here, off the fast path, on the word the CAS below consumes.
+                ThrowHelper.ThrowStaleToken();
+            }
         }
         error = ErrorOnceCompleted;
         TResult result = _result;

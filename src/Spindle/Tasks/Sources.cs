@@ -544,6 +544,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     {
         JobNode.ThrowIfAwaitsARunningJob(source);
         BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
+#if DEBUG
+        TestHookBeforeRegister?.Invoke();
+#endif
         try
         {
             source.OnCompleted(s_set, waiter, token);
@@ -601,6 +604,13 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     }
 
 #if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs on the thread about to block, which has seen the use pending, before it registers
+    /// its waiter: standing in for other threads that act on the use (forget it, complete it) in that window.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? TestHookBeforeRegister;
+
     /// <summary>Tests only (a Debug build): runs on the blocked thread once its waiter is registered on the source.</summary>
     [ThreadStatic]
     internal static Action? TestHookRegistered;

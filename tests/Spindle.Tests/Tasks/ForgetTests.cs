@@ -434,6 +434,65 @@ public class ForgetTests
         Assert.Equal(7, Box(CompletedPromise(7)).GetAwaiter().GetResult());
     }
 
+    /// <summary>
+    /// A blocking read that saw the task pending, and meanwhile the task was forgotten (the same task read twice, the
+    /// caller's misuse) and completed: the read's registration finds the use completed and returns at once. Before, the
+    /// read then consumed the use from the word it read after waking without testing the forgotten mark again: it took the
+    /// forgotten use's fault (no await-once error), the observer found nothing to read, and the fault was never reported
+    /// (failed 5 of 5 runs: the read threw the TimeoutException). Now the mark is tested on the word the read consumes.
+    /// </summary>
+    [Fact]
+    public void Forget_WhileABlockingReadThatSawItPendingRegisters_IsTheAwaitOnceError_AndTheObserverReadsTheUse()
+    {
+        var promise = new Promise<int>();
+        var fault = new TimeoutException("the forgotten use's own fault");
+        SpindleTask<int> task = default;
+        using var readEnded = new ManualResetEventSlim(false);
+        bool observerRan = false;
+        Exception? misuse = null;
+        Task completing = Task.CompletedTask;
+        StateMachineBoxBase.TestHookBeforeObserveForgotten = _ =>
+        {
+            StateMachineBoxBase.TestHookBeforeObserveForgotten = null;
+            observerRan = true;
+            readEnded.Wait(TimeSpan.FromSeconds(10)); // the observer runs after the misused read has ended
+        };
+        ConcurrentQueue<Exception> reported;
+        try
+        {
+            reported = Observe(Own.Any(Own.Instances(fault), Own.ReportedOnTestThreads(), Own.AwaitOnceErrors()), _ =>
+            {
+                task = Box(promise);
+                BlockingWait.TestHookBeforeRegister = () =>
+                {
+                    BlockingWait.TestHookBeforeRegister = null;
+                    task.Forget();
+                    completing = TestUtil.RunOnThread(() => promise.SetException(fault)); // completes the box, runs its observer
+                    TestUtil.SpinUntil(() => observerRan);
+                };
+                try
+                {
+                    misuse = Record.Exception(() => task.GetAwaiter().GetResult());
+                }
+                finally
+                {
+                    readEnded.Set();
+                }
+                Assert.True(completing.Wait(TimeSpan.FromSeconds(10)), "the completion did not end");
+            });
+        }
+        finally
+        {
+            BlockingWait.TestHookBeforeRegister = null;
+            StateMachineBoxBase.TestHookBeforeObserveForgotten = null;
+        }
+        Assert.True(observerRan);
+        Assert.IsType<InvalidOperationException>(misuse);
+        Assert.Single(reported, e => e is TimeoutException); // the observer read the forgotten use and reported its fault
+        Assert.DoesNotContain(reported, e => e is InvalidOperationException);
+        Assert.Equal(7, Box(CompletedPromise(7)).GetAwaiter().GetResult()); // the box's pool still hands out working boxes
+    }
+
     private static Promise<int> CompletedPromise(int value)
     {
         var p = new Promise<int>();
