@@ -318,35 +318,28 @@ public class SignalTests
     public async Task WaitAsync_RacingASetOnAnIdleSignal_TheSetIsTakenOnceWhicheverComesFirst()
     {
         // WaitAsync looks at the idle signal and then arms it with a CAS; a set landing in between makes the CAS fail, and
-        // the wait must then take the set instead (complete at once), never arm over it and lose it.
-        int rounds = TestUtil.Stress(5_000);
-
-        await TestUtil.WithTimeout(Task.Run(() =>
-        {
-            using var barrier = new Barrier(2);
-            var signal = new Signal();
-            Task setter = TestUtil.RunOnThread(() =>
+        // the wait must then take the set instead (complete at once), never arm over it and lose it. The rounds run under
+        // Race's time budget, and each round's wait is waited for with a bound: a lost set fails its round by name, and a
+        // slow machine runs fewer rounds. (It ran a fixed 5,000 rounds of two raw barriers inside 60 s, and timed out in a
+        // full run beside two CPU hogs, where no round could tell a lost set from a slow one.)
+        var signal = new Signal();
+        SpindleTask wait = default;
+        int ran = await TestUtil.WithTimeout(Race.Run(
+            TestUtil.Stress(5_000),
+            before: _ => { },
+            after: round =>
             {
-                for (int i = 0; i < rounds; i++)
-                {
-                    barrier.SignalAndWait();
-                    signal.Set();
-                    barrier.SignalAndWait();
-                }
-            }, "signal setter");
-
-            for (int i = 0; i < rounds; i++)
-            {
-                barrier.SignalAndWait();
-                SpindleTask wait = signal.WaitAsync();
-                barrier.SignalAndWait();
-                wait.GetAwaiter().GetResult(); // the one set released this wait, before or after it was armed (a lost set hangs here)
+                // The one set released this wait, before or after it was armed; a lost set leaves it pending for good.
+                TestUtil.SpinUntil(() => wait.IsCompleted, () => $"round {round}: the wait was never released (set: {signal.IsSet}, waiter: {signal.HasWaiter}), the set was lost");
+                wait.GetAwaiter().GetResult();
                 Assert.False(signal.IsSet);
                 Assert.False(signal.HasWaiter);
-            }
-            setter.GetAwaiter().GetResult();
-        }), TestUtil.StressTimeout(60));
+            },
+            _ => wait = signal.WaitAsync(),
+            _ => signal.Set()), TestUtil.StressTimeout(120));
+        Assert.True(ran > 0);
     }
+
     [Fact]
     public async Task WaitAsync_TwoAtOnce_OneThrows_AndTheOtherKeepsItsCancellation()
     {
