@@ -164,36 +164,27 @@ public class SignalTests
     [Fact]
     public async Task SetAndCancel_RacingOnAPendingWait_ExactlyOneOutcomeAndNoSetIsLost()
     {
-        int rounds = TestUtil.Stress(3_000);
+        // Under Race's time budget: a fixed 3,000 rounds of two raw barriers outran a fixed 60 s on one loaded core.
         int succeeded = 0;
         int canceled = 0;
+        var signal = new Signal();
+        CancellationTokenSource? cts = null;
+        SpindleTask wait = default;
+        int runs = 0;
 
-        await TestUtil.WithTimeout(Task.Run(() =>
-        {
-            using var barrier = new Barrier(2);
-            var signal = new Signal();
-            Task setter = TestUtil.RunOnThread(() =>
+        int ran = await TestUtil.WithTimeout(Race.Run(
+            TestUtil.Stress(3_000),
+            before: _ =>
             {
-                for (int i = 0; i < rounds; i++)
-                {
-                    barrier.SignalAndWait(); // round start
-                    signal.Set();
-                    barrier.SignalAndWait(); // round end
-                }
-            }, "signal setter");
-
-            for (int i = 0; i < rounds; i++)
-            {
-                using var cts = new CancellationTokenSource();
-                SpindleTask wait = signal.WaitAsync(cts.Token);
-                int runs = 0;
+                cts = new CancellationTokenSource();
+                wait = signal.WaitAsync(cts.Token);
+                runs = 0;
                 wait.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref runs));
-                barrier.SignalAndWait();
-                cts.Cancel();
-                barrier.SignalAndWait();
-
+            },
+            after: round =>
+            {
                 // Both calls have returned, and each completes the wait inline if it wins: the outcome is final.
-                Assert.Equal(1, Volatile.Read(ref runs));
+                Assert.True(Volatile.Read(ref runs) == 1, $"round {round}: the continuation ran {Volatile.Read(ref runs)} times");
                 SpindleTaskStatus status = wait.Status;
                 if (status == SpindleTaskStatus.Succeeded)
                 {
@@ -210,11 +201,12 @@ public class SignalTests
                     signal.Reset();
                 }
                 Assert.False(signal.HasWaiter);
-            }
-            setter.GetAwaiter().GetResult();
-        }), TestUtil.StressTimeout(60));
+                cts!.Dispose();
+            },
+            _ => cts!.Cancel(),
+            _ => signal.Set()), TestUtil.StressTimeout(120));
 
-        Assert.Equal(rounds, succeeded + canceled);
+        Assert.Equal(ran, succeeded + canceled);
     }
 
     [Fact]
@@ -249,7 +241,12 @@ public class SignalTests
             }
         }, "signal producer");
 
-        await TestUtil.WithTimeout(Task.WhenAll(consumer, producer), TestUtil.StressTimeout(60));
+        // Bounded by a stall, not by the whole run: 20,000 blocking hand-offs outran a fixed 60 s on one loaded core
+        // (taskset -c 1), while a lost set stops the count for good.
+        await TestUtil.WithStallTimeout(
+            Task.WhenAll(consumer, producer),
+            () => Volatile.Read(ref consumed),
+            () => $"{Volatile.Read(ref consumed)} of {cycles} cycles done (to the consumer: set {toConsumer.IsSet}, waiter {toConsumer.HasWaiter}; to the producer: set {toProducer.IsSet}, waiter {toProducer.HasWaiter})");
         Assert.Equal(cycles, consumed);
         Assert.False(toConsumer.IsSet);
         Assert.False(toProducer.IsSet);
