@@ -42,6 +42,28 @@ internal static class TestUtil
     public static async Task<T> WithTimeout<T>(Task<T> task, int seconds = DefaultTimeoutSeconds)
         => await task.WaitAsync(TimeSpan.FromSeconds(seconds));
 
+    /// <summary>
+    /// Awaits <paramref name="task"/>, failing with <see cref="TimeoutException"/> only when <paramref name="progress"/> has
+    /// not moved for <paramref name="seconds"/>: for a fixed amount of work (rounds, hand-offs) whose whole time a loaded
+    /// machine stretches without bound, while a lost wake-up stops its progress for good. The message adds what
+    /// <paramref name="describe"/> returns then.
+    /// </summary>
+    public static async Task WithStallTimeout(Task task, Func<long> progress, Func<string> describe, int seconds = DefaultTimeoutSeconds)
+    {
+        long seen = progress();
+        while (!task.IsCompleted)
+        {
+            await Task.WhenAny(task, Task.Delay(TimeSpan.FromSeconds(seconds)));
+            long now = progress();
+            if (!task.IsCompleted && now == seen)
+            {
+                throw new TimeoutException("No progress in " + seconds + " s: " + describe());
+            }
+            seen = now;
+        }
+        await task;
+    }
+
     /// <summary>Awaits a Spindle task from a BCL async method (the bridge every await-based test uses).</summary>
     public static async Task AwaitAsync(SpindleTask task) => await task;
 

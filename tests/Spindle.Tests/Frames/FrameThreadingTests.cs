@@ -16,6 +16,7 @@ public sealed class FrameThreadingTests
         var arrived = new int[Producers, iterations]; // written on the loop thread only
         int offLoop = 0;
         int background = 0;
+        int hops = 0; // hand-offs that arrived, for the wait below
 
         // Load: tasks that live on the loop and resume every frame while the hand-offs pour in.
         async SpindleTask Resident(Stopper stop)
@@ -47,6 +48,7 @@ public sealed class FrameThreadingTests
                     Interlocked.Increment(ref offLoop);
                 }
                 arrived[p, i]++;
+                Interlocked.Increment(ref hops);
             }
             await Spindle.SwitchToWorker();
         }
@@ -65,7 +67,13 @@ public sealed class FrameThreadingTests
                 int me = p;
                 producers[p] = Spindle.Run(() => Producer(me));
             }
-            await TestUtil.WithTimeout(SpindleTask.WhenAll(producers), TestUtil.StressTimeout(TestUtil.DefaultTimeoutSeconds));
+            // Bounded by a stall, not by the whole run: 16,000 hand-offs, each waiting for a frame of a loop thread that a
+            // loaded two-core machine schedules rarely, outran a fixed 30 s in a full run beside two CPU hogs, while a lost
+            // hand-off stops the count for good.
+            await TestUtil.WithStallTimeout(
+                TestUtil.AwaitAsync(SpindleTask.WhenAll(producers)),
+                () => Volatile.Read(ref hops),
+                () => $"{Volatile.Read(ref hops)} of {Producers * iterations} hand-offs arrived");
             stop.Stopped = true;
         }
         await TestUtil.WithTimeout(running);

@@ -293,26 +293,24 @@ public class JobEdgePushRaceTests
         var laterFault = new InvalidTimeZoneException("the later job's own failure");
         using (new HoldWorkers())
         {
-            int baseline = Volatile.Read(ref JobWait.InUseForTests);
-            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            JobWaitBaseline pool = JobWaitBaseline.Take();
             JobHandle a = new OrderJob { Log = log, Name = "A" }.Schedule();
             SpindleTask first = default;
             JobHandle later = PushWhileTheDependencyIsRecycled(a, log, laterFault, () => first = a.AsSpindleTask());
             Assert.Equal(SpindleTaskStatus.Succeeded, first.Status); // A succeeded: the revoked wait took its outcome at once
             first.GetAwaiter().GetResult();
-            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(0, pool.Held);
 
             JobHandle d = new OtherOrderJob { Log = log, Name = "D" }.Schedule();
             SpindleTask second = d.AsSpindleTask(); // a JobWait from the pool the revoked one went back to, on D's list
-            Assert.Equal(baseline + 1, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(1, pool.Held);
             Assert.Equal(laterFault, Assert.Throws<InvalidTimeZoneException>(() => later.Complete()));
             Assert.Equal(SpindleTaskStatus.Pending, second.Status); // C's finish skipped the revoked edge
             d.Complete();
             Assert.Equal(SpindleTaskStatus.Succeeded, second.Status);
             second.GetAwaiter().GetResult();
             Assert.Equal(new[] { "A", "C", "D" }, log);
-            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
-            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+            pool.AssertAllReturnedOnce();
         }
     }
 
@@ -325,18 +323,16 @@ public class JobEdgePushRaceTests
         var log = new List<string>();
         using (new HoldWorkers())
         {
-            int baseline = Volatile.Read(ref JobWait.InUseForTests);
-            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            JobWaitBaseline pool = JobWaitBaseline.Take();
             JobHandle a = new OrderJob { Log = log, Name = "A" }.Schedule();
             SpindleTask wait = default;
             PushWhileTheDependencyIsRecycled(
                 a, log, new InvalidTimeZoneException("the later job's own failure"), () => wait = a.AsSpindleTask(), laterFinishesFirst: true);
-            Assert.Equal(baseline + 1, Volatile.Read(ref JobWait.InUseForTests)); // the push stood: a JobWait, delivered
+            Assert.Equal(1, pool.Held); // the push stood: a JobWait, delivered
             Assert.Equal(SpindleTaskStatus.Succeeded, wait.Status);
             wait.GetAwaiter().GetResult();
             Assert.Throws<InvalidOperationException>(() => wait.GetAwaiter().GetResult()); // read once
-            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
-            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+            pool.AssertAllReturnedOnce();
         }
     }
 #endif

@@ -70,15 +70,15 @@ public class JobPolledWithTimeoutTests
         /// <summary>
         /// Polls the job <paramref name="turns"/> times with a new <c>AsSpindleTask()</c> each turn, each timed out, and
         /// checks every turn that what the job holds stays bounded: the JobWaits out of their pool (a Debug build's count,
-        /// against <paramref name="baseline"/>) and the edges on the job's waiter list.
+        /// against <paramref name="pool"/>) and the edges on the job's waiter list.
         /// </summary>
-        public void PollBounded(int turns, int baseline)
+        public void PollBounded(int turns, JobWaitBaseline pool)
         {
             for (int i = 0; i < turns; i++)
             {
                 TimeOut(Failing.AsSpindleTask());
 #if DEBUG
-                int held = Volatile.Read(ref JobWait.InUseForTests) - baseline;
+                int held = pool.Held;
                 int edges = Failing.Node!.WaiterCountForTests(Failing.Version);
                 if (held > 1 || edges > 1)
                 {
@@ -124,23 +124,16 @@ public class JobPolledWithTimeoutTests
     {
         await JobTestUtil.Bounded(() =>
         {
-#if DEBUG
-            int baseline = Volatile.Read(ref JobWait.InUseForTests);
-            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
-#else
-            int baseline = 0;
-#endif
+            JobWaitBaseline pool = JobWaitBaseline.Take();
             using var poll = new FailingJobPoll();
             var reports = UnobservedReports.Observe(e => ReferenceEquals(e, poll.Boom), () =>
             {
-                poll.PollBounded(LongPollTurns, baseline);
+                poll.PollBounded(LongPollTurns, pool);
                 poll.FailAndRead(poll.Failing.AsSpindleTask());
             });
             Assert.True(reports.IsEmpty, $"the job's fault, which the loop's last wait observed, was also reported {reports.Count} times");
-#if DEBUG
-            TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "a JobWait never went back to its pool");
-            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
-#endif
+            pool.WaitUntilAllReturned("a JobWait never went back to its pool");
+            pool.AssertNoDoubleReturn();
         });
     }
 
@@ -163,19 +156,13 @@ public class JobPolledWithTimeoutTests
     [MethodImpl(MethodImplOptions.NoInlining)] // no local of the caller keeps the handle, and so the failed node, alive
     private static PolledJobFault PollAndFailUnread()
     {
-#if DEBUG
-        int baseline = Volatile.Read(ref JobWait.InUseForTests);
-#else
-        int baseline = 0;
-#endif
+        JobWaitBaseline pool = JobWaitBaseline.Take();
         using var poll = new FailingJobPoll();
-        poll.PollBounded(LongPollTurns, baseline);
+        poll.PollBounded(LongPollTurns, pool);
         JobHandle failing = poll.Failing;
         poll.Open(); // the job fails, with nobody reading it
         JobTestUtil.WaitByPolling(failing); // IsCompleted only: not an observation
-#if DEBUG
-        TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "the let-go wait never went back to its pool");
-#endif
+        pool.WaitUntilAllReturned("the let-go wait never went back to its pool");
         return poll.Boom;
     }
 

@@ -246,6 +246,65 @@ internal static class JobTestUtil
 }
 
 /// <summary>
+/// The JobWait pool's two Debug counts (waits out of their pool; returns of a wait already in it), taken at a test's start
+/// so that its end can check every wait it rented went back to its pool, and none twice. Other tests' waits cannot move
+/// them meanwhile: every class that takes one runs alone (SequentialCollection). In a Release build the counts do not
+/// exist: a baseline is zero and its checks pass without looking (the test's other assertions still run).
+/// </summary>
+internal readonly struct JobWaitBaseline
+{
+    private readonly int _inUse;
+    private readonly int _doubleReturns;
+
+    private JobWaitBaseline(int inUse, int doubleReturns)
+    {
+        _inUse = inUse;
+        _doubleReturns = doubleReturns;
+    }
+
+    /// <summary>Takes both counts now.</summary>
+    public static JobWaitBaseline Take()
+#if DEBUG
+        => new(Volatile.Read(ref JobWait.InUseForTests), Volatile.Read(ref JobWait.DoubleReturnsForTests));
+#else
+        => default;
+#endif
+
+    /// <summary>How many more JobWaits are out of their pool than at the baseline (0 in a Release build).</summary>
+    public int Held
+#if DEBUG
+        => Volatile.Read(ref JobWait.InUseForTests) - _inUse;
+#else
+        => 0;
+#endif
+
+    /// <summary>
+    /// Waits until every JobWait rented since the baseline is back in its pool: a wait goes back when the job's finish
+    /// runs its waiter, on a worker, after the job's handle has completed. Fails with <paramref name="failure"/>.
+    /// </summary>
+    public void WaitUntilAllReturned(string failure)
+    {
+        JobWaitBaseline self = this;
+        TestUtil.SpinUntil(() => self.Held == 0, () => failure);
+    }
+
+    /// <summary>Asserts that no JobWait was returned to its pool twice since the baseline.</summary>
+    public void AssertNoDoubleReturn()
+    {
+#if DEBUG
+        Assert.Equal(_doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+#endif
+    }
+
+    /// <summary>Asserts, at the end, that every JobWait rented since the baseline is back in its pool, and none went back twice.</summary>
+    public void AssertAllReturnedOnce()
+    {
+        AssertNoDoubleReturn();
+        Assert.Equal(0, Held);
+    }
+}
+
+/// <summary>
 /// A theory that needs at least two Spindle workers: one held by a gated job (or a spinning continuation that must not
 /// help, to prove what it checks) while another runs the rest. Skipped, with the reason, where there is one worker (one
 /// processor, or SPINDLE_WORKERS=1).

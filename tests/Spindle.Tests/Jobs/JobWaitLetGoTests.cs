@@ -53,10 +53,7 @@ public class JobWaitLetGoTests
             const int Turns = 100;
             var boom = new JobWaitFault("the raced job's fault");
             var counter = new Counter();
-#if DEBUG
-            int baseline = Volatile.Read(ref JobWait.InUseForTests);
-            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
-#endif
+            JobWaitBaseline pool = JobWaitBaseline.Take();
             ConcurrentQueue<Exception> reports = UnobservedReports.Observe(UnobservedReports.Own.Instances(boom), () =>
             {
                 for (int i = 0; i < Turns; i++)
@@ -75,15 +72,11 @@ public class JobWaitLetGoTests
                     gate.Release.Set();
                     Exception? read = Record.Exception(() => last.GetAwaiter().GetResult());
                     Assert.Same(fails ? boom : null, read);
-#if DEBUG
-                    Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
-#endif
+                    Assert.Equal(0, pool.Held);
                 }
             });
             Assert.True(reports.IsEmpty, $"the job's fault, which each turn's last wait observed, was also reported {reports.Count} times by the losing waits");
-#if DEBUG
-            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
-#endif
+            pool.AssertNoDoubleReturn();
         });
     }
 
@@ -106,9 +99,7 @@ public class JobWaitLetGoTests
     [MethodImpl(MethodImplOptions.NoInlining)] // no local of the caller keeps the handle, and so the failed node, alive
     private static void LetGoOfAWaitOnAJobThatFails(Exception error)
     {
-#if DEBUG
-        int baseline = Volatile.Read(ref JobWait.InUseForTests);
-#endif
+        JobWaitBaseline pool = JobWaitBaseline.Take();
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         using var gate = new Gate();
@@ -119,9 +110,7 @@ public class JobWaitLetGoTests
         Assert.Throws<TimeoutException>(() => turn.GetAwaiter().GetResult());
         gate.Release.Set();
         JobTestUtil.WaitByPolling(failing); // IsCompleted only: not an observation
-#if DEBUG
-        TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "the let-go wait never went back to its pool");
-#endif
+        pool.WaitUntilAllReturned("the let-go wait never went back to its pool");
     }
 
     [Fact]
@@ -166,10 +155,7 @@ public class JobWaitLetGoTests
         int expected = 0;
         int timedOut = 0;
         int jobWon = 0;
-#if DEBUG
-        int baseline = Volatile.Read(ref JobWait.InUseForTests);
-        int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
-#endif
+        JobWaitBaseline pool = JobWaitBaseline.Take();
         ConcurrentQueue<Exception> reports = await UnobservedReports.ObserveAsync(UnobservedReports.Own.InstancesIn(made), async _ =>
         {
             int ran = await TestUtil.WithTimeout(Race.Run(
@@ -207,9 +193,7 @@ public class JobWaitLetGoTests
                     }
                     // Observed here, so that a let-go wait's job reports nothing either.
                     Assert.Same(boom, JobTestUtil.CompleteCatching(job));
-#if DEBUG
-                    TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "round " + round + ": a JobWait never went back to its pool");
-#endif
+                    pool.WaitUntilAllReturned("round " + round + ": a JobWait never went back to its pool");
                     Assert.Equal(expected, Volatile.Read(ref continuations));
                 },
                 _ => clock.Advance(TimeSpan.FromMilliseconds(1)),
@@ -226,10 +210,7 @@ public class JobWaitLetGoTests
         }
         Assert.Equal(reports.Count, new System.Collections.Generic.HashSet<Exception>(reports).Count);
         Assert.Equal(0, wheel.PendingCount);
-#if DEBUG
-        Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
-        Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
-#endif
+        pool.AssertAllReturnedOnce();
         Assert.True(timedOut + jobWon == expected, $"{timedOut} timed out and {jobWon} saw the job finish, of {expected}");
     }
 
@@ -252,10 +233,7 @@ public class JobWaitLetGoTests
         int continuations = 0;
         int expected = 0;
         int revived = 0;
-#if DEBUG
-        int baseline = Volatile.Read(ref JobWait.InUseForTests);
-        int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
-#endif
+        JobWaitBaseline pool = JobWaitBaseline.Take();
         void Call(int racer)
         {
             SpindleTask task = job.AsSpindleTask();
@@ -298,10 +276,8 @@ public class JobWaitLetGoTests
                     // The let-go use's token is stale, revived or ended unread: the await-once error, never a read of a later use.
                     Assert.Throws<InvalidOperationException>(() => letGo.GetAwaiter().GetResult());
                     Assert.Same(boom, JobTestUtil.CompleteCatching(job));
-#if DEBUG
-                    TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "round " + round + ": a JobWait never went back to its pool");
-                    Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
-#endif
+                    pool.WaitUntilAllReturned("round " + round + ": a JobWait never went back to its pool");
+                    pool.AssertNoDoubleReturn();
                     Assert.Equal(expected, Volatile.Read(ref continuations));
                 },
                 _ => Call(0),
@@ -312,10 +288,7 @@ public class JobWaitLetGoTests
         Assert.Empty(reports); // every fault was read by both callers
         Assert.Equal(expected, Volatile.Read(ref continuations));
         Assert.Equal(0, wheel.PendingCount);
-#if DEBUG
-        Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
-        Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
-#endif
+        pool.AssertAllReturnedOnce();
         Assert.True(revived > 0, "no round revived the let-go wait: the race never reached the revival");
     }
 }

@@ -179,8 +179,7 @@ public class JobWaitRevivalTests
     {
         await JobTestUtil.Bounded(() =>
         {
-            int baseline = Volatile.Read(ref JobWait.InUseForTests);
-            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            JobWaitBaseline pool = JobWaitBaseline.Take();
             var boom = fails ? new RevivalFault("finished as the wait was revived") : null;
             ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => e is RevivalFault, () =>
             {
@@ -195,7 +194,7 @@ public class JobWaitRevivalTests
                         hooked = true;
                         Assert.Same(letGo._source, w);
                         job.Finish(); // its finish claims the let-go wait from Abandoned, ends it unread and pools it
-                        TestUtil.SpinUntil(() => Volatile.Read(ref JobWait.InUseForTests) == baseline, () => "the finished job's let-go wait never went back to its pool");
+                        pool.WaitUntilAllReturned("the finished job's let-go wait never went back to its pool");
                     },
                     () => late = job.Handle.AsSpindleTask());
                 Assert.True(hooked, "the call never found the let-go wait: the race was not forced");
@@ -204,8 +203,7 @@ public class JobWaitRevivalTests
                 Assert.Throws<InvalidOperationException>(() => letGo.GetAwaiter().GetResult());
             });
             Assert.Empty(reports);
-            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
-            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+            pool.AssertAllReturnedOnce();
         });
     }
 
@@ -216,8 +214,7 @@ public class JobWaitRevivalTests
     {
         await JobTestUtil.Bounded(() =>
         {
-            int baseline = Volatile.Read(ref JobWait.InUseForTests);
-            int doubleReturns = Volatile.Read(ref JobWait.DoubleReturnsForTests);
+            JobWaitBaseline pool = JobWaitBaseline.Take();
             var boom = fails ? new RevivalFault("revived by two callers") : null;
             ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => e is RevivalFault, () =>
             {
@@ -231,7 +228,7 @@ public class JobWaitRevivalTests
                 Assert.IsType<JobWait>(first._source);
                 Assert.NotSame(letGo._source, first._source); // the first, whose CAS lost, rented a new wait
                 Assert.Throws<InvalidOperationException>(() => letGo.GetAwaiter().GetResult()); // stale: never the new use's read
-                Assert.Equal(baseline + 2, Volatile.Read(ref JobWait.InUseForTests));
+                Assert.Equal(2, pool.Held);
                 Assert.Equal(2, job.Handle.Node!.WaiterCountForTests(job.Handle.Version));
                 int ran = 0;
                 first.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref ran));
@@ -243,8 +240,7 @@ public class JobWaitRevivalTests
                 Assert.Equal(2, Volatile.Read(ref ran));
             });
             Assert.Empty(reports);
-            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
-            Assert.Equal(doubleReturns, Volatile.Read(ref JobWait.DoubleReturnsForTests));
+            pool.AssertAllReturnedOnce();
         });
     }
 
@@ -360,7 +356,7 @@ public class JobWaitRevivalTests
         // its let-go wait behind B's on the job's chain. So two loops hold two waits, however many turns they take.
         await JobTestUtil.Bounded(() =>
         {
-            int baseline = Volatile.Read(ref JobWait.InUseForTests);
+            JobWaitBaseline pool = JobWaitBaseline.Take();
             var boom = new RevivalFault("polled by two loops");
             ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => e is RevivalFault, () =>
             {
@@ -376,7 +372,7 @@ public class JobWaitRevivalTests
                     b = job.Handle.AsSpindleTask();
                     LetGo(a);
                     a = job.Handle.AsSpindleTask();
-                    int held = Volatile.Read(ref JobWait.InUseForTests) - baseline;
+                    int held = pool.Held;
                     int edges = job.Handle.Node!.WaiterCountForTests(job.Handle.Version);
                     if (held > 2 || edges > 2)
                     {
@@ -388,7 +384,7 @@ public class JobWaitRevivalTests
                 Assert.Same(boom, Record.Exception(() => b.GetAwaiter().GetResult()));
             });
             Assert.Empty(reports);
-            Assert.Equal(baseline, Volatile.Read(ref JobWait.InUseForTests));
+            Assert.Equal(0, pool.Held);
         });
     }
 #endif

@@ -173,14 +173,17 @@ public sealed class GameScenarioTests
         SpindleDiagnostics.TrackTasks = true;
         try
         {
+            // Each round is one whole scenario, which the suite's bound covers on a loaded machine (its own waits are bounded
+            // too): one bound for all five timed out in a full run beside two CPU hogs, with every round making progress.
+            const int Rounds = 5;
             await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
             {
-                for (int round = 0; round < 5; round++)
+                for (int round = 0; round < Rounds; round++)
                 {
                     Play(unobserved);
                     Assert.Empty(ScenarioSupport.TrackedIn(typeof(GameScenarioTests))); // each round's boxes went back
                 }
-            }, "game loop"));
+            }, "game loop"), Rounds * TestUtil.DefaultTimeoutSeconds);
         }
         finally
         {

@@ -164,36 +164,27 @@ public class SignalTests
     [Fact]
     public async Task SetAndCancel_RacingOnAPendingWait_ExactlyOneOutcomeAndNoSetIsLost()
     {
-        int rounds = TestUtil.Stress(3_000);
+        // Under Race's time budget: a fixed 3,000 rounds of two raw barriers outran a fixed 60 s on one loaded core.
         int succeeded = 0;
         int canceled = 0;
+        var signal = new Signal();
+        CancellationTokenSource? cts = null;
+        SpindleTask wait = default;
+        int runs = 0;
 
-        await TestUtil.WithTimeout(Task.Run(() =>
-        {
-            using var barrier = new Barrier(2);
-            var signal = new Signal();
-            Task setter = TestUtil.RunOnThread(() =>
+        int ran = await TestUtil.WithTimeout(Race.Run(
+            TestUtil.Stress(3_000),
+            before: _ =>
             {
-                for (int i = 0; i < rounds; i++)
-                {
-                    barrier.SignalAndWait(); // round start
-                    signal.Set();
-                    barrier.SignalAndWait(); // round end
-                }
-            }, "signal setter");
-
-            for (int i = 0; i < rounds; i++)
-            {
-                using var cts = new CancellationTokenSource();
-                SpindleTask wait = signal.WaitAsync(cts.Token);
-                int runs = 0;
+                cts = new CancellationTokenSource();
+                wait = signal.WaitAsync(cts.Token);
+                runs = 0;
                 wait.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref runs));
-                barrier.SignalAndWait();
-                cts.Cancel();
-                barrier.SignalAndWait();
-
+            },
+            after: round =>
+            {
                 // Both calls have returned, and each completes the wait inline if it wins: the outcome is final.
-                Assert.Equal(1, Volatile.Read(ref runs));
+                Assert.True(Volatile.Read(ref runs) == 1, $"round {round}: the continuation ran {Volatile.Read(ref runs)} times");
                 SpindleTaskStatus status = wait.Status;
                 if (status == SpindleTaskStatus.Succeeded)
                 {
@@ -210,11 +201,12 @@ public class SignalTests
                     signal.Reset();
                 }
                 Assert.False(signal.HasWaiter);
-            }
-            setter.GetAwaiter().GetResult();
-        }), TestUtil.StressTimeout(60));
+                cts!.Dispose();
+            },
+            _ => cts!.Cancel(),
+            _ => signal.Set()), TestUtil.StressTimeout(120));
 
-        Assert.Equal(rounds, succeeded + canceled);
+        Assert.Equal(ran, succeeded + canceled);
     }
 
     [Fact]
@@ -249,7 +241,12 @@ public class SignalTests
             }
         }, "signal producer");
 
-        await TestUtil.WithTimeout(Task.WhenAll(consumer, producer), TestUtil.StressTimeout(60));
+        // Bounded by a stall, not by the whole run: 20,000 blocking hand-offs outran a fixed 60 s on one loaded core
+        // (taskset -c 1), while a lost set stops the count for good.
+        await TestUtil.WithStallTimeout(
+            Task.WhenAll(consumer, producer),
+            () => Volatile.Read(ref consumed),
+            () => $"{Volatile.Read(ref consumed)} of {cycles} cycles done (to the consumer: set {toConsumer.IsSet}, waiter {toConsumer.HasWaiter}; to the producer: set {toProducer.IsSet}, waiter {toProducer.HasWaiter})");
         Assert.Equal(cycles, consumed);
         Assert.False(toConsumer.IsSet);
         Assert.False(toProducer.IsSet);
@@ -318,35 +315,28 @@ public class SignalTests
     public async Task WaitAsync_RacingASetOnAnIdleSignal_TheSetIsTakenOnceWhicheverComesFirst()
     {
         // WaitAsync looks at the idle signal and then arms it with a CAS; a set landing in between makes the CAS fail, and
-        // the wait must then take the set instead (complete at once), never arm over it and lose it.
-        int rounds = TestUtil.Stress(5_000);
-
-        await TestUtil.WithTimeout(Task.Run(() =>
-        {
-            using var barrier = new Barrier(2);
-            var signal = new Signal();
-            Task setter = TestUtil.RunOnThread(() =>
+        // the wait must then take the set instead (complete at once), never arm over it and lose it. The rounds run under
+        // Race's time budget, and each round's wait is waited for with a bound: a lost set fails its round by name, and a
+        // slow machine runs fewer rounds. (It ran a fixed 5,000 rounds of two raw barriers inside 60 s, and timed out in a
+        // full run beside two CPU hogs, where no round could tell a lost set from a slow one.)
+        var signal = new Signal();
+        SpindleTask wait = default;
+        int ran = await TestUtil.WithTimeout(Race.Run(
+            TestUtil.Stress(5_000),
+            before: _ => { },
+            after: round =>
             {
-                for (int i = 0; i < rounds; i++)
-                {
-                    barrier.SignalAndWait();
-                    signal.Set();
-                    barrier.SignalAndWait();
-                }
-            }, "signal setter");
-
-            for (int i = 0; i < rounds; i++)
-            {
-                barrier.SignalAndWait();
-                SpindleTask wait = signal.WaitAsync();
-                barrier.SignalAndWait();
-                wait.GetAwaiter().GetResult(); // the one set released this wait, before or after it was armed (a lost set hangs here)
+                // The one set released this wait, before or after it was armed; a lost set leaves it pending for good.
+                TestUtil.SpinUntil(() => wait.IsCompleted, () => $"round {round}: the wait was never released (set: {signal.IsSet}, waiter: {signal.HasWaiter}), the set was lost");
+                wait.GetAwaiter().GetResult();
                 Assert.False(signal.IsSet);
                 Assert.False(signal.HasWaiter);
-            }
-            setter.GetAwaiter().GetResult();
-        }), TestUtil.StressTimeout(60));
+            },
+            _ => wait = signal.WaitAsync(),
+            _ => signal.Set()), TestUtil.StressTimeout(120));
+        Assert.True(ran > 0);
     }
+
     [Fact]
     public async Task WaitAsync_TwoAtOnce_OneThrows_AndTheOtherKeepsItsCancellation()
     {

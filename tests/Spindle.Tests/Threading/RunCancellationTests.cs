@@ -175,34 +175,43 @@ public sealed class RunCancellationTests
         using var continuationRunning = new ManualResetEventSlim();
         using var workersReleased = new ManualResetEventSlim();
         int allMet = -1;
+        Exception? failure = null; // the continuation's, thrown here: an assertion failing on the canceller thread would end the test host
 
         var busy = new HoldWorkers();
         SpindleTask task = Spindle.Run(() => { }, cts.Token);
         task.GetAwaiter().UnsafeOnCompleted(() =>
         {
-            Assert.ThrowsAny<OperationCanceledException>(() => task.GetAwaiter().GetResult()); // the consumer lets go first
-            continuationRunning.Set();
-            workersReleased.Wait();
-            Thread.Sleep(200); // a freed worker reaches the cancelled item meanwhile, and lets go of it last
-            using var barrier = new Barrier(workers);
-            var runs = new SpindleTask<bool>[workers];
-            for (int i = 0; i < workers; i++)
+            try
             {
-                runs[i] = Spindle.Run(() => barrier.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds))); // was 3 s
+                Assert.ThrowsAny<OperationCanceledException>(() => task.GetAwaiter().GetResult()); // the consumer lets go first
+                continuationRunning.Set();
+                workersReleased.Wait();
+                Thread.Sleep(200); // a freed worker reaches the cancelled item meanwhile, and lets go of it last
+                using var barrier = new Barrier(workers);
+                var runs = new SpindleTask<bool>[workers];
+                for (int i = 0; i < workers; i++)
+                {
+                    runs[i] = Spindle.Run(() => barrier.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds))); // was 3 s
+                }
+                int met = 0;
+                foreach (SpindleTask<bool> r in runs)
+                {
+                    met += r.GetAwaiter().GetResult() ? 1 : 0;
+                }
+                allMet = met;
             }
-            int met = 0;
-            foreach (SpindleTask<bool> r in runs)
+            catch (Exception e)
             {
-                met += r.GetAwaiter().GetResult() ? 1 : 0;
+                failure = e;
+                continuationRunning.Set(); // the test goes on, and throws it
             }
-            allMet = met;
         });
-        var canceller = new Thread(() => cts.Cancel()) { IsBackground = true };
-        canceller.Start();
+        Task canceller = TestUtil.RunOnThread(cts.Cancel, "canceller"); // whatever Cancel() throws fails the test, not the host
         Assert.True(continuationRunning.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
         busy.Dispose();
         workersReleased.Set();
-        Assert.True(canceller.Join(TimeSpan.FromSeconds(2 * TestUtil.DefaultTimeoutSeconds))); // past the barrier's bound
+        Assert.True(canceller.Wait(TimeSpan.FromSeconds(2 * TestUtil.DefaultTimeoutSeconds))); // past the barrier's bound
+        Assert.True(failure is null, "the continuation failed: " + failure);
         Assert.Equal(workers, allMet);
     }
 
@@ -222,6 +231,7 @@ public sealed class RunCancellationTests
             using var workerLetGo = new ManualResetEventSlim();
             int second = -1;
             bool same = false;
+            Exception? failure = null; // the continuation's, thrown here: an assertion failing on the canceller thread would end the test host
             var busy = new HoldWorkers();
             SpindleTask<int> first = Spindle.Run(() => 1, cts.Token);
             object item = first._source!;
@@ -229,20 +239,27 @@ public sealed class RunCancellationTests
             {
                 inCallback.Set();
                 workerLetGo.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
-                Assert.ThrowsAny<OperationCanceledException>(() => first.GetAwaiter().GetResult()); // last: recycled here
-                SpindleTask<int> again = Spindle.Run(() => 2, other.Token);
-                same = ReferenceEquals(again._source, item);
-                second = again.GetAwaiter().GetResult();
+                try
+                {
+                    Assert.ThrowsAny<OperationCanceledException>(() => first.GetAwaiter().GetResult()); // last: recycled here
+                    SpindleTask<int> again = Spindle.Run(() => 2, other.Token);
+                    same = ReferenceEquals(again._source, item);
+                    second = again.GetAwaiter().GetResult();
+                }
+                catch (Exception e)
+                {
+                    failure = e;
+                }
             });
-            var canceller = new Thread(() => cts.Cancel()) { IsBackground = true };
-            canceller.Start();
+            Task canceller = TestUtil.RunOnThread(cts.Cancel, "canceller"); // whatever Cancel() throws fails the test, not the host
             Assert.True(inCallback.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
             busy.Dispose();
             // A worker reaches the cancelled item and lets go of it; then the continuation reads.
             Spindle.Run(() => { }).GetAwaiter().GetResult();
             Thread.Sleep(20);
             workerLetGo.Set();
-            Assert.True(canceller.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Assert.True(canceller.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            Assert.True(failure is null, "the continuation failed: " + failure);
             Assert.Equal(2, second);
             sameItem += same ? 1 : 0;
             Assert.Equal(0, TokenRegistrationLeakTests.RegistrationCount(other));
