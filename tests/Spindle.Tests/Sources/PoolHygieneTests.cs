@@ -1011,23 +1011,22 @@ public sealed class PoolHygieneTests
             // only a worker can start waits for ever when it is the only one (one processor).
             await TestUtil.RunOnThread(() =>
             {
-                // A blocking Complete on a job that runs for a while (the waiter registers on it once its helping rounds are
-                // over; tried again if a descheduled test thread only got there after the job had finished).
-                for (int attempt = 0; attempt < 5 && !checker.Seen.ContainsKey("BlockingWait"); attempt++)
+                // A blocking Complete on a job that runs until the waiter has registered on it: the releaser lets the job
+                // finish only once it has a waiter (a fixed sleep before the release let a loaded machine's helping rounds
+                // outlast it, and the job finished before any blocking wait was rented).
                 {
                     var release = new ManualResetEventSlim();
                     var started = new ManualResetEventSlim();
                     JobHandle longJob = new WaitingJob { Payload = payload, Started = started, Release = release }.Schedule();
                     JobHandle.ScheduleBatchedJobs();
                     Assert.True(started.Wait(TimeSpan.FromSeconds(30)), "the job did not start on a worker");
-                    var releaser = new Thread(() =>
+                    Task releaser = TestUtil.RunOnThread(() =>
                     {
-                        Thread.Sleep(300);
+                        TestUtil.SpinUntil(() => longJob.Node!.WaiterCountForTests(longJob.Version) > 0);
                         release.Set();
-                    });
-                    releaser.Start();
+                    }, "releaser");
                     longJob.Complete();
-                    releaser.Join();
+                    releaser.GetAwaiter().GetResult();
                 }
 
                 // A blocking Complete on a job that is still waiting for a dependency.
