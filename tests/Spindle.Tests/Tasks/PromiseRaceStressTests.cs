@@ -150,8 +150,13 @@ public class PromiseRaceStressTests
 
         try
         {
-            // MinCycles took 55 s at the worst rate seen (four busy loops beside it): twice that before it counts as a hang.
-            await TestUtil.WithTimeout(Task.WhenAll(awaiter, setter), TestUtil.StressTimeout(120));
+            // MinCycles took 55 s at the worst rate seen with four busy loops beside it, and over 120 s at a load average of
+            // 60: a hang is a cycle that stops for the suite's bound, not a slow machine.
+            await TestUtil.WithStallTimeout(
+                Task.WhenAll(awaiter, setter),
+                () => Volatile.Read(ref consumed),
+                () => $"stuck at cycle {Volatile.Read(ref consumed)} (ready {Volatile.Read(ref ready)}, registered {Volatile.Read(ref registered)})",
+                TestUtil.StressTimeout(TestUtil.DefaultTimeoutSeconds));
         }
         finally
         {
