@@ -486,8 +486,8 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// Runs an item from the worker loop (<see cref="Execute"/>), lending the worker's timers meanwhile
-    /// (<see cref="WorkerTimers.Lend"/>): while the item runs, an idle worker may fire those that fall due
+    /// Runs an item from the worker loop (<see cref="Execute"/>), lending the worker's timers meanwhile, if it has any or
+    /// the item starts one (<see cref="WorkerTimers.EnterItem"/>): while the item runs, an idle worker may fire those that fall due
     /// (<see cref="RescueOverdueTimers"/>), so a long item (a blocking call, a heavy computation) does not hold them back,
     /// nor the ones it starts itself before it blocks.
     /// </summary>
@@ -496,9 +496,9 @@ internal sealed class WorkerPool : Scheduler
         WorkerTimers? timers = self.Timers;
         if (timers is not null)
         {
-            timers.Lend();
+            timers.EnterItem();
             Execute(item);
-            timers.Reclaim();
+            timers.ExitItem();
         }
         else
         {

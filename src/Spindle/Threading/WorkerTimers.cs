@@ -43,10 +43,40 @@ internal abstract class WorkerTimers
     public bool IsLent => _lent != 0;
 
     /// <summary>
-    /// Called by the owning worker before it runs a work item, when it has timers: until <see cref="Reclaim"/>, it does not
+    /// True while the owning worker runs an item from its loop (<see cref="EnterItem"/>) and no pass of its own is under
+    /// way: a timer it starts then may lend the timers (a pass running inline continuations must keep them). Owner only.
+    /// </summary>
+    protected bool InItem { get; set; }
+
+    /// <summary>
+    /// Called by the owning worker before it runs an item from its loop: lends its timers if it has any
+    /// (<see cref="Lend"/>), and notes the item, so that a timer started during it lends them too. Owner only.
+    /// </summary>
+    public void EnterItem()
+    {
+        InItem = true;
+        if (HasPending)
+        {
+            Lend();
+        }
+    }
+
+    /// <summary>Called by the owning worker after the item <see cref="EnterItem"/> noted: takes its timers back if lent. Owner only.</summary>
+    public void ExitItem()
+    {
+        InItem = false;
+        if (_lent != 0)
+        {
+            Reclaim();
+        }
+    }
+
+    /// <summary>
+    /// Lends the timers while the owner runs an item (<see cref="EnterItem"/>): until <see cref="Reclaim"/>, it does not
     /// touch them, and an idle worker may fire the overdue ones (<see cref="TryRescue"/>), so a long item does not hold
-    /// back timers that fell due meanwhile. Owner only; an owner that needs its timers during the item (it starts a timer,
-    /// or polls them while it blocks) reclaims them first and lends them again after.
+    /// back timers that fall due meanwhile. Owner only; an owner that needs its timers during the item (it starts a timer,
+    /// or polls them while it blocks) reclaims them first and lends them again after. The owner pays a volatile write
+    /// here and an exchange in <see cref="Reclaim"/>: only while it has timers.
     /// </summary>
     public void Lend() => Volatile.Write(ref _lent, 1);
 

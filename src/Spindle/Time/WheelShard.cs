@@ -152,9 +152,9 @@ internal sealed class WheelShard : WorkerTimers
         {
             Volatile.Write(ref _nextDue, node.Deadline);
         }
-        if (lent)
+        if (InItem) // its worker runs an item (the shard was lent, or had no timer when the item began), not a pass
         {
-            Lend();
+            Lend(); // the item goes on: lend the shard (again), now that it has a timer
             if (earliest)
             {
                 // A parked worker sleeps until the other workers' timers were due when it parked: wake one, so it parks
@@ -238,14 +238,16 @@ internal sealed class WheelShard : WorkerTimers
 
     /// <inheritdoc/>
     /// <remarks>A worker that polls while it blocks inside an item takes its lent shard back for the poll (its
-    /// continuations run here, on the owner), and lends it again after.</remarks>
+    /// continuations run here, on the owner), and lends it again after if it still holds timers.</remarks>
     public override bool Poll(out TimeSpan untilNext)
     {
-        bool lent = IsLent;
-        if (lent)
+        if (IsLent)
         {
             Reclaim();
         }
+        // A pass runs continuations inline: a timer one of them starts must not lend the shard in the middle of it.
+        bool inItem = InItem;
+        InItem = false;
         long now = _wheel.NowTick();
         long fired = _fired;
         DrainInboxes(now);
@@ -253,9 +255,10 @@ internal sealed class WheelShard : WorkerTimers
         long next = NextDeadline();
         Volatile.Write(ref _nextDue, next);
         untilNext = next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next);
-        if (lent)
+        InItem = inItem;
+        if (inItem && _linkedOwner != 0)
         {
-            Lend();
+            Lend(); // polled while it blocks inside an item: the item goes on, and so does the lending
         }
         return _fired != fired;
     }
