@@ -32,15 +32,28 @@ public class WorkerShardRescueTests
         await TestUtil.WithTimeout(Task.WhenAll(items));
     }
 
-    [Fact]
-    public async Task DelaysStartedByAnItemThatThenBlocks_FireWhileItBlocks_OnAnotherWorker()
+    /// <summary>
+    /// Leaves Spindle's workers and gives each a shard (<see cref="GiveEveryWorkerAShard"/>); false, doing nothing, when
+    /// there is one worker, which no other worker can rescue.
+    /// </summary>
+    private static async Task<bool> LeaveWorkersEachWithAShard()
     {
         if (Spindle.WorkerCount < 2)
         {
-            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+            return false;
         }
         await TestUtil.LeaveSpindleWorkers();
         await GiveEveryWorkerAShard();
+        return true;
+    }
+
+    [Fact]
+    public async Task DelaysStartedByAnItemThatThenBlocks_FireWhileItBlocks_OnAnotherWorker()
+    {
+        if (!await LeaveWorkersEachWithAShard())
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
 
         const int Waiters = 8;
         using var release = new ManualResetEventSlim();
@@ -98,12 +111,10 @@ public class WorkerShardRescueTests
     [Fact]
     public async Task ALongComputationsDelays_FireDuringIt()
     {
-        if (Spindle.WorkerCount < 2)
+        if (!await LeaveWorkersEachWithAShard())
         {
-            return; // the rescuer is another worker
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
         }
-        await TestUtil.LeaveSpindleWorkers();
-        await GiveEveryWorkerAShard();
 
         var fired = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
         int stop = 0;
@@ -142,12 +153,10 @@ public class WorkerShardRescueTests
     [Fact]
     public async Task RescuedTimersDueTogether_RunInTheOrderTheyWereStarted_AcrossBatches()
     {
-        if (Spindle.WorkerCount < 2)
+        if (!await LeaveWorkersEachWithAShard())
         {
-            return; // the rescuer is another worker
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
         }
-        await TestUtil.LeaveSpindleWorkers();
-        await GiveEveryWorkerAShard();
 
         const int Count = 2 * TimerBatch.Capacity + 10; // three batches
         var order = new ConcurrentQueue<int>();
@@ -188,12 +197,10 @@ public class WorkerShardRescueTests
     [Fact]
     public async Task AWorkersFirstDelay_StartedByAnItemThatThenBlocks_FiresWhileItBlocks()
     {
-        if (Spindle.WorkerCount < 2)
+        if (!await LeaveWorkersEachWithAShard())
         {
-            return; // the rescuer is another worker
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
         }
-        await TestUtil.LeaveSpindleWorkers();
-        await GiveEveryWorkerAShard();
         TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0); // the forgotten shard must hold nothing
 
         // The worker forgets its timers in one item and hands the next to itself (its run-next slot): that item starts
