@@ -220,10 +220,33 @@ internal sealed class WorkerPool : Scheduler
         if (timers is null)
         {
             timers = create(state);
+            if (w.RunningItemWithoutTimers)
+            {
+                // Created by the item the worker is running (its first timer): lent at once, as ExecuteLendingTimers lends
+                // an existing shard, which takes it back when the item ends. Found by review: a worker's first delay,
+                // started by an item that then blocked, waited for the item, since nothing had lent the new shard.
+                timers.Lend();
+            }
             Volatile.Write(ref w.Timers, timers); // other workers read it to rescue its overdue timers (RescueOverdueTimers)
         }
         return timers;
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: the calling worker forgets its timers, as a worker that has never started one, so that the item it is
+    /// running creates them again. The forgotten ones must hold no timer (they are never looked at again).
+    /// </summary>
+    internal void ForgetCurrentWorkerTimersForTests()
+    {
+        Worker w = t_worker is { } current && current.Pool == this ? current : throw new InvalidOperationException("Call this on one of the pool's workers.");
+        if (w.Timers is WheelShard { PendingCount: not 0 } shard)
+        {
+            throw new InvalidOperationException("The worker's timers still hold timers (" + shard.Describe() + "): wait until they have fired.");
+        }
+        w.Timers = null;
+    }
+#endif
 
     /// <summary>How many items a busy worker runs between looks at its timers.</summary>
     private const int TimerPollInterval = 64;
@@ -502,8 +525,24 @@ internal sealed class WorkerPool : Scheduler
         }
         else
         {
+            // An item that starts the worker's first timer creates its timers lent (GetOrAddCurrentWorkerTimers).
+            self.RunningItemWithoutTimers = true;
             Execute(item);
+            self.RunningItemWithoutTimers = false;
+            self.Timers?.Reclaim();
         }
+    }
+
+    /// <summary>
+    /// Queues a batch of timer continuations that a rescuer fired (<see cref="WorkerTimers.TryRescue"/>) to the injection
+    /// queue, first in first out, so that batches run in the order they fired. Queued from a worker, they went to its
+    /// run-next slot, where each full batch displaced the one before into the deque: more than a batch of timers due
+    /// together ran out of order, the later batch first (found by review, with a test).
+    /// </summary>
+    internal void QueueInOrder(WorkItem item)
+    {
+        _injection.Enqueue(item); // its interlocked tail update is the full fence the parking protocol needs
+        NotifyIfNoneSpinning();
     }
 
     /// <summary>
@@ -799,6 +838,7 @@ internal sealed class WorkerPool : Scheduler
         public WorkItem? RunNext;
         public int RunNextStamp;
         public WorkerTimers? Timers;
+        public bool RunningItemWithoutTimers; // owner only: running an item from its loop while Timers was null (ExecuteLendingTimers)
         public int SinceTimerPoll;
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly

@@ -273,7 +273,8 @@ public sealed partial class TimerWheel : IDisposable
     /// <summary>
     /// Puts <paramref name="node"/> in the wheel to fire <paramref name="delay"/> (finite, checked) from now: on a
     /// Spindle worker, when this wheel gives workers shards of their own, straight into that worker's shard with no atomic
-    /// operation (the worker runs it when due, and nothing else can fire it before this returns); anywhere else, into the
+    /// operation (the worker runs it when due; while the worker runs an item, an idle worker may fire it, even before this
+    /// returns: callers must allow for it, as for <see cref="Insert"/>); anywhere else, into the
     /// main shard's inbox (<see cref="Insert"/>).
     /// </summary>
     internal void Start(TimerNode node, TimeSpan delay)

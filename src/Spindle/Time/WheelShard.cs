@@ -289,8 +289,8 @@ internal sealed class WheelShard : WorkerTimers
         long fired = _fired;
         _rescuing = true;
         DrainInboxes(now);
-        _rescuing = false;
         FlushBatch();
+        _rescuing = false;
         PublishCount();
         Volatile.Write(ref _nextDue, NextDeadline());
         return _fired != fired;
@@ -658,7 +658,7 @@ internal sealed class WheelShard : WorkerTimers
         if (batch.Add(waiter, state))
         {
             _batch = null;
-            Scheduler.Default.Queue(batch);
+            QueueBatch(batch);
         }
     }
 
@@ -668,6 +668,22 @@ internal sealed class WheelShard : WorkerTimers
         if (batch is not null)
         {
             _batch = null;
+            QueueBatch(batch);
+        }
+    }
+
+    /// <summary>
+    /// Hands a full (or final) batch to the workers: a rescuer's in order through the pool's injection queue
+    /// (<see cref="WorkerPool.QueueInOrder"/>; the rescuer is a worker, whose own queueing would run them newest first).
+    /// </summary>
+    private void QueueBatch(TimerBatch batch)
+    {
+        if (_rescuing)
+        {
+            WorkerPool.Shared.QueueInOrder(batch);
+        }
+        else
+        {
             Scheduler.Default.Queue(batch);
         }
     }

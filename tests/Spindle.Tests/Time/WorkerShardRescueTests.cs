@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Concurrent;
 using System.Diagnostics;
+using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 
@@ -31,15 +32,28 @@ public class WorkerShardRescueTests
         await TestUtil.WithTimeout(Task.WhenAll(items));
     }
 
-    [Fact]
-    public async Task DelaysStartedByAnItemThatThenBlocks_FireWhileItBlocks_OnAnotherWorker()
+    /// <summary>
+    /// Leaves Spindle's workers and gives each a shard (<see cref="GiveEveryWorkerAShard"/>); false, doing nothing, when
+    /// there is one worker, which no other worker can rescue.
+    /// </summary>
+    private static async Task<bool> LeaveWorkersEachWithAShard()
     {
         if (Spindle.WorkerCount < 2)
         {
-            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+            return false;
         }
         await TestUtil.LeaveSpindleWorkers();
         await GiveEveryWorkerAShard();
+        return true;
+    }
+
+    [Fact]
+    public async Task DelaysStartedByAnItemThatThenBlocks_FireWhileItBlocks_OnAnotherWorker()
+    {
+        if (!await LeaveWorkersEachWithAShard())
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
 
         const int Waiters = 8;
         using var release = new ManualResetEventSlim();
@@ -104,12 +118,10 @@ public class WorkerShardRescueTests
     [Fact]
     public async Task ALongComputationsDelays_FireDuringIt()
     {
-        if (Spindle.WorkerCount < 2)
+        if (!await LeaveWorkersEachWithAShard())
         {
-            return; // the rescuer is another worker
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
         }
-        await TestUtil.LeaveSpindleWorkers();
-        await GiveEveryWorkerAShard();
 
         var fired = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
         int stop = 0;
@@ -138,6 +150,101 @@ public class WorkerShardRescueTests
         }
         await TestUtil.WithTimeout(computation);
     }
+
+    /// <summary>
+    /// More timers than one batch holds, due together on a worker blocked in an item, are fired by a rescuer: their
+    /// continuations must run in the order the timers were started, as the owner runs them. Queued from the rescuer (a
+    /// worker), each full batch went to its run-next slot and pushed the one before into its deque, so they ran newest
+    /// batch first.
+    /// </summary>
+    [Fact]
+    public async Task RescuedTimersDueTogether_RunInTheOrderTheyWereStarted_AcrossBatches()
+    {
+        if (!await LeaveWorkersEachWithAShard())
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
+
+        const int Count = 2 * TimerBatch.Capacity + 10; // three batches
+        var order = new ConcurrentQueue<int>();
+        using var all = new ManualResetEventSlim();
+        int blockerThread = 0;
+        var ranOn = new ConcurrentQueue<int>();
+        SpindleTask blocker = Spindle.Run(() =>
+        {
+            blockerThread = Environment.CurrentManagedThreadId;
+            for (int i = 0; i < Count; i++)
+            {
+                int index = i;
+                Spindle.Delay(30).ContinueWithForTest(() =>
+                {
+                    ranOn.Enqueue(Environment.CurrentManagedThreadId);
+                    order.Enqueue(index);
+                    if (order.Count == Count)
+                    {
+                        all.Set();
+                    }
+                });
+            }
+            // Blocks (without helping) until every continuation ran: only a rescuer can fire them.
+            all.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+        });
+        await TestUtil.WithTimeout(blocker);
+        Assert.True(all.IsSet, $"the timers of a blocked worker were not rescued; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
+        Assert.All(ranOn, thread => Assert.NotEqual(blockerThread, thread));
+        Assert.Equal(Enumerable.Range(0, Count), order.ToArray());
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+
+#if DEBUG
+    /// <summary>
+    /// A worker's first timer, started by an item that then blocks: the shard the item creates must be lent like an
+    /// existing one, or nothing can rescue it and the delay waits for the item (here, for ever: the item waits for it).
+    /// </summary>
+    [Fact]
+    public async Task AWorkersFirstDelay_StartedByAnItemThatThenBlocks_FiresWhileItBlocks()
+    {
+        if (!await LeaveWorkersEachWithAShard())
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0); // the forgotten shard must hold nothing
+
+        // The worker forgets its timers in one item and hands the next to itself (its run-next slot): that item starts
+        // on a worker with no timers, as a worker's first item that starts a delay does. Another worker may steal it:
+        // then try again.
+        bool tested = false;
+        for (int attempt = 0; attempt < 20 && !tested; attempt++)
+        {
+            var fired = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            bool firedInTime = false;
+            var second = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+            await TestUtil.WithTimeout(Spindle.Run(() =>
+            {
+                int thread = Environment.CurrentManagedThreadId;
+                WorkerPool.Shared.ForgetCurrentWorkerTimersForTests(); // as a worker that never started a timer
+                Spindle.Run(() =>
+                {
+                    if (Environment.CurrentManagedThreadId != thread)
+                    {
+                        second.SetResult(false); // stolen: this worker still has its timers
+                        return;
+                    }
+                    Spindle.Delay(20).ContinueWithForTest(() => fired.TrySetResult()); // creates this worker's shard
+                    firedInTime = fired.Task.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // blocks, not helping
+                    second.SetResult(true);
+                }).Forget();
+            }));
+            tested = await TestUtil.WithTimeout(second.Task, 2 * TestUtil.DefaultTimeoutSeconds);
+            if (tested)
+            {
+                Assert.True(firedInTime, $"a worker's first delay waited for the item that started it; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
+            }
+            TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+        }
+        Assert.True(tested, "the second item never ran on the worker that forgot its timers");
+    }
+#endif
 
     /// <summary>
     /// The lending protocol alone, on a stand-in for a shard: an owner lends and takes back its timers in a tight loop,
