@@ -222,10 +222,11 @@ internal sealed class WorkerPool : Scheduler
             timers = create(state);
             if (w.RunningItemWithoutTimers)
             {
-                // Created by the item the worker is running (its first timer): lent at once, as ExecuteLendingTimers lends
-                // an existing shard, which takes it back when the item ends. Found by review: a worker's first delay,
-                // started by an item that then blocked, waited for the item, since nothing had lent the new shard.
-                timers.Lend();
+                // Created by the item the worker is running (its first timer): noted as in that item, as
+                // ExecuteLendingTimers notes an existing shard, so the timer lends it, and the loop takes it back when the
+                // item ends. Found by review: a worker's first delay, started by an item that then blocked, waited for the
+                // item, since nothing had lent the new shard.
+                timers.EnterItem();
             }
             Volatile.Write(ref w.Timers, timers); // other workers read it to rescue its overdue timers (RescueOverdueTimers)
         }
@@ -313,16 +314,32 @@ internal sealed class WorkerPool : Scheduler
         NotifyIfNoneSpinning();
     }
 
+    /// <summary>A monotonic clock in milliseconds (netstandard2.1 has no <c>Environment.TickCount64</c>).</summary>
+    private static long NowMs() => Stopwatch.GetTimestamp() / s_timestampsPerMs;
+
+    private static readonly long s_timestampsPerMs = Math.Max(1, Stopwatch.Frequency / 1000);
+
     /// <summary>
-    /// Wakes one parked worker, if any: a worker running an item started a timer earlier than any its shard had, and a
-    /// parked worker must look again when it falls due, to rescue it if that item still runs (<see cref="RescueOverdueTimers"/>).
+    /// A worker running an item started a timer, due after <paramref name="until"/>, earlier than any its shard had: a
+    /// parked worker must look again when it falls due, to rescue it if that item still runs
+    /// (<see cref="RescueOverdueTimers"/>). Wakes one, unless some parked worker will look by then anyway (it parked with
+    /// a bounded wait, see <see cref="Worker.ParkedUntilMs"/>): a request that starts a timeout of seconds wakes nobody.
     /// </summary>
-    internal void WakeOneIdle()
+    internal void WakeOneIdleToWatch(TimeSpan until)
     {
-        if (_idle.Count != 0)
+        if (_idle.Count == 0)
         {
-            _idle.TryWakeOne();
+            return;
         }
+        long by = NowMs() + (long)until.TotalMilliseconds + RunNextLookMilliseconds;
+        foreach (Worker w in _workers)
+        {
+            if (Volatile.Read(ref w.ParkedUntilMs) <= by)
+            {
+                return; // parked, and looks again in time
+            }
+        }
+        _idle.TryWakeOne();
     }
 
     private void NotifyIfNoneSpinning()
@@ -516,6 +533,11 @@ internal sealed class WorkerPool : Scheduler
     /// </summary>
     private static void ExecuteLendingTimers(Worker self, WorkItem item)
     {
+        if (self.Pool._workers.Length == 1)
+        {
+            Execute(item); // no other worker could rescue its timers
+            return;
+        }
         WorkerTimers? timers = self.Timers;
         if (timers is not null)
         {
@@ -525,11 +547,11 @@ internal sealed class WorkerPool : Scheduler
         }
         else
         {
-            // An item that starts the worker's first timer creates its timers lent (GetOrAddCurrentWorkerTimers).
+            // An item that starts the worker's first timer creates its timers as in the item (GetOrAddCurrentWorkerTimers).
             self.RunningItemWithoutTimers = true;
             Execute(item);
             self.RunningItemWithoutTimers = false;
-            self.Timers?.Reclaim();
+            self.Timers?.ExitItem();
         }
     }
 
@@ -765,7 +787,9 @@ internal sealed class WorkerPool : Scheduler
             }
             // Woken or timed out (for a timer, or to look at the run-next slots again), the worker is awake and out of the
             // idle set either way.
+            Volatile.Write(ref self.ParkedUntilMs, waitMs == Timeout.Infinite ? long.MaxValue : NowMs() + waitMs);
             _idle.Block(self.Index, waitMs);
+            Volatile.Write(ref self.ParkedUntilMs, long.MaxValue);
             parked?.Unpark();
             woken = true;
         }
@@ -839,6 +863,12 @@ internal sealed class WorkerPool : Scheduler
         public int RunNextStamp;
         public WorkerTimers? Timers;
         public bool RunningItemWithoutTimers; // owner only: running an item from its loop while Timers was null (ExecuteLendingTimers)
+
+        /// <summary>
+        /// While the worker is parked, when it will wake at the latest (<see cref="NowMs"/>); long.MaxValue
+        /// while it runs or parks with no bound. Written by the owner, read by <see cref="WakeOneIdleToWatch"/>.
+        /// </summary>
+        public long ParkedUntilMs = long.MaxValue;
         public int SinceTimerPoll;
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
