@@ -256,7 +256,7 @@ internal sealed class WheelShard : WorkerTimers
         Volatile.Write(ref _nextDue, next);
         untilNext = next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next);
         InItem = inItem;
-        if (inItem && _linkedOwner != 0)
+        if (inItem && HasPending) // as EnterItem lends
         {
             Lend(); // polled while it blocks inside an item: the item goes on, and so does the lending
         }

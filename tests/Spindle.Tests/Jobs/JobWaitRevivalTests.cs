@@ -94,22 +94,36 @@ public class JobWaitRevivalTests
         // (the chain's head, JobNode.LatestWait) would outlive that wait's read, and hold whatever the pooled wait is
         // rented for next. Here the next use is a wait on another job that fails, taken and dropped unread: that job's
         // fault must still be reported when it is collected, not kept from its finalizer by the first job's handle.
-        await JobTestUtil.Bounded(() =>
+        var kept = new RevivalFault("the failed job whose handle is kept");
+        await ALaterJobsDroppedFaultIsReported(
+            () =>
+            {
+                GatedJob first = FailAndRead(kept, out WeakReference wait);
+                return (wait, first);
+            },
+            "a failed job kept by its caller still linked to the wait, pooled and rented for that job");
+    }
+
+    /// <summary>
+    /// The shared ending of the cases where a link could outlive a wait's read: <paramref name="arrange"/> leaves a wait
+    /// read and pooled (referred to weakly) and returns what the caller keeps (the suspected holder of a link to it); a later
+    /// job's wait, rented from the pool as that very wait and dropped unread, must still have its fault reported when it is
+    /// collected while the kept object lives. A kept object that is disposable is disposed at the end.
+    /// </summary>
+    private static Task ALaterJobsDroppedFaultIsReported(Func<(WeakReference Pooled, object Kept)> arrange, string whatKeptTheLink)
+        => JobTestUtil.Bounded(() =>
         {
-            var kept = new RevivalFault("the failed job whose handle is kept");
             var later = new RevivalFault("a later job's fault, read by nobody");
             ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => ReferenceEquals(e, later), r =>
             {
-                using GatedJob first = FailAndRead(kept, out WeakReference wait);
-                Assert.True(FailWithAWaitDroppedUnread(later, wait), "the later job's wait was not the pooled one: the case was not forced");
-                Assert.True(
-                    JobTestUtil.CollectUntilReported(r, later, 50),
-                    "a later job's unobserved fault was never reported: a failed job kept by its caller still linked to the wait, pooled and rented for that job");
-                GC.KeepAlive(first);
+                (WeakReference pooled, object kept) = arrange();
+                Assert.True(FailWithAWaitDroppedUnread(later, pooled), "the later job's wait was not the pooled one: the case was not forced");
+                Assert.True(JobTestUtil.CollectUntilReported(r, later, 50), "a later job's unobserved fault was never reported: " + whatKeptTheLink);
+                GC.KeepAlive(kept);
+                (kept as IDisposable)?.Dispose();
             });
             Assert.Single(reports);
         });
-    }
 
     /// <summary>
     /// Two waits on one job that then succeeds: the first is read (pooled again; <paramref name="read"/> refers to it
@@ -137,21 +151,14 @@ public class JobWaitRevivalTests
         // Its link to the wait chained before it on the same job (JobWait._previous) serves only while that job is pending:
         // kept after the finish, it would hold that earlier wait after its read and pooling, and whatever it is rented for
         // next, here a later failed job's wait, dropped unread, whose fault must still be reported when it is collected.
-        await JobTestUtil.Bounded(() =>
-        {
-            var later = new RevivalFault("a later job's fault, read by nobody");
-            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => ReferenceEquals(e, later), r =>
+        await ALaterJobsDroppedFaultIsReported(
+            () =>
             {
                 SpindleTask kept = TwoWaitsOneReadOneKept(out WeakReference read);
                 Assert.True(kept.IsCompleted);
-                Assert.True(FailWithAWaitDroppedUnread(later, read), "the later job's wait was not the pooled one: the case was not forced");
-                Assert.True(
-                    JobTestUtil.CollectUntilReported(r, later, 50),
-                    "a later job's unobserved fault was never reported: a finished wait kept unread still linked to an earlier wait of its job, pooled and rented for that job");
-                GC.KeepAlive(kept._source);
-            });
-            Assert.Single(reports);
-        });
+                return (read, kept._source!);
+            },
+            "a finished wait kept unread still linked to an earlier wait of its job, pooled and rented for that job");
     }
 
 #if DEBUG
@@ -258,28 +265,40 @@ public class JobWaitRevivalTests
     /// call hands back the (completed) wait, and links it after the node was cleared for its pool. The wait is read
     /// (pooled again); hands back the pooled node, and a weak reference to the wait.
     /// </summary>
+    /// <summary>
+    /// Calls <c>job.AsSpindleTask()</c> with the job completed on this thread between the call's push of its wait's edge
+    /// and its link (<see cref="JobNode.TestHookAfterEdgePush"/>); <paramref name="finished"/> tells whether
+    /// <paramref name="forced"/> held right after that completion (the race was forced).
+    /// </summary>
+    private static SpindleTask AsSpindleTaskFinishingAfterThePush(JobHandle job, Func<bool> forced, out bool finished)
+    {
+        bool held = false;
+        JobNode.TestHookAfterEdgePush = _ =>
+        {
+            JobNode.TestHookAfterEdgePush = null;
+            job.Complete();
+            held = forced();
+        };
+        try
+        {
+            SpindleTask task = job.AsSpindleTask();
+            finished = held;
+            return task;
+        }
+        finally
+        {
+            JobNode.TestHookAfterEdgePush = null;
+        }
+    }
+
     [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
     private static JobNode ChainAfterTheFinish(out WeakReference wait)
     {
         using var hold = new HoldWorkers();
         JobHandle job = new LateChainJob().Schedule();
         JobNode node = job.Node!;
-        bool finished = false;
-        JobNode.TestHookAfterEdgePush = _ =>
-        {
-            JobNode.TestHookAfterEdgePush = null;
-            job.Complete(); // runs it here: its finish delivers the wait's edge, and the node goes back to this thread's pool
-            finished = node.Version != job.Version;
-        };
-        SpindleTask late;
-        try
-        {
-            late = job.AsSpindleTask();
-        }
-        finally
-        {
-            JobNode.TestHookAfterEdgePush = null;
-        }
+        // The job runs here: its finish delivers the wait's edge, and the node goes back to this thread's pool.
+        SpindleTask late = AsSpindleTaskFinishingAfterThePush(job, () => node.Version != job.Version, out bool finished);
         Assert.True(finished, "the job was not finished and its node pooled between the push and the link: the race was not forced");
         Assert.IsType<JobWait>(late._source); // delivered, not revoked: the caller got the wait
         wait = new WeakReference(late._source);
@@ -302,22 +321,8 @@ public class JobWaitRevivalTests
             using var hold = new HoldWorkers();
             JobHandle job = new LateChainJob().Schedule();
             SpindleTask first = job.AsSpindleTask();
-            bool finished = false;
-            JobNode.TestHookAfterEdgePush = _ =>
-            {
-                JobNode.TestHookAfterEdgePush = null;
-                job.Complete(); // runs both waits' waiters here, before the second call links its wait
-                finished = first.IsCompleted;
-            };
-            SpindleTask second;
-            try
-            {
-                second = job.AsSpindleTask();
-            }
-            finally
-            {
-                JobNode.TestHookAfterEdgePush = null;
-            }
+            // Both waits' waiters run here, before the second call links its wait.
+            SpindleTask second = AsSpindleTaskFinishingAfterThePush(job, () => first.IsCompleted, out bool finished);
             Assert.True(finished, "the job did not finish between the second wait's push and its link: the race was not forced");
             JobWait wait = Assert.IsType<JobWait>(second._source);
             object? link = typeof(JobWait).GetField("_previous", System.Reflection.BindingFlags.NonPublic | System.Reflection.BindingFlags.Instance)!.GetValue(wait);
@@ -330,23 +335,17 @@ public class JobWaitRevivalTests
     [Fact]
     public async Task AWaitLinkedAfterItsJobFinishedAndItsNodeWasPooled_LeavesNoLinkOnThePooledNode()
     {
-        await JobTestUtil.Bounded(() =>
-        {
-            var later = new RevivalFault("a later job's fault, read by nobody");
-            ConcurrentQueue<Exception> reports = UnobservedReports.Observe(e => ReferenceEquals(e, later), r =>
+        await ALaterJobsDroppedFaultIsReported(
+            () =>
             {
                 JobNode pooled = ChainAfterTheFinish(out WeakReference wait);
                 Assert.True(
                     Volatile.Read(ref pooled.LatestWait) is null,
                     "a node in its pool links to a wait (JobNode.LatestWait): written by a caller whose push raced the job's finish, after the node was cleared");
-                // What that link would hold: the pooled wait rented for a later job's wait, dropped unread, whose fault
-                // must still be reported when it is collected.
-                Assert.True(FailWithAWaitDroppedUnread(later, wait), "the later job's wait was not the pooled one: the case was not forced");
-                Assert.True(JobTestUtil.CollectUntilReported(r, later, 50), "a later job's unobserved fault was never reported");
-                GC.KeepAlive(pooled);
-            });
-            Assert.Single(reports);
-        });
+                // What that link would hold: the pooled wait rented for a later job's wait, dropped unread.
+                return (wait, pooled);
+            },
+            "a node in its pool still linked to the wait, pooled and rented for that job");
     }
 
     [Fact]
