@@ -155,11 +155,7 @@ public sealed partial class FrameLoop
     /// <exception cref="ArgumentException"><paramref name="phase"/> belongs to another loop.</exception>
     public SpindleTask Delay(TimeSpan delay, FrameTimeKind time, FramePhase phase, CancellationToken cancellationToken = default)
     {
-        if (delay < TimeSpan.Zero && delay != Timeout.InfiniteTimeSpan || delay > TimerWheel.MaxDelay)
-        {
-            throw new ArgumentOutOfRangeException(nameof(delay), delay,
-                "A delay must be between TimeSpan.Zero and TimerWheel.MaxDelay (about 49.7 days), or Timeout.InfiniteTimeSpan to wait until cancelled.");
-        }
+        _ = TimerWheel.IsFiniteDelay(delay);
         if (time != FrameTimeKind.Scaled && time != FrameTimeKind.Unscaled)
         {
             throw new ArgumentOutOfRangeException(nameof(time), time, "Pass FrameTimeKind.Scaled or FrameTimeKind.Unscaled.");

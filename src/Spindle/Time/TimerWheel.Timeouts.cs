@@ -28,6 +28,14 @@ public sealed partial class TimerWheel
         => IsFiniteSpan(timeout, paramName, "A timeout", "for no timeout");
 
     /// <summary>
+    /// Checks a delay (a parameter named <c>delay</c>): <see cref="Timeout.InfiniteTimeSpan"/>, or zero to
+    /// <see cref="MaxDelay"/>. Returns false for the infinite one (a wait that only its token ends). The wheel's
+    /// <see cref="Delay(TimeSpan, CancellationToken)"/> and the frame loop's delays check with it.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">Any other value.</exception>
+    internal static bool IsFiniteDelay(TimeSpan delay) => IsFiniteSpan(delay, nameof(delay), "A delay", "to wait until cancelled");
+
+    /// <summary>
     /// Checks a wait's <paramref name="timeout"/> and its wheel (<paramref name="timers"/>, or <see cref="Default"/>), both
     /// before anything changes and the wheel for an infinite timeout too: the wheel to arm the timeout on, or null for
     /// <see cref="Timeout.InfiniteTimeSpan"/> (no timer).

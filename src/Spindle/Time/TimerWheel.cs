@@ -230,7 +230,7 @@ public sealed partial class TimerWheel : IDisposable
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
     public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default)
     {
-        bool finite = IsFiniteSpan(delay, nameof(delay), "A delay", "to wait until cancelled");
+        bool finite = IsFiniteDelay(delay);
         if (_disposed)
         {
             ThrowDisposed();
