@@ -287,13 +287,34 @@ internal struct SourceCore<TResult>
     /// Clears every reference the core holds and makes it Pending again, keeping the version (used before pooling: after
     /// <see cref="Consume"/> advanced it, or by an owner whose token never left it).
     /// </summary>
+    /// <remarks>
+    /// A pooled core carries its version token and the flags set once by its constructor, nothing else (<see cref="PooledWord"/>):
+    /// every mark belongs to one use (a forgotten use's, a reported fault's, a signal's reader and arming marks) and is
+    /// dropped here, as a version step drops it, so that none can reach the object's next user (a <see cref="ReportedBit"/>
+    /// kept would have hidden the next use's fault; a <see cref="ForgottenBit"/>, made its read the await-once error).
+    /// Every caller today comes after a version step that dropped them already (a consumption, or the end of an abandoned
+    /// use), or with a use that never left its owner; the Debug assertion holds the suite to that: a source recycled
+    /// while its use is still in flight (a waiter registered or registering, a completer between its claim and its
+    /// publication) or still marked is a defect of its owner. One AND of the word, as the state-only clear it replaces.
+    /// </remarks>
     public void ClearForPool()
     {
         _stateOrError = null;
         _result = default!;
         _continuation = null;
-        _word = With(_word, Pending);
+        int w = _word;
+        Debug.Assert(
+            ((w & StateMask) == Completed || (w & StateMask) == Pending) && PooledWord(w) == (w & ~StateMask),
+            "a source is recycled only once its use is over (Completed, or Pending and never handed out), and a version step dropped its marks");
+        _word = PooledWord(w);
     }
+
+    /// <summary>
+    /// The word a pooled core keeps of <paramref name="word"/> (<see cref="ClearForPool"/>): its version token and the flags
+    /// set before the source was published (<see cref="DispatchBit"/>, <see cref="AwaitAfterLetGoBit"/>), in the Pending
+    /// state; every mark of the use is dropped.
+    /// </summary>
+    internal static int PooledWord(int word) => word & (TokenMask | DispatchBit | AwaitAfterLetGoBit);
 
     public readonly void ValidateToken(short token)
     {
