@@ -123,7 +123,9 @@ internal struct SourceCore<TResult>
     // (Signal.WaitAsync, EndArming), and from the CAS of a wait that arms nothing (it takes a set, or its zero timeout
     // passes) but ends the state a previous, unread wait still holds, until it has ended it. Outside the state bits, so
     // every state test ignores it; a new wait that finds it is a second wait racing that WaitAsync, and is rejected
-    // before it touches the cancellation state.
+    // before it touches the cancellation state. Carried by every state change (With), and by the one version step that
+    // can meet it on the idle signal: a combinator giving back the set of the wait whose version the mark is on
+    // (TryGiveBackSet, under a zero-timeout wait's TryMarkIdle), so that only its own EndArming clears it.
     private const int ArmingBit = 1 << 19;
 
     // Async methods' boxes only: the use was forgotten while pending (SpindleTask.Forget, or a combinator letting go of it,
@@ -1176,7 +1178,8 @@ internal struct SourceCore<TResult>
     /// time (a later read is the await-once error). <paramref name="readByCaller"/>: the caller read the wait with a read
     /// that marks (<see cref="MarkSetRead"/>), so its own <see cref="ReadBit"/> is expected; otherwise it read without
     /// marking. A set that landed on the idle signal since the wait completed (Signaled) is the same set afterwards: two
-    /// sets of an auto-reset signal collapse into one.
+    /// sets of an auto-reset signal collapse into one. A new wait that armed nothing and is ending the old wait's state
+    /// under the arming mark (a zero timeout, the caller's second wait) does not stop it: the mark is carried.
     /// </summary>
     /// <returns>
     /// True if given back. False if the set has reached a reader (its waiter, or a read besides the caller's: the set is
@@ -1190,11 +1193,15 @@ internal struct SourceCore<TResult>
         while (true)
         {
             int current = w & StateMask;
-            if ((short)w != token || (w & (SetReaderBits | ArmingBit)) != readers || (current != Completed && current != Signaled))
+            if ((short)w != token || (w & SetReaderBits) != readers || (current != Completed && current != Signaled))
             {
                 return false;
             }
-            int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Signaled), w);
+            // An arming mark on the wait's own version is a new wait's that armed nothing (TryMarkIdle: its zero timeout had
+            // passed on the idle signal) and is still ending the state the old wait left: the set is given back under it,
+            // and the mark is carried, so that no third wait starts before that wait's EndArming. Refused, as it was, the
+            // set reached nobody: the zero-timeout wait had returned false, and the set was lost without a trace.
+            int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Signaled) | (w & ArmingBit), w);
             if (prev == w)
             {
                 return true;
