@@ -45,6 +45,13 @@ internal static class SourceCoreTestHooks
     /// </summary>
     [ThreadStatic]
     internal static Action? ResetSawState;
+
+    /// <summary>
+    /// Runs on the completing thread in <see cref="SourceCore{TResult}.EndCompletion"/>, between the claim (Completing)
+    /// and the publication: standing in for a completer preempted there while another thread meets the state.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? CompletionClaimed;
 }
 #endif
 
@@ -228,6 +235,15 @@ internal struct SourceCore<TResult>
         "Complete the use first (SetResult, SetException, SetCanceled or a TrySet* method) and reset it once the awaiting code " +
         "has read it, or use a new promise.";
 
+    /// <summary>
+    /// The error of a reset that meets a completer of the current use between its claim and its publication: a Set* or
+    /// TrySet* call racing the reset on another thread (<see cref="ClaimForReset"/>).
+    /// </summary>
+    internal const string ResetWhileCompletingMessage =
+        "This promise cannot be reset while it is being completed: a SetResult, SetException, SetCanceled or TrySet* call on another " +
+        "thread has claimed its current use and is publishing the outcome at this instant, and a reset must not race a completion. " +
+        "Reset once that call has returned and the code awaiting the use has read it, or use a new promise.";
+
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
     /// <remarks>
     /// An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending. A completed
@@ -258,6 +274,14 @@ internal struct SourceCore<TResult>
     /// remarks say a set racing a reset may. Before, a check and then a plain store of the next version wiped such a
     /// registration: its awaiting code was never run, and nothing threw (ResetRaceTests).
     /// </summary>
+    /// <remarks>
+    /// A completer between its claim and its publication (Completing) is a Set* racing the reset, which the promise's
+    /// remarks forbid: it is refused with its own message, before anything is written, so the completer publishes its
+    /// outcome and runs its awaiter as if the reset had not been called. Not waited for and then reset: the awaiter the
+    /// completer is about to run would race the clearing of the fields, and a read between the clearing and the version
+    /// step takes the cleared result as a success (a forced test read 0 for 42). Before, the reset threw the "await
+    /// pending" error, which named an await that, for a use nobody awaited, did not exist.
+    /// </remarks>
     /// <exception cref="InvalidOperationException">A continuation is waiting on the use, or registering, or it is completing.</exception>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private int ClaimForReset(int w)
@@ -268,6 +292,10 @@ internal struct SourceCore<TResult>
             if (state == Completed)
             {
                 return w;
+            }
+            if (state == Completing)
+            {
+                ThrowHelper.ThrowInvalidOperation(ResetWhileCompletingMessage);
             }
             if (state != Pending && state != Abandoned)
             {
@@ -680,6 +708,9 @@ internal struct SourceCore<TResult>
         object? state = waiter is not null && waiter.GetType() == typeof(Action<object?>) ? _stateOrError : null;
         _stateOrError = error;
         _continuation = null;
+#if DEBUG
+        SourceCoreTestHooks.CompletionClaimed?.Invoke();
+#endif
         // The publication point: from here on the operation is complete to every reader, and the core is not touched.
         // Only the completer writes the word while it is Completing, so this read is the word it set.
         int published = With(_word, Completed);
