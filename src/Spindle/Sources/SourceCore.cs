@@ -45,6 +45,13 @@ internal static class SourceCoreTestHooks
     /// </summary>
     [ThreadStatic]
     internal static Action? ResetSawState;
+
+    /// <summary>
+    /// Runs on the completing thread in <see cref="SourceCore{TResult}.EndCompletion"/>, between the claim (Completing)
+    /// and the publication: standing in for a completer preempted there while another thread meets the state.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? CompletionClaimed;
 }
 #endif
 
@@ -123,7 +130,9 @@ internal struct SourceCore<TResult>
     // (Signal.WaitAsync, EndArming), and from the CAS of a wait that arms nothing (it takes a set, or its zero timeout
     // passes) but ends the state a previous, unread wait still holds, until it has ended it. Outside the state bits, so
     // every state test ignores it; a new wait that finds it is a second wait racing that WaitAsync, and is rejected
-    // before it touches the cancellation state.
+    // before it touches the cancellation state. Carried by every state change (With), and by the one version step that
+    // can meet it on the idle signal: a combinator giving back the set of the wait whose version the mark is on
+    // (TryGiveBackSet, under a zero-timeout wait's TryMarkIdle), so that only its own EndArming clears it.
     private const int ArmingBit = 1 << 19;
 
     // Async methods' boxes only: the use was forgotten while pending (SpindleTask.Forget, or a combinator letting go of it,
@@ -226,6 +235,15 @@ internal struct SourceCore<TResult>
         "Complete the use first (SetResult, SetException, SetCanceled or a TrySet* method) and reset it once the awaiting code " +
         "has read it, or use a new promise.";
 
+    /// <summary>
+    /// The error of a reset that meets a completer of the current use between its claim and its publication: a Set* or
+    /// TrySet* call racing the reset on another thread (<see cref="ClaimForReset"/>).
+    /// </summary>
+    internal const string ResetWhileCompletingMessage =
+        "This promise cannot be reset while it is being completed: a SetResult, SetException, SetCanceled or TrySet* call on another " +
+        "thread has claimed its current use and is publishing the outcome at this instant, and a reset must not race a completion. " +
+        "Reset once that call has returned and the code awaiting the use has read it, or use a new promise.";
+
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
     /// <remarks>
     /// An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending. A completed
@@ -256,6 +274,14 @@ internal struct SourceCore<TResult>
     /// remarks say a set racing a reset may. Before, a check and then a plain store of the next version wiped such a
     /// registration: its awaiting code was never run, and nothing threw (ResetRaceTests).
     /// </summary>
+    /// <remarks>
+    /// A completer between its claim and its publication (Completing) is a Set* racing the reset, which the promise's
+    /// remarks forbid: it is refused with its own message, before anything is written, so the completer publishes its
+    /// outcome and runs its awaiter as if the reset had not been called. Not waited for and then reset: the awaiter the
+    /// completer is about to run would race the clearing of the fields, and a read between the clearing and the version
+    /// step takes the cleared result as a success (a forced test read 0 for 42). Before, the reset threw the "await
+    /// pending" error, which named an await that, for a use nobody awaited, did not exist.
+    /// </remarks>
     /// <exception cref="InvalidOperationException">A continuation is waiting on the use, or registering, or it is completing.</exception>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private int ClaimForReset(int w)
@@ -266,6 +292,10 @@ internal struct SourceCore<TResult>
             if (state == Completed)
             {
                 return w;
+            }
+            if (state == Completing)
+            {
+                ThrowHelper.ThrowInvalidOperation(ResetWhileCompletingMessage);
             }
             if (state != Pending && state != Abandoned)
             {
@@ -287,13 +317,34 @@ internal struct SourceCore<TResult>
     /// Clears every reference the core holds and makes it Pending again, keeping the version (used before pooling: after
     /// <see cref="Consume"/> advanced it, or by an owner whose token never left it).
     /// </summary>
+    /// <remarks>
+    /// A pooled core carries its version token and the flags set once by its constructor, nothing else (<see cref="PooledWord"/>):
+    /// every mark belongs to one use (a forgotten use's, a reported fault's, a signal's reader and arming marks) and is
+    /// dropped here, as a version step drops it, so that none can reach the object's next user (a <see cref="ReportedBit"/>
+    /// kept would have hidden the next use's fault; a <see cref="ForgottenBit"/>, made its read the await-once error).
+    /// Every caller today comes after a version step that dropped them already (a consumption, or the end of an abandoned
+    /// use), or with a use that never left its owner; the Debug assertion holds the suite to that: a source recycled
+    /// while its use is still in flight (a waiter registered or registering, a completer between its claim and its
+    /// publication) or still marked is a defect of its owner. One AND of the word, as the state-only clear it replaces.
+    /// </remarks>
     public void ClearForPool()
     {
         _stateOrError = null;
         _result = default!;
         _continuation = null;
-        _word = With(_word, Pending);
+        int w = _word;
+        Debug.Assert(
+            ((w & StateMask) == Completed || (w & StateMask) == Pending) && PooledWord(w) == (w & ~StateMask),
+            "a source is recycled only once its use is over (Completed, or Pending and never handed out), and a version step dropped its marks");
+        _word = PooledWord(w);
     }
+
+    /// <summary>
+    /// The word a pooled core keeps of <paramref name="word"/> (<see cref="ClearForPool"/>): its version token and the flags
+    /// set before the source was published (<see cref="DispatchBit"/>, <see cref="AwaitAfterLetGoBit"/>), in the Pending
+    /// state; every mark of the use is dropped.
+    /// </summary>
+    internal static int PooledWord(int word) => word & (TokenMask | DispatchBit | AwaitAfterLetGoBit);
 
     public readonly void ValidateToken(short token)
     {
@@ -657,6 +708,9 @@ internal struct SourceCore<TResult>
         object? state = waiter is not null && waiter.GetType() == typeof(Action<object?>) ? _stateOrError : null;
         _stateOrError = error;
         _continuation = null;
+#if DEBUG
+        SourceCoreTestHooks.CompletionClaimed?.Invoke();
+#endif
         // The publication point: from here on the operation is complete to every reader, and the core is not touched.
         // Only the completer writes the word while it is Completing, so this read is the word it set.
         int published = With(_word, Completed);
@@ -1155,7 +1209,8 @@ internal struct SourceCore<TResult>
     /// time (a later read is the await-once error). <paramref name="readByCaller"/>: the caller read the wait with a read
     /// that marks (<see cref="MarkSetRead"/>), so its own <see cref="ReadBit"/> is expected; otherwise it read without
     /// marking. A set that landed on the idle signal since the wait completed (Signaled) is the same set afterwards: two
-    /// sets of an auto-reset signal collapse into one.
+    /// sets of an auto-reset signal collapse into one. A new wait that armed nothing and is ending the old wait's state
+    /// under the arming mark (a zero timeout, the caller's second wait) does not stop it: the mark is carried.
     /// </summary>
     /// <returns>
     /// True if given back. False if the set has reached a reader (its waiter, or a read besides the caller's: the set is
@@ -1169,11 +1224,15 @@ internal struct SourceCore<TResult>
         while (true)
         {
             int current = w & StateMask;
-            if ((short)w != token || (w & (SetReaderBits | ArmingBit)) != readers || (current != Completed && current != Signaled))
+            if ((short)w != token || (w & SetReaderBits) != readers || (current != Completed && current != Signaled))
             {
                 return false;
             }
-            int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Signaled), w);
+            // An arming mark on the wait's own version is a new wait's that armed nothing (TryMarkIdle: its zero timeout had
+            // passed on the idle signal) and is still ending the state the old wait left: the set is given back under it,
+            // and the mark is carried, so that no third wait starts before that wait's EndArming. Refused, as it was, the
+            // set reached nobody: the zero-timeout wait had returned false, and the set was lost without a trace.
+            int prev = Interlocked.CompareExchange(ref _word, With(NextVersion(w), Signaled) | (w & ArmingBit), w);
             if (prev == w)
             {
                 return true;

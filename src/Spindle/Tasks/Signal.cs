@@ -311,6 +311,9 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     {
         try
         {
+#if DEBUG
+            TestHookUnderArmingMark?.Invoke(this);
+#endif
             EndWait(state);
             if (cancellationToken.CanBeCanceled || wheel is not null)
             {
@@ -595,6 +598,14 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     }
 
 #if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs on the waiting thread once its WaitAsync holds the core's arming mark (it armed a
+    /// wait, took a set, or found its zero timeout passed), before it ends the previous wait's state: the window in which
+    /// a combinator still holding that previous wait reads it and gives its set back.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action<Signal>? TestHookUnderArmingMark;
+
     /// <summary>
     /// Tests only (a Debug build): runs on the reading thread when a read of a wait has found it over, and what it holds
     /// (its registration, its timer) still held, just before it takes them: the instant at which the owner's next wait

@@ -53,8 +53,10 @@ public sealed class PoolHygieneTests
         }
 
         // Every source's core (SourceCore): ClearForPool keeps the version token (low 16 bits) so that a stale token of
-        // the previous use is rejected by the next one, and the dispatch flag (sign bit), set once per source.
-        Add("*", "_core._word", "version token and dispatch flag, kept by SourceCore.ClearForPool on purpose");
+        // the previous use is rejected by the next one, and the flags its constructor set once (dispatch, await after
+        // let-go); no mark of a use (SourceCore.PooledWord), and the Pending state.
+        Add("*", "_core._word", "version token and the constructor's flags, kept by SourceCore.ClearForPool on purpose",
+            when: static (_, value) => value is int word && SourceCore<VoidResult>.PooledWord(word) == word);
 
         // Async-method boxes.
         Add("StateMachineBox", "_moveNextAction", "delegate to the box's own MoveNext, made on first need and kept with the pooled box (StateMachineBoxBase.MoveNextAction)");
@@ -356,6 +358,23 @@ public sealed class PoolHygieneTests
         string all = string.Join("\n", checker.Violations);
         Assert.Contains("ContinuationWorkItem._continuation", all, StringComparison.Ordinal);
         Assert.Contains("ContinuationWorkItem._state (Object) kept Payload \"payload kept state\"", all, StringComparison.Ordinal);
+    }
+
+    /// <summary>
+    /// What a pooled core keeps of its word (SourceCore.ClearForPool): its token, and exactly the flags a version step
+    /// keeps (the constructor's), in the Pending state; no mark of a use survives, whichever were set.
+    /// </summary>
+    [Fact]
+    public void APooledCoresWord_KeepsItsTokenAndWhatAVersionStepKeeps_AndNoMark()
+    {
+        const int token = 0xFFFF;
+        const int state = 7 << 16;
+        int pooled = SourceCore<VoidResult>.PooledWord(-1); // every bit set: every state bit, every mark, every flag
+        Assert.Equal(token, pooled & token);
+        Assert.Equal(0, pooled & state); // Pending
+        Assert.Equal(SourceCore<VoidResult>.NextVersion(-1) & ~token, pooled & ~token);
+        Assert.Equal(0, SourceCore<VoidResult>.PooledWord(0x5A5A_0000 & ~int.MinValue & ~(1 << 25)) & ~token); // marks alone: nothing kept
+        Assert.Equal(pooled, SourceCore<VoidResult>.PooledWord(pooled));
     }
 
     // ---- tasks: async-method boxes, Forget, blocking reads, dispatched continuations, Spindle.Run ----
