@@ -1030,34 +1030,22 @@ public sealed class PoolHygieneTests
             // only a worker can start waits for ever when it is the only one (one processor).
             await TestUtil.RunOnThread(() =>
             {
-                // A blocking Complete on a job that runs until the waiter has registered on it: the releaser lets the job
-                // finish only once it has a waiter (a fixed sleep before the release let a loaded machine's helping rounds
-                // outlast it, and the job finished before any blocking wait was rented).
-                {
-                    var release = new ManualResetEventSlim();
-                    var started = new ManualResetEventSlim();
-                    JobHandle longJob = new WaitingJob { Payload = payload, Started = started, Release = release }.Schedule();
-                    JobHandle.ScheduleBatchedJobs();
-                    Assert.True(started.Wait(TimeSpan.FromSeconds(30)), "the job did not start on a worker");
-                    Task releaser = TestUtil.RunOnThread(() =>
-                    {
-                        TestUtil.SpinUntil(() => longJob.Node!.WaiterCountForTests(longJob.Version) > 0);
-                        release.Set();
-                    }, "releaser");
-                    longJob.Complete();
-                    releaser.GetAwaiter().GetResult();
-                }
+                // A blocking Complete on a job that runs until the waiter has registered on it.
+                var started = new ManualResetEventSlim();
+                var release = new ManualResetEventSlim();
+                JobHandle longJob = new WaitingJob { Payload = payload, Started = started, Release = release }.Schedule();
+                JobHandle.ScheduleBatchedJobs();
+                CompleteOnceItsWaiterHasRegistered(checker, longJob, started, release);
 
-                // A blocking Complete on a job that is still waiting for a dependency.
-                var gate = new Promise();
-                var blockers = new JobHandle[4];
-                var slow = new RefJob { Payload = payload, Out = new int[1] }.Schedule();
-                for (int i = 0; i < blockers.Length; i++)
-                {
-                    blockers[i] = new ForJob { Payload = payload, Out = new int[4096] }.Schedule(4096, 1, slow);
-                }
-                JobHandle.CombineDependencies(blockers.AsSpan()).Complete();
-                gate.SetResult();
+                // A blocking Complete on a job that is still waiting for a dependency, which runs until the waiter has
+                // registered on the dependent job (with a quick dependency, as before, the jobs could be done before the
+                // Complete, which then only helped, and nothing showed a blocking wait on a pending dependent going back clean).
+                var depStarted = new ManualResetEventSlim();
+                var depRelease = new ManualResetEventSlim();
+                JobHandle dependency = new WaitingJob { Payload = payload, Started = depStarted, Release = depRelease }.Schedule();
+                JobHandle dependent = new RefJob { Payload = payload, Out = new int[1] }.Schedule(dependency);
+                JobHandle.ScheduleBatchedJobs();
+                CompleteOnceItsWaiterHasRegistered(checker, dependent, depStarted, depRelease);
             });
         }
         finally
@@ -1066,6 +1054,27 @@ public sealed class PoolHygieneTests
             s_flowed.Value = null;
         }
         AssertClean(checker, "JobNode", "ParallelForNode", "ParallelForBatchNode", "CombineNode", "Edge", "BlockingWait", "StateMachineBox", "JobWait");
+    }
+
+    /// <summary>
+    /// A blocking <see cref="JobHandle.Complete"/> of <paramref name="waited"/> that reaches its blocking wait: the
+    /// <see cref="WaitingJob"/> that <paramref name="waited"/> is or depends on goes on, once it has
+    /// <paramref name="started"/>, until a waiter has registered on <paramref name="waited"/>. A fixed sleep before the
+    /// release let a loaded machine's helping rounds outlast it, and the job finished before any blocking wait was rented.
+    /// Checks that the Complete gave a blocking wait back to its pool (the checker then walked it).
+    /// </summary>
+    private static void CompleteOnceItsWaiterHasRegistered(Checker checker, JobHandle waited, ManualResetEventSlim started, ManualResetEventSlim release)
+    {
+        int waitsBefore = checker.Seen.GetValueOrDefault("BlockingWait");
+        Assert.True(started.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the job did not start on a worker");
+        Task releaser = TestUtil.RunOnThread(() =>
+        {
+            TestUtil.SpinUntil(() => waited.Node!.WaiterCountForTests(waited.Version) > 0);
+            release.Set();
+        }, "releaser");
+        waited.Complete();
+        releaser.GetAwaiter().GetResult();
+        Assert.True(checker.Seen.GetValueOrDefault("BlockingWait") > waitsBefore, "the Complete gave no blocking wait back to its pool");
     }
 
     // ---- timers ----
