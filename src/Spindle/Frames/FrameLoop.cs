@@ -466,6 +466,7 @@ public sealed partial class FrameLoop
                 ? "RunFrame, BeginFrame or RunPhase was called from inside a frame (a continuation running on this loop). A frame cannot run another; await loop.NextFrame() instead."
                 : "Another thread is running a frame of this FrameLoop. A loop runs on one thread at a time.");
         }
+        ThreadSlots.EnterLoopStep(); // this thread's pools keep what a frame returns past their cap (ended by Exit)
     }
 
     /// <summary>The thread that has claimed the loop becomes the thread inside the step, and the loop thread.</summary>
@@ -484,6 +485,7 @@ public sealed partial class FrameLoop
 
     private void Exit()
     {
+        ThreadSlots.ExitLoopStep();
         Volatile.Write(ref _owner, null);
         Volatile.Write(ref _busy, 0);
     }

@@ -119,6 +119,13 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// </summary>
     private static void ReturnChunk(ref ThreadSlots.Slot local)
     {
+        if (ThreadSlots.IsInsideLoopStep && Volatile.Read(ref s_count) + Chunk > SpindlePool.MaxRetainedPerType)
+        {
+            // A frame loop's thread, inside a frame: what it returns past the cap stays in its own stack, since the loop
+            // rents it again, later in the frame or in the next one (see ThreadSlots.EnterLoopStep). Checked before the
+            // walk, so that each return past the cap costs two reads.
+            return;
+        }
         T keepLast = (T)local.Head!;
         for (int i = 1; i < LocalMax - Chunk; i++)
         {
@@ -215,6 +222,9 @@ internal static class ThreadSlots
     [ThreadStatic]
     private static Slot[]? t_slots;
 
+    [ThreadStatic]
+    private static int t_loopSteps;
+
     /// <summary>The head of a thread's stack for one type (linked through the objects' own pool links), and its length.</summary>
     internal struct Slot
     {
@@ -223,6 +233,25 @@ internal static class ThreadSlots
     }
 
     public static int AllocateIndex() => Interlocked.Increment(ref s_nextIndex);
+
+    /// <summary>True while this thread is inside a step of a frame loop (<see cref="EnterLoopStep"/>).</summary>
+    public static bool IsInsideLoopStep => t_loopSteps != 0;
+
+    /// <summary>
+    /// This thread enters a step of a frame loop (a frame, BeginFrame or RunPhase); <see cref="ExitLoopStep"/> on the same
+    /// thread ends it. Inside a step, a pool whose shared stack is full lets this thread's own stack grow past
+    /// <c>LocalMax</c> instead of giving the objects to the GC. A frame returns thousands of objects of one type in one
+    /// phase and rents them again in a later phase or frame (a delay's resume returns a phase waiter and rents a predicate
+    /// waiter; a WaitUntil's resume does the opposite), and with tens of thousands of entities more of them are in
+    /// between than a shared stack holds (<see cref="SpindlePool.MaxRetainedPerType"/>): they were dropped and allocated
+    /// again, hundreds of kilobytes a frame. The loop thread keeps at most what it once had in flight; objects that leave
+    /// it for other threads still go through the shared stack, which it fills first. <see cref="SpindlePool.Trim"/> on
+    /// the loop thread empties its stacks.
+    /// </summary>
+    public static void EnterLoopStep() => t_loopSteps++;
+
+    /// <summary>Ends a step begun by <see cref="EnterLoopStep"/> on this thread.</summary>
+    public static void ExitLoopStep() => t_loopSteps--;
 
     public static ref Slot Get(int index)
     {

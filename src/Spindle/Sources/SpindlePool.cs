@@ -15,6 +15,11 @@ namespace SpindleLib;
 /// thread may hold more than 32 objects of a type for a while, and a cap below 16 keeps nothing in the shared stack.
 /// <see cref="RetainedCount"/> counts the shared stacks only, and <see cref="Trim"/> empties them and the calling
 /// thread's own stacks: other threads' stacks are theirs.</para>
+/// <para>A thread running a frame of a <see cref="FrameLoop"/> keeps in its own stacks, past the cap, what it returns
+/// while a shared stack is full: a frame returns thousands of objects of one type in one phase and rents them again in a
+/// later phase or frame, so a loop with tens of thousands of waiting tasks allocates nothing per frame in steady state
+/// whatever the cap. It keeps at most what the loop once had in flight; call <see cref="Trim"/> on the loop thread (for
+/// example from a continuation running on the loop) to release it.</para>
 /// </remarks>
 public static class SpindlePool
 {

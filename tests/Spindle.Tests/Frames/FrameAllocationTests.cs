@@ -109,4 +109,69 @@ public sealed class FrameAllocationTests
         Assert.Equal(0, loop.QueuedCount);
         Assert.Equal(0, loop.PendingTimers);
     }
+
+    /// <summary>A game entity's behaviour: each step a different kind of await, all with the entity's token.</summary>
+    private static async SpindleTask MixedBehave(FrameLoop loop, FramePhase behave, Entity e, int id, Stop stop, CancellationToken token)
+    {
+        int step = 0;
+        while (!stop.Requested)
+        {
+            switch (step++ % 4)
+            {
+                case 0:
+                    await loop.NextFrame(behave, token);
+                    break;
+                case 1:
+                    await loop.Delay(TimeSpan.FromMilliseconds(5 + id % 60), token);
+                    break;
+                case 2:
+                    e.ReadyAt = loop.FrameCount + 1 + id % 5;
+                    await loop.WaitUntil(e, static x => x.Loop.FrameCount >= x.ReadyAt, token);
+                    break;
+                default:
+                    await loop.DelayFrame(1 + id % 3, token);
+                    break;
+            }
+            e.Cycles++;
+        }
+    }
+
+    [Fact]
+    public void TwentyThousandEntities_MixingAwaitKinds_AllocateNothingAfterWarmUp_AtTheDefaultPoolCap()
+    {
+        // A game's frame (a user's review program): 20,000 entities, each moving through NextFrame, Delay, WaitUntil and
+        // DelayFrame with its token. Each kind's resumes return one kind of pooled object and rent another (a Delay's
+        // resume returns a phase waiter and a timer node, and rents a predicate waiter), so between the phases of a
+        // frame, and from one frame to the next, thousands of one type wait in the pools while thousands of another are
+        // in use: more than the shared stacks' default cap (4096 per type). The loop thread keeps them instead of giving
+        // them to the GC, whatever the cap (FrameLoop's steps; ObjectPool.ReturnChunk).
+        const int Tasks = 20_000;
+        Assert.Equal(4096, SpindlePool.MaxRetainedPerType); // the default, which the program did not change
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        FramePhase behave = loop.AddPhaseAfter(loop.Update, "Behaviour");
+        using var cts = new CancellationTokenSource();
+        var stop = new Stop();
+        var entities = new Entity[Tasks];
+        for (int i = 0; i < Tasks; i++)
+        {
+            entities[i] = new Entity(loop);
+            MixedBehave(loop, behave, entities[i], i, stop, cts.Token).Forget();
+        }
+
+        try
+        {
+            TestUtil.AssertSteadyStateAllocatesNothing(_ => loop.RunFrame(), 30);
+
+            Assert.All(entities, e => Assert.True(e.Cycles >= 10, "an entity went through only " + e.Cycles + " awaits"));
+            stop.Requested = true;
+            cts.Cancel();
+            loop.RunFrames(3);
+            Assert.Equal(0, loop.QueuedCount);
+            Assert.Equal(0, loop.PendingTimers);
+        }
+        finally
+        {
+            SpindlePool.Trim(); // this thread ran the loop: its own stacks hold the entities' objects
+        }
+    }
 }
