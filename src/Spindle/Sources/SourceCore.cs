@@ -488,7 +488,10 @@ internal struct SourceCore<TResult>
         error = ErrorOnceCompleted;
         TResult result = _result;
         WeakMemory.Fence(); // the outcome's loads before the check's (a seqlock reader's order; nothing on x86/x64)
-        ValidateToken(token);
+        if (token != (short)Volatile.Read(ref _word)) // a volatile read: never merged with the check above
+        {
+            ThrowHelper.ThrowStaleToken();
+        }
         return result;
     }
 
