@@ -52,6 +52,22 @@ internal static class SourceCoreTestHooks
     /// </summary>
     [ThreadStatic]
     internal static Action? CompletionClaimed;
+
+    /// <summary>
+    /// Runs on the reading thread in <see cref="SourceCore{TResult}.ReadQuietly"/> (so a promise's GetResult), once the
+    /// read has checked its token and seen the use completed, before it reads the outcome: standing in for the owner
+    /// resetting the promise (another thread, or this one) at that instant.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? ReadSawCompleted;
+
+    /// <summary>
+    /// Runs on the resetting thread in <see cref="SourceCore{TResult}.Reset"/> of a completed use, while it clears the
+    /// old use's outcome: standing in for a resetter preempted there while other threads read the old use or complete
+    /// the next one.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? ResetClearing;
 }
 #endif
 
@@ -259,7 +275,21 @@ internal struct SourceCore<TResult>
         {
             w = ClaimForReset(w);
         }
+        else
+        {
+            // A completed use may be read at this instant (a reset racing a read: misuse, but never silent corruption). The
+            // version steps first, held by Registering, so a read whose token check came before this store and whose read
+            // of the outcome comes after the clearing below finds its token stale when it checks again (ReadQuietly),
+            // instead of taking the cleared slots for a success with a default result; and a completer or registrant of
+            // the next use meets the hold and waits, so the clearing cannot wipe its writes. Two plain stores and no CAS:
+            // nothing but the owner writes a completed word, bar the report mark, which the version step drops anyway.
+            Volatile.Write(ref _word, With(NextVersion(w), Registering));
+            WeakMemory.Fence(); // the clearing's stores after that one (a seqlock writer's order; nothing on x86/x64)
+        }
         _stateOrError = null;
+#if DEBUG
+        SourceCoreTestHooks.ResetClearing?.Invoke();
+#endif
         _result = default!;
         _continuation = null;
         Volatile.Write(ref _word, NextVersion(w));
@@ -436,6 +466,14 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>As <see cref="GetResult"/>, but the failure goes to <paramref name="error"/> instead of being thrown (<see cref="IQuietSource"/>).</summary>
+    /// <remarks>
+    /// A reader as a seqlock's: it reads the outcome, then checks its token again. A reset racing the read (misuse: the
+    /// promise's remarks say such a read "may read either use") may clear the outcome between the first check and the read
+    /// (<see cref="Reset"/> steps the version before it clears); the second check then finds the token stale, and the read
+    /// is the await-once error, never the cleared slots taken for a success with a default result, which is neither use's
+    /// outcome. The same check covers a read woken from a blocking wait after its owner has reset the source. One load and
+    /// a compare on x86/x64 (<see cref="WeakMemory.Fence"/>).
+    /// </remarks>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public TResult ReadQuietly(short token, ISpindleSource owner, out ExceptionDispatchInfo? error)
     {
@@ -443,13 +481,18 @@ internal struct SourceCore<TResult>
         if (!IsCompleted)
         {
             BlockingWait.Wait(owner, token);
-            // Woken by the completion, which may have returned, and its owner reset the source for the next use, before
-            // this thread ran again: that use's cleared outcome is not this one's (a reset promise read as a success with
-            // a default result). As for an awaiting continuation that runs after a reset, it is the await-once error.
-            ValidateToken(token);
         }
+#if DEBUG
+        SourceCoreTestHooks.ReadSawCompleted?.Invoke();
+#endif
         error = ErrorOnceCompleted;
-        return _result;
+        TResult result = _result;
+        WeakMemory.Fence(); // the outcome's loads before the check's (a seqlock reader's order; nothing on x86/x64)
+        if (token != (short)Volatile.Read(ref _word)) // a volatile read: never merged with the check above
+        {
+            ThrowHelper.ThrowStaleToken();
+        }
+        return result;
     }
 
     /// <summary>

@@ -129,7 +129,7 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// is a thread blocked in <c>GetAwaiter().GetResult()</c>, which Set* only wakes: that code, or a WhenAll still
     /// waiting for its other inputs, reads the use later, and after a reset it meets the next use and
     /// gets the await-once <see cref="InvalidOperationException"/> instead of the outcome (a read that is under way at
-    /// the instant of the reset races it, and may read either use: the same rule as above). Reset it when the awaiting
+    /// the instant of the reset races it: it reads the old use's outcome or gets the same error, never a cleared one). Reset it when the awaiting
     /// code says it has finished, or use a new promise.</para>
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending, or a Set* call on another thread is completing it at this instant (a completion racing the reset).</exception>

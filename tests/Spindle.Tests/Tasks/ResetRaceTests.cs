@@ -165,5 +165,124 @@ public sealed class ResetRaceTests
         promise.SetResult(1);
         Assert.Equal(1, ran);
     }
+    /// <summary>
+    /// Reads completed use <paramref name="task"/> while its owner resets the promise at the instant the read has checked
+    /// its token and seen the use completed, before it reads the outcome (the Debug hook
+    /// <c>SourceCoreTestHooks.ReadSawCompleted</c> runs the reset there): what the read returned, or what it threw.
+    /// </summary>
+    private static object? ReadWhileTheOwnerResets(Action reset, Func<object?> read)
+    {
+        SourceCoreTestHooks.ReadSawCompleted = () =>
+        {
+            SourceCoreTestHooks.ReadSawCompleted = null;
+            reset();
+        };
+        try
+        {
+            return read();
+        }
+        catch (Exception e)
+        {
+            return e;
+        }
+        finally
+        {
+            SourceCoreTestHooks.ReadSawCompleted = null;
+        }
+    }
+
+    /// <summary>
+    /// A read of a completed use that its owner resets at that instant (a reset racing a read, which the promise's remarks
+    /// call misuse: it "may read either use") ends in the await-once error: its token went stale under it. Never the reset's
+    /// cleared default as a success, which is neither use's outcome. Before, the read checked the token, the reset cleared the
+    /// result and stepped the version, and the read returned the cleared 0 for 42 (failed 3 of 3 runs).
+    /// </summary>
+    [Fact]
+    public void ReadOfACompletedUse_AsTheOwnerResetsIt_IsTheAwaitOnceError_NeverTheClearedDefault()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> old = promise.Task;
+        promise.SetResult(42);
+        object? read = ReadWhileTheOwnerResets(promise.Reset, () => old.GetAwaiter().GetResult());
+        Assert.False(read is int, $"the read returned {read} as a success: the reset's cleared result, neither use's outcome");
+        Assert.IsType<InvalidOperationException>(read); // the await-once error: the use it held was reset under it
+        Assert.False(promise.IsCompleted); // the reset went through: the next use starts clean
+        Assert.True(promise.TrySetResult(7));
+        Assert.Equal(7, promise.Task.GetAwaiter().GetResult());
+    }
+
+    /// <summary>
+    /// The same for a faulted use of a promise with no value: the read throws (the await-once error), never returns as if
+    /// the use had succeeded. Before, the reset's cleared failure slot read as a success (failed 3 of 3 runs).
+    /// </summary>
+    [Fact]
+    public void ReadOfAFaultedUse_AsTheOwnerResetsIt_NeverReadsAsASuccess()
+    {
+        var promise = new Promise();
+        SpindleTask old = promise.Task;
+        promise.SetException(new InvalidTimeZoneException("the old use's fault"));
+        object? read = ReadWhileTheOwnerResets(promise.Reset, () =>
+        {
+            old.GetAwaiter().GetResult();
+            return "succeeded";
+        });
+        Assert.False(read is string, "the faulted use read as a success: the reset's cleared failure slot");
+        Assert.IsType<InvalidOperationException>(read);
+    }
+
+    /// <summary>
+    /// A reset of a completed use preempted while it clears the old outcome (the Debug hook
+    /// <c>SourceCoreTestHooks.ResetClearing</c>): a read of the old use on another thread then is the await-once error
+    /// (the token went stale before the clearing began), never the half-cleared outcome; and a set of the next use made then
+    /// waits for the reset to finish, so the clearing never wipes it. Before, the version moved on only after the clearing:
+    /// the read saw the old token, a cleared failure slot, and returned 0 for a faulted use as a success (failed 3 of 3 runs).
+    /// </summary>
+    [Fact]
+    public void ReadOfTheOldUse_WhileTheResetClearsIt_IsTheAwaitOnceError_AndASetOfTheNextUseIsKept()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> old = promise.Task;
+        promise.SetException(new InvalidTimeZoneException("the old use's fault"));
+        object? read = null;
+        Task? setter = null;
+        bool? set = null;
+        SourceCoreTestHooks.ResetClearing = () =>
+        {
+            SourceCoreTestHooks.ResetClearing = null;
+            TestUtil.RunOnThread(() =>
+            {
+                try
+                {
+                    read = old.GetAwaiter().GetResult();
+                }
+                catch (Exception e)
+                {
+                    read = e;
+                }
+            }, "reader").GetAwaiter().GetResult(); // the reader does not wait for the reset: it finishes here
+            int started = 0;
+            setter = TestUtil.RunOnThread(() =>
+            {
+                Volatile.Write(ref started, 1);
+                set = promise.TrySetResult(7); // the next use's set: it may land while the reset still clears
+            }, "setter");
+            TestUtil.SpinUntil(() => Volatile.Read(ref started) == 1, () => "the setter did not start");
+        };
+        try
+        {
+            promise.Reset();
+        }
+        finally
+        {
+            SourceCoreTestHooks.ResetClearing = null;
+        }
+        Assert.False(read is int, $"the read of the old use returned {read} as a success while the reset cleared it");
+        Assert.IsType<InvalidOperationException>(read);
+        Assert.NotNull(setter);
+        setter!.GetAwaiter().GetResult();
+        Assert.True(set); // the next use's set completed it, and the reset's clearing did not wipe it:
+        Assert.True(promise.IsCompleted);
+        Assert.Equal(7, promise.Task.GetAwaiter().GetResult());
+    }
 }
 #endif
