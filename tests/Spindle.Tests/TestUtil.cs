@@ -176,6 +176,26 @@ internal static class TestUtil
     public static LeaveWorkersAwaitable LeaveSpindleWorkers() => default;
 
     /// <summary>
+    /// Runs <paramref name="onEachWorker"/> once on every Spindle worker, all at once: one item per worker, held together
+    /// by a barrier so that no worker takes two. Waits, within the suite's bound, for every one to return.
+    /// </summary>
+    public static async Task RunOnEveryWorkerAtOnce(Action onEachWorker)
+    {
+        int n = Spindle.WorkerCount;
+        using var together = new Barrier(n);
+        var items = new Task[n];
+        for (int i = 0; i < n; i++)
+        {
+            items[i] = AwaitAsync(Spindle.Run(() =>
+            {
+                Assert.True(together.SignalAndWait(TimeSpan.FromSeconds(DefaultTimeoutSeconds)), "every worker should take one of the items");
+                onEachWorker();
+            }));
+        }
+        await WithTimeout(Task.WhenAll(items));
+    }
+
+    /// <summary>
     /// What <see cref="LeaveSpindleWorkers"/> returns: complete off the Spindle workers; on one, it resumes the caller on
     /// a thread-pool thread (never a worker), whenever the caller awaits it.
     /// </summary>

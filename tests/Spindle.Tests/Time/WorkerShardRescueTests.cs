@@ -16,21 +16,8 @@ namespace SpindleLib.Tests.Time;
 public class WorkerShardRescueTests
 {
     /// <summary>Runs one item on every worker at once, each starting a delay there, so that every worker owns a shard.</summary>
-    private static async Task GiveEveryWorkerAShard()
-    {
-        int n = Spindle.WorkerCount;
-        using var together = new Barrier(n);
-        var items = new Task[n];
-        for (int i = 0; i < n; i++)
-        {
-            items[i] = TestUtil.AwaitAsync(Spindle.Run(() =>
-            {
-                Assert.True(together.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "every worker should take one of the items");
-                Spindle.Delay(1).GetAwaiter().GetResult(); // started here: this worker's shard
-            }));
-        }
-        await TestUtil.WithTimeout(Task.WhenAll(items));
-    }
+    private static Task GiveEveryWorkerAShard()
+        => TestUtil.RunOnEveryWorkerAtOnce(() => Spindle.Delay(1).GetAwaiter().GetResult()); // started here: this worker's shard
 
     /// <summary>
     /// Leaves Spindle's workers and gives each a shard (<see cref="GiveEveryWorkerAShard"/>); false, doing nothing, when
