@@ -262,10 +262,11 @@ internal struct SourceCore<TResult>
 
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
     /// <remarks>
-    /// An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending. A completed
-    /// use is reset with a plain store: nothing but its owner writes a completed word's fields, and the one mark another
-    /// thread may CAS onto it (<see cref="ReportedBit"/>) is dropped by the version step anyway. A pending or abandoned use
-    /// may meet an await of it (or a completer) at the same instant, so it is claimed first (<see cref="ClaimForReset"/>).
+    /// An abandoned use (its waiter left, see <see cref="TryReplaceWaiter"/>) may be reset while it is pending. A pending or
+    /// abandoned use may meet an await of it (or a completer) at the same instant, so it is claimed first
+    /// (<see cref="ClaimForReset"/>). A completed use, found so at once or once the claim saw it complete, is reset with
+    /// plain stores, as a seqlock's writer: nothing but its owner writes a completed word's fields, and the one mark another
+    /// thread may CAS onto it (<see cref="ReportedBit"/>) is dropped by the version step anyway.
     /// </remarks>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
     public void Reset()
@@ -273,9 +274,9 @@ internal struct SourceCore<TResult>
         int w = Volatile.Read(ref _word);
         if ((w & StateMask) != Completed)
         {
-            w = ClaimForReset(w);
+            w = ClaimForReset(w); // the claimed word (now held as Registering), or a completed one
         }
-        else
+        if ((w & StateMask) == Completed)
         {
             // A completed use may be read at this instant (a reset racing a read: misuse, but never silent corruption). The
             // version steps first, held by Registering, so a read whose token check came before this store and whose read

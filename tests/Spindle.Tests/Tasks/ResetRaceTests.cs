@@ -231,6 +231,52 @@ public sealed class ResetRaceTests
     }
 
     /// <summary>
+    /// A reset that starts on a pending use, which a completer faults while the reset claims it (the claim's CAS fails and
+    /// it finds the use completed), and a read of the old use on another thread while the reset clears it: the read is the
+    /// await-once error, as for a use the reset found completed at once. Before, that path cleared the outcome before the
+    /// version moved on, so the read saw the old token and a cleared failure slot, and the faulted use read as a success.
+    /// </summary>
+    [Fact]
+    public void ReadOfAUseCompletedWhileTheResetClaimedIt_AsTheResetClearsIt_IsTheAwaitOnceError()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> old = promise.Task;
+        object? read = null;
+        SourceCoreTestHooks.ResetSawState = () =>
+        {
+            SourceCoreTestHooks.ResetSawState = null;
+            promise.SetException(new InvalidTimeZoneException("the old use's fault")); // completed before the claim's CAS
+        };
+        SourceCoreTestHooks.ResetClearing = () =>
+        {
+            SourceCoreTestHooks.ResetClearing = null;
+            TestUtil.RunOnThread(() =>
+            {
+                try
+                {
+                    read = old.GetAwaiter().GetResult();
+                }
+                catch (Exception e)
+                {
+                    read = e;
+                }
+            }, "reader").GetAwaiter().GetResult();
+        };
+        try
+        {
+            promise.Reset();
+        }
+        finally
+        {
+            SourceCoreTestHooks.ResetSawState = null;
+            SourceCoreTestHooks.ResetClearing = null;
+        }
+        Assert.False(read is int, $"the read of the old use returned {read} as a success while the reset cleared it");
+        Assert.IsType<InvalidOperationException>(read);
+        Assert.False(promise.IsCompleted); // the reset went through: a new, pending use
+    }
+
+    /// <summary>
     /// A reset of a completed use preempted while it clears the old outcome (the Debug hook
     /// <c>SourceCoreTestHooks.ResetClearing</c>): a read of the old use on another thread then is the await-once error
     /// (the token went stale before the clearing began), never the half-cleared outcome; and a set of the next use made then
