@@ -230,6 +230,24 @@ public sealed class ResetRaceTests
         Assert.IsType<InvalidOperationException>(read);
     }
 
+    /// <summary>Reads <paramref name="old"/> on a thread of its own and waits for it: the result, or the exception the read threw.</summary>
+    private static object? ReadOnAnotherThread(SpindleTask<int> old)
+    {
+        object? read = null;
+        TestUtil.RunOnThread(() =>
+        {
+            try
+            {
+                read = old.GetAwaiter().GetResult();
+            }
+            catch (Exception e)
+            {
+                read = e;
+            }
+        }, "reader").GetAwaiter().GetResult();
+        return read;
+    }
+
     /// <summary>
     /// A reset that starts on a pending use, which a completer faults while the reset claims it (the claim's CAS fails and
     /// it finds the use completed), and a read of the old use on another thread while the reset clears it: the read is the
@@ -250,17 +268,7 @@ public sealed class ResetRaceTests
         SourceCoreTestHooks.ResetClearing = () =>
         {
             SourceCoreTestHooks.ResetClearing = null;
-            TestUtil.RunOnThread(() =>
-            {
-                try
-                {
-                    read = old.GetAwaiter().GetResult();
-                }
-                catch (Exception e)
-                {
-                    read = e;
-                }
-            }, "reader").GetAwaiter().GetResult();
+            read = ReadOnAnotherThread(old);
         };
         try
         {
@@ -295,17 +303,7 @@ public sealed class ResetRaceTests
         SourceCoreTestHooks.ResetClearing = () =>
         {
             SourceCoreTestHooks.ResetClearing = null;
-            TestUtil.RunOnThread(() =>
-            {
-                try
-                {
-                    read = old.GetAwaiter().GetResult();
-                }
-                catch (Exception e)
-                {
-                    read = e;
-                }
-            }, "reader").GetAwaiter().GetResult(); // the reader does not wait for the reset: it finishes here
+            read = ReadOnAnotherThread(old); // the reader does not wait for the reset: it finishes here
             int started = 0;
             setter = TestUtil.RunOnThread(() =>
             {
