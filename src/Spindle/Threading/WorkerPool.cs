@@ -48,8 +48,8 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>Most workers a pool may have: far beyond any machine this runs on, and a typo's guard.</summary>
     internal const int MaxWorkers = 1024;
 
-    private const int SpinRounds = 64;
-    private const int PureSpinRounds = 16;
+    private const int SpinRounds = 40;
+    private const int PureSpinRounds = 8;
 
     /// <summary>
     /// One worker per processor, unless the SPINDLE_WORKERS environment variable names a count. A value that is set but
@@ -83,6 +83,11 @@ internal sealed class WorkerPool : Scheduler
     // Work that any thread may run: jobs, from whichever thread queues them (QueueShared). A thread that is not a worker
     // and waits on a job (JobHandle.Complete) takes work from here, as Unity's main thread does, but never from _injection.
     private readonly ConcurrentQueue<WorkItem> _helpable = new();
+
+    // How many items have been taken from _helpable: a plain increment after each take, racy on purpose (two takers may
+    // write the same value). It only has to change when the queue's head moves, which every take does; a lost increment
+    // still changes it. A spinning worker compares it between two looks (see TryTakeShared).
+    private int _helpableTaken;
     private readonly IdleSet _idle;
     private int _spinning;
     private volatile bool _disposed;
@@ -131,6 +136,12 @@ internal sealed class WorkerPool : Scheduler
     /// standing in for a metrics collection at that moment.
     /// </summary>
     internal static Action? TestHookStartedSpinning;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs on a spinning worker whose look has just left a job in the jobs' queue because
+    /// a take happened since its last look (<see cref="TryTakeShared"/>).
+    /// </summary>
+    internal static Action<WorkerPool>? TestHookLeftAJob;
 #endif
 
     /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
@@ -195,12 +206,23 @@ internal sealed class WorkerPool : Scheduler
         {
             return TryRunOne();
         }
-        if (!_helpable.TryDequeue(out WorkItem? item))
+        if (!TryDequeueHelpable(out WorkItem? item))
         {
             return false;
         }
         RunItemKeepingContext(item);
         return true;
+    }
+
+    /// <summary>Takes the oldest item from the jobs' queue, counting the take (<see cref="_helpableTaken"/>).</summary>
+    private bool TryDequeueHelpable([NotNullWhen(true)] out WorkItem? item)
+    {
+        if (_helpable.TryDequeue(out item))
+        {
+            _helpableTaken++;
+            return true;
+        }
+        return false;
     }
 
     public override bool IsWorkerThread => t_worker is { } w && w.Pool == this;
@@ -467,17 +489,55 @@ internal sealed class WorkerPool : Scheduler
         // The jobs' queue first here, and the injection queue first everywhere else: neither can starve the other for
         // longer than a fair look. (A parallel-for's runner always waits in the jobs' queue; with the injection queue
         // first here too, a main thread that kept it full held a ready parallel-for back for as long as it did.)
-        if (_helpable.TryDequeue(out WorkItem? item) || _injection.TryDequeue(out item))
+        if (TryDequeueHelpable(out WorkItem? item) || _injection.TryDequeue(out item))
         {
             return item;
         }
         return self.Deque.TrySteal(); // the oldest: the item a run-next chain displaced first
     }
 
-    /// <summary>Takes an item from the queues every thread feeds: the injection queue, then the jobs' queue.</summary>
-    private bool TryTakeShared([NotNullWhen(true)] out WorkItem? item) => _injection.TryDequeue(out item) || _helpable.TryDequeue(out item);
+    /// <summary>
+    /// Takes an item from the queues every thread feeds: the injection queue, then the jobs' queue. A spinning worker's
+    /// look is <paramref name="patient"/>: it takes a job only if nobody has taken one since its last look.
+    /// </summary>
+    /// <remarks>
+    /// A thread that schedules a job, flushes, and calls Complete() at once (seed 001's job side, and any main thread
+    /// that waits right after it schedules) takes its job straight back and runs it itself, as Unity's main thread does.
+    /// A spinning worker that took the job first won nothing: the caller, with nothing left to run, waited for the worker
+    /// (1.7 µs a steal, measured), and in that mode workers took 5–20% of the jobs and a unit cost 400–700 ns instead of
+    /// 95 (docs/decisions.md section 34). So a spinning look leaves a job alone while the queue's head is moving (the
+    /// count of takes changed since its last look: someone is serving the queue) and takes it once the head has stood
+    /// still for one look, as its look at another worker's run-next slot waits for the same item twice
+    /// (<see cref="Worker.TryStealRunNext"/>). Only spinning looks wait: a worker that has just finished an item, and a
+    /// worker's last look before it parks, take at once, so a job nobody takes back waits at most one spinning look more
+    /// (a few microseconds), and a parked worker never sleeps with a job in the queue.
+    /// </remarks>
+    private bool TryTakeShared(Worker self, bool patient, [NotNullWhen(true)] out WorkItem? item)
+    {
+        if (_injection.TryDequeue(out item))
+        {
+            return true;
+        }
+        if (patient)
+        {
+            if (_helpable.IsEmpty)
+            {
+                return false;
+            }
+            int taken = Volatile.Read(ref _helpableTaken);
+            if (taken != self.SeenHelpableTaken)
+            {
+                self.SeenHelpableTaken = taken;
+#if DEBUG
+                TestHookLeftAJob?.Invoke(this);
+#endif
+                return false;
+            }
+        }
+        return TryDequeueHelpable(out item);
+    }
 
-    private WorkItem? FindWork(Worker self, bool stealRunNext, bool runNextAtOnce = false)
+    private WorkItem? FindWork(Worker self, bool stealRunNext, bool runNextAtOnce = false, bool patient = false)
     {
         WorkItem? item = self.RunNext;
         if (item is not null)
@@ -493,7 +553,7 @@ internal sealed class WorkerPool : Scheduler
         {
             return item;
         }
-        if (TryTakeShared(out item))
+        if (TryTakeShared(self, patient, out item))
         {
             return item;
         }
@@ -702,20 +762,23 @@ internal sealed class WorkerPool : Scheduler
             for (int round = 0; round < SpinRounds; round++)
             {
                 // Look at other workers' run-next slots only every fourth round: each look pulls the owner's cache line.
-                item = FindWork(self, stealRunNext: (round & 3) == 3);
+                item = FindWork(self, stealRunNext: (round & 3) == 3, patient: true);
                 if (item is not null)
                 {
                     break;
                 }
                 // A short burst of pause instructions first, then yield the core between looks: on a machine with few
                 // cores a worker that only spins would keep a thread being woken (often the one waiting for a result)
-                // off the CPU until the OS preempts it.
+                // off the CPU until the OS preempts it. Later looks are further apart (two yields each): every look reads
+                // the shared queues' cache lines, which a thread scheduling and taking back its own jobs then has to fetch
+                // again (section 34).
                 if (round < PureSpinRounds)
                 {
                     Spinning.Pause(30);
                 }
                 else
                 {
+                    Thread.Yield();
                     Thread.Yield();
                 }
             }
@@ -875,6 +938,8 @@ internal sealed class WorkerPool : Scheduler
         public int UntilFairLook = FairLookInterval;
         public readonly int Index;
         private uint _rng;
+        /// <summary>The count of takes from the jobs' queue this worker saw on its last spinning look (<see cref="TryTakeShared"/>).</summary>
+        public int SeenHelpableTaken = -1;
         private WorkItem? _seenRunNext;
         private int _seenStamp;
         private Worker? _seenVictim;
