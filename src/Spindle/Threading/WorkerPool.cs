@@ -84,10 +84,10 @@ internal sealed class WorkerPool : Scheduler
     // and waits on a job (JobHandle.Complete) takes work from here, as Unity's main thread does, but never from _injection.
     private readonly ConcurrentQueue<WorkItem> _helpable = new();
 
-    // How many items have been taken from _helpable: a plain increment after each take, racy on purpose (two takers may
-    // write the same value). It only has to change when the queue's head moves, which every take does; a lost increment
-    // still changes it. A spinning worker compares it between two looks (see TryTakeShared).
-    private int _helpableTaken;
+    // How many items threads that are not workers (a thread waiting in Complete()) have taken from _helpable: a plain
+    // increment after each such take, racy on purpose (two takers may write the same value: it still changes, and it only
+    // has to change). A spinning worker compares it between two looks (see TryTakeShared).
+    private int _helpableTakenOutside;
     private readonly IdleSet _idle;
     private int _spinning;
     private volatile bool _disposed;
@@ -206,23 +206,13 @@ internal sealed class WorkerPool : Scheduler
         {
             return TryRunOne();
         }
-        if (!TryDequeueHelpable(out WorkItem? item))
+        if (!_helpable.TryDequeue(out WorkItem? item))
         {
             return false;
         }
+        _helpableTakenOutside++;
         RunItemKeepingContext(item);
         return true;
-    }
-
-    /// <summary>Takes the oldest item from the jobs' queue, counting the take (<see cref="_helpableTaken"/>).</summary>
-    private bool TryDequeueHelpable([NotNullWhen(true)] out WorkItem? item)
-    {
-        if (_helpable.TryDequeue(out item))
-        {
-            _helpableTaken++;
-            return true;
-        }
-        return false;
     }
 
     public override bool IsWorkerThread => t_worker is { } w && w.Pool == this;
@@ -489,7 +479,7 @@ internal sealed class WorkerPool : Scheduler
         // The jobs' queue first here, and the injection queue first everywhere else: neither can starve the other for
         // longer than a fair look. (A parallel-for's runner always waits in the jobs' queue; with the injection queue
         // first here too, a main thread that kept it full held a ready parallel-for back for as long as it did.)
-        if (TryDequeueHelpable(out WorkItem? item) || _injection.TryDequeue(out item))
+        if (_helpable.TryDequeue(out WorkItem? item) || _injection.TryDequeue(out item))
         {
             return item;
         }
@@ -498,19 +488,21 @@ internal sealed class WorkerPool : Scheduler
 
     /// <summary>
     /// Takes an item from the queues every thread feeds: the injection queue, then the jobs' queue. A spinning worker's
-    /// look is <paramref name="patient"/>: it takes a job only if nobody has taken one since its last look.
+    /// look is <paramref name="patient"/>: it takes a job only if no thread outside the workers has taken one since its
+    /// last look.
     /// </summary>
     /// <remarks>
     /// A thread that schedules a job, flushes, and calls Complete() at once (seed 001's job side, and any main thread
     /// that waits right after it schedules) takes its job straight back and runs it itself, as Unity's main thread does.
     /// A spinning worker that took the job first won nothing: the caller, with nothing left to run, waited for the worker
     /// (1.7 µs a steal, measured), and in that mode workers took 5–20% of the jobs and a unit cost 400–700 ns instead of
-    /// 95 (docs/decisions.md section 34). So a spinning look leaves a job alone while the queue's head is moving (the
-    /// count of takes changed since its last look: someone is serving the queue) and takes it once the head has stood
-    /// still for one look, as its look at another worker's run-next slot waits for the same item twice
-    /// (<see cref="Worker.TryStealRunNext"/>). Only spinning looks wait: a worker that has just finished an item, and a
-    /// worker's last look before it parks, take at once, so a job nobody takes back waits at most one spinning look more
-    /// (a few microseconds), and a parked worker never sleeps with a job in the queue.
+    /// 95 (docs/decisions.md section 34). So a spinning look leaves a job alone while such a thread is serving the queue
+    /// (the count of its takes changed since this worker's last look) and takes it once that count has stood still for
+    /// one look, as its look at another worker's run-next slot waits for the same item twice
+    /// (<see cref="Worker.TryStealRunNext"/>). Takes by workers do not count: a spinning worker joins others that drain
+    /// a burst at its first look. Only spinning looks wait: a worker that has just finished an item, and a worker's last
+    /// look before it parks, take at once, so a job nobody takes back waits at most one spinning look more (a few
+    /// microseconds), and a parked worker never sleeps with a job in the queue.
     /// </remarks>
     private bool TryTakeShared(Worker self, bool patient, [NotNullWhen(true)] out WorkItem? item)
     {
@@ -524,17 +516,17 @@ internal sealed class WorkerPool : Scheduler
             {
                 return false;
             }
-            int taken = Volatile.Read(ref _helpableTaken);
-            if (taken != self.SeenHelpableTaken)
+            int taken = Volatile.Read(ref _helpableTakenOutside);
+            if (taken != self.SeenHelpableTakenOutside)
             {
-                self.SeenHelpableTaken = taken;
+                self.SeenHelpableTakenOutside = taken;
 #if DEBUG
                 TestHookLeftAJob?.Invoke(this);
 #endif
                 return false;
             }
         }
-        return TryDequeueHelpable(out item);
+        return _helpable.TryDequeue(out item);
     }
 
     private WorkItem? FindWork(Worker self, bool stealRunNext, bool runNextAtOnce = false, bool patient = false)
@@ -938,8 +930,11 @@ internal sealed class WorkerPool : Scheduler
         public int UntilFairLook = FairLookInterval;
         public readonly int Index;
         private uint _rng;
-        /// <summary>The count of takes from the jobs' queue this worker saw on its last spinning look (<see cref="TryTakeShared"/>).</summary>
-        public int SeenHelpableTaken = -1;
+        /// <summary>
+        /// The count of takes from the jobs' queue by other threads than workers that this worker saw on its last
+        /// spinning look (<see cref="TryTakeShared"/>).
+        /// </summary>
+        public int SeenHelpableTakenOutside = -1;
         private WorkItem? _seenRunNext;
         private int _seenStamp;
         private Worker? _seenVictim;
