@@ -252,6 +252,16 @@ internal struct SourceCore<TResult>
         "has read it, or use a new promise.";
 
     /// <summary>
+    /// The error of a reset that finds the word held (Registering): an await of the current use registering its
+    /// continuation at that instant, or another reset of the promise on another thread, between its hold and its
+    /// publication (<see cref="Reset"/>). The word cannot tell the two apart, so the message names both.
+    /// </summary>
+    internal const string ResetWhileHeldMessage =
+        "This promise cannot be reset at this instant: another thread is either registering an await on its current use or " +
+        "resetting the promise itself. A promise is reset by its owner only, from one thread, once the code awaiting the use " +
+        "has read it; use a new promise where several threads would reset it.";
+
+    /// <summary>
     /// The error of a reset that meets a completer of the current use between its claim and its publication: a Set* or
     /// TrySet* call racing the reset on another thread (<see cref="ClaimForReset"/>).
     /// </summary>
@@ -313,7 +323,9 @@ internal struct SourceCore<TResult>
     /// step takes the cleared result as a success (a forced test read 0 for 42). Before, the reset threw the "await
     /// pending" error, which named an await that, for a use nobody awaited, did not exist.
     /// </remarks>
-    /// <exception cref="InvalidOperationException">A continuation is waiting on the use, or registering, or it is completing.</exception>
+    /// <exception cref="InvalidOperationException">
+    /// A continuation is waiting on the use, or registering, or the use is completing, or another reset holds it.
+    /// </exception>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private int ClaimForReset(int w)
     {
@@ -327,6 +339,10 @@ internal struct SourceCore<TResult>
             if (state == Completing)
             {
                 ThrowHelper.ThrowInvalidOperation(ResetWhileCompletingMessage);
+            }
+            if (state == Registering)
+            {
+                ThrowHelper.ThrowInvalidOperation(ResetWhileHeldMessage);
             }
             if (state != Pending && state != Abandoned)
             {

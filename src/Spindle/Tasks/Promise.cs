@@ -132,7 +132,7 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// the instant of the reset races it: it reads the old use's outcome or gets the same error, never a cleared one). Reset it when the awaiting
     /// code says it has finished, or use a new promise.</para>
     /// </remarks>
-    /// <exception cref="InvalidOperationException">An await on the current use is still pending, or a Set* call on another thread is completing it at this instant (a completion racing the reset).</exception>
+    /// <exception cref="InvalidOperationException">An await on the current use is still pending or registering, or a Set* call on another thread is completing it at this instant (a completion racing the reset), or another thread is resetting the promise at this instant.</exception>
     public void Reset() => _core.Reset();
 
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);

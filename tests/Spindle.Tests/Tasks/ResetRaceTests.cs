@@ -285,6 +285,38 @@ public sealed class ResetRaceTests
     }
 
     /// <summary>
+    /// A second reset that meets the first between its hold and its publication (two threads resetting one promise: misuse)
+    /// is refused with a message that names that race, before it writes anything, and the first reset goes through. Before,
+    /// it got the "an await is pending" message, which named an await that did not exist (1 of 1 run: that message).
+    /// </summary>
+    [Fact]
+    public void SecondReset_WhileTheFirstHoldsTheWord_IsRefusedNamingAReset_AndTheFirstGoesThrough()
+    {
+        var promise = new Promise<int>();
+        SpindleTask<int> old = promise.Task;
+        promise.SetResult(42);
+        Exception? second = null;
+        SourceCoreTestHooks.ResetClearing = () =>
+        {
+            SourceCoreTestHooks.ResetClearing = null;
+            second = Record.Exception(() => TestUtil.RunOnThread(promise.Reset, "second resetter").GetAwaiter().GetResult());
+        };
+        try
+        {
+            promise.Reset();
+        }
+        finally
+        {
+            SourceCoreTestHooks.ResetClearing = null;
+        }
+        Assert.Equal(SourceCore<VoidResult>.ResetWhileHeldMessage, Assert.IsType<InvalidOperationException>(second).Message);
+        Assert.False(promise.IsCompleted); // the first reset went through: a new, pending use
+        Assert.IsType<InvalidOperationException>(Record.Exception(() => old.GetAwaiter().GetResult())); // the old token is stale
+        promise.SetResult(7);
+        Assert.Equal(7, promise.Task.GetAwaiter().GetResult());
+    }
+
+    /// <summary>
     /// A reset of a completed use preempted while it clears the old outcome (the Debug hook
     /// <c>SourceCoreTestHooks.ResetClearing</c>): a read of the old use on another thread then is the await-once error
     /// (the token went stale before the clearing began), never the half-cleared outcome; and a set of the next use made then
