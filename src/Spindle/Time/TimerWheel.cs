@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -333,17 +334,31 @@ public sealed partial class TimerWheel : IDisposable
         }
         node.Deadline = deadline;
         _main.LinkAsOwner(node, now);
+        if (LowerWakeAt(deadline))
+        {
+            _driver.Arm(deadline);
+        }
+    }
+
+    /// <summary>
+    /// Lowers <see cref="_wakeAt"/> to <paramref name="deadline"/> if that is earlier; true if this call lowered it (its
+    /// caller then wakes the driver earlier). A CAS loop: producers on any thread race to lower it. Inlined: Insert is
+    /// on every delay's path from a thread that is not a worker.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private bool LowerWakeAt(long deadline)
+    {
         long wakeAt = Volatile.Read(ref _wakeAt);
         while (deadline < wakeAt)
         {
             long seen = Interlocked.CompareExchange(ref _wakeAt, deadline, wakeAt);
             if (seen == wakeAt)
             {
-                _driver.Arm(deadline);
-                break;
+                return true;
             }
             wakeAt = seen;
         }
+        return false;
     }
 
     private static readonly Func<Exception> s_newDisposedCancellation = NewDisposedCancellation;
@@ -511,16 +526,9 @@ public sealed partial class TimerWheel : IDisposable
         _main.Push(node);
         // Dekker with the owner (DriveAndPlan): the push above happens before this read, and the owner publishes
         // _wakeAt before it re-checks the inbox; so either the owner sees this node, or this read sees the owner's plan.
-        long wakeAt = Volatile.Read(ref _wakeAt);
-        while (deadline < wakeAt)
+        if (LowerWakeAt(deadline))
         {
-            long seen = Interlocked.CompareExchange(ref _wakeAt, deadline, wakeAt);
-            if (seen == wakeAt)
-            {
-                Kick();
-                break;
-            }
-            wakeAt = seen;
+            Kick();
         }
         if (_disposed)
         {
