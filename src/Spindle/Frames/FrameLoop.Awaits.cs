@@ -311,7 +311,9 @@ public sealed partial class FrameLoop
         }
         // The token goes to the wheel's timer, so that a cancellation also takes the timer out of the wheel; the waiter
         // listens to it itself only once the timer has expired (see FrameWaiter).
-        SpindleTask timer = wheel.Delay(delay, cancellationToken);
+        // Inside a step of the loop, this thread owns the loop's wheels (their passes run only there) and links the timer
+        // into its slot directly; any other thread pushes it to the wheel's inbox.
+        SpindleTask timer = wheel.Delay(delay, cancellationToken, asOwner: phase.Loop.IsInsideStep);
 #if DEBUG
         TestHookAfterTimerStarted?.Invoke(timer);
 #endif

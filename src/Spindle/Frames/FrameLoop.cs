@@ -86,10 +86,15 @@ public sealed partial class FrameLoop
     private TimerWheel? _scaledWheel;
     private long _sequence;
 
-    // Timers that expired in this frame's pass, sorted by start order before they join their phases (loop thread only).
+    // Timers that expired in this frame's pass, merged into start order as they join their phases (loop thread only).
     private long[] _expiredOrder = new long[16];
     private FrameWaiter?[] _expired = new FrameWaiter?[16];
     private int _expiredCount;
+    // The runs of _expired already in start order, for the merge (QueueExpired): each run's next entry and its end, and
+    // a binary min-heap of the runs left, keyed by their next entry's sequence. Reused from frame to frame.
+    private int[] _runNext = new int[16];
+    private int[] _runEnd = new int[16];
+    private int[] _runHeap = new int[16];
 
     private long _frameCount;
     private long _timeTicks;
@@ -587,6 +592,14 @@ public sealed partial class FrameLoop
     }
 
     /// <summary>Queues the frame's expired waits for their phases, in the order they were started.</summary>
+    /// <remarks>
+    /// A wheel fires in deadline order, and the timers due at the same millisecond in the order they were linked, which
+    /// for delays started on the loop thread is their start order; three wheels fire one after another. So the list is a
+    /// few runs already in start order (about one per millisecond the frame covers, per wheel): they are found by
+    /// comparing sequences (so the result is in start order whatever the wheels did), and merged with a binary heap of the
+    /// runs, O(n log r) for r runs instead of a sort's O(n log n), and each wait is read and stored once. Stop 36 measured
+    /// the sort (Array.Sort of the sequences and the waits) at about a fifth of a frame's expiry cost with 1,000 delays.
+    /// </remarks>
     private void QueueExpired()
     {
         int n = _expiredCount;
@@ -594,19 +607,123 @@ public sealed partial class FrameLoop
         {
             return;
         }
-        if (n > 1)
+        FrameWaiter?[] expired = _expired;
+        long[] order = _expiredOrder;
+        int runs = FindRuns(order, n);
+        if (runs == 1)
         {
-            // Wheels fire in deadline order at millisecond grain, and three wheels fire one after another; the
-            // documented order within a frame is the order the waits were started.
-            Array.Sort(_expiredOrder, _expired, 0, n);
+            for (int i = 0; i < n; i++)
+            {
+                FrameWaiter w = expired[i]!;
+                expired[i] = null;
+                w.Phase!.AddBack(w);
+            }
         }
-        for (int i = 0; i < n; i++)
+        else
         {
-            FrameWaiter w = _expired[i]!;
-            _expired[i] = null;
-            w.Phase!.AddBack(w);
+            MergeRuns(expired, order, runs);
         }
         _expiredCount = 0;
+    }
+
+    /// <summary>Splits <paramref name="order"/>[0..n) into ascending runs (<see cref="_runNext"/>, <see cref="_runEnd"/>), and returns how many.</summary>
+    private int FindRuns(long[] order, int n)
+    {
+        int runs = 0;
+        int start = 0;
+        for (int i = 1; i <= n; i++)
+        {
+            if (i == n || order[i] < order[i - 1])
+            {
+                if (runs == _runNext.Length)
+                {
+                    Array.Resize(ref _runNext, runs * 2);
+                    Array.Resize(ref _runEnd, runs * 2);
+                    Array.Resize(ref _runHeap, runs * 2);
+                }
+                _runNext[runs] = start;
+                _runEnd[runs] = i;
+                runs++;
+                start = i;
+            }
+        }
+        return runs;
+    }
+
+    /// <summary>
+    /// Queues the waits of <paramref name="runs"/> ascending runs in sequence order: a k-way merge with a binary min-heap
+    /// of the runs keyed by each run's next sequence (sequences are distinct: one counter hands them out).
+    /// </summary>
+    private void MergeRuns(FrameWaiter?[] expired, long[] order, int runs)
+    {
+        int[] next = _runNext;
+        int[] end = _runEnd;
+        int[] heap = _runHeap;
+        for (int r = 0; r < runs; r++)
+        {
+            heap[r] = r;
+        }
+        int size = runs;
+        for (int i = size / 2 - 1; i >= 0; i--)
+        {
+            SiftDown(heap, size, i, next, order);
+        }
+        while (size > 0)
+        {
+            int run = heap[0];
+            int at = next[run];
+            FrameWaiter w = expired[at]!;
+            expired[at] = null;
+            w.Phase!.AddBack(w);
+            if (at + 1 == end[run])
+            {
+                heap[0] = heap[--size]; // the run is done
+                if (size == 0)
+                {
+                    break;
+                }
+            }
+            else
+            {
+                next[run] = at + 1;
+            }
+            SiftDown(heap, size, 0, next, order);
+        }
+    }
+
+    /// <summary>Restores the heap order below <paramref name="i"/>: each run's key is the sequence of its next entry.</summary>
+    private static void SiftDown(int[] heap, int size, int i, int[] next, long[] order)
+    {
+        int run = heap[i];
+        long key = order[next[run]];
+        while (true)
+        {
+            int child = 2 * i + 1;
+            if (child >= size)
+            {
+                break;
+            }
+            int c = heap[child];
+            long childKey = order[next[c]];
+            if (child + 1 < size)
+            {
+                int d = heap[child + 1];
+                long dKey = order[next[d]];
+                if (dKey < childKey)
+                {
+                    child++;
+                    c = d;
+                    childKey = dKey;
+                }
+            }
+            if (key < childKey)
+            {
+                break;
+            }
+            heap[i] = c;
+            i = child;
+        }
+        heap[i] = run;
     }
 
     /// <summary>

@@ -1,5 +1,7 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -228,7 +230,13 @@ public sealed partial class TimerWheel : IDisposable
     /// <param name="cancellationToken">Cancels the delay: the task completes as canceled and nothing stays registered. A token already cancelled completes the task as canceled at once.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
-    public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default)
+    public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default) => Delay(delay, cancellationToken, asOwner: false);
+
+    /// <summary>
+    /// As <see cref="Delay(TimeSpan, CancellationToken)"/>; <paramref name="asOwner"/> when the caller owns the main shard
+    /// (a frame loop's thread inside a step of the loop: see <see cref="StartAsOwner"/>).
+    /// </summary>
+    internal SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken, bool asOwner)
     {
         bool finite = IsFiniteDelay(delay);
         if (_disposed)
@@ -249,7 +257,14 @@ public sealed partial class TimerWheel : IDisposable
         }
         TimerNode node = TimerNode.Rent(this);
         short token = node.Version;
-        Start(node, delay);
+        if (asOwner)
+        {
+            StartAsOwner(node, delay);
+        }
+        else
+        {
+            Start(node, delay);
+        }
         if (cancellationToken.CanBeCanceled)
         {
             node.RegisterCancellation(cancellationToken);
@@ -290,6 +305,60 @@ public sealed partial class TimerWheel : IDisposable
         {
             Insert(node, deadline);
         }
+    }
+
+    /// <summary>
+    /// Puts <paramref name="node"/> in a frame loop's wheel to fire <paramref name="delay"/> (finite, checked) from now,
+    /// linked straight into its slot by the main shard's owner (<see cref="WheelShard.LinkAsOwner"/>), as a worker links
+    /// into its own shard. Only the thread inside a step of the loop calls it: a loop's wheel is driven by its
+    /// <see cref="LoopClock"/>'s timer, which runs the pass only there (<see cref="LoopClock.FireIfDue"/>), so that thread
+    /// owns the shard; a loop never disposes its wheels, and its clock's timer never fails, the two other ways a pass could
+    /// run elsewhere.
+    /// </summary>
+    /// <remarks>
+    /// Pushed to the insert inbox instead, a loop's delays were walked at the next frame's pass (a list of cold nodes, one
+    /// dependent load after another), and those already due by then (a delay shorter than a frame) sorted and joined the
+    /// pass one at a time: stop 36 measured most of a frame's expiry cost there, with thousands of delays a frame. The wake
+    /// time is lowered as <see cref="Insert"/> lowers it (other threads still push, and read it), and the clock's timer armed
+    /// for it directly: the owner arms the timer, and a loop clock's timer keeps a kick apart from its due time, so the arm
+    /// overwrites no kick.
+    /// </remarks>
+    internal void StartAsOwner(TimerNode node, TimeSpan delay)
+    {
+        Debug.Assert(_clock is LoopClock, "only a frame loop's wheel has an owner that starts delays");
+        long deadline = DeadlineAfter(delay, out long now);
+        if (deadline == WheelShard.Never)
+        {
+            HoldNeverDue(node);
+            return;
+        }
+        node.Deadline = deadline;
+        _main.LinkAsOwner(node, now);
+        if (LowerWakeAt(deadline))
+        {
+            _driver.Arm(deadline);
+        }
+    }
+
+    /// <summary>
+    /// Lowers <see cref="_wakeAt"/> to <paramref name="deadline"/> if that is earlier; true if this call lowered it (its
+    /// caller then wakes the driver earlier). A CAS loop: producers on any thread race to lower it. Inlined: Insert is
+    /// on every delay's path from a thread that is not a worker.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private bool LowerWakeAt(long deadline)
+    {
+        long wakeAt = Volatile.Read(ref _wakeAt);
+        while (deadline < wakeAt)
+        {
+            long seen = Interlocked.CompareExchange(ref _wakeAt, deadline, wakeAt);
+            if (seen == wakeAt)
+            {
+                return true;
+            }
+            wakeAt = seen;
+        }
+        return false;
     }
 
     private static readonly Func<Exception> s_newDisposedCancellation = NewDisposedCancellation;
@@ -457,16 +526,9 @@ public sealed partial class TimerWheel : IDisposable
         _main.Push(node);
         // Dekker with the owner (DriveAndPlan): the push above happens before this read, and the owner publishes
         // _wakeAt before it re-checks the inbox; so either the owner sees this node, or this read sees the owner's plan.
-        long wakeAt = Volatile.Read(ref _wakeAt);
-        while (deadline < wakeAt)
+        if (LowerWakeAt(deadline))
         {
-            long seen = Interlocked.CompareExchange(ref _wakeAt, deadline, wakeAt);
-            if (seen == wakeAt)
-            {
-                Kick();
-                break;
-            }
-            wakeAt = seen;
+            Kick();
         }
         if (_disposed)
         {

@@ -178,6 +178,34 @@ internal sealed class WheelShard : WorkerTimers
         }
     }
 
+    /// <summary>
+    /// Links <paramref name="node"/> (its deadline set) directly, from the owner of a wheel's main shard: a frame loop's
+    /// thread inside a step (<see cref="TimerWheel.StartAsOwner"/>), possibly in the middle of a pass (a continuation the
+    /// pass runs). The deadline is past the wheel's time, since a delay is due at least a millisecond after the clock's
+    /// reading and the wheel's time never passes the clock's; linked in the middle of a pass, it is past everything the
+    /// pass fires. The published count goes up by one rather than to the owner's count, which in the middle of a pass
+    /// leaves out the new timers it has taken from the inbox and not linked yet (see <see cref="DrainInboxes"/>).
+    /// </summary>
+    /// <remarks>
+    /// An empty shard first moves its time to <paramref name="now"/> (the clock's reading, in ticks), as
+    /// <see cref="AddOwned"/> does: a wheel with nothing in it runs no pass, so its time may be far behind its clock (a
+    /// frame of hours, or of more than the wheel's span), and a deadline linked relative to it could be beyond the span,
+    /// in a slot the wheel takes for another rotation (FrameTimeModelTests hung so, a pass cascading a timer into its own
+    /// slot for ever). A shard that holds a timer has its clock's timer armed for it, so its time is never more than the
+    /// longest delay behind the clock.
+    /// </remarks>
+    public void LinkAsOwner(TimerNode node, long now)
+    {
+        if (_linkedOwner == 0 && now > _elapsed)
+        {
+            _elapsed = now; // nothing in the shard can be skipped
+        }
+        Debug.Assert(node.Deadline > _elapsed, "a new delay is due after the wheel's time");
+        node.Shard = this;
+        Link(node);
+        Volatile.Write(ref _linked, _linked + 1);
+    }
+
     /// <summary>Hands a cancelled node to the owner (one CAS); the first since the owner last looked sees that it is released promptly (<see cref="TimerWheel.OnCancelQueued"/>).</summary>
     public void PushCancel(TimerNode node)
     {
