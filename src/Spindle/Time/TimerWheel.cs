@@ -155,7 +155,8 @@ public sealed partial class TimerWheel : IDisposable
 
     /// <summary>
     /// The number of pending timers: those in the wheel as of its last pass, plus those added since. A cancelled timer
-    /// leaves the count on the wheel's next pass, which the cancellation triggers at once, and so does a fired one (code
+    /// leaves the count on the wheel's next pass, which the cancellation triggers at once (on a wheel of the system clock,
+    /// within about a millisecond, so that the cancellations of that while share one pass), and so does a fired one (code
     /// that runs inside a pass, such as a continuation a <see cref="ManualClock"/> wheel runs inline, still counts the
     /// timers that pass fires). On <see cref="Default"/>, a timer started on a Spindle worker is in that worker's own
     /// wheel, whose passes only that worker runs (or, while it is parked, the canceller): one cancelled while its worker
@@ -547,7 +548,7 @@ public sealed partial class TimerWheel : IDisposable
     {
         if (shard == _main)
         {
-            Kick();
+            Kick(toRelease: true);
             if (_disposed)
             {
                 // Raced with Dispose, as Insert can: a canceller (or a WhenAny stopping its losing delay) that won the
@@ -607,11 +608,19 @@ public sealed partial class TimerWheel : IDisposable
     /// calling thread (as a <see cref="ManualClock"/>'s timer runs it for a due time of zero), so the timer just pushed,
     /// or the cancellation just queued, is not left in an inbox that no pass is coming for.
     /// </summary>
-    private void Kick()
+    /// <param name="toRelease">True for a kick that only releases cancelled timers (see <see cref="TimerDriver.KickToRelease"/>).</param>
+    private void Kick(bool toRelease = false)
     {
         try
         {
-            _driver.Kick();
+            if (toRelease)
+            {
+                _driver.KickToRelease();
+            }
+            else
+            {
+                _driver.Kick();
+            }
         }
         catch (Exception ex)
         {
@@ -646,7 +655,10 @@ public sealed partial class TimerWheel : IDisposable
     /// push whose kick came before the Arm must be seen by the re-check (Change calls are serialized, so it is). The
     /// first cancellation after a pass kicks too: with only the insert inbox re-checked, a cancellation queued during
     /// the pass (by a continuation the pass ran, or by another thread) stayed linked and counted until the next planned
-    /// pass, which could be its own deadline.
+    /// pass, which could be its own deadline. The system clock's thread needs no re-check of the cancel inbox (it
+    /// <see cref="TimerDriver.ServesReleaseKicksItself"/>): such a cancellation found the inbox empty and kicked it after
+    /// it reset its event, so it runs another pass, a tick later (see <see cref="ThreadTimerDriver.KickToRelease"/>);
+    /// re-checking here would run a pass per cancellation again while a burst of them lasts.
     /// </remarks>
     private void DriveAndPlan()
     {
@@ -659,7 +671,7 @@ public sealed partial class TimerWheel : IDisposable
             long next = _main.NextDeadline();
             Interlocked.Exchange(ref _wakeAt, next);
             _driver.Arm(next);
-            if (!_main.HasInbox)
+            if (_driver.ServesReleaseKicksItself ? !_main.HasInsertInbox : !_main.HasInbox)
             {
                 return;
             }

@@ -110,6 +110,9 @@ internal sealed class WheelShard : WorkerTimers
     /// <summary>True when a producer has added a timer, or cancelled one, and the owner has not taken it yet.</summary>
     public bool HasInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _cancelInbox) is not null;
 
+    /// <summary>True when a producer has added a timer that the owner has not taken yet.</summary>
+    public bool HasInsertInbox => Volatile.Read(ref _inbox) is not null;
+
     /// <summary>
     /// Adds <paramref name="node"/> from any thread: one CAS onto the insert inbox. The depth it records is the head's plus
     /// one, read before the CAS: only a count, which an ABA on the head can make stale (see <see cref="PendingCount"/>).
