@@ -206,12 +206,6 @@ internal abstract class WorkerTimers
             if (lent != NotLent) // the owner has not taken them back (see the fields)
             {
                 ran = Rescue();
-#if DEBUG
-                if (lent == LentForContinuation)
-                {
-                    Interlocked.Increment(ref s_continuationRescuesForTests);
-                }
-#endif
             }
         }
         finally
@@ -224,11 +218,6 @@ internal abstract class WorkerTimers
 #if DEBUG
     /// <summary>Tests only: runs on a rescuer that has claimed the timers, before it reads whether they are still lent.</summary>
     internal static Action<WorkerTimers>? TestHookRescuerClaimed;
-
-    private static long s_continuationRescuesForTests;
-
-    /// <summary>Tests only: how many rescues took over a pass lent for a continuation (<see cref="LendForContinuation"/>), in all.</summary>
-    internal static long ContinuationRescuesForTests => Volatile.Read(ref s_continuationRescuesForTests);
 #endif
 
     /// <summary>True when a timer is overdue, as far as the owner last published. Any thread.</summary>
