@@ -46,7 +46,8 @@ internal abstract class WorkerTimers
     //   _lent again. If the owner's fence falls before its store of NotLent, its read of _rescuer comes after the CAS and
     //   sees it; if after, the store is visible to the rescuer's second read. This is the asymmetric Dekker of Dice,
     //   Huang and Yang ("Asymmetric Dekker Synchronization", Sun Microsystems, 2001), as HotSpot's serialization page and
-    //   userspace RCU's membarrier flavour use it; ARM64 needs none of it (a release store and an acquire load stay in
+    //   userspace RCU's membarrier flavour use it (.NET builds only: the netstandard2.1 build takes these back with the
+    //   exchange too, see Reclaim); ARM64 needs none of it (a release store and an acquire load stay in
     //   order there), and RyuJIT does not move a volatile read above a volatile write (WeakMemory relies on it too).
     // The owner moves only NotLent -> LentForItem -> NotLent (by exchange) and NotLent -> LentForContinuation -> NotLent
     // (by store). So either the rescuer sees the timers taken back and leaves them, or the owner sees the rescuer and waits
@@ -108,7 +109,7 @@ internal abstract class WorkerTimers
     /// Lends the timers while the owner runs a timer's continuation inline, in the middle of a pass of its own: until
     /// <see cref="Reclaim"/>, it does not touch them, and an idle worker may take over the pass if it has run too long
     /// (<see cref="PassRunsLong"/>): a continuation that blocks or computes for long then holds back none of the owner's
-    /// other timers. The owner pays two plain stores and a load a continuation (see the fields); the rescuer pays a
+    /// other timers. On .NET the owner pays two plain stores and a load a continuation (see the fields); the rescuer pays a
     /// process-wide barrier. Owner only; the timers must be consistent (the pass's state saved in them, as for a nested
     /// pass: see <c>WheelShard.Advance</c>).
     /// </summary>
@@ -155,13 +156,18 @@ internal abstract class WorkerTimers
     /// <summary>Takes lent timers back (<see cref="Lend"/>), waiting for a rescuer that holds them to finish its pass. Owner only.</summary>
     public void Reclaim()
     {
+#if NET
         if (_lent == LentForContinuation)
         {
             Volatile.Write(ref _lent, NotLent); // no fence: a rescuer that finds this lending fences for both (see the fields)
         }
         else
+#endif
         {
-            Interlocked.Exchange(ref _lent, NotLent); // the full fence before the read of _rescuer (see the fields)
+            // The full fence before the read of _rescuer (see the fields). The netstandard2.1 build takes a continuation's
+            // lending back this way too: the runtimes it serves (Mono, Unity's IL2CPP) are not known to implement
+            // MemoryBarrierProcessWide as a barrier on every other thread, which the unfenced store relies on.
+            Interlocked.Exchange(ref _lent, NotLent);
         }
         if (Volatile.Read(ref _rescuer) != 0)
         {
