@@ -366,7 +366,7 @@ public sealed partial class TimerWheel : IDisposable
 
     private static readonly Func<TimerWheel, WorkerTimers> s_createWorkerShard = static wheel =>
     {
-        var shard = new WheelShard(wheel, dispatch: false);
+        var shard = new WheelShard(wheel, dispatch: false, worker: true);
         lock (wheel._workerShardList)
         {
             wheel._workerShardList.Add(shard);

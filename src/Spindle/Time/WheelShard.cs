@@ -25,6 +25,7 @@ internal sealed class WheelShard : WorkerTimers
 {
     private readonly TimerWheel _wheel;
     private readonly bool _dispatch;
+    private readonly bool _lendsContinuations; // a worker's shard: lent around each continuation its passes run inline
     // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
     // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
     private readonly TimerNode?[] _slots = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
@@ -66,10 +67,13 @@ internal sealed class WheelShard : WorkerTimers
 
     /// <param name="wheel">The wheel whose clock this shard reads.</param>
     /// <param name="dispatch">True to hand due continuations to the workers in batches, false to run them on the owner.</param>
-    public WheelShard(TimerWheel wheel, bool dispatch)
+    /// <param name="worker">True for a worker's own shard, whose passes lend it around each continuation they run
+    /// inline (<see cref="WorkerTimers.LendForContinuation"/>), so that another worker can take over a pass held up by one.</param>
+    public WheelShard(TimerWheel wheel, bool dispatch, bool worker = false)
     {
         _wheel = wheel;
         _dispatch = dispatch;
+        _lendsContinuations = worker && !dispatch;
     }
 
     /// <summary>
@@ -169,15 +173,13 @@ internal sealed class WheelShard : WorkerTimers
         {
             Volatile.Write(ref _nextDue, node.Deadline);
         }
-        if (InItem) // its worker runs an item (the shard was lent, or had no timer when the item began), not a pass
+        // The item or the inline continuation goes on: lend the shard (again), now that it has a timer.
+        LendAgain();
+        if (earliest && InItem) // its worker runs an item (the shard was lent, or had no timer when the item began)
         {
-            Lend(); // the item goes on: lend the shard (again), now that it has a timer
-            if (earliest)
-            {
-                // A parked worker sleeps until the other workers' timers were due when it parked: wake one, so it parks
-                // again no longer than until this one, and rescues it if this item still runs then.
-                WorkerPool.Shared.WakeOneIdleToWatch(_wheel.TimeUntil(node.Deadline));
-            }
+            // A parked worker sleeps until the other workers' timers were due when it parked: wake one, so it parks
+            // again no longer than until this one, and rescues it if this item still runs then.
+            WorkerPool.Shared.WakeOneIdleToWatch(_wheel.TimeUntil(node.Deadline));
         }
     }
 
@@ -282,29 +284,34 @@ internal sealed class WheelShard : WorkerTimers
     public override bool HasPending => _linkedOwner != 0 || Volatile.Read(ref _cancelInbox) is not null;
 
     /// <inheritdoc/>
-    /// <remarks>A worker that polls while it blocks inside an item takes its lent shard back for the poll (its
-    /// continuations run here, on the owner), and lends it again after if it still holds timers.</remarks>
+    /// <remarks>A worker that polls while it blocks inside an item, or inside a timer's continuation that one of its own
+    /// passes runs, takes its lent shard back for the poll (its continuations run here, on the owner), and lends it again
+    /// after.</remarks>
     public override bool Poll(out TimeSpan untilNext)
     {
         if (IsLent)
         {
             Reclaim();
         }
-        // A pass runs continuations inline: a timer one of them starts must not lend the shard in the middle of it.
+        // A pass runs continuations inline: a timer one of them starts must not lend the shard for an item in the middle
+        // of it, and a pass nested in a continuation lends it around its own continuations.
         bool inItem = InItem;
+        bool inContinuation = InContinuation;
         InItem = false;
+        InContinuation = false;
         long now = _wheel.NowTick();
+        long outerPass = _passSince;
+        Volatile.Write(ref _passSince, now);
         long fired = _fired;
         DrainInboxes(now, PassBudget);
         PublishCount();
         long next = NextDeadline();
         Volatile.Write(ref _nextDue, next);
+        Volatile.Write(ref _passSince, outerPass);
         untilNext = next == long.MaxValue ? Timeout.InfiniteTimeSpan : _wheel.TimeUntil(next);
         InItem = inItem;
-        if (inItem && HasPending) // as EnterItem lends
-        {
-            Lend(); // polled while it blocks inside an item: the item goes on, and so does the lending
-        }
+        InContinuation = inContinuation;
+        LendAgain(); // polled while it blocks inside an item or a continuation: that goes on, and so does the lending
         return _fired != fired;
     }
 
@@ -314,10 +321,25 @@ internal sealed class WheelShard : WorkerTimers
     // be due, as the owner (or the last rescuer) published it: a pass's next expiration (a coarse slot's start, at or
     // before its timers' deadlines), lowered by each link. Only a hint for rescuers: one that finds nothing due costs a pass.
     private long _nextDue = long.MaxValue;
+    // The tick at which the owner's running pass began (the outermost pass's, once a nested one ends); long.MaxValue
+    // between passes. A rescuer takes over a pass lent for a continuation only once it has run LongPassTicks.
+    private long _passSince = long.MaxValue;
     private bool _rescuing; // true while a rescuer's pass runs: due continuations are queued to the workers, not run
 
     /// <inheritdoc/>
     protected override bool IsOverdue() => Volatile.Read(ref _nextDue) < _wheel.NowTick();
+
+    /// <summary>
+    /// How long a worker's pass must have run before an idle worker takes it over while a continuation holds it
+    /// (<see cref="PassRunsLong"/>): two ticks, at least a whole millisecond, which a pass of <see cref="PassBudget"/>
+    /// timers whose continuations return promptly does not come near (it takes tens of microseconds).
+    /// </summary>
+    internal const long LongPassTicks = 2;
+
+    /// <inheritdoc/>
+    /// <remarks>Read racily: a pass that has just ended and another that has just begun may be taken for each other,
+    /// which costs one rescue of a short pass, or one look more.</remarks>
+    protected override bool PassRunsLong() => _wheel.NowTick() - Volatile.Read(ref _passSince) >= LongPassTicks;
 
     /// <inheritdoc/>
     public override TimeSpan UntilDue() => Volatile.Read(ref _nextDue) is var next && next != long.MaxValue ? _wheel.TimeUntil(next) : Timeout.InfiniteTimeSpan;
@@ -717,7 +739,18 @@ internal sealed class WheelShard : WorkerTimers
             // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
             // of the slot would be lost, a worker's thread would die, a wheel's drive would stay held). It is reported,
             // as a dispatched batch reports it (TimerBatch.Execute).
-            Continuations.InvokeReporting(waiter, state);
+            if (_lendsContinuations)
+            {
+                // A worker's pass: lent while the continuation runs (the slots are consistent here, see Advance), so an
+                // idle worker can fire the rest of the pass if this continuation blocks or computes for long.
+                LendForContinuation();
+                Continuations.InvokeReporting(waiter, state);
+                EndContinuation();
+            }
+            else
+            {
+                Continuations.InvokeReporting(waiter, state);
+            }
             return;
         }
         TimerBatch batch = _batch ??= TimerBatch.Rent();

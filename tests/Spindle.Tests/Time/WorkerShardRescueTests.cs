@@ -23,7 +23,7 @@ public class WorkerShardRescueTests
     /// Leaves Spindle's workers and gives each a shard (<see cref="GiveEveryWorkerAShard"/>); false, doing nothing, when
     /// there is one worker, which no other worker can rescue.
     /// </summary>
-    private static async Task<bool> LeaveWorkersEachWithAShard()
+    internal static async Task<bool> LeaveWorkersEachWithAShard()
     {
         if (Spindle.WorkerCount < 2)
         {
@@ -235,8 +235,10 @@ public class WorkerShardRescueTests
 
     /// <summary>
     /// The lending protocol alone, on a stand-in for a shard: an owner lends and takes back its timers in a tight loop,
-    /// and touches them only while they are its own; two rescuers race to fire them while they are lent. No pass of a
-    /// rescuer may overlap an owner's touch, and the rescuers must get in.
+    /// around an item (a fenced take-back) or around a timer's continuation in one of its passes (an unfenced one, the
+    /// rescuer fencing for both), sometimes taking them back in the middle to touch them (a timer started there), and
+    /// touches them only while they are its own; two rescuers race to fire them while they are lent. No pass of a rescuer
+    /// may overlap an owner's touch, and the rescuers must get in under both kinds of lending.
     /// </summary>
     [Fact]
     public async Task AnOwnerAndTwoRescuers_NeverHoldTheTimersAtOnce()
@@ -248,10 +250,32 @@ public class WorkerShardRescueTests
         {
             for (int r = 0; r < rounds; r++)
             {
-                timers.Lend();
-                Thread.SpinWait(r % 64); // the item
-                timers.Reclaim();
-                timers.Touch(); // owner only, between items
+                bool continuation = (r & 1) != 0;
+                if (continuation)
+                {
+                    timers.LendAroundContinuation();
+                }
+                else
+                {
+                    timers.EnterItem();
+                }
+                Thread.SpinWait(r % 64); // the item or the continuation
+                if (r % 3 == 0)
+                {
+                    timers.Reclaim(); // it starts a timer
+                    timers.Touch();
+                    timers.LendAgainForTests();
+                    Thread.SpinWait(r % 16);
+                }
+                if (continuation)
+                {
+                    timers.EndContinuationForTests();
+                }
+                else
+                {
+                    timers.ExitItem();
+                }
+                timers.Touch(); // owner only, between items or continuations
             }
             Volatile.Write(ref stop, 1);
         }, "owner");
@@ -268,17 +292,22 @@ public class WorkerShardRescueTests
         }
         await TestUtil.WithTimeout(Task.WhenAll(owner, Task.WhenAll(rescuers)), TestUtil.StressTimeout(120));
         Assert.Equal(0, timers.Overlaps);
-        Assert.True(timers.Rescues > 0, "no rescuer ever got the lent timers");
-        Assert.Equal(rounds, timers.OwnerTouches);
+        Assert.True(timers.Rescues > 0, "no rescuer ever got timers lent for an item");
+        Assert.True(timers.ContinuationRescues > 0, "no rescuer ever got timers lent for a continuation");
+        Assert.Equal(rounds + (rounds + 2) / 3, timers.OwnerTouches);
     }
 
 #if DEBUG
     /// <summary>
     /// A rescuer that has claimed the timers when the owner takes them back: the owner's exchange is already visible, so
-    /// the rescuer must leave them alone, and the owner must wait until the rescuer lets go before it goes on.
+    /// the rescuer must leave them alone, and the owner must wait until the rescuer lets go before it goes on. Lent around a
+    /// continuation, the owner takes them back with a plain store, and the rescuer's process-wide barrier must make it
+    /// visible all the same.
     /// </summary>
-    [Fact]
-    public async Task ARescuerThatClaimsAsTheOwnerTakesBack_LeavesTheTimers_AndTheOwnerWaitsForIt()
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task ARescuerThatClaimsAsTheOwnerTakesBack_LeavesTheTimers_AndTheOwnerWaitsForIt(bool aroundAContinuation)
     {
         var timers = new ProbeTimers();
         using var claimed = new ManualResetEventSlim();
@@ -298,12 +327,26 @@ public class WorkerShardRescueTests
         };
         try
         {
-            timers.Lend();
+            if (aroundAContinuation)
+            {
+                timers.LendAroundContinuation();
+            }
+            else
+            {
+                timers.Lend();
+            }
             Task rescuer = TestUtil.RunOnThread(() => Assert.False(timers.TryRescue()), "rescuer");
             Assert.True(claimed.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
             Task owner = TestUtil.RunOnThread(() =>
             {
-                timers.Reclaim();
+                if (aroundAContinuation)
+                {
+                    timers.EndContinuationForTests();
+                }
+                else
+                {
+                    timers.Reclaim();
+                }
                 Volatile.Write(ref ownerBack, 1);
                 timers.Touch();
             }, "owner");
@@ -311,7 +354,7 @@ public class WorkerShardRescueTests
             Assert.False(owner.IsCompleted, "the owner took its timers back while a rescuer held them");
             letGo.Set();
             await TestUtil.WithTimeout(Task.WhenAll(rescuer, owner));
-            Assert.Equal(0, timers.Rescues); // the rescuer saw them taken back after its claim
+            Assert.Equal(0, timers.Rescues + timers.ContinuationRescues); // the rescuer saw them taken back after its claim
             Assert.Equal(0, timers.Overlaps);
         }
         finally
@@ -328,7 +371,23 @@ public class WorkerShardRescueTests
         private int _inside;
         public int Overlaps;
         public int Rescues;
+        public int ContinuationRescues;
         public int OwnerTouches;
+        private int _inContinuation; // written by the owner before it lends around a continuation, cleared after it takes them back
+
+        public void LendAroundContinuation()
+        {
+            Volatile.Write(ref _inContinuation, 1);
+            LendForContinuation();
+        }
+
+        public void EndContinuationForTests()
+        {
+            EndContinuation();
+            Volatile.Write(ref _inContinuation, 0);
+        }
+
+        public void LendAgainForTests() => LendAgain();
 
         public override bool HasPending => true;
 
@@ -340,10 +399,19 @@ public class WorkerShardRescueTests
 
         protected override bool IsOverdue() => true;
 
+        protected override bool PassRunsLong() => true;
+
         protected override bool Rescue()
         {
             Enter();
-            Rescues++;
+            if (Volatile.Read(ref _inContinuation) != 0)
+            {
+                ContinuationRescues++;
+            }
+            else
+            {
+                Rescues++;
+            }
             Thread.SpinWait(20);
             Leave();
             return true;
