@@ -138,8 +138,8 @@ internal sealed class WorkerPool : Scheduler
     internal static Action? TestHookStartedSpinning;
 
     /// <summary>
-    /// Tests only (a Debug build): runs on a spinning worker whose look has just left a job in the jobs' queue because
-    /// a take happened since its last look (<see cref="TryTakeShared"/>).
+    /// Tests only (a Debug build): runs on a spinning worker whose look has just left a job in the jobs' queue because a
+    /// thread outside the workers took one since its last look (<see cref="TryTakeShared"/>).
     /// </summary>
     internal static Action<WorkerPool>? TestHookLeftAJob;
 #endif
@@ -495,7 +495,7 @@ internal sealed class WorkerPool : Scheduler
     /// A thread that schedules a job, flushes, and calls Complete() at once (seed 001's job side, and any main thread
     /// that waits right after it schedules) takes its job straight back and runs it itself, as Unity's main thread does.
     /// A spinning worker that took the job first won nothing: the caller, with nothing left to run, waited for the worker
-    /// (1.7 µs a steal, measured), and in that mode workers took 5–20% of the jobs and a unit cost 400–700 ns instead of
+    /// (1.7 µs a steal, measured), and in that mode workers took 5–20% of the jobs and a unit cost 400–840 ns instead of
     /// 95 (docs/decisions.md section 34). So a spinning look leaves a job alone while such a thread is serving the queue
     /// (the count of its takes changed since this worker's last look) and takes it once that count has stood still for
     /// one look, as its look at another worker's run-next slot waits for the same item twice
