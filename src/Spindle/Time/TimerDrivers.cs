@@ -105,6 +105,9 @@ internal sealed class ThreadTimerDriver : TimerDriver
     {
         while (!_stopped)
         {
+#if DEBUG
+            TestHookWoken?.Invoke(_wheel);
+#endif
             // Reset before the pass, so a kick during the pass is not lost: the wait below then returns at once. Invariant
             // (a store-load pair with Kick, both sides fenced by the event's interlocked state): a kick whose IsSet read
             // missed this Reset pushed before the pass below drains the inbox, so the pass sees its timer.
@@ -132,19 +135,44 @@ internal sealed class ThreadTimerDriver : TimerDriver
     }
 
     /// <summary>
-    /// Woken to release cancelled timers: waits up to <see cref="ReleaseLagMs"/> (no later than the planned pass) so that
-    /// the cancellations of that while join one pass, then takes the kick back (see <see cref="_releaseKicked"/>).
+    /// Woken to release cancelled timers: waits up to <see cref="ReleaseLagMs"/> (no later than the earliest timer known
+    /// to the wheel) so that the cancellations of that while join one pass, then takes the kick back (see
+    /// <see cref="_releaseKicked"/>).
     /// </summary>
+    /// <remarks>
+    /// Bounded by the wheel's wake time (<see cref="TimerWheel.WakeAt"/>), not only by this thread's plan: a timer
+    /// inserted after the last pass is in the insert inbox, not in the plan, and its kick may have found the event still
+    /// set by the release kick and set nothing, which the Reset before this then cleared; the thread waited a whole tick
+    /// with that timer due (found by the review of stop 37, <c>ReleaseLagTests</c>). Invariant: an insert lowers the wake
+    /// time (a CAS) before it reads the event; the thread resets the event (an interlocked update) before it reads the wake
+    /// time here. So either this read sees the earlier timer and waits no longer than until it, or that insert's read of
+    /// the event comes after the Reset, finds it clear, and sets it, which ends the wait at once.
+    /// </remarks>
     private void LagForReleases()
     {
-        long next = _planned;
-        TimeSpan untilPlanned = next == long.MaxValue ? TimeSpan.MaxValue : _wheel.TimeUntil(next);
-        if (untilPlanned >= TimeSpan.FromMilliseconds(ReleaseLagMs))
+        long next = Math.Min(_planned, _wheel.WakeAt);
+        TimeSpan untilNext = next == long.MaxValue ? TimeSpan.MaxValue : _wheel.TimeUntil(next);
+        bool waits = untilNext >= TimeSpan.FromMilliseconds(ReleaseLagMs);
+#if DEBUG
+        TestHookLagDecided?.Invoke(_wheel, waits);
+#endif
+        if (waits)
         {
             _wake.Wait(ReleaseLagMs); // a kick for an earlier timer, or Dispose, ends it at once (and stays set: one more pass)
         }
         Interlocked.Exchange(ref _releaseKicked, 0);
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on a wheel's timer thread each time round its loop, before it resets its event: a kick made here
+    /// finds the event still set by the kick that woke the thread, and sets nothing.
+    /// </summary>
+    internal static Action<TimerWheel>? TestHookWoken;
+
+    /// <summary>Tests only: runs on a wheel's timer thread when a release kick woke it, with whether it waits before the pass.</summary>
+    internal static Action<TimerWheel, bool>? TestHookLagDecided;
+#endif
 
     public override void Dispose()
     {

@@ -139,8 +139,9 @@ public sealed partial class TimerWheel : IDisposable
     /// A timer started on a Spindle worker goes into that worker's own part of this wheel, with no atomic operation, and
     /// the worker fires it between work items, running its continuation there. While the worker runs an item, an idle
     /// worker fires the ones that fall due instead (within about 10 ms), so a long item, such as a blocking call or a
-    /// heavy computation, does not hold them back, as long as another worker is free. A timer's continuation that runs
-    /// long holds back the later timers of its worker until it returns: run long work with <see cref="Spindle.Run(Action)"/>.
+    /// heavy computation, does not hold them back, as long as another worker is free. So does a timer's continuation
+    /// that runs long inside its worker's pass: once the pass has run two milliseconds, an idle worker fires the rest of
+    /// it (within about 10 ms more); long work is still better run with <see cref="Spindle.Run(Action)"/>.
     /// </remarks>
     public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
 
@@ -207,6 +208,12 @@ public sealed partial class TimerWheel : IDisposable
 
     /// <summary>How many passes the wheel has run (for tests that prove it does not tick while idle).</summary>
     internal long PassCount => Volatile.Read(ref _passes);
+
+    /// <summary>
+    /// The tick the main shard's owner must run a pass by: its plan, lowered by each timer inserted since that is due
+    /// earlier (see <see cref="Insert"/>). Any thread.
+    /// </summary>
+    internal long WakeAt => Volatile.Read(ref _wakeAt);
 
     /// <summary>True once <see cref="Dispose"/> has been called.</summary>
     internal bool IsDisposed => _disposed;

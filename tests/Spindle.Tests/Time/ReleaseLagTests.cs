@@ -1,0 +1,67 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib.Tests.Time;
+
+#if DEBUG
+/// <summary>
+/// The system clock's timer thread waits up to a tick before a pass that releases cancelled timers
+/// (<c>ThreadTimerDriver.KickToRelease</c>), so that a burst of cancellations shares one pass. That wait must never hold
+/// back a timer that is due sooner. Found by the review of stop 37: the wait was bounded by the thread's own plan only,
+/// and a timer inserted while the release kick's wake-up was still pending (the event set, the thread not yet past its
+/// Reset) kicked nothing (the event was already set) and was not in the plan, so an overdue timer waited a whole tick.
+/// </summary>
+public class ReleaseLagTests
+{
+    [Fact]
+    public void ATimerInsertedWhileTheReleaseKickIsPending_EndsTheLag_WhenItIsDue()
+    {
+        using var wheel = new TimerWheel(TimeProvider.System); // a thread-driven wheel of its own
+        using var cts = new CancellationTokenSource();
+        SpindleTask far = wheel.Delay(TimeSpan.FromMinutes(10), cts.Token); // the thread's plan: minutes away
+        TestUtil.SpinUntil(() => wheel.PassCount > 0 && wheel.Describe() == "main: count=1 linked=1", wheel.Describe);
+
+        int armed = 0;
+        SpindleTask soon = default;
+        bool? lagWaited = null;
+        ThreadTimerDriver.TestHookWoken = w =>
+        {
+            if (w != wheel || Interlocked.Exchange(ref armed, 0) == 0)
+            {
+                return;
+            }
+            // On the timer thread, woken by the release kick and not yet past its Reset: this delay's kick finds the event
+            // set and sets nothing. The thread then stays here until the delay is overdue, as a thread that inserts a
+            // deadline it computed before it was preempted delivers an overdue timer.
+            soon = wheel.Delay(TimeSpan.FromMilliseconds(1));
+            var held = Stopwatch.StartNew();
+            while (held.ElapsedTicks < Stopwatch.Frequency / 250) // 4 ms: past the delay's deadline
+            {
+            }
+        };
+        ThreadTimerDriver.TestHookLagDecided = (w, waits) =>
+        {
+            if (w == wheel && lagWaited is null)
+            {
+                lagWaited = waits;
+            }
+        };
+        try
+        {
+            Volatile.Write(ref armed, 1);
+            cts.Cancel(); // the first cancellation since the last pass: a release kick
+            TestUtil.SpinUntil(() => lagWaited is not null && soon.IsCompleted, () => "lag " + lagWaited + ", " + wheel.Describe());
+        }
+        finally
+        {
+            ThreadTimerDriver.TestHookWoken = null;
+            ThreadTimerDriver.TestHookLagDecided = null;
+        }
+        Assert.Equal(SpindleTaskStatus.Canceled, far.Status);
+        Assert.Equal(SpindleTaskStatus.Succeeded, soon.Status);
+        Assert.False(lagWaited, "the release lag waited a tick with a timer already due");
+        TestUtil.SpinUntil(() => wheel.PendingCount == 0, wheel.Describe);
+    }
+}
+#endif
