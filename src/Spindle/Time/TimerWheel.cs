@@ -140,8 +140,9 @@ public sealed partial class TimerWheel : IDisposable
     /// the worker fires it between work items, running its continuation there. While the worker runs an item, an idle
     /// worker fires the ones that fall due instead (within about 10 ms), so a long item, such as a blocking call or a
     /// heavy computation, does not hold them back, as long as another worker is free. So does a timer's continuation
-    /// that runs long inside its worker's pass: once the pass has run two milliseconds, an idle worker fires the rest of
-    /// it (within about 10 ms more); long work is still better run with <see cref="Spindle.Run(Action)"/>.
+    /// that runs long inside its worker's pass: once the pass has run for two ticks of the clock's milliseconds, an idle
+    /// worker fires the rest of it that falls due (within about 10 ms); long work is still better run with
+    /// <see cref="Spindle.Run(Action)"/>.
     /// </remarks>
     public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
 
