@@ -203,12 +203,19 @@ internal abstract class WorkerTimers
             TestHookRescuerClaimed?.Invoke(this);
 #endif
             lent = Volatile.Read(ref _lent); // after the CAS's fence
+#if NET
             if (lent == LentForContinuation)
             {
                 // The owner takes these back with a plain store: this barrier is the fence its side lacks (see the fields).
+                // The netstandard2.1 build's owner takes them back with the exchange (see Reclaim), so the CAS above is
+                // enough there, and a runtime that serves it need not have this barrier at all.
+#if DEBUG
+                TestHookProcessWideBarrier?.Invoke(this);
+#endif
                 Interlocked.MemoryBarrierProcessWide();
                 lent = Volatile.Read(ref _lent);
             }
+#endif
             if (lent != NotLent) // the owner has not taken them back (see the fields)
             {
                 ran = Rescue();
@@ -224,6 +231,9 @@ internal abstract class WorkerTimers
 #if DEBUG
     /// <summary>Tests only: runs on a rescuer that has claimed the timers, before it reads whether they are still lent.</summary>
     internal static Action<WorkerTimers>? TestHookRescuerClaimed;
+
+    /// <summary>Tests only: runs on a rescuer just before it runs the process-wide barrier (.NET builds only).</summary>
+    internal static Action<WorkerTimers>? TestHookProcessWideBarrier;
 #endif
 
     /// <summary>True when a timer is overdue, as far as the owner last published. Any thread.</summary>

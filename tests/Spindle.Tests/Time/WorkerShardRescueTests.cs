@@ -363,6 +363,43 @@ public class WorkerShardRescueTests
             letGo.Set();
         }
     }
+
+    /// <summary>
+    /// A rescue of timers lent around a continuation runs the process-wide barrier only where the owner takes them back
+    /// with a plain store (.NET builds). The netstandard2.1 build's owner takes them back with the exchange, a full fence
+    /// that the rescuer's CAS pairs with, so the barrier (a membarrier(2) system call or an inter-processor interrupt on
+    /// every core, on each takeover) bought nothing there, and the runtimes that build serves are not known to have it.
+    /// Found by the review of stop 37: the netstandard2.1 rescuer ran it all the same.
+    /// </summary>
+    [Fact]
+    public void ARescueOfTimersLentAroundAContinuation_RunsTheProcessWideBarrier_OnlyWhereTheOwnerDoesNotFence()
+    {
+        var timers = new ProbeTimers();
+        int barriers = 0;
+        WorkerTimers.TestHookProcessWideBarrier = t =>
+        {
+            if (t == timers)
+            {
+                Interlocked.Increment(ref barriers);
+            }
+        };
+        try
+        {
+            timers.LendAroundContinuation();
+            Assert.True(timers.TryRescue());
+            timers.EndContinuationForTests();
+        }
+        finally
+        {
+            WorkerTimers.TestHookProcessWideBarrier = null;
+        }
+        Assert.Equal(1, timers.ContinuationRescues);
+#if SPINDLE_NETSTANDARD_BUILD
+        Assert.Equal(0, barriers);
+#else
+        Assert.Equal(1, barriers);
+#endif
+    }
 #endif
 
     /// <summary>A stand-in for a shard that counts its holders: always overdue, and a pass is a short critical section.</summary>
