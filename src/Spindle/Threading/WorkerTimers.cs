@@ -47,8 +47,9 @@ internal abstract class WorkerTimers
     //   sees it; if after, the store is visible to the rescuer's second read. This is the asymmetric Dekker of Dice,
     //   Huang and Yang ("Asymmetric Dekker Synchronization", Sun Microsystems, 2001), as HotSpot's serialization page and
     //   userspace RCU's membarrier flavour use it (.NET builds only: the netstandard2.1 build takes these back with the
-    //   exchange too, see Reclaim); ARM64 needs none of it (a release store and an acquire load stay in
-    //   order there), and RyuJIT does not move a volatile read above a volatile write (WeakMemory relies on it too).
+    //   exchange too, see Reclaim). ARM64 needs the barrier as much as x64: on a core with RCpc (ARMv8.3) RyuJIT reads
+    //   volatile fields with LDAPR, which, unlike LDAR, may complete before an earlier STLR (dotnet/runtime#67384); and
+    //   RyuJIT does not move a volatile read above a volatile write (WeakMemory relies on it too).
     // The owner moves only NotLent -> LentForItem -> NotLent (by exchange) and NotLent -> LentForContinuation -> NotLent
     // (by store). So either the rescuer sees the timers taken back and leaves them, or the owner sees the rescuer and waits
     // for it, which holds them only for a pass that runs no user code.
