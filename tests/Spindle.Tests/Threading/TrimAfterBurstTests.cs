@@ -148,6 +148,11 @@ public sealed class TrimAfterBurstTests
             int seen = -1;
             TestUtil.SpinUntil(() =>
             {
+                // Look only while the worker is parked: a look right after the last one would keep it from ever parking.
+                if (pool.IdleWorkers == 0)
+                {
+                    return false;
+                }
                 RunOn(pool, () => seen = ObjectPool<Node>.LocalCount);
                 return seen == 0 && pool.DequeCapacities()[0] == 64;
             }, () => $"the worker's stack holds {seen}, its deque {pool.DequeCapacities()[0]} slots", seconds: 10);
