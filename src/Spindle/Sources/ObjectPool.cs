@@ -225,6 +225,13 @@ internal static class ThreadSlots
     [ThreadStatic]
     private static int t_loopSteps;
 
+    // SpindlePool.Trim's requests to Spindle's own threads (workers, the timer thread), which no user code runs on: each
+    // empties its stacks at its next idle moment once it sees the count move (TrimIfRequested).
+    private static int s_trimRequests;
+
+    [ThreadStatic]
+    private static int t_trimRequestsSeen;
+
     /// <summary>The head of a thread's stack for one type (linked through the objects' own pool links), and its length.</summary>
     internal struct Slot
     {
@@ -252,6 +259,33 @@ internal static class ThreadSlots
 
     /// <summary>Ends a step begun by <see cref="EnterLoopStep"/> on this thread.</summary>
     public static void ExitLoopStep() => t_loopSteps--;
+
+    /// <summary>
+    /// Asks Spindle's own threads to empty their stacks at their next idle moment (<see cref="TrimIfRequested"/>):
+    /// <see cref="SpindlePool.Trim"/> reaches only the calling thread's, and user code never runs on a worker's park or
+    /// on the timer thread, where a rent of a whole shared stack (up to the cap) could otherwise stay for good.
+    /// </summary>
+    public static void RequestTrim() => Interlocked.Increment(ref s_trimRequests);
+
+    /// <summary>
+    /// Called by a Spindle thread at an idle moment, holding no pooled object of its stacks: if a trim was requested
+    /// since it last looked, empties all of this thread's stacks and returns true. A thread-static read and a volatile
+    /// read when nothing was requested.
+    /// </summary>
+    public static bool TrimIfRequested()
+    {
+        int requested = Volatile.Read(ref s_trimRequests);
+        if (requested == t_trimRequestsSeen)
+        {
+            return false;
+        }
+        t_trimRequestsSeen = requested;
+        if (t_slots is { } slots)
+        {
+            Array.Clear(slots, 0, slots.Length);
+        }
+        return true;
+    }
 
     public static ref Slot Get(int index)
     {

@@ -14,7 +14,8 @@ namespace SpindleLib;
 /// own stack runs dry takes the whole shared stack at once (a thread that schedules many jobs then rents locally). So a
 /// thread may hold more than 32 objects of a type for a while, and a cap below 16 keeps nothing in the shared stack.
 /// <see cref="RetainedCount"/> counts the shared stacks only, and <see cref="Trim"/> empties them and the calling
-/// thread's own stacks: other threads' stacks are theirs.</para>
+/// thread's own stacks, and asks Spindle's workers and timer thread to empty theirs; the program's other threads' stacks
+/// are theirs.</para>
 /// <para>A thread running a frame of a <see cref="FrameLoop"/> keeps in its own stacks, past the cap, what it returns
 /// while a shared stack is full: a frame returns thousands of objects of one type in one phase and rents them again in a
 /// later phase or frame, so a loop with tens of thousands of waiting tasks allocates nothing per frame in steady state
@@ -63,7 +64,16 @@ public static class SpindlePool
         }
     }
 
-    /// <summary>Empties every shared pool, and the calling thread's per-thread caches, releasing the objects to the GC.</summary>
+    /// <summary>
+    /// Empties every shared pool and the calling thread's per-thread caches, releasing the objects to the GC; Spindle's own
+    /// threads (its workers and its timer thread) empty theirs, and the worker pool's queues give back the buffers a burst
+    /// grew, at their next idle moment, which for idle threads is at once (they are woken for it).
+    /// </summary>
+    /// <remarks>
+    /// Call it after a burst of load, to give memory back. It does not wait for the other threads: a full collection
+    /// made within a millisecond or so of the call may still find what a worker that was busy has not let go of yet.
+    /// Other threads of the program keep their own caches (call <see cref="Trim"/> on them too).
+    /// </remarks>
     public static void Trim()
     {
         lock (s_lock)
@@ -73,6 +83,9 @@ public static class SpindlePool
                 p.Trim();
             }
         }
+        ThreadSlots.RequestTrim();
+        WorkerPool.SharedIfCreated?.ReleaseIdleMemory();
+        TimerWheel.DefaultIfCreated?.KickForTrim();
     }
 
     /// <summary>

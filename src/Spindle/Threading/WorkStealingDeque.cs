@@ -27,13 +27,37 @@ internal sealed class WorkStealingDeque<T> where T : class
 {
     private long _top;
     private long _bottom;
-    private T?[] _array = new T?[64];
+    private const int InitialCapacity = 64;
+
+    private T?[] _array = new T?[InitialCapacity];
     private long _clearedTo; // owner only: every slot below this index has been let go of (see the remarks)
 
     /// <summary>An estimate of the number of items (exact when called by the owner with no concurrent thief).</summary>
     public int Count => (int)Math.Max(0, Volatile.Read(ref _bottom) - Volatile.Read(ref _top));
 
     public bool IsEmpty => Volatile.Read(ref _bottom) <= Volatile.Read(ref _top);
+
+    /// <summary>The length of the array (for tests and the trim).</summary>
+    internal int Capacity => Volatile.Read(ref _array).Length;
+
+    /// <summary>
+    /// Owner only: if the deque is empty and a burst grew its array, replaces the array with one of the first size, giving
+    /// the grown one to the GC (<see cref="SpindlePool.Trim"/>, at the worker's next park). Safe for the reason growth is:
+    /// the deque is empty (top &gt;= bottom), so no thief can take anything until the owner pushes again, and the owner
+    /// publishes the new array before that push's bottom; a thief that reads the new bottom then reads the new array
+    /// (the loads are ordered, as in <see cref="TrySteal"/>), and one holding the old array fails its CAS on top, which has
+    /// moved past every index it could have read. Chase and Lev shrink their array the same way, by the owner.
+    /// </summary>
+    internal void ShrinkIfEmpty()
+    {
+        long top = Volatile.Read(ref _top);
+        if (_array.Length == InitialCapacity || top < _bottom)
+        {
+            return;
+        }
+        Volatile.Write(ref _array, new T?[InitialCapacity]);
+        _clearedTo = Math.Max(_clearedTo, top); // the new array holds nothing to let go of
+    }
 
     /// <summary>Owner only.</summary>
     public void Push(T item)

@@ -20,6 +20,14 @@ internal abstract class TimerDriver : IDisposable
     public virtual void KickToRelease() => Kick();
 
     /// <summary>
+    /// <see cref="SpindlePool.Trim"/>: a driver with a thread of its own wakes it for a pass, after which the thread empties
+    /// its pool stacks; one that has not started its thread, or has none, does nothing.
+    /// </summary>
+    public virtual void KickIfStarted()
+    {
+    }
+
+    /// <summary>
     /// True when the owner's pass need not look at the cancel inbox again before it returns (see
     /// <see cref="TimerWheel"/>'s DriveAndPlan): a cancellation queued during the pass has kicked the driver, and the
     /// driver is sure to run another pass for it.
@@ -81,6 +89,14 @@ internal sealed class ThreadTimerDriver : TimerDriver
         }
     }
 
+    public override void KickIfStarted()
+    {
+        if (Volatile.Read(ref _started) != 0)
+        {
+            Kick();
+        }
+    }
+
     public override void Kick()
     {
         if (Volatile.Read(ref _started) == 0 && Interlocked.Exchange(ref _started, 1) == 0)
@@ -117,6 +133,9 @@ internal sealed class ThreadTimerDriver : TimerDriver
                 LagForReleases();
             }
             _wheel.RequestDrive();
+            // The thread rents timer batches (a rent that finds its stack empty takes the whole shared stack) and no user
+            // code runs here to trim them: SpindlePool.Trim asks, and kicks it (KickIfStarted).
+            ThreadSlots.TrimIfRequested();
             long next = _planned;
             if (next == long.MaxValue)
             {

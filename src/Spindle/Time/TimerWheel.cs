@@ -149,6 +149,12 @@ public sealed partial class TimerWheel : IDisposable
     /// <summary>The default wheel if something has created it (for metrics, which must not create it).</summary>
     internal static TimerWheel? DefaultIfCreated => Volatile.Read(ref s_default);
 
+    /// <summary>
+    /// <see cref="SpindlePool.Trim"/>: wakes the timer thread, if this wheel has one and it has started, for one more pass,
+    /// after which it empties its pool stacks (<see cref="ThreadSlots.TrimIfRequested"/>).
+    /// </summary>
+    internal void KickForTrim() => _driver.KickIfStarted();
+
     /// <summary>The longest delay a wheel accepts: <see cref="uint.MaxValue"/> - 1 milliseconds (about 49.7 days), as <c>Task.Delay</c>.</summary>
     public static TimeSpan MaxDelay { get; } = TimeSpan.FromMilliseconds(uint.MaxValue - 1.0);
 

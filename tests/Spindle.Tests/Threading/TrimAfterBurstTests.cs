@@ -1,0 +1,198 @@
+using System;
+using System.Collections.Concurrent;
+using System.Reflection;
+using System.Threading;
+
+namespace SpindleLib.Tests.Threading;
+
+/// <summary>
+/// <see cref="SpindlePool.Trim"/> after a burst gives back what the burst grew and nothing else would: the worker pool's
+/// injection queue's last segment (a <see cref="ConcurrentQueue{T}"/> keeps it, a million slots after a million-item
+/// burst), a worker's deque array, and the pool stacks of Spindle's own threads, which no user code can trim. Each is
+/// measured through the structure itself (segment slots, array length, a stack's count), not through the GC's heap.
+/// </summary>
+public sealed class TrimAfterBurstTests
+{
+    private const int Burst = 100_000;
+
+    [Fact]
+    public void InjectionQueue_AfterABurst_GivesItsGrownSegmentBack_AndStillRunsEveryItemOnce()
+    {
+        var pool = new WorkerPool(1, "trim-test worker");
+        try
+        {
+            using var gate = new ManualResetEventSlim(false);
+            int ran = 0;
+            pool.Queue(new ActionItem(() => gate.Wait()));
+            for (int i = 0; i < Burst; i++)
+            {
+                pool.Queue(new ActionItem(() => Interlocked.Increment(ref ran)));
+            }
+            gate.Set();
+            TestUtil.SpinUntil(() => Volatile.Read(ref ran) == Burst, () => $"ran {ran} of {Burst}");
+            long grown = QueueSlots(pool, "_injection");
+            Assert.True(grown >= 65_536, $"the burst should have grown the segment: {grown} slots");
+
+            pool.ReleaseIdleMemory();
+
+            TestUtil.SpinUntil(() => QueueSlots(pool, "_injection") <= 64,
+                () => $"the injection queue still holds {QueueSlots(pool, "_injection")} slots (had {grown})", seconds: 10);
+            for (int i = 0; i < 1_000; i++)
+            {
+                pool.Queue(new ActionItem(() => Interlocked.Increment(ref ran)));
+            }
+            TestUtil.SpinUntil(() => Volatile.Read(ref ran) == Burst + 1_000, () => $"ran {ran} of {Burst + 1_000}");
+            Assert.Equal(Burst + 1_000, Volatile.Read(ref ran));
+        }
+        finally
+        {
+            pool.Dispose();
+        }
+    }
+
+    [Fact]
+    public void TrimsRacingProducers_NeitherLoseNorRepeatAnItem()
+    {
+        const int PerProducer = 100_000;
+        var pool = new WorkerPool(2, "trim-race worker");
+        try
+        {
+            var runs = new int[2 * PerProducer];
+            int done = 0;
+            using var stop = new CancellationTokenSource();
+            int trims = 0;
+            var trimmer = new Thread(() =>
+            {
+                while (!stop.IsCancellationRequested)
+                {
+                    pool.ReleaseIdleMemory();
+                    trims++;
+                    Thread.Yield();
+                }
+            });
+            trimmer.Start();
+            var producers = new Thread[2];
+            for (int p = 0; p < producers.Length; p++)
+            {
+                int first = p * PerProducer;
+                producers[p] = new Thread(() =>
+                {
+                    for (int i = 0; i < PerProducer; i++)
+                    {
+                        int index = first + i;
+                        pool.Queue(new ActionItem(() =>
+                        {
+                            Interlocked.Increment(ref runs[index]);
+                            Interlocked.Increment(ref done);
+                        }));
+                        if ((i & 255) == 0)
+                        {
+                            Thread.Yield(); // let the queue run empty now and then, so trims freeze it under the producers
+                        }
+                    }
+                });
+                producers[p].Start();
+            }
+            foreach (Thread t in producers)
+            {
+                t.Join();
+            }
+            TestUtil.SpinUntil(() => Volatile.Read(ref done) >= runs.Length, () => $"ran {done} of {runs.Length} after {trims} trims");
+            stop.Cancel();
+            trimmer.Join();
+            int lost = 0, repeated = 0;
+            foreach (int r in runs)
+            {
+                lost += r == 0 ? 1 : 0;
+                repeated += r > 1 ? 1 : 0;
+            }
+            Assert.True(lost == 0 && repeated == 0, $"{lost} items lost, {repeated} run more than once, over {trims} trims");
+            Assert.True(trims > 0);
+        }
+        finally
+        {
+            pool.Dispose();
+        }
+    }
+
+    [Fact]
+    public void AWorkersPoolStacksAndGrownDeque_AreLetGoOfAtItsNextPark_AfterATrim()
+    {
+        var pool = new WorkerPool(1, "trim-stacks worker");
+        try
+        {
+            // The shared stack of a type only this test uses, filled from this thread; a worker whose own stack is empty
+            // takes all of it at its first rent and keeps it (as a timer thread keeps timer batches).
+            for (int i = 0; i < 600; i++)
+            {
+                ObjectPool<Node>.Return(new Node());
+            }
+            int heldByWorker = -1;
+            RunOn(pool, () =>
+            {
+                GC.KeepAlive(ObjectPool<Node>.TryRent());
+                heldByWorker = ObjectPool<Node>.LocalCount;
+                // A burst queued from the worker itself grows its deque (each item displaces the last from run-next).
+                for (int i = 0; i < 5_000; i++)
+                {
+                    pool.Queue(new ActionItem(static () => { }));
+                }
+            });
+            Assert.True(heldByWorker >= 500, $"the worker's stack held {heldByWorker}");
+            TestUtil.SpinUntil(() => pool.DequeCapacities()[0] >= 4_096 && pool.GlobalQueueLength == 0 && pool.LocalQueueLength == 0,
+                () => $"deque {pool.DequeCapacities()[0]}, local queue {pool.LocalQueueLength}");
+
+            ThreadSlots.RequestTrim();
+            pool.ReleaseIdleMemory();
+
+            int seen = -1;
+            TestUtil.SpinUntil(() =>
+            {
+                // Look only while the worker is parked: a look right after the last one would keep it from ever parking.
+                if (pool.IdleWorkers == 0)
+                {
+                    return false;
+                }
+                RunOn(pool, () => seen = ObjectPool<Node>.LocalCount);
+                return seen == 0 && pool.DequeCapacities()[0] == 64;
+            }, () => $"the worker's stack holds {seen}, its deque {pool.DequeCapacities()[0]} slots", seconds: 10);
+        }
+        finally
+        {
+            pool.Dispose();
+        }
+    }
+
+    private static void RunOn(WorkerPool pool, Action action)
+    {
+        using var ran = new ManualResetEventSlim(false);
+        pool.Queue(new ActionItem(() =>
+        {
+            action();
+            ran.Set();
+        }));
+        Assert.True(ran.Wait(TimeSpan.FromSeconds(10)), "the worker did not run the item");
+    }
+
+    /// <summary>The slots of every segment of one of the pool's <see cref="ConcurrentQueue{T}"/>s (.NET's implementation's fields).</summary>
+    private static long QueueSlots(WorkerPool pool, string field)
+    {
+        const BindingFlags Private = BindingFlags.NonPublic | BindingFlags.Instance;
+        object queue = typeof(WorkerPool).GetField(field, Private)!.GetValue(pool)!;
+        object? segment = queue.GetType().GetField("_head", Private)!.GetValue(queue);
+        long slots = 0;
+        while (segment is not null)
+        {
+            slots += ((Array)segment.GetType().GetField("_slots", Private)!.GetValue(segment)!).Length;
+            segment = segment.GetType().GetField("_nextSegment", Private)!.GetValue(segment);
+        }
+        return slots;
+    }
+
+    private sealed class Node : IPoolNode<Node>
+    {
+        private Node? _next;
+
+        ref Node? IPoolNode<Node>.Next => ref _next;
+    }
+}
