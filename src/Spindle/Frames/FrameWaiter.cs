@@ -180,14 +180,14 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
             return;
         }
         // Cancelled (on the cancelling thread): the node's registration, not ours, saw it. Read the node, which drops
-        // that registration and recycles it, then complete.
+        // that registration and recycles it, then complete. The node's cancellation is read without a throw: the
+        // awaiting code throws it once, at its await (a throw here doubled the cost of cancelling many loop delays at
+        // once, a scene unload). Misuse, and any failure other than the cancellation, still throw, as the read did.
         _timer = null;
-        try
+        ExceptionDispatchInfo? failure = QuietRead.ReadOrThrow(timer, token);
+        if (failure is not null && failure.SourceException is not OperationCanceledException)
         {
-            timer.GetResult(token);
-        }
-        catch (OperationCanceledException)
-        {
+            failure.Throw();
         }
         try
         {

@@ -724,13 +724,20 @@ internal sealed class WorkerPool : Scheduler
                 if (item is not null)
                 {
                     ExecuteLendingTimers(self, item);
-                    // A busy worker still looks at its timers now and then, or they would wait for it to run dry.
-                    if (self.Timers is { } busyTimers && ++self.SinceTimerPoll >= TimerPollInterval)
+                    // A busy worker still looks at its timers now and then, or they would wait for it to run dry; and at
+                    // the overdue timers of a worker held in a long item (RescueOverdueTimers), which only an idle worker
+                    // fired before: with no worker ever idle (a saturated server), they waited for that item to end,
+                    // however long (a user's review: 100 delays of 10 ms held 3 s, for as long as the item ran).
+                    if (++self.SinceTimerPoll >= TimerPollInterval)
                     {
                         self.SinceTimerPoll = 0;
-                        if (busyTimers.HasPending)
+                        if (self.Timers is { HasPending: true } busyTimers)
                         {
                             PollTimers(busyTimers, out _);
+                        }
+                        if (_workers.Length > 1)
+                        {
+                            RescueOverdueTimers(self);
                         }
                     }
                     continue;

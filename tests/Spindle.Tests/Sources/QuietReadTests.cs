@@ -233,6 +233,54 @@ public sealed class QuietReadTests
         Assert.False(periodic.WaitForNextTickAsync().IsCompleted); // its wait was read: the timer takes the next one
     }
 
+    private static async SpindleTask CatchesCancellation(SpindleTask wait, int[] caught)
+    {
+        try
+        {
+            await wait;
+        }
+        catch (OperationCanceledException)
+        {
+            caught[0]++;
+        }
+    }
+
+    /// <summary>
+    /// A scene unload: many entities, each awaiting a frame-loop delay, cancelled at once on the loop thread. Each
+    /// awaiting method's await throws once; the delay's timer node, cancelled through the same token, is read without a
+    /// throw. A user's game loop found an unload of 10,000 entities in loop delays cost about twice as much as one in
+    /// NextFrame waits (11-14 µs each against 4-8): the waiter read its cancelled timer with GetResult and caught the throw.
+    /// </summary>
+    [Theory]
+    [InlineData("Scaled")]
+    [InlineData("Unscaled")]
+    [InlineData("Frames")]
+    public void FrameLoopDelays_CancelledAtOnce_ThrowOnlyAtTheirAwaits(string kind)
+    {
+        const int N = 40;
+        var loop = new FrameLoop();
+        loop.RunFrame(); // this thread is the loop thread: the cancellations run the awaiting code here
+        using var cts = new System.Threading.CancellationTokenSource();
+        int[] caught = new int[1];
+        int throws = Throws(CanceledBy(cts.Token), () =>
+        {
+            for (int i = 0; i < N; i++)
+            {
+                SpindleTask wait = kind switch
+                {
+                    "Scaled" => loop.Delay(TimeSpan.FromSeconds(30), cts.Token),
+                    "Unscaled" => loop.Delay(TimeSpan.FromSeconds(30), FrameTimeKind.Unscaled, cts.Token),
+                    _ => loop.DelayFrame(1000, cts.Token),
+                };
+                CatchesCancellation(wait, caught).Forget();
+            }
+            loop.RunFrame();
+            cts.Cancel();
+        });
+        Assert.Equal(N, caught[0]);
+        Assert.Equal(N, throws); // one per awaiting method; the timers' cancellations were read without a throw
+    }
+
     [Fact]
     public void MisuseAndBclInputs_StillComeOutAsBefore()
     {

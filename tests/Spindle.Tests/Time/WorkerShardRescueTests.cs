@@ -102,6 +102,82 @@ public class WorkerShardRescueTests
         TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
     }
 
+    /// <summary>
+    /// As <see cref="DelaysStartedByAnItemThatThenBlocks_FireWhileItBlocks_OnAnotherWorker"/>, with no worker ever idle:
+    /// every other worker always has an item to run (loops of <c>await Spindle.Yield()</c>, as a saturated server's
+    /// workers always have work). Only an idle worker rescued the blocked worker's timers, so they waited for the item to
+    /// end, however long: a user's latency program (200,000 delay loops and a chain of 1-5 ms computations on the pool)
+    /// saw a 5 s delay, and its reduction held 100 delays of 10 ms for 3 s. A busy worker now rescues them too, between
+    /// its items, every TimerPollInterval items, as it polls its own.
+    /// </summary>
+    [Fact]
+    public async Task DelaysOfABlockedWorker_FireWhileItBlocks_EvenWithNoWorkerIdle()
+    {
+        if (!await LeaveWorkersEachWithAShard())
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
+
+        const int Waiters = 8;
+        using var release = new ManualResetEventSlim();
+        var fired = new TaskCompletionSource[Waiters];
+        for (int i = 0; i < Waiters; i++)
+        {
+            fired[i] = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        }
+        int stop = 0;
+        int busyLoopsRunning = 0;
+
+        async SpindleTask Busy()
+        {
+            await Spindle.SwitchToWorker();
+            Interlocked.Increment(ref busyLoopsRunning);
+            while (Volatile.Read(ref stop) == 0)
+            {
+                await Spindle.Yield(); // always an item queued: the worker running this loop is never idle
+                Thread.SpinWait(200);
+            }
+            Interlocked.Decrement(ref busyLoopsRunning);
+        }
+
+        async SpindleTask Waiter(int i)
+        {
+            await Spindle.Delay(10 + i);
+            fired[i].SetResult();
+        }
+
+        // One loop per worker: whichever worker the blocker takes, every other one has a loop to run, or steals one.
+        for (int i = 0; i < Spindle.WorkerCount; i++)
+        {
+            Busy().Forget();
+        }
+        TestUtil.SpinUntil(() => Volatile.Read(ref busyLoopsRunning) == Spindle.WorkerCount);
+        SpindleTask blocker = Spindle.Run(() =>
+        {
+            for (int i = 0; i < Waiters; i++)
+            {
+                Waiter(i).Forget(); // each delay goes into this worker's own shard
+            }
+            release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+        });
+        try
+        {
+            Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
+            Task first = await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds - 5)));
+            Assert.True(first == all,
+                $"with no worker idle, the delays of a worker blocked in an item did not fire while it blocked; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
+            Assert.False(release.IsSet);
+        }
+        finally
+        {
+            release.Set();
+            Volatile.Write(ref stop, 1);
+        }
+        await TestUtil.WithTimeout(blocker);
+        TestUtil.SpinUntil(() => Volatile.Read(ref busyLoopsRunning) == 0);
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+
     [Fact]
     public async Task ALongComputationsDelays_FireDuringIt()
     {
