@@ -147,9 +147,6 @@ internal sealed class TimerBatch : DivisibleWorkItem, IPoolNode<TimerBatch>
     /// <see cref="WheelShard.LongPassTicks"/> milliseconds. Tests only may set it (0 takes over at once).
     /// </summary>
     internal static long LongRunTimestamps = DefaultLongRunTimestamps;
-
-    /// <summary>Tests only: runs on a taker that has claimed a run, before the barrier and its read of the runner's index.</summary>
-    internal static Action<TimerBatch>? TestHookTakerClaimed;
 #else
     private static readonly long LongRunTimestamps = DefaultLongRunTimestamps;
 #endif
@@ -174,9 +171,6 @@ internal sealed class TimerBatch : DivisibleWorkItem, IPoolNode<TimerBatch>
         {
             return null;
         }
-#if DEBUG
-        TestHookTakerClaimed?.Invoke(this);
-#endif
 #if NET
         // The runner publishes its index with a plain store: this barrier is the fence its side lacks (see the remarks).
         Interlocked.MemoryBarrierProcessWide();

@@ -210,12 +210,12 @@ public class HeldBatchTakeoverTests
             }
             if (hold == 1)
             {
-                Thread.Sleep(2 + (id % 10)); // a blocking call, inside the batch that fired this timer
+                Thread.Sleep(10 + (id % 20)); // a blocking call, inside the batch that fired this timer: longer than an idle worker's look
             }
             else if (hold == 2)
             {
                 long spinStart = Stopwatch.GetTimestamp();
-                while (Stopwatch.GetElapsedTime(spinStart).TotalMilliseconds < 2 + (id % 10))
+                while (Stopwatch.GetElapsedTime(spinStart).TotalMilliseconds < 10 + (id % 20))
                 {
                     Thread.SpinWait(20); // a long computation, inside the batch
                 }
@@ -282,10 +282,7 @@ public class HeldBatchTakeoverTests
                 {
                     StartBurst(burst, random); // the main shard
                 }
-                if (random.Next(4) == 0)
-                {
-                    Thread.Sleep(1);
-                }
+                Thread.Sleep(random.Next(3)); // bursts apart, so that a worker is often idle while another is held
             }
         }, "producer");
         try
