@@ -639,6 +639,61 @@ internal sealed class WorkerPool : Scheduler
         return ran;
     }
 
+    /// <summary>
+    /// Notes, for the calling worker, the divisible item it starts running (<paramref name="item"/>), and returns the one it
+    /// was running before (an item run inside a piece of another, by a worker that helps while it waits), which the caller
+    /// passes to <see cref="ExitDivisible"/> when its item ends. Idle workers look at it (<see cref="TakeOverHeldItems"/>).
+    /// With <paramref name="watch"/> (the item has pieces to take over), it makes sure a parked worker will look after
+    /// <paramref name="takeOverAfter"/>, as <see cref="WakeOneIdleToWatch"/> does for a timer: one that parked while no
+    /// worker was running sleeps until woken. Does nothing, and returns null, on a thread that is not a worker.
+    /// </summary>
+    internal static DivisibleWorkItem? EnterDivisible(DivisibleWorkItem item, bool watch, TimeSpan takeOverAfter)
+    {
+        Worker? w = t_worker;
+        if (w is null)
+        {
+            return null;
+        }
+        DivisibleWorkItem? outer = w.RunningDivisible;
+        Volatile.Write(ref w.RunningDivisible, item);
+        if (watch)
+        {
+            w.Pool.WakeOneIdleToWatch(takeOverAfter);
+        }
+        return outer;
+    }
+
+    /// <summary>Called when the item <see cref="EnterDivisible"/> noted ends, with what it returned. Worker only (else nothing).</summary>
+    internal static void ExitDivisible(DivisibleWorkItem? outer)
+    {
+        if (t_worker is { } w)
+        {
+            Volatile.Write(ref w.RunningDivisible, outer);
+        }
+    }
+
+    /// <summary>
+    /// For an idle worker about to park: takes over the pieces not yet begun of the divisible items (timer batches) that
+    /// other workers are running, where one piece has held its item long (<see cref="DivisibleWorkItem.TryTakeRest"/>), and
+    /// queues them in order (<see cref="QueueInOrder"/>), as <see cref="RescueOverdueTimers"/> takes over a worker's own
+    /// timers: a continuation that blocks inside a batch holds only itself. A parked worker looks again every
+    /// <see cref="RunNextLookMilliseconds"/> while another runs an item, so the rest of a held batch waits about that long
+    /// at most, as long as a worker is free.
+    /// </summary>
+    private bool TakeOverHeldItems(Worker self)
+    {
+        bool took = false;
+        foreach (Worker other in _workers)
+        {
+            if (other != self && Volatile.Read(ref other.RunningDivisible) is { } held && held.TryTakeRest() is { } rest)
+            {
+                QueueInOrder(rest);
+                took = true;
+            }
+        }
+        return took;
+    }
+
     /// <summary>How long until the earliest timer of another worker falls due, as the owners last published it.</summary>
     private TimeSpan UntilOthersTimersDue(Worker self)
     {
@@ -804,6 +859,10 @@ internal sealed class WorkerPool : Scheduler
             if (RescueOverdueTimers(self))
             {
                 continue; // another worker's overdue timers fired: their continuations are queued here
+            }
+            if (TakeOverHeldItems(self))
+            {
+                continue; // the rest of an item another worker is held in (a timer batch) is queued here
             }
 
             ReleaseOnPark(self);
@@ -990,6 +1049,7 @@ internal sealed class WorkerPool : Scheduler
         public WorkItem? RunNext;
         public int RunNextStamp;
         public WorkerTimers? Timers;
+        public DivisibleWorkItem? RunningDivisible; // written by the owner (EnterDivisible), read by idle workers (TakeOverHeldItems)
         public bool RunningItemWithoutTimers; // owner only: running an item from its loop while Timers was null (ExecuteLendingTimers)
 
         /// <summary>
