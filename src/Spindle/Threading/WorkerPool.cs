@@ -640,6 +640,34 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
+    /// For a busy worker, every <see cref="TimerPollInterval"/> of its own items: fires the overdue timers of the other
+    /// workers that have been in one item since its previous look (their timers lent for an item, with the same
+    /// <see cref="WorkerTimers.ItemLends"/> as then), as an idle worker does (<see cref="RescueOverdueTimers"/>). With no
+    /// worker idle (a saturated server), a long item's timers waited for it to end, however long (a user's review: 100
+    /// delays of 10 ms held 3 s). Only a held worker's: rescuing the timers of a worker that is merely busy too sent them
+    /// through the queues in batches, whose items held the shards in turn (counters-delay fell from 11-13M to 3-10M fires
+    /// a second, and a rule of 2 or 10 ms overdue did not help, since a busy shard's hint of its next due tick lags).
+    /// </summary>
+    private void RescueTimersOfHeldWorkers(Worker self)
+    {
+        int[] seen = self.SeenItemLends ??= new int[_workers.Length];
+        for (int i = 0; i < _workers.Length; i++)
+        {
+            Worker other = _workers[i];
+            if (other == self || Volatile.Read(ref other.Timers) is not { } timers)
+            {
+                continue;
+            }
+            int lends = timers.ItemLends;
+            if (lends == seen[i] && timers.IsLentForItem)
+            {
+                timers.TryRescue();
+            }
+            seen[i] = lends;
+        }
+    }
+
+    /// <summary>
     /// Notes, for the calling worker, the divisible item it starts running (<paramref name="item"/>), and returns the one it
     /// was running before (an item run inside a piece of another, by a worker that helps while it waits), which the caller
     /// passes to <see cref="ExitDivisible"/> when its item ends. Idle workers look at it (<see cref="TakeOverHeldItems"/>).
@@ -780,9 +808,7 @@ internal sealed class WorkerPool : Scheduler
                 {
                     ExecuteLendingTimers(self, item);
                     // A busy worker still looks at its timers now and then, or they would wait for it to run dry; and at
-                    // the overdue timers of a worker held in a long item (RescueOverdueTimers), which only an idle worker
-                    // fired before: with no worker ever idle (a saturated server), they waited for that item to end,
-                    // however long (a user's review: 100 delays of 10 ms held 3 s, for as long as the item ran).
+                    // those of a worker held in one item since its previous look (RescueTimersOfHeldWorkers).
                     if (++self.SinceTimerPoll >= TimerPollInterval)
                     {
                         self.SinceTimerPoll = 0;
@@ -792,7 +818,7 @@ internal sealed class WorkerPool : Scheduler
                         }
                         if (_workers.Length > 1)
                         {
-                            RescueOverdueTimers(self);
+                            RescueTimersOfHeldWorkers(self);
                         }
                     }
                     continue;
@@ -1058,6 +1084,7 @@ internal sealed class WorkerPool : Scheduler
         /// </summary>
         public long ParkedUntilMs = long.MaxValue;
         public int SinceTimerPoll;
+        public int[]? SeenItemLends; // owner only: the others' ItemLends at its previous busy look (RescueTimersOfHeldWorkers)
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
         public int UntilFairLook = FairLookInterval;
