@@ -642,7 +642,7 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>
     /// For a busy worker, every <see cref="TimerPollInterval"/> of its own items: fires the overdue timers of the other
     /// workers that have been in one item since its previous look (their timers lent for an item, with the same
-    /// <see cref="WorkerTimers.ItemLends"/> as then), as an idle worker does (<see cref="RescueOverdueTimers"/>). With no
+    /// <see cref="WorkerTimers.ItemsEntered"/> as then), as an idle worker does (<see cref="RescueOverdueTimers"/>). With no
     /// worker idle (a saturated server), a long item's timers waited for it to end, however long (a user's review: 100
     /// delays of 10 ms held 3 s). Only a held worker's: rescuing the timers of a worker that is merely busy too sent them
     /// through the queues in batches, whose items held the shards in turn (counters-delay fell from 11-13M to 3-10M fires
@@ -650,7 +650,7 @@ internal sealed class WorkerPool : Scheduler
     /// </summary>
     private void RescueTimersOfHeldWorkers(Worker self)
     {
-        int[] seen = self.SeenItemLends ??= new int[_workers.Length];
+        int[] seen = self.SeenItemsEntered ??= new int[_workers.Length];
         for (int i = 0; i < _workers.Length; i++)
         {
             Worker other = _workers[i];
@@ -658,12 +658,12 @@ internal sealed class WorkerPool : Scheduler
             {
                 continue;
             }
-            int lends = timers.ItemLends;
-            if (lends == seen[i] && timers.IsLentForItem)
+            int entered = timers.ItemsEntered;
+            if (entered == seen[i] && timers.IsLentForItem)
             {
                 timers.TryRescue();
             }
-            seen[i] = lends;
+            seen[i] = entered;
         }
     }
 
@@ -1084,7 +1084,7 @@ internal sealed class WorkerPool : Scheduler
         /// </summary>
         public long ParkedUntilMs = long.MaxValue;
         public int SinceTimerPoll;
-        public int[]? SeenItemLends; // owner only: the others' ItemLends at its previous busy look (RescueTimersOfHeldWorkers)
+        public int[]? SeenItemsEntered; // owner only: the others' ItemsEntered at its previous busy look (RescueTimersOfHeldWorkers)
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
         public int UntilFairLook = FairLookInterval;

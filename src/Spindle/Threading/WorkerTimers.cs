@@ -57,7 +57,7 @@ internal abstract class WorkerTimers
     private const int LentForItem = 1;
     private const int LentForContinuation = 2;
     private int _lent; // written by the owner only
-    private int _itemLends; // written by the owner only (Lend): a count a busy rescuer compares between its looks
+    private int _itemsEntered; // written by the owner only (EnterItem): a count a busy rescuer compares between its looks
     private int _rescuer; // 0, or 1 while one rescuer holds the timers (thieves race for it with a CAS)
 
     /// <summary>True while the owner has lent its timers (<see cref="Lend"/>, <see cref="LendForContinuation"/>). Owner only.</summary>
@@ -82,6 +82,7 @@ internal abstract class WorkerTimers
     public void EnterItem()
     {
         InItem = true;
+        _itemsEntered++;
         if (HasPending)
         {
             Lend();
@@ -105,20 +106,16 @@ internal abstract class WorkerTimers
     /// or polls them while it blocks) reclaims them first and lends them again after. The owner pays a volatile write
     /// here and an exchange in <see cref="Reclaim"/>: only while it has timers.
     /// </summary>
-    public void Lend()
-    {
-        _itemLends++;
-        Volatile.Write(ref _lent, LentForItem);
-    }
+    public void Lend() => Volatile.Write(ref _lent, LentForItem);
 
     /// <summary>
-    /// How many times the owner has lent the timers for an item (<see cref="Lend"/>), and whether they are lent for one
-    /// now: a busy worker that finds them lent for an item with the same count as at its previous look knows the owner
-    /// has been in one item since (<c>WorkerPool.RescueTimersOfHeldWorkers</c>). Any thread; read racily, as hints.
+    /// How many items the owner has begun (<see cref="EnterItem"/>), and whether its timers are lent for one now: a busy
+    /// worker that finds them lent for an item with the same count as at its previous look knows the owner has been in
+    /// one item since (<c>WorkerPool.RescueTimersOfHeldWorkers</c>). Any thread; read racily, as hints.
     /// </summary>
-    public int ItemLends => Volatile.Read(ref _itemLends);
+    public int ItemsEntered => Volatile.Read(ref _itemsEntered);
 
-    /// <inheritdoc cref="ItemLends"/>
+    /// <inheritdoc cref="ItemsEntered"/>
     public bool IsLentForItem => Volatile.Read(ref _lent) == LentForItem;
 
     /// <summary>

@@ -10,7 +10,11 @@ namespace SpindleLib.Tests.Threading;
 /// injection queue's last segment (a <see cref="ConcurrentQueue{T}"/> keeps it, a million slots after a million-item
 /// burst), a worker's deque array, and the pool stacks of Spindle's own threads, which no user code can trim. Each is
 /// measured through the structure itself (segment slots, array length, a stack's count), not through the GC's heap.
+/// Sequential, as every test that trims: a trim request empties the stacks of every Spindle thread, and a test beside it
+/// that counts its allocations in steady state then finds the objects its thread would have rented again gone (a
+/// `SignalTimeoutTests` case counted 7,088 bytes in one CI run with this class running in parallel).
 /// </summary>
+[Collection(SequentialCollection.Name)]
 public sealed class TrimAfterBurstTests
 {
     private const int Burst = 100_000;
