@@ -620,37 +620,22 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// Fires, for an idle worker about to park, the overdue timers of other workers that are running an item
-    /// (<see cref="WorkerTimers.TryRescue"/>): their continuations are queued to this worker. Go's scheduler does the
-    /// same with the timers of a busy processor (<c>stealWork</c> runs <c>checkTimers</c> on the others'). A parked worker
-    /// looks again every <see cref="RunNextLookMilliseconds"/> while another runs an item, so a timer held by a long
-    /// item fires about that late at most, as long as a worker is free.
-    /// </summary>
-    private bool RescueOverdueTimers(Worker self)
-    {
-        bool ran = false;
-        foreach (Worker other in _workers)
-        {
-            if (other != self && Volatile.Read(ref other.Timers) is { } timers && timers.TryRescue())
-            {
-                ran = true;
-            }
-        }
-        return ran;
-    }
-
-    /// <summary>
-    /// For a busy worker, every <see cref="TimerPollInterval"/> of its own items: fires the overdue timers of the other
-    /// workers that have been in one item since its previous look (their timers lent for an item, with the same
-    /// <see cref="WorkerTimers.ItemsEntered"/> as then), as an idle worker does (<see cref="RescueOverdueTimers"/>). With no
+    /// Fires the overdue timers of other workers that are running an item (<see cref="WorkerTimers.TryRescue"/>): their
+    /// continuations are queued to the workers. Go's scheduler does the same with the timers of a busy processor
+    /// (<c>stealWork</c> runs <c>checkTimers</c> on the others'). An idle worker about to park (<paramref name="busy"/>
+    /// false) fires any it finds; it looks again every <see cref="RunNextLookMilliseconds"/> while another runs an item, so
+    /// a timer held by a long item fires about that late at most, as long as a worker is free. A busy worker looks every
+    /// <see cref="TimerPollInterval"/> of its own items and fires only the timers of a worker that has been in one item
+    /// since its previous look (lent for an item, with the same <see cref="WorkerTimers.ItemsEntered"/> as then): with no
     /// worker idle (a saturated server), a long item's timers waited for it to end, however long (a user's review: 100
     /// delays of 10 ms held 3 s). Only a held worker's: rescuing the timers of a worker that is merely busy too sent them
     /// through the queues in batches, whose items held the shards in turn (counters-delay fell from 11-13M to 3-10M fires
     /// a second, and a rule of 2 or 10 ms overdue did not help, since a busy shard's hint of its next due tick lags).
     /// </summary>
-    private void RescueTimersOfHeldWorkers(Worker self)
+    private bool RescueOverdueTimers(Worker self, bool busy)
     {
-        int[] seen = self.SeenItemsEntered ??= new int[_workers.Length];
+        int[]? seen = busy ? self.SeenItemsEntered ??= new int[_workers.Length] : null;
+        bool ran = false;
         for (int i = 0; i < _workers.Length; i++)
         {
             Worker other = _workers[i];
@@ -658,13 +643,22 @@ internal sealed class WorkerPool : Scheduler
             {
                 continue;
             }
-            int entered = timers.ItemsEntered;
-            if (entered == seen[i] && timers.IsLentForItem)
+            if (seen is not null)
             {
-                timers.TryRescue();
+                int entered = timers.ItemsEntered;
+                bool held = entered == seen[i] && timers.IsLentForItem;
+                seen[i] = entered;
+                if (!held)
+                {
+                    continue;
+                }
             }
-            seen[i] = entered;
+            if (timers.TryRescue())
+            {
+                ran = true;
+            }
         }
+        return ran;
     }
 
     /// <summary>
@@ -808,7 +802,7 @@ internal sealed class WorkerPool : Scheduler
                 {
                     ExecuteLendingTimers(self, item);
                     // A busy worker still looks at its timers now and then, or they would wait for it to run dry; and at
-                    // those of a worker held in one item since its previous look (RescueTimersOfHeldWorkers).
+                    // those of a worker held in one item since its previous look (RescueOverdueTimers).
                     if (++self.SinceTimerPoll >= TimerPollInterval)
                     {
                         self.SinceTimerPoll = 0;
@@ -818,7 +812,7 @@ internal sealed class WorkerPool : Scheduler
                         }
                         if (_workers.Length > 1)
                         {
-                            RescueTimersOfHeldWorkers(self);
+                            RescueOverdueTimers(self, busy: true);
                         }
                     }
                     continue;
@@ -882,7 +876,7 @@ internal sealed class WorkerPool : Scheduler
             {
                 continue; // timers fired (or are due) after all: stay awake
             }
-            if (RescueOverdueTimers(self))
+            if (RescueOverdueTimers(self, busy: false))
             {
                 continue; // another worker's overdue timers fired: their continuations are queued here
             }
@@ -1017,19 +1011,28 @@ internal sealed class WorkerPool : Scheduler
     /// </remarks>
     internal void ReleaseIdleMemory()
     {
-        if (_injection.IsEmpty)
+        if (FreezeIfEmpty(_injection))
         {
-            _injection.GetEnumerator().Dispose(); // the snapshot freezes the tail segment (see the remarks)
             QueueInOrder(s_releaseMark); // to the injection queue from any thread, a worker too
         }
-        if (_helpable.IsEmpty)
+        if (FreezeIfEmpty(_helpable))
         {
-            _helpable.GetEnumerator().Dispose();
             QueueShared(s_releaseMark);
         }
         while (_idle.TryWakeOne())
         {
         }
+    }
+
+    /// <summary>If <paramref name="queue"/> is empty, freezes its tail segment with a snapshot (see <see cref="ReleaseIdleMemory"/>) and returns true.</summary>
+    private static bool FreezeIfEmpty(ConcurrentQueue<WorkItem> queue)
+    {
+        if (!queue.IsEmpty)
+        {
+            return false;
+        }
+        queue.GetEnumerator().Dispose(); // the snapshot freezes the tail segment
+        return true;
     }
 
     /// <summary>A worker about to park: if a trim was asked for since it last looked, it lets go of its pool stacks and of a grown deque's array.</summary>
@@ -1084,7 +1087,7 @@ internal sealed class WorkerPool : Scheduler
         /// </summary>
         public long ParkedUntilMs = long.MaxValue;
         public int SinceTimerPoll;
-        public int[]? SeenItemsEntered; // owner only: the others' ItemsEntered at its previous busy look (RescueTimersOfHeldWorkers)
+        public int[]? SeenItemsEntered; // owner only: the others' ItemsEntered at its previous busy look (RescueOverdueTimers)
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
         public int UntilFairLook = FairLookInterval;

@@ -111,7 +111,7 @@ internal abstract class WorkerTimers
     /// <summary>
     /// How many items the owner has begun (<see cref="EnterItem"/>), and whether its timers are lent for one now: a busy
     /// worker that finds them lent for an item with the same count as at its previous look knows the owner has been in
-    /// one item since (<c>WorkerPool.RescueTimersOfHeldWorkers</c>). Any thread; read racily, as hints.
+    /// one item since (<c>WorkerPool.RescueOverdueTimers</c>). Any thread; read racily, as hints.
     /// </summary>
     public int ItemsEntered => Volatile.Read(ref _itemsEntered);
 
