@@ -381,18 +381,28 @@ internal sealed class WorkerPool : Scheduler
         WorkItem? item = FindWorkTakingTurns(w, stealRunNext: true);
         if (item is null)
         {
-            // A worker blocked on a result still runs its own due timers: the result may be waiting for one of them.
-            return w.Timers is { HasPending: true } timers && PollKeepingContext(timers);
+            // A worker blocked on a result still runs its own due timers: the result may be waiting for one of them. With
+            // nothing to run it is as idle as a worker about to park, and looks at the others' as that worker does: it
+            // never parks, so no other look of its would reach them (found by review, with a test: with every other worker
+            // in such a wait, a blocked worker's delays waited for its item).
+            return (w.Timers is { HasPending: true } timers && PollKeepingContext(timers))
+                || (_workers.Length > 1 && RescueOverdueTimers(w, busy: false));
         }
         RunItemKeepingContext(item);
         // A worker that keeps finding work while it waits must still look at its timers now and then, as its loop does:
         // polling only when it ran dry left a waiter whose result is one of its own timers stuck for as long as work came.
-        if (w.Timers is { } busyTimers && ++w.SinceTimerPoll >= TimerPollInterval)
+        // And at those of a worker held in one item, as a busy worker's loop does (RescueOverdueTimers): its loop makes no
+        // look while it helps here.
+        if (++w.SinceTimerPoll >= TimerPollInterval)
         {
             w.SinceTimerPoll = 0;
-            if (busyTimers.HasPending)
+            if (w.Timers is { HasPending: true } busyTimers)
             {
                 PollKeepingContext(busyTimers);
+            }
+            if (_workers.Length > 1)
+            {
+                RescueOverdueTimers(w, busy: true);
             }
         }
         return true;

@@ -178,6 +178,94 @@ public class WorkerShardRescueTests
         TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
     }
 
+    /// <summary>
+    /// As <see cref="DelaysOfABlockedWorker_FireWhileItBlocks_EvenWithNoWorkerIdle"/>, with every other worker inside a
+    /// blocking wait of its own (<c>GetResult</c> on a pending task, on a worker), which helps: it runs queued work
+    /// (<paramref name="helpersRunWork"/>: a yield loop started before the wait) or finds none. Neither is idle in its loop
+    /// nor counts items there, so neither made the idle worker's nor the busy worker's look, and the blocked worker's
+    /// delays waited for its item (found by the review of stop 38).
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task DelaysOfABlockedWorker_FireWhileEveryOtherWorkerWaitsHelping(bool helpersRunWork)
+    {
+        if (!await LeaveWorkersEachWithAShard())
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
+
+        const int Waiters = 8;
+        using var release = new ManualResetEventSlim();
+        var helpersGo = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var fired = new TaskCompletionSource[Waiters];
+        for (int i = 0; i < Waiters; i++)
+        {
+            fired[i] = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        }
+        int roles = 0;
+        int stop = 0;
+        int helping = 0;
+
+        async SpindleTask Waiter(int i)
+        {
+            await Spindle.Delay(10 + i);
+            fired[i].SetResult();
+        }
+
+        async SpindleTask Busy()
+        {
+            while (Volatile.Read(ref stop) == 0)
+            {
+                await Spindle.Yield(); // queued to this worker, which runs it inside its wait
+                Thread.SpinWait(200);
+            }
+        }
+
+        async SpindleTask WaitForTheTest()
+        {
+            await helpersGo.Task;
+        }
+
+        // Every worker takes one item at once: the first becomes the blocked worker, the others wait helping.
+        Task items = TestUtil.RunOnEveryWorkerAtOnce(() =>
+        {
+            if (Interlocked.Increment(ref roles) == 1)
+            {
+                for (int i = 0; i < Waiters; i++)
+                {
+                    Waiter(i).Forget(); // each delay goes into this worker's own shard
+                }
+                release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // blocks, not helping
+                return;
+            }
+            if (helpersRunWork)
+            {
+                Busy().Forget();
+            }
+            Interlocked.Increment(ref helping);
+            WaitForTheTest().GetAwaiter().GetResult(); // a blocking wait on a worker: it helps until the task completes
+            Interlocked.Decrement(ref helping);
+        });
+        try
+        {
+            Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
+            Task first = await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds - 5)));
+            Assert.True(first == all,
+                $"with every other worker in a helping wait ({Volatile.Read(ref helping)} of {Spindle.WorkerCount - 1}), the delays of a worker blocked in an item did not fire while it blocked; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
+            Assert.False(release.IsSet);
+            Assert.Equal(Spindle.WorkerCount - 1, Volatile.Read(ref helping));
+        }
+        finally
+        {
+            Volatile.Write(ref stop, 1);
+            helpersGo.TrySetResult();
+            release.Set();
+        }
+        await items;
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+
     [Fact]
     public async Task ALongComputationsDelays_FireDuringIt()
     {
