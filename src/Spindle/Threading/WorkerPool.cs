@@ -382,11 +382,11 @@ internal sealed class WorkerPool : Scheduler
         if (item is null)
         {
             // A worker blocked on a result still runs its own due timers: the result may be waiting for one of them. With
-            // nothing to run it is as idle as a worker about to park, and looks at the others' as that worker does: it
-            // never parks, so no other look of its would reach them (found by review, with a test: with every other worker
-            // in such a wait, a blocked worker's delays waited for its item).
+            // nothing to run it is as idle as a worker about to park, and looks at the others' timers and held batches as
+            // that worker does: it never parks, so no other look of its would reach them (found by review, with tests: with
+            // every other worker in such a wait, a blocked worker's delays, and the rest of a held batch, waited for it).
             return (w.Timers is { HasPending: true } timers && PollKeepingContext(timers))
-                || (_workers.Length > 1 && RescueOverdueTimers(w, busy: false));
+                || (_workers.Length > 1 && (RescueOverdueTimers(w, busy: false) || TakeOverHeldItems(w)));
         }
         RunItemKeepingContext(item);
         // A worker that keeps finding work while it waits must still look at its timers now and then, as its loop does:
@@ -632,10 +632,10 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>
     /// Fires the overdue timers of other workers that are running an item (<see cref="WorkerTimers.TryRescue"/>): their
     /// continuations are queued to the workers. Go's scheduler does the same with the timers of a busy processor
-    /// (<c>stealWork</c> runs <c>checkTimers</c> on the others'). An idle worker about to park (<paramref name="busy"/>
-    /// false) fires any it finds; it looks again every <see cref="RunNextLookMilliseconds"/> while another runs an item, so
+    /// (<c>stealWork</c> runs <c>checkTimers</c> on the others'). An idle worker about to park, or a worker in a helping
+    /// wait that finds nothing to run (<see cref="TryRunOne"/>), fires any it finds (<paramref name="busy"/> false); it looks again every <see cref="RunNextLookMilliseconds"/> while another runs an item, so
     /// a timer held by a long item fires about that late at most, as long as a worker is free. A busy worker looks every
-    /// <see cref="TimerPollInterval"/> of its own items and fires only the timers of a worker that has been in one item
+    /// <see cref="TimerPollInterval"/> of its own items (on its loop, or in a helping wait) and fires only the timers of a worker that has been in one item
     /// since its previous look (lent for an item, with the same <see cref="WorkerTimers.ItemsEntered"/> as then): with no
     /// worker idle (a saturated server), a long item's timers waited for it to end, however long (a user's review: 100
     /// delays of 10 ms held 3 s). Only a held worker's: rescuing the timers of a worker that is merely busy too sent them
@@ -705,7 +705,7 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// For an idle worker about to park: takes over the pieces not yet begun of the divisible items (timer batches) that
+    /// For an idle worker about to park (or one in a helping wait that finds nothing to run, <see cref="TryRunOne"/>): takes over the pieces not yet begun of the divisible items (timer batches) that
     /// other workers are running, where one piece has held its item long (<see cref="DivisibleWorkItem.TryTakeRest"/>), and
     /// queues them in order (<see cref="QueueInOrder"/>), as <see cref="RescueOverdueTimers"/> takes over a worker's own
     /// timers: a continuation that blocks inside a batch holds only itself. A parked worker looks again every
