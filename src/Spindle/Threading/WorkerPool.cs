@@ -142,6 +142,12 @@ internal sealed class WorkerPool : Scheduler
     /// thread outside the workers took one since its last look (<see cref="TryTakeShared"/>).
     /// </summary>
     internal static Action<WorkerPool>? TestHookLeftAJob;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs on a busy worker's look (<see cref="RescueOverdueTimers"/> with busy), between its
+    /// two reads of another worker's timers (whether they are lent for an item, and the count of items begun).
+    /// </summary>
+    internal static Action<WorkerPool, WorkerTimers>? TestHookBusyLookBetweenReads;
 #endif
 
     /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
@@ -655,8 +661,17 @@ internal sealed class WorkerPool : Scheduler
             }
             if (seen is not null)
             {
+                // Whether lent for an item first, then the count: the owner counts an item before it lends for it (EnterItem,
+                // whose lending is a release store), so a lending read here is of an item the count read after it includes,
+                // and an unchanged count means the owner has been in that item since the previous look. Read the other way
+                // round, an owner that began an item between the two reads was taken for held in the item before it
+                // (found by review, with a test).
+                bool lentForItem = timers.IsLentForItem;
+#if DEBUG
+                TestHookBusyLookBetweenReads?.Invoke(this, timers);
+#endif
                 int entered = timers.ItemsEntered;
-                bool held = entered == seen[i] && timers.IsLentForItem;
+                bool held = lentForItem && entered == seen[i];
                 seen[i] = entered;
                 if (!held)
                 {

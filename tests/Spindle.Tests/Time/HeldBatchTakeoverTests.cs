@@ -133,7 +133,8 @@ public class HeldBatchTakeoverTests
     /// As <see cref="DelaysOnTheMainShard_DueWithOneThatBlocks_RunWhileItBlocks_OnAnotherWorker"/>, with every other worker
     /// inside a blocking wait of its own (<c>GetResult</c> on a pending task, on a worker), which helps and finds nothing
     /// to run: it is as idle as a worker about to park, but it never parks, so only a look from its wait can take the rest
-    /// over (found by the review of stop 38: the rest waited for the holder).
+    /// over (found by the review of stop 38: the rest waited for the holder). The other workers block without helping
+    /// until the holder holds (so the batch runs on the one left free), then start their waits.
     /// </summary>
     [Fact]
     public async Task DelaysOnTheMainShard_DueWithOneThatBlocks_RunWhileItBlocks_WithEveryOtherWorkerWaitingHelping()
@@ -143,63 +144,64 @@ public class HeldBatchTakeoverTests
             return; // the taker is another worker (SPINDLE_WORKERS=1 runs have none)
         }
         await TestUtil.LeaveSpindleWorkers(); // started here, off the workers: the main shard, fired by the timer thread
-        var helpersGo = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        var helperThreads = new ConcurrentDictionary<int, bool>();
-        int roles = 0;
-
-        async SpindleTask WaitForTheTest()
+        for (int attempt = 0; attempt < 10; attempt++)
         {
-            await helpersGo.Task;
-        }
+            using var run = new Attempt();
+            using var startWaiting = new ManualResetEventSlim();
+            var helpersGo = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            int roles = 0;
+            int waiting = 0;
 
-        // Every worker takes one item at once: the first returns at once (the worker that will run the batch), the others
-        // wait helping until the test ends.
-        using var together = new Barrier(Spindle.WorkerCount);
-        var items = new SpindleTask[Spindle.WorkerCount];
-        for (int i = 0; i < items.Length; i++)
-        {
-            items[i] = Spindle.Run(() =>
+            async SpindleTask WaitForTheTest()
             {
-                Assert.True(together.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "every worker should take one of the items");
-                if (Interlocked.Increment(ref roles) == 1)
+                await helpersGo.Task;
+            }
+
+            // Every worker takes one item at once: the first returns at once (the worker that will run the batch); the
+            // others block until the holder holds, then wait helping until the attempt ends.
+            using var together = new Barrier(Spindle.WorkerCount);
+            var items = new SpindleTask[Spindle.WorkerCount];
+            for (int i = 0; i < items.Length; i++)
+            {
+                items[i] = Spindle.Run(() =>
                 {
-                    return;
-                }
-                helperThreads[Environment.CurrentManagedThreadId] = true;
-                WaitForTheTest().GetAwaiter().GetResult(); // a blocking wait on a worker: it helps until the task completes
-            });
-        }
-        try
-        {
-            TestUtil.SpinUntil(() => helperThreads.Count == Spindle.WorkerCount - 1);
-            for (int attempt = 0; attempt < 10; attempt++)
+                    Assert.True(together.SignalAndWait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "every worker should take one of the items");
+                    if (Interlocked.Increment(ref roles) == 1)
+                    {
+                        return;
+                    }
+                    startWaiting.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // blocks, not helping
+                    Interlocked.Increment(ref waiting);
+                    WaitForTheTest().GetAwaiter().GetResult(); // a blocking wait on a worker: it helps until the task completes
+                });
+            }
+            try
             {
-                using var run = new Attempt();
+                TestUtil.SpinUntil(() => Volatile.Read(ref roles) == Spindle.WorkerCount);
                 if (!StartInOneTick(run.StartAll))
                 {
+                    startWaiting.Set();
                     run.Finish(); // the starts crossed a tick: two passes, two batches; try again
                     continue;
                 }
                 Assert.True(run.Holding.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the holder never ran");
-                if (helperThreads.ContainsKey(Volatile.Read(ref run.HolderThread)))
-                {
-                    run.Finish(); // a helping worker took the batch (inside its wait), and the free worker takes over: try again
-                    continue;
-                }
+                startWaiting.Set();
+                TestUtil.SpinUntil(() => Volatile.Read(ref waiting) == Spindle.WorkerCount - 1);
                 run.AssertTheOthersRanWhileHeld("a batch of the main shard, every other worker waiting helping");
                 run.Finish();
                 return;
             }
-            Assert.Fail("the batch never ran on the worker that was not waiting");
-        }
-        finally
-        {
-            helpersGo.TrySetResult();
-            foreach (SpindleTask item in items)
+            finally
             {
-                await TestUtil.WithTimeout(item);
+                startWaiting.Set();
+                helpersGo.TrySetResult();
+                foreach (SpindleTask item in items)
+                {
+                    await TestUtil.WithTimeout(item);
+                }
             }
         }
+        Assert.Fail("the delays never started within one tick");
     }
 
     [Fact]

@@ -4,6 +4,7 @@ using System.Diagnostics;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
+using SpindleLib.Tests.Threading;
 
 namespace SpindleLib.Tests.Time;
 
@@ -563,6 +564,118 @@ public class WorkerShardRescueTests
 #else
         Assert.Equal(1, barriers);
 #endif
+    }
+#endif
+
+#if DEBUG
+    /// <summary>
+    /// A busy worker's look rescues only the timers of a worker held in one item since its previous look: lent for an
+    /// item, with the same count of items begun as then (<c>WorkerPool.RescueOverdueTimers</c>). The look reads the two
+    /// words one after the other; an owner that was between items at both looks and begins one between the two reads must
+    /// not be taken for held (its timers rescued as it starts an item: the rescue of a worker merely busy, which the rule
+    /// is there to avoid). A Debug hook begins the item in that window. Found by the review of stop 38: with the count read
+    /// first, the look took the new item for the old one.
+    /// </summary>
+    [Fact]
+    public async Task ABusyLook_DoesNotTakeAnOwnerThatBeginsAnItemDuringIt_ForHeld()
+    {
+        await TestUtil.LeaveSpindleWorkers();
+        var pool = new WorkerPool(2, "busy look test");
+        var timers = new ProbeTimers();
+        using var release = new ManualResetEventSlim();
+        using var inside = new ManualResetEventSlim();
+        int stop = 0;
+        int lookerThread = 0;
+        int installed = 0;
+        int looks = 0;
+        int lastEntered = -1;
+        int began = 0;
+        int ownerInItem = 0;
+        int ownerThread = 0;
+        try
+        {
+            // The looker: a chain of tiny items, each queueing the next to its own worker, which looks every 64 of them. The
+            // owner, parking, may take one from the looker's run-next slot: it sends it back through the injection queue.
+            ActionItem? chain = null;
+            chain = new ActionItem(() =>
+            {
+                if (Volatile.Read(ref stop) != 0)
+                {
+                    return;
+                }
+                if (Environment.CurrentManagedThreadId == Volatile.Read(ref ownerThread))
+                {
+                    pool.QueueInOrder(chain!);
+                    return;
+                }
+                Volatile.Write(ref lookerThread, Environment.CurrentManagedThreadId);
+                pool.Queue(chain!);
+            });
+            pool.Queue(chain);
+            TestUtil.SpinUntil(() => Volatile.Read(ref lookerThread) != 0);
+
+            // The owner: the other worker takes the stand-in as its timers (in an item: one item begun), then goes idle.
+            ActionItem? install = null;
+            install = new ActionItem(() =>
+            {
+                if (Environment.CurrentManagedThreadId == Volatile.Read(ref lookerThread))
+                {
+                    pool.QueueInOrder(install!); // the looker took it at a fair look: the other worker is to own the timers
+                    return;
+                }
+                Volatile.Write(ref ownerThread, Environment.CurrentManagedThreadId);
+                pool.GetOrAddCurrentWorkerTimers(static t => t, (WorkerTimers)timers);
+                Volatile.Write(ref installed, 1);
+            });
+            pool.QueueInOrder(install);
+            TestUtil.SpinUntil(() => Volatile.Read(ref installed) == 1);
+
+            int rescuesBefore = 0;
+            int rescuesByTheNextLook = -1;
+            WorkerPool.TestHookBusyLookBetweenReads = (p, t) =>
+            {
+                if (p != pool || t != timers)
+                {
+                    return;
+                }
+                if (Volatile.Read(ref began) != 0)
+                {
+                    if (Volatile.Read(ref rescuesByTheNextLook) < 0)
+                    {
+                        // The look that began the item has decided (the next one, which may rescue rightly, decides below).
+                        Volatile.Write(ref rescuesByTheNextLook, Volatile.Read(ref timers.Rescues) - rescuesBefore);
+                    }
+                    return;
+                }
+                looks++;
+                int entered = timers.ItemsEntered;
+                // At a look that follows one with the same count, the owner between items: it begins one now.
+                if (entered == lastEntered && !timers.IsLentForItem)
+                {
+                    rescuesBefore = Volatile.Read(ref timers.Rescues);
+                    Volatile.Write(ref began, 1);
+                    pool.QueueInOrder(new ActionItem(() =>
+                    {
+                        inside.Set();
+                        release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
+                    }));
+                    // No assertion here, on a worker's loop: what it finds is checked by the test's thread.
+                    Volatile.Write(ref ownerInItem, inside.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)) && timers.IsLentForItem ? 1 : 2);
+                }
+                lastEntered = entered;
+            };
+            TestUtil.SpinUntil(() => Volatile.Read(ref rescuesByTheNextLook) >= 0, () => $"{looks} looks, began {Volatile.Read(ref began)}; {pool.Describe()}");
+            Assert.True(Volatile.Read(ref ownerInItem) == 1, "the owner should be in the item, its timers lent for it, when the look reads on");
+            Assert.True(Volatile.Read(ref rescuesByTheNextLook) == 0,
+                "a busy look rescued the timers of a worker that began its item during that look, as if held in it since the look before");
+        }
+        finally
+        {
+            WorkerPool.TestHookBusyLookBetweenReads = null;
+            Volatile.Write(ref stop, 1);
+            release.Set();
+            pool.Dispose();
+        }
     }
 #endif
 
