@@ -35,6 +35,13 @@ public class WorkerShardRescueTests
         return true;
     }
 
+    /// <summary>True if every one of <paramref name="fired"/> is set within <paramref name="seconds"/>.</summary>
+    private static async Task<bool> AllSetWithin(TaskCompletionSource[] fired, int seconds)
+    {
+        Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
+        return await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(seconds))) == all;
+    }
+
     [Fact]
     public async Task DelaysStartedByAnItemThatThenBlocks_FireWhileItBlocks_OnAnotherWorker()
     {
@@ -87,9 +94,7 @@ public class WorkerShardRescueTests
         });
         try
         {
-            Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
-            Task first = await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
-            Assert.True(first == all,
+            Assert.True(await AllSetWithin(fired, TestUtil.DefaultTimeoutSeconds),
                 $"the delays of a worker blocked in an item did not fire while it blocked; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
             Assert.False(release.IsSet);
             Assert.Empty(early);
@@ -163,9 +168,7 @@ public class WorkerShardRescueTests
         });
         try
         {
-            Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
-            Task first = await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds - 5)));
-            Assert.True(first == all,
+            Assert.True(await AllSetWithin(fired, TestUtil.DefaultTimeoutSeconds - 5),
                 $"with no worker idle, the delays of a worker blocked in an item did not fire while it blocked; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
             Assert.False(release.IsSet);
         }
@@ -250,9 +253,7 @@ public class WorkerShardRescueTests
         });
         try
         {
-            Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
-            Task first = await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds - 5)));
-            Assert.True(first == all,
+            Assert.True(await AllSetWithin(fired, TestUtil.DefaultTimeoutSeconds - 5),
                 $"with every other worker in a helping wait ({Volatile.Read(ref helping)} of {Spindle.WorkerCount - 1}), the delays of a worker blocked in an item did not fire while it blocked; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
             Assert.False(release.IsSet);
             Assert.Equal(Spindle.WorkerCount - 1, Volatile.Read(ref helping));
