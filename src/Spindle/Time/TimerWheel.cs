@@ -210,6 +210,15 @@ public sealed partial class TimerWheel : IDisposable
         return sb.ToString();
     }
 
+    /// <summary>Each worker shard's pending count, in the order the shards were created (tests and diagnostics).</summary>
+    internal long[] WorkerShardCounts()
+    {
+        lock (_workerShardList)
+        {
+            return _workerShardList.ConvertAll(shard => shard.PendingCount).ToArray();
+        }
+    }
+
     /// <summary>How many timers that are never due this wheel's Dispose would cancel: the pending ones nobody has let go of and the GC has not collected (tests).</summary>
     internal int NeverDuePendingCount => Volatile.Read(ref _neverDue)?.LiveCount ?? 0;
 
