@@ -425,6 +425,50 @@ internal sealed class WorkerPool : Scheduler
         return ran;
     }
 
+    /// <summary>
+    /// Runs a worker's due timers from its loop, as <see cref="PollTimers(WorkerTimers, out TimeSpan)"/>, or, with
+    /// <paramref name="share"/>, queues their continuations for an idle worker to take a share (<see cref="WorkerTimers.PollSharing"/>).
+    /// </summary>
+    private static bool PollTimers(WorkerTimers timers, bool share, out TimeSpan untilNext)
+        => share ? timers.PollSharing(out untilNext) /* runs no user code: nothing to restore */ : PollTimers(timers, out untilNext);
+
+    /// <summary>
+    /// The fewest timers a worker holds before it shares its due continuations with an idle worker
+    /// (<see cref="ShouldShareTimers"/>): below it, one worker fires them all in a fraction of a millisecond a pass.
+    /// </summary>
+    internal const int ShareTimersAbove = 256;
+
+    /// <summary>
+    /// True when the calling worker's next pass should share its continuations (<see cref="WorkerTimers.PollSharing"/>):
+    /// another worker is idle (parked or spinning) and holds fewer than half as many timers. A timer lives on the shard
+    /// of the worker that started it, and a timer's continuation runs on the worker that fires it, so a loop of delays
+    /// stays on one worker for ever: once a rescue (an idle or a busy worker firing a held worker's timers) had moved a
+    /// worker's sessions to another, they never came back (the user's latency program: 200,000 sessions on one shard and
+    /// none on the other, the delays at half the rate with the CPU at 52%). Sharing moves continuations, not timers: a
+    /// timer never changes shard, so its cancellation and its order of firing are as before. Two volatile reads a pass
+    /// while no worker is idle.
+    /// </summary>
+    private bool ShouldShareTimers(Worker self, WorkerTimers timers)
+    {
+        if (_workers.Length == 1 || (_idle.Count == 0 && Volatile.Read(ref _spinning) == 0))
+        {
+            return false;
+        }
+        long own = timers.Count;
+        if (own < ShareTimersAbove)
+        {
+            return false;
+        }
+        foreach (Worker other in _workers)
+        {
+            if (other != self && (Volatile.Read(ref other.Timers)?.Count ?? 0) * 2 < own)
+            {
+                return true;
+            }
+        }
+        return false;
+    }
+
     /// <summary>Runs a worker's due timers while it helps inside some other code's context, and restores that context.</summary>
     private static bool PollKeepingContext(WorkerTimers timers)
     {
@@ -846,8 +890,18 @@ internal sealed class WorkerPool : Scheduler
             woken = false;
 
             // Out of work: run the timers that are due (their continuations may make more work) before spinning.
-            if (self.Timers is { HasPending: true } dueTimers && PollTimers(dueTimers, out _))
+            if (self.Timers is { HasPending: true } dueTimers && PollTimers(dueTimers, ShouldShareTimers(self, dueTimers), out _))
             {
+                // A worker kept busy by its own timers' passes, which are not items, looks at a held worker's timers every
+                // TimerPollInterval passes too, or it never reached the look (the user's latency program: 5-6 s late).
+                if (++self.SinceTimerPoll >= TimerPollInterval)
+                {
+                    self.SinceTimerPoll = 0;
+                    if (_workers.Length > 1)
+                    {
+                        RescueOverdueTimers(self, busy: true);
+                    }
+                }
                 continue;
             }
 
@@ -897,7 +951,7 @@ internal sealed class WorkerPool : Scheduler
             // wake-up at an announced worker, which would then wait for that code while another parked worker slept on
             // (for ever, if the continuation blocks until that producer's item has run). Found by review, with a test.
             TimeSpan untilTimer = Timeout.InfiniteTimeSpan;
-            if (self.Timers is { HasPending: true } parkTimers && (PollTimers(parkTimers, out untilTimer) || untilTimer == TimeSpan.Zero))
+            if (self.Timers is { HasPending: true } parkTimers && (PollTimers(parkTimers, ShouldShareTimers(self, parkTimers), out untilTimer) || untilTimer == TimeSpan.Zero))
             {
                 continue; // timers fired (or are due) after all: stay awake
             }

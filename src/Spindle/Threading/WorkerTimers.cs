@@ -20,6 +20,19 @@ internal abstract class WorkerTimers
     public abstract bool Poll(out TimeSpan untilNext);
 
     /// <summary>
+    /// As <see cref="Poll"/>, but the continuations of the timers due are queued to the workers in order instead of run
+    /// here, so that an idle worker runs a share of them, and the timers they start go into its own timers: how a worker
+    /// whose timers far outnumber an idle worker's hands it sessions (<c>WorkerPool.ShouldShareTimers</c>). Owner only, from
+    /// its loop, between items.
+    /// </summary>
+    public virtual bool PollSharing(out TimeSpan untilNext) => Poll(out untilNext);
+
+    /// <summary>
+    /// How many timers the worker holds, as its owner last published (a hint, for <c>WorkerPool.ShouldShareTimers</c>). Any thread.
+    /// </summary>
+    public virtual long Count => 0;
+
+    /// <summary>
     /// Called by the owning worker just before it blocks (after its last <see cref="Poll"/>): from now until
     /// <see cref="Unpark"/>, other threads may tidy the timers (release cancelled ones). Returns false, and stays owned,
     /// if something arrived that the worker must handle first: it must then not block, but poll again.

@@ -142,7 +142,10 @@ public sealed partial class TimerWheel : IDisposable
     /// heavy computation, does not hold them back, as long as another worker is free. So does a timer's continuation
     /// that runs long inside its worker's pass: once the pass has run for two ticks of the clock's milliseconds, an idle
     /// worker fires the rest of it that falls due (within about 10 ms); long work is still better run with
-    /// <see cref="Spindle.Run(Action)"/>.
+    /// <see cref="Spindle.Run(Action)"/>. With no worker free, another worker that runs only its own timers still fires
+    /// them, later (it looks every few dozen passes). Code resumed by a timer another worker fired runs there, and the
+    /// timers it starts join that worker's part: a worker whose part holds far more timers than an idle worker's hands
+    /// that worker a share of its due continuations, so timer loops spread over the workers again.
     /// </remarks>
     public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
 
@@ -208,6 +211,15 @@ public sealed partial class TimerWheel : IDisposable
             }
         }
         return sb.ToString();
+    }
+
+    /// <summary>Each worker shard's pending count, in the order the shards were created (tests and diagnostics).</summary>
+    internal long[] WorkerShardCounts()
+    {
+        lock (_workerShardList)
+        {
+            return _workerShardList.ConvertAll(shard => shard.PendingCount).ToArray();
+        }
     }
 
     /// <summary>How many timers that are never due this wheel's Dispose would cancel: the pending ones nobody has let go of and the GC has not collected (tests).</summary>

@@ -315,6 +315,39 @@ internal sealed class WheelShard : WorkerTimers
         return _fired != fired;
     }
 
+    /// <inheritdoc/>
+    /// <remarks>
+    /// The pass is the owner's own (<see cref="Poll"/>: the same budget, the same order of firing), but it queues the
+    /// due continuations in batches, in order, through the injection queue (as a rescue does), where an idle worker
+    /// takes them: the timers they start go into that worker's shard. No user code runs inside this pass, so nothing
+    /// nests in it and nothing is lent around a continuation.
+    /// </remarks>
+    public override bool PollSharing(out TimeSpan untilNext)
+    {
+        Debug.Assert(!IsLent && !InItem && !InContinuation, "only the owner's loop shares, between items");
+        _queueing = true;
+#if DEBUG
+        Interlocked.Increment(ref SharingPassesForTests);
+#endif
+        try
+        {
+            return Poll(out untilNext);
+        }
+        finally
+        {
+            FlushBatch();
+            _queueing = false;
+        }
+    }
+
+#if DEBUG
+    /// <summary>Tests only: how many passes have shared their continuations (<see cref="PollSharing"/>).</summary>
+    internal static long SharingPassesForTests;
+#endif
+
+    /// <inheritdoc/>
+    public override long Count => Volatile.Read(ref _linked);
+
     private long _fired;
 
     // A worker's shard, lent while its worker runs an item (WorkerTimers.Lend): the earliest tick at which something may
@@ -324,7 +357,9 @@ internal sealed class WheelShard : WorkerTimers
     // The tick at which the owner's running pass began (the outermost pass's, once a nested one ends); long.MaxValue
     // between passes. A rescuer takes over a pass lent for a continuation only once it has run LongPassTicks.
     private long _passSince = long.MaxValue;
-    private bool _rescuing; // true while a rescuer's pass runs: due continuations are queued to the workers, not run
+    // True while a rescuer's pass runs (Rescue), or an owner's pass that shares its continuations (PollSharing): due
+    // continuations are queued to the workers in order, not run. Touched only by the shard's holder of the moment.
+    private bool _queueing;
 
     /// <inheritdoc/>
     protected override bool IsOverdue() => Volatile.Read(ref _nextDue) < _wheel.NowTick();
@@ -354,10 +389,10 @@ internal sealed class WheelShard : WorkerTimers
     {
         long now = _wheel.NowTick();
         long fired = _fired;
-        _rescuing = true;
+        _queueing = true;
         DrainInboxes(now);
         FlushBatch();
-        _rescuing = false;
+        _queueing = false;
         PublishCount();
         Volatile.Write(ref _nextDue, NextDeadline());
         return _fired != fired;
@@ -734,7 +769,7 @@ internal sealed class WheelShard : WorkerTimers
         {
             return;
         }
-        if (!_dispatch && !_rescuing)
+        if (!_dispatch && !_queueing)
         {
             // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
             // of the slot would be lost, a worker's thread would die, a wheel's drive would stay held). It is reported,
@@ -772,12 +807,13 @@ internal sealed class WheelShard : WorkerTimers
     }
 
     /// <summary>
-    /// Hands a full (or final) batch to the workers: a rescuer's in order through the pool's injection queue
-    /// (<see cref="WorkerPool.QueueInOrder"/>; the rescuer is a worker, whose own queueing would run them newest first).
+    /// Hands a full (or final) batch to the workers: a rescuer's, or a sharing owner's (<see cref="PollSharing"/>), in
+    /// order through the pool's injection queue (<see cref="WorkerPool.QueueInOrder"/>; either is a worker, whose own
+    /// queueing would run them newest first, and an idle worker takes them from there).
     /// </summary>
     private void QueueBatch(TimerBatch batch)
     {
-        if (_rescuing)
+        if (_queueing)
         {
             WorkerPool.Shared.QueueInOrder(batch);
         }

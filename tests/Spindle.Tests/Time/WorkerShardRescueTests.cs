@@ -36,7 +36,7 @@ public class WorkerShardRescueTests
     }
 
     /// <summary>True if every one of <paramref name="fired"/> is set within <paramref name="seconds"/>.</summary>
-    private static async Task<bool> AllSetWithin(TaskCompletionSource[] fired, int seconds)
+    internal static async Task<bool> AllSetWithin(TaskCompletionSource[] fired, int seconds)
     {
         Task all = Task.WhenAll(Array.ConvertAll(fired, f => f.Task));
         return await Task.WhenAny(all, Task.Delay(TimeSpan.FromSeconds(seconds))) == all;
