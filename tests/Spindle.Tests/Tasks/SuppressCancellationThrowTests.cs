@@ -296,6 +296,40 @@ public sealed class SuppressCancellationThrowTests
         Assert.False(here.GetResult());
     }
 
+    [Fact]
+    public void SteadyState_FramesOfSuppressedLoopAwaits_AllocateNothing()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        using var cts = new CancellationTokenSource();
+        var entities = new Entity[300];
+        for (int i = 0; i < entities.Length; i++)
+        {
+            entities[i] = new Entity();
+            RunEntity(loop, entities[i], delay: i % 2 == 1, cts.Token).Forget();
+        }
+        for (int f = 0; f < 50; f++)
+        {
+            loop.RunFrame(TimeSpan.FromMilliseconds(5));
+        }
+        long fewest = long.MaxValue;
+        for (int run = 0; run < 20 && fewest != 0; run++)
+        {
+            long before = GC.GetAllocatedBytesForCurrentThread();
+            for (int f = 0; f < 20; f++)
+            {
+                loop.RunFrame(TimeSpan.FromMilliseconds(5));
+            }
+            fewest = Math.Min(fewest, GC.GetAllocatedBytesForCurrentThread() - before);
+        }
+        Assert.Equal(0, fewest);
+        cts.Cancel();
+        foreach (Entity e in entities)
+        {
+            Assert.True(e.Ended && e.Canceled && !e.OffLoop);
+        }
+    }
+
     private static async SpindleTask<int> CountCancelled(SpindleTask[] tasks)
     {
         int n = 0;
