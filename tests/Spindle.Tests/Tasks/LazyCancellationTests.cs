@@ -82,6 +82,30 @@ public sealed class LazyCancellationTests
 
     private static async SpindleTask Awaits(SpindleTask task) => await task;
 
+    /// <summary>
+    /// A suppressed read asks for the cancellation as a value with a thread-static flag; a read of a source that built its
+    /// cancellation at once (a promise) takes no flag, and the next throwing read on the thread must still build the real
+    /// exception, with its token, not the shared "canceled" value.
+    /// </summary>
+    [Fact]
+    public void TheValueFlag_DoesNotOutliveTheSuppressedRead()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        for (int kind = 0; kind < 3; kind++)
+        {
+            var p = new Promise();
+            p.SetCanceled();
+            Assert.True(p.Task.SuppressCancellationThrow().GetAwaiter().GetResult());
+            Assert.True(SpindleTask.FromCanceled().SuppressCancellationThrow().GetAwaiter().GetResult());
+            using var cts = new CancellationTokenSource();
+            SpindleTask t = Start(kind, loop, cts.Token);
+            cts.Cancel();
+            var ex = Assert.Throws<TaskCanceledException>(() => t.GetAwaiter().GetResult());
+            Assert.Equal(cts.Token, ex.CancellationToken);
+        }
+    }
+
     [Fact]
     public async Task Combinators_PassTheCancellationOn_WithItsToken()
     {
