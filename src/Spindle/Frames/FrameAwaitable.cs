@@ -20,7 +20,7 @@ namespace SpindleLib;
 /// <para><c>default(FrameAwaitable)</c> is already complete.</para>
 /// </remarks>
 [StructLayout(LayoutKind.Auto)]
-public readonly struct FrameAwaitable
+public readonly partial struct FrameAwaitable
 {
     // _target is the phase for a wait that starts when awaited (_kind Yield, NextFrame or SwitchTo), or, for _kind
     // Source, the source of a wait already started (a pooled waiter, or a completed source), or null when complete.
@@ -102,6 +102,9 @@ public readonly struct FrameAwaitable
                 s.GetResult(_token);
             }
         }
+
+        /// <summary>As <see cref="GetResult"/>, returning a cancellation instead of throwing it (<see cref="FrameAwaitable.SuppressCancellationThrow"/>).</summary>
+        internal bool GetResultOrCanceled() => _kind == FrameAwaitKind.Source && _target is ISpindleSource s && QuietRead.ReadCanceled(s, _token);
 
         /// <summary>Schedules the continuation, flowing the current <see cref="ExecutionContext"/>.</summary>
         public void OnCompleted(Action continuation)

@@ -223,6 +223,14 @@ public sealed partial class FrameLoop
     public FramePhase? CurrentPhase => Volatile.Read(ref _currentPhase);
 
     /// <summary>True when the calling thread is the loop thread (see the remarks on <see cref="FrameLoop"/>).</summary>
+    /// <remarks>
+    /// The loop thread is the thread that began the latest frame (or ran a phase), or the thread running
+    /// <see cref="Run"/>, from its first frame until it stops. So this is false on every thread before the loop's first
+    /// frame, including the thread that is about to call <see cref="RunFrame()"/> or <see cref="Run"/>: which thread will
+    /// drive a loop is not known until one does, and a loop may be driven by another thread later. Awaits made then are
+    /// not lost: they take effect in the first frame and resume on the thread that runs it. To ask "will this code run
+    /// on the loop", test <c>IsLoopThread</c> inside a frame (a phase's continuation), or after <c>await loop.SwitchTo()</c>.
+    /// </remarks>
     public bool IsLoopThread => Thread.CurrentThread == Volatile.Read(ref _loopThread);
 
     /// <summary>Continuations queued in the phases, and handed off but not yet drained (for tests).</summary>

@@ -39,10 +39,10 @@ namespace SpindleLib;
 /// their pool before the awaiting code could rent them again.</para>
 /// </remarks>
 [StackTraceHidden]
-internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSource, IQuietSource
+internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSource, IQuietSource, ILazyCanceledSource
 {
 #if NET
-    private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((FrameWaiter)o!)._core.TrySetCanceled(ct);
+    private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((FrameWaiter)o!)._core.TrySetCanceledLazily();
 #else
     private static readonly Action<object?> s_onCanceled = static o => ((FrameWaiter)o!).OnCanceledPortable();
 #endif
@@ -97,7 +97,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
     }
 
 #if !NET
-    private void OnCanceledPortable() => _core.TrySetCanceled(_cancellationToken);
+    private void OnCanceledPortable() => _core.TrySetCanceledLazily();
 #endif
 
     /// <summary>
@@ -184,14 +184,10 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
         // awaiting code throws it once, at its await (a throw here doubled the cost of cancelling many loop delays at
         // once, a scene unload). Misuse, and any failure other than the cancellation, still throw, as the read did.
         _timer = null;
-        ExceptionDispatchInfo? failure = QuietRead.ReadOrThrow(timer, token);
-        if (failure is not null && failure.SourceException is not OperationCanceledException)
-        {
-            failure.Throw();
-        }
+        QuietRead.ReadCanceled(timer, token);
         try
         {
-            _core.TrySetCanceled(_cancellationToken);
+            _core.TrySetCanceledLazily();
         }
         finally
         {
@@ -330,6 +326,9 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
     /// </summary>
     internal static Action<FrameWaiter>? TestHookBeforePoll;
 #endif
+
+    /// <summary>The token that canceled this use (<see cref="ILazyCanceledSource"/>): it stays until the waiter is recycled.</summary>
+    CancellationToken ILazyCanceledSource.CanceledBy => _cancellationToken;
 
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 

@@ -2,6 +2,7 @@ using System;
 using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
+using System.Threading;
 
 namespace SpindleLib;
 
@@ -86,5 +87,178 @@ internal static class QuietRead
         }
         error = null;
         return source.GetResult(token);
+    }
+
+    /// <summary>
+    /// Reads <paramref name="source"/>'s use <paramref name="token"/> once, as an await does, and returns true if it was
+    /// canceled (its failure is an <see cref="OperationCanceledException"/>), without throwing or building the exception:
+    /// <c>SuppressCancellationThrow()</c>'s read, and the frame waiter's read of its cancelled timer. Misuse and any
+    /// other failure are thrown, as <c>GetResult</c> throws them.
+    /// </summary>
+    public static bool ReadCanceled(ISpindleSource source, short token)
+    {
+        if (source is not IQuietSource quiet)
+        {
+            return ReadCanceledWithCatch(source, token);
+        }
+        ExceptionDispatchInfo? failure;
+        if (LazyCancellation.AskForValue(source, token))
+        {
+            try
+            {
+                failure = quiet.ReadQuietly(token);
+            }
+            finally
+            {
+                LazyCancellation.EndAsking();
+            }
+        }
+        else
+        {
+            failure = quiet.ReadQuietly(token);
+        }
+        return IsCancellationOrThrow(failure);
+    }
+
+    /// <summary>As <see cref="ReadCanceled(ISpindleSource, short)"/>, keeping the result (default when canceled).</summary>
+    public static T ReadCanceled<T>(ISpindleSource<T> source, short token, out bool canceled)
+    {
+        if (source is not IQuietSource<T> quiet)
+        {
+            return ReadCanceledWithCatch(source, token, out canceled);
+        }
+        ExceptionDispatchInfo? failure;
+        T result;
+        if (LazyCancellation.AskForValue(source, token))
+        {
+            try
+            {
+                result = quiet.ReadQuietly(token, out failure);
+            }
+            finally
+            {
+                LazyCancellation.EndAsking();
+            }
+        }
+        else
+        {
+            result = quiet.ReadQuietly(token, out failure);
+        }
+        canceled = IsCancellationOrThrow(failure);
+        return canceled ? default! : result;
+    }
+
+    private static bool IsCancellationOrThrow(ExceptionDispatchInfo? failure)
+    {
+        if (failure is null)
+        {
+            return false;
+        }
+        if (failure.SourceException is not OperationCanceledException)
+        {
+            failure.Throw();
+        }
+        return true;
+    }
+
+    /// <summary>A user's own source, which cannot be read quietly: its cancellation is caught.</summary>
+    private static bool ReadCanceledWithCatch(ISpindleSource source, short token)
+    {
+        try
+        {
+            source.GetResult(token);
+            return false;
+        }
+        catch (OperationCanceledException)
+        {
+            return true;
+        }
+    }
+
+    private static T ReadCanceledWithCatch<T>(ISpindleSource<T> source, short token, out bool canceled)
+    {
+        try
+        {
+            canceled = false;
+            return source.GetResult(token);
+        }
+        catch (OperationCanceledException)
+        {
+            canceled = true;
+            return default!;
+        }
+    }
+}
+
+/// <summary>
+/// A source that completes as canceled with <see cref="SourceCore{TResult}.TrySetCanceledLazily"/>: it keeps the
+/// token that canceled it until its use is read.
+/// </summary>
+internal interface ILazyCanceledSource
+{
+    /// <summary>The token that canceled the current use; read only while the use is completed and not yet consumed.</summary>
+    CancellationToken CanceledBy { get; }
+}
+
+/// <summary>
+/// A cancellation stored without its exception: the completion core keeps <see cref="Marker"/> in its failure slot, and
+/// the exception (a <see cref="System.Threading.Tasks.TaskCanceledException"/> with the owner's token, as
+/// <c>TrySetCanceled</c> builds it) is made only when a reader needs one, as the BCL's Task makes its cancellation's
+/// exception only when it is observed.
+/// </summary>
+/// <remarks>
+/// A scene unload that cancels 10,000 pending waits built 10,000 exceptions and their dispatch infos at the cancellation
+/// (about 250 bytes each, <c>docs/decisions.md</c> section 34 left it), even when the awaiting code reads the
+/// cancellation as a value. Only sources read once use it (a delay's timer node, a frame wait): a promise or a signal
+/// wait may be read again and must hand every reader the same exception object, so they build it at once.
+/// <para>The reader that asks for the cancellation as a value (<see cref="QuietRead.ReadCanceled(ISpindleSource, short)"/>)
+/// sets a thread-static flag around its own read of a completed, canceled use; the core's read takes it and hands back
+/// <see cref="CanceledValue"/>, a shared dispatch info that stands for "canceled" and is never thrown. The flag is set
+/// only when the use is completed, so the read neither blocks nor helps run other work, and only around a Spindle
+/// source's quiet read, which runs no user code before its own core's read (the only read that can take it).</para>
+/// </remarks>
+internal static class LazyCancellation
+{
+    /// <summary>What a lazily canceled core keeps in its failure slot.</summary>
+    internal static readonly object Marker = new MarkerObject();
+
+    /// <summary>"Canceled", handed to a reader that asked for the value, and to internal readers that only test for null.</summary>
+    internal static readonly ExceptionDispatchInfo CanceledValue = ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(default));
+
+    [ThreadStatic]
+    private static bool t_asValue;
+
+    /// <summary>Builds the cancellation's exception from the owner's token (<see cref="ILazyCanceledSource"/>), or the shared value.</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static ExceptionDispatchInfo Build(ISpindleSource? owner)
+    {
+        if (t_asValue || owner is not ILazyCanceledSource lazy)
+        {
+            t_asValue = false;
+            return CanceledValue;
+        }
+        return ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(lazy.CanceledBy));
+    }
+
+    /// <summary>
+    /// Sets the flag for the read of <paramref name="source"/>'s use <paramref name="token"/> if that use has completed as
+    /// canceled (so only then): true if set, and the caller must call <see cref="EndAsking"/> after the read.
+    /// </summary>
+    public static bool AskForValue(ISpindleSource source, short token)
+    {
+        if (source.GetStatus(token) != SpindleTaskStatus.Canceled)
+        {
+            return false;
+        }
+        t_asValue = true;
+        return true;
+    }
+
+    /// <summary>Clears the flag after the read (a source whose cancellation was built at once leaves it set).</summary>
+    public static void EndAsking() => t_asValue = false;
+
+    private sealed class MarkerObject
+    {
+        public override string ToString() => "canceled (lazily)";
     }
 }

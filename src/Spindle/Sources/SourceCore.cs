@@ -415,9 +415,15 @@ internal struct SourceCore<TResult>
             {
                 return SpindleTaskStatus.Pending;
             }
-            return StatusOf(ErrorOnceCompleted);
+            return StatusOfOutcome(_stateOrError);
         }
     }
+
+    /// <summary>The status of a completed use whose slot holds <paramref name="outcome"/> (a failure, a lazy cancellation, or null).</summary>
+    private static SpindleTaskStatus StatusOfOutcome(object? outcome)
+        => outcome is null ? SpindleTaskStatus.Succeeded
+            : outcome is ExceptionDispatchInfo failure ? StatusOf(failure)
+            : SpindleTaskStatus.Canceled; // LazyCancellation.Marker
 
     /// <summary>The status of a completed operation whose failure is <paramref name="failure"/> (null: it succeeded).</summary>
     internal static SpindleTaskStatus StatusOf(ExceptionDispatchInfo? failure)
@@ -450,7 +456,7 @@ internal struct SourceCore<TResult>
         {
             return false; // consumed meanwhile: the use is over, and the slot may be the next use's
         }
-        status = StatusOf(slot as ExceptionDispatchInfo);
+        status = slot is null || slot is ExceptionDispatchInfo || slot == LazyCancellation.Marker ? StatusOfOutcome(slot) : SpindleTaskStatus.Succeeded;
         return true;
     }
 
@@ -502,7 +508,7 @@ internal struct SourceCore<TResult>
 #if DEBUG
         SourceCoreTestHooks.ReadSawCompleted?.Invoke();
 #endif
-        error = ErrorOnceCompleted;
+        error = ErrorOnceCompleted(owner);
         TResult result = _result;
         WeakMemory.Fence(); // the outcome's loads before the check's (a seqlock reader's order; nothing on x86/x64)
         if (token != (short)Volatile.Read(ref _word)) // a volatile read: never merged with the check above
@@ -535,7 +541,7 @@ internal struct SourceCore<TResult>
                 ThrowHelper.ThrowStaleToken();
             }
         }
-        error = ErrorOnceCompleted;
+        error = ErrorOnceCompleted(owner);
         TResult result = _result;
         // Still Completed afterwards (until ClearForPool): an owner may look at IsCompleted after its consumer has read.
         if ((short)w != token || Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) != w)
@@ -545,11 +551,24 @@ internal struct SourceCore<TResult>
         return result;
     }
 
-    /// <summary>The stored exception, if the operation has completed and failed (for observers that must not throw).</summary>
-    public Exception? Error => IsCompleted ? ErrorOnceCompleted?.SourceException : null;
+    /// <summary>
+    /// The stored exception, if the operation has completed and failed (for observers that must not throw; a lazy
+    /// cancellation is the shared <see cref="LazyCancellation.CanceledValue"/>'s, which tells only that it was canceled).
+    /// </summary>
+    public Exception? Error => IsCompleted ? ErrorOnceCompleted(null)?.SourceException : null;
 
-    /// <summary>The failure, read after completion has been seen (before it, the slot may hold a waiter's state).</summary>
-    private readonly ExceptionDispatchInfo? ErrorOnceCompleted => (ExceptionDispatchInfo?)_stateOrError;
+    /// <summary>
+    /// The failure, read after completion has been seen (before it, the slot may hold a waiter's state). A cancellation
+    /// stored lazily (<see cref="TrySetCanceledLazily"/>) is built here, for a reader that needs the exception, from
+    /// <paramref name="owner"/>'s token, or handed back as <see cref="LazyCancellation"/>'s sentinel to the one reader
+    /// that asked for the cancellation as a value (and to <paramref name="owner"/> null: a reader that only tests it).
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private readonly ExceptionDispatchInfo? ErrorOnceCompleted(ISpindleSource? owner)
+    {
+        object? outcome = _stateOrError;
+        return outcome is null ? null : outcome as ExceptionDispatchInfo ?? LazyCancellation.Build(owner);
+    }
 
     /// <summary>Completes with <paramref name="result"/>; false if already completed.</summary>
     public bool TrySetResult(TResult result)
@@ -696,14 +715,21 @@ internal struct SourceCore<TResult>
         return TryComplete(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
     }
 
-    /// <summary>Completes with a failure captured beforehand; false if already completed.</summary>
-    private bool TryComplete(ExceptionDispatchInfo error)
+    /// <summary>
+    /// Completes as canceled, building no exception: the owner, an <see cref="ILazyCanceledSource"/>, keeps the token,
+    /// and a reader that throws builds the <see cref="OperationCanceledException"/> then (<see cref="LazyCancellation"/>),
+    /// as the BCL's Task does. False if already completed.
+    /// </summary>
+    public bool TrySetCanceledLazily() => !IsCompletingOrCompleted && TryComplete(LazyCancellation.Marker);
+
+    /// <summary>Completes with a failure captured beforehand, or a lazy cancellation's marker; false if already completed.</summary>
+    private bool TryComplete(object error)
     {
         if (!TryBeginCompletion(out object? waiter))
         {
             return false;
         }
-        EndCompletion(waiter, error);
+        EndCompletionWithOutcome(waiter, error);
         return true;
     }
 
@@ -763,10 +789,14 @@ internal struct SourceCore<TResult>
     /// its slot, publishes, and runs the waiter (or, for an abandoned use, reports a fault nobody will read). A result, if
     /// any, must be written before.
     /// </summary>
-    public void EndCompletion(object? waiter, ExceptionDispatchInfo? error)
+    public void EndCompletion(object? waiter, ExceptionDispatchInfo? error) => EndCompletionWithOutcome(waiter, error);
+
+    /// <summary>As <see cref="EndCompletion"/>; <paramref name="outcome"/> may also be <see cref="LazyCancellation.Marker"/>.</summary>
+    private void EndCompletionWithOutcome(object? waiter, object? outcome)
     {
+        ExceptionDispatchInfo? error = outcome as ExceptionDispatchInfo;
         object? state = waiter is not null && waiter.GetType() == typeof(Action<object?>) ? _stateOrError : null;
-        _stateOrError = error;
+        _stateOrError = outcome;
         _continuation = null;
 #if DEBUG
         SourceCoreTestHooks.CompletionClaimed?.Invoke();
@@ -953,7 +983,7 @@ internal struct SourceCore<TResult>
     /// </summary>
     private bool TryConsumeAt(int w, out ExceptionDispatchInfo? error)
     {
-        error = ErrorOnceCompleted;
+        error = ErrorOnceCompleted(null); // its callers only test a cancellation for null, or report faults
         if (Interlocked.CompareExchange(ref _word, With(NextVersion(w), Completed), w) == w)
         {
             return true;

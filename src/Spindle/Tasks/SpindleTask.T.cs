@@ -144,6 +144,17 @@ public readonly partial struct SpindleTask<T>
             return s.GetResult(_task._token); // Spindle's sources block here if the task is still pending
         }
 
+        /// <summary>As <see cref="GetResult"/>, returning a cancellation instead of throwing it (<see cref="SpindleTask{T}.SuppressCancellationThrow"/>).</summary>
+        internal T GetResultOrCanceled(out bool canceled)
+        {
+            if (_task._source is not { } s)
+            {
+                canceled = false;
+                return _task._result;
+            }
+            return QuietRead.ReadCanceled(s, _task._token, out canceled);
+        }
+
         /// <summary>Schedules the continuation, flowing the current <see cref="System.Threading.ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's

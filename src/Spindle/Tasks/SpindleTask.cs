@@ -210,6 +210,9 @@ public readonly partial struct SpindleTask
             }
         }
 
+        /// <summary>As <see cref="GetResult"/>, returning a cancellation instead of throwing it (<see cref="SpindleTask.SuppressCancellationThrow"/>).</summary>
+        internal bool GetResultOrCanceled() => _task._source is { } s && QuietRead.ReadCanceled(s, _task._token);
+
         /// <summary>Schedules the continuation, flowing the current <see cref="ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's

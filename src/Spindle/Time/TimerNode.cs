@@ -26,7 +26,7 @@ namespace SpindleLib;
 /// before its insert snapshot, so it never releases a node that is still waiting to be linked.</para>
 /// </remarks>
 [StackTraceHidden]
-internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<TimerNode>, IQuietSource
+internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<TimerNode>, IQuietSource, ILazyCanceledSource
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_onTokenCanceled = static (o, ct) => ((TimerNode)o!).OnTokenCanceled(ct);
@@ -137,21 +137,24 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         {
             return;
         }
-        Cancel(ThrowHelper.Canceled(cancellationToken));
+        Cancel(null); // lazily: the exception is built only for a reader that throws it (LazyCancellation)
     }
 
+    /// <summary>The token that canceled this use (<see cref="ILazyCanceledSource"/>): it stays until the node is recycled.</summary>
+    CancellationToken ILazyCanceledSource.CanceledBy => _token;
+
     /// <summary>
-    /// Cancels the delay if it is still pending: completes it with <paramref name="exception"/> (running its
-    /// continuation) and hands the node to the wheel's cancel inbox. Returns false if the delay had already fired or
-    /// been cancelled.
+    /// Cancels the delay if it is still pending: completes it with <paramref name="exception"/> (or, for null, as
+    /// canceled by its token, lazily) (running its continuation) and hands the node to the wheel's cancel inbox. Returns
+    /// false if the delay had already fired or been cancelled.
     /// </summary>
-    public bool Cancel(Exception exception)
+    public bool Cancel(Exception? exception)
     {
         WheelShard? shard = Shard;
         bool won = false;
         try
         {
-            won = _core.TrySetException(exception);
+            won = exception is null ? _core.TrySetCanceledLazily() : _core.TrySetException(exception);
         }
         catch
         {

@@ -1,0 +1,126 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace SpindleLib.Tests.Tasks;
+
+/// <summary>
+/// A delay's and a frame wait's cancellation by their token builds no exception when it happens: the exception is built
+/// by the reader that throws it (a plain await), with the type and token it had, and never by one that reads the
+/// cancellation as a value. Before, <c>TrySetCanceled</c> built a <see cref="TaskCanceledException"/> and captured an
+/// <see cref="System.Runtime.ExceptionServices.ExceptionDispatchInfo"/> per cancelled wait.
+/// </summary>
+public sealed class LazyCancellationTests
+{
+    private static SpindleTask Start(int kind, FrameLoop loop, CancellationToken token) => kind switch
+    {
+        0 => Spindle.Delay(60_000, token),
+        1 => loop.Delay(TimeSpan.FromSeconds(60), token),
+        _ => loop.NextFrame(token),
+    };
+
+    [Theory]
+    [InlineData(0)]
+    [InlineData(1)]
+    [InlineData(2)]
+    public void CancellingPendingWaits_BuildsNoExceptionPerWait(int kind)
+    {
+        const int N = 512;
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        var tasks = new SpindleTask[N];
+        long fewest = long.MaxValue;
+        for (int round = 0; round < 6; round++)
+        {
+            var cts = new CancellationTokenSource();
+            for (int i = 0; i < N; i++)
+            {
+                tasks[i] = Start(kind, loop, cts.Token);
+            }
+            long before = GC.GetAllocatedBytesForCurrentThread();
+            cts.Cancel();
+            fewest = Math.Min(fewest, GC.GetAllocatedBytesForCurrentThread() - before);
+            foreach (SpindleTask t in tasks)
+            {
+                Assert.Equal(SpindleTaskStatus.Canceled, t.Status);
+                Assert.Throws<TaskCanceledException>(() => t.GetAwaiter().GetResult());
+            }
+            loop.RunFrame();
+            cts.Dispose();
+        }
+        // An exception and its dispatch info are about 250 bytes; what Cancel() itself allocates does not grow per wait.
+        Assert.True(fewest < N * 16, $"cancelling {N} waits allocated {fewest} bytes ({fewest / N} per wait)");
+    }
+
+    [Theory]
+    [InlineData(0)]
+    [InlineData(1)]
+    [InlineData(2)]
+    public async Task TheThrowingAwait_StillGetsATaskCanceledException_WithTheToken_AndItsAwaitInTheTrace(int kind)
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        using var cts = new CancellationTokenSource();
+        SpindleTask pending = Awaits(Start(kind, loop, cts.Token));
+        cts.Cancel();
+        var ex = await Assert.ThrowsAsync<TaskCanceledException>(() => TestUtil.WithTimeout(pending));
+        Assert.Equal(cts.Token, ex.CancellationToken);
+        Assert.Contains(nameof(Awaits), ex.StackTrace, StringComparison.Ordinal);
+        Assert.DoesNotContain("SourceCore", ex.StackTrace, StringComparison.Ordinal);
+
+        // Two waits on one token: each await throws an exception of its own.
+        using var both = new CancellationTokenSource();
+        SpindleTask a = Start(kind, loop, both.Token);
+        SpindleTask b = Start(kind, loop, both.Token);
+        both.Cancel();
+        var ea = Assert.Throws<TaskCanceledException>(() => a.GetAwaiter().GetResult());
+        var eb = Assert.Throws<TaskCanceledException>(() => b.GetAwaiter().GetResult());
+        Assert.NotSame(ea, eb);
+        Assert.Equal(both.Token, ea.CancellationToken);
+        Assert.Equal(both.Token, eb.CancellationToken);
+    }
+
+    private static async SpindleTask Awaits(SpindleTask task) => await task;
+
+    /// <summary>
+    /// A suppressed read asks for the cancellation as a value with a thread-static flag; a read of a source that built its
+    /// cancellation at once (a promise) takes no flag, and the next throwing read on the thread must still build the real
+    /// exception, with its token, not the shared "canceled" value.
+    /// </summary>
+    [Fact]
+    public void TheValueFlag_DoesNotOutliveTheSuppressedRead()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        for (int kind = 0; kind < 3; kind++)
+        {
+            var p = new Promise();
+            p.SetCanceled();
+            Assert.True(p.Task.SuppressCancellationThrow().GetAwaiter().GetResult());
+            Assert.True(SpindleTask.FromCanceled().SuppressCancellationThrow().GetAwaiter().GetResult());
+            using var cts = new CancellationTokenSource();
+            SpindleTask t = Start(kind, loop, cts.Token);
+            cts.Cancel();
+            var ex = Assert.Throws<TaskCanceledException>(() => t.GetAwaiter().GetResult());
+            Assert.Equal(cts.Token, ex.CancellationToken);
+        }
+    }
+
+    [Fact]
+    public async Task Combinators_PassTheCancellationOn_WithItsToken()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        using var cts = new CancellationTokenSource();
+        SpindleTask all = SpindleTask.WhenAll(Spindle.Delay(60_000, cts.Token), loop.Delay(TimeSpan.FromSeconds(60), cts.Token));
+        SpindleTask preserved = Spindle.Delay(60_000, cts.Token).Preserve();
+        cts.Cancel();
+        var ex = await Assert.ThrowsAsync<TaskCanceledException>(() => TestUtil.WithTimeout(all));
+        Assert.Equal(cts.Token, ex.CancellationToken);
+        Assert.Equal(SpindleTaskStatus.Canceled, preserved.Status);
+        var e1 = await Assert.ThrowsAsync<TaskCanceledException>(() => preserved.AsTask());
+        var e2 = await Assert.ThrowsAsync<TaskCanceledException>(() => preserved.AsTask());
+        Assert.Same(e1, e2); // a preserved task keeps the outcome it read: one exception
+        Assert.Equal(cts.Token, e1.CancellationToken);
+    }
+}
