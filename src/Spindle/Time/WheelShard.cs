@@ -772,18 +772,19 @@ internal sealed class WheelShard : WorkerTimers
     }
 
     /// <summary>
-    /// Hands a full (or final) batch to the workers: a rescuer's in order through the pool's injection queue
-    /// (<see cref="WorkerPool.QueueInOrder"/>; the rescuer is a worker, whose own queueing would run them newest first).
+    /// Hands a full (or final) batch to the workers, in order and ahead of the work queued from outside them
+    /// (<see cref="Scheduler.QueueTimers"/>): a rescuer's to the shared pool whose worker it is (its own queueing would
+    /// run them newest first), the timer thread's to the default scheduler.
     /// </summary>
     private void QueueBatch(TimerBatch batch)
     {
         if (_rescuing)
         {
-            WorkerPool.Shared.QueueInOrder(batch);
+            WorkerPool.Shared.QueueTimers(batch);
         }
         else
         {
-            Scheduler.Default.Queue(batch);
+            Scheduler.Default.QueueTimers(batch);
         }
     }
 
