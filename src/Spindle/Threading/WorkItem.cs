@@ -64,6 +64,12 @@ internal abstract class Scheduler
     /// <summary>Makes the item visible to the workers (and wakes one if needed).</summary>
     public abstract void Queue(WorkItem item);
 
+    /// <summary>
+    /// Queues a batch of fired timers' continuations, first in first out, ahead of the work queued from outside the
+    /// workers (see <see cref="WorkerPool.QueueTimers"/>). A scheduler with no such queue queues it as any item.
+    /// </summary>
+    public virtual void QueueTimers(WorkItem item) => Queue(item);
+
     /// <summary>True when the calling thread is one of this scheduler's workers.</summary>
     public abstract bool IsWorkerThread { get; }
 

@@ -80,6 +80,13 @@ internal sealed class WorkerPool : Scheduler
     private readonly Worker[] _workers;
     private readonly ConcurrentQueue<WorkItem> _injection = new();
 
+    // Batches of fired timers' continuations from the timer thread and from rescues (QueueTimers): taken before
+    // _injection, on every look and on the fair look, as the .NET ThreadPool takes its timers from a high-priority queue
+    // before its global one, so a deadline does not wait behind the backlog it bounds. Only timers always due faster
+    // than the workers run them could hold _injection back; the timer thread's batches resume code that then starts its
+    // timers in a worker's own shard, whose passes are bounded (WheelShard.PassBudget).
+    private readonly ConcurrentQueue<WorkItem> _timerBatches = new();
+
     // Work that any thread may run: jobs, from whichever thread queues them (QueueShared). A thread that is not a worker
     // and waits on a job (JobHandle.Complete) takes work from here, as Unity's main thread does, but never from _injection.
     private readonly ConcurrentQueue<WorkItem> _helpable = new();
@@ -153,8 +160,8 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>The shared pool if something has created it (for metrics, which must not start the workers).</summary>
     internal static WorkerPool? SharedIfCreated => s_shared.IfCreated;
 
-    /// <summary>Items waiting in the queues any thread feeds: the injection queue and the jobs' queue.</summary>
-    internal long GlobalQueueLength => _injection.Count + _helpable.Count;
+    /// <summary>Items waiting in the queues any thread feeds: the timer batches', the injection and the jobs' queues.</summary>
+    internal long GlobalQueueLength => _timerBatches.Count + _injection.Count + _helpable.Count;
 
     /// <summary>Items waiting in the workers' own deques and run-next slots (a racy sum, for metrics).</summary>
     internal long LocalQueueLength
@@ -174,7 +181,7 @@ internal sealed class WorkerPool : Scheduler
     internal string Describe()
     {
         var sb = new System.Text.StringBuilder();
-        sb.Append("injection=").Append(_injection.Count).Append(" helpable=").Append(_helpable.Count)
+        sb.Append("timers=").Append(_timerBatches.Count).Append(" injection=").Append(_injection.Count).Append(" helpable=").Append(_helpable.Count)
           .Append(" idle=").Append(_idle.Count).Append(" spinning=").Append(Volatile.Read(ref _spinning));
         for (int i = 0; i < _workers.Length; i++)
         {
@@ -539,7 +546,9 @@ internal sealed class WorkerPool : Scheduler
         // The jobs' queue first here, and the injection queue first everywhere else: neither can starve the other for
         // longer than a fair look. (A parallel-for's runner always waits in the jobs' queue; with the injection queue
         // first here too, a main thread that kept it full held a ready parallel-for back for as long as it did.)
-        if (_helpable.TryDequeue(out WorkItem? item) || _injection.TryDequeue(out item))
+        // Fired timers' batches before the injection queue, as everywhere: a worker that a run-next chain keeps busy
+        // reaches them only here, and a held worker's rescued timers waited in them (WorkerShardRescueTests).
+        if (_helpable.TryDequeue(out WorkItem? item) || _timerBatches.TryDequeue(out item) || _injection.TryDequeue(out item))
         {
             return item;
         }
@@ -566,7 +575,7 @@ internal sealed class WorkerPool : Scheduler
     /// </remarks>
     private bool TryTakeShared(Worker self, bool patient, [NotNullWhen(true)] out WorkItem? item)
     {
-        if (_injection.TryDequeue(out item))
+        if (_timerBatches.TryDequeue(out item) || _injection.TryDequeue(out item))
         {
             return true;
         }
@@ -668,14 +677,29 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// Queues a batch of timer continuations that a rescuer fired (<see cref="WorkerTimers.TryRescue"/>) to the injection
-    /// queue, first in first out, so that batches run in the order they fired. Queued from a worker, they went to its
-    /// run-next slot, where each full batch displaced the one before into the deque: more than a batch of timers due
-    /// together ran out of order, the later batch first (found by review, with a test).
+    /// Queues <paramref name="item"/> to the injection queue from any thread, a worker too, where <see cref="Queue"/> from
+    /// a worker would put it in its run-next slot.
     /// </summary>
     internal void QueueInOrder(WorkItem item)
     {
         _injection.Enqueue(item); // its interlocked tail update is the full fence the parking protocol needs
+        NotifyIfNoneSpinning();
+    }
+
+    /// <summary>
+    /// Queues a batch of fired timers' continuations (the timer thread's, or a rescuer's) first in first out, ahead of the
+    /// work queued from outside the workers: a worker takes it before the injection queue (<see cref="TryTakeShared"/>),
+    /// as the .NET ThreadPool runs its timers from a high-priority queue. In the injection queue, a 2 s deadline on a
+    /// shutdown's drain, set on the main thread, fired after 5 s, when the 300,000 cancellations queued before it had
+    /// all run (a user's review, 2026-11-30; <c>OffWorkerTimerBacklogTests</c>). A worker's fair look takes them too
+    /// (<see cref="FindWorkFairly"/>), so a worker kept busy by a run-next chain still runs a held worker's rescued timers.
+    /// First in first out, so that batches run in the order they fired, from a worker too: queued from a worker as its
+    /// other items are, they went to its run-next slot, where each full batch displaced the one before into the deque,
+    /// and more than a batch of timers due together ran out of order, the later batch first (found by review, with a test).
+    /// </summary>
+    public override void QueueTimers(WorkItem item)
+    {
+        _timerBatches.Enqueue(item); // its interlocked tail update is the full fence the parking protocol needs
         NotifyIfNoneSpinning();
     }
 
@@ -766,7 +790,7 @@ internal sealed class WorkerPool : Scheduler
     /// <summary>
     /// For an idle worker about to park (or one in a helping wait that finds nothing to run, <see cref="TryRunOne"/>): takes over the pieces not yet begun of the divisible items (timer batches) that
     /// other workers are running, where one piece has held its item long (<see cref="DivisibleWorkItem.TryTakeRest"/>), and
-    /// queues them in order (<see cref="QueueInOrder"/>), as <see cref="RescueOverdueTimers"/> takes over a worker's own
+    /// queues them in order with the fired timers' batches (<see cref="QueueTimers"/>), as <see cref="RescueOverdueTimers"/> takes over a worker's own
     /// timers: a continuation that blocks inside a batch holds only itself. A parked worker looks again every
     /// <see cref="RunNextLookMilliseconds"/> while another runs an item, so the rest of a held batch waits about that long
     /// at most, as long as a worker is free.
@@ -778,7 +802,7 @@ internal sealed class WorkerPool : Scheduler
         {
             if (other != self && Volatile.Read(ref other.RunningDivisible) is { } held && held.TryTakeRest() is { } rest)
             {
-                QueueInOrder(rest);
+                QueueTimers(rest);
                 took = true;
             }
         }
@@ -1057,7 +1081,7 @@ internal sealed class WorkerPool : Scheduler
 
     private bool HasVisibleWork(Worker self)
     {
-        if (!_injection.IsEmpty || !_helpable.IsEmpty)
+        if (!_timerBatches.IsEmpty || !_injection.IsEmpty || !_helpable.IsEmpty)
         {
             return true;
         }
@@ -1092,7 +1116,11 @@ internal sealed class WorkerPool : Scheduler
     {
         if (FreezeIfEmpty(_injection))
         {
-            QueueInOrder(s_releaseMark); // to the injection queue from any thread, a worker too
+            QueueInOrder(s_releaseMark);
+        }
+        if (FreezeIfEmpty(_timerBatches))
+        {
+            QueueTimers(s_releaseMark);
         }
         if (FreezeIfEmpty(_helpable))
         {

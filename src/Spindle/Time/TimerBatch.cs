@@ -32,8 +32,8 @@ namespace SpindleLib;
 /// over a tick (<c>retake</c>).</para>
 /// <para>A run ends by closing <see cref="_state"/> with a CAS (one atomic operation a batch): a taker that read a batch
 /// that has finished, or been reused, claims nothing, or claims the current run, whose protocol is as above. The taken
-/// continuations follow the one the runner is at, in their order, through the pool's queue in order
-/// (<see cref="WorkerPool.QueueInOrder"/>).</para>
+/// continuations follow the one the runner is at, in their order, through the pool's queue of fired timers' batches
+/// (<see cref="WorkerPool.QueueTimers"/>).</para>
 /// </remarks>
 internal sealed class TimerBatch : DivisibleWorkItem, IPoolNode<TimerBatch>
 {

@@ -807,19 +807,20 @@ internal sealed class WheelShard : WorkerTimers
     }
 
     /// <summary>
-    /// Hands a full (or final) batch to the workers: a rescuer's, or a sharing owner's (<see cref="PollSharing"/>), in
-    /// order through the pool's injection queue (<see cref="WorkerPool.QueueInOrder"/>; either is a worker, whose own
-    /// queueing would run them newest first, and an idle worker takes them from there).
+    /// Hands a full (or final) batch to the workers, in order and ahead of the work queued from outside them
+    /// (<see cref="Scheduler.QueueTimers"/>): a rescuer's, or a sharing owner's (<see cref="PollSharing"/>), to the shared
+    /// pool whose worker it is (its own queueing would run them newest first, and an idle worker takes them from there),
+    /// the timer thread's to the default scheduler.
     /// </summary>
     private void QueueBatch(TimerBatch batch)
     {
         if (_queueing)
         {
-            WorkerPool.Shared.QueueInOrder(batch);
+            WorkerPool.Shared.QueueTimers(batch);
         }
         else
         {
-            Scheduler.Default.Queue(batch);
+            Scheduler.Default.QueueTimers(batch);
         }
     }
 
