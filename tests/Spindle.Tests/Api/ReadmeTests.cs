@@ -5,6 +5,8 @@ using System.Linq;
 using System.Reflection;
 using System.Runtime.CompilerServices;
 using System.Text.RegularExpressions;
+using System.Threading;
+using System.Threading.Tasks;
 
 namespace SpindleLib.Tests.Api;
 
@@ -85,6 +87,96 @@ public sealed partial class ReadmeTests : IDisposable
         }
         // README end
     }
+
+    [Fact]
+    public async Task CancellationExample_IsTheCodeBelow_AndEndsLoopsWithoutAThrow()
+    {
+        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
+        int start = source.IndexOf("    // README cancellation begin\n", StringComparison.Ordinal) + "    // README cancellation begin\n".Length;
+        int end = source.IndexOf("    // README cancellation end\n", StringComparison.Ordinal);
+        string body = string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= 4 ? l[4..] : l.TrimStart()));
+        Assert.Equal(CSharpBlocks()[2], body);
+
+        int loopThread = Environment.CurrentManagedThreadId;
+        int throwsOnLoopThread = 0;
+        EventHandler<System.Runtime.ExceptionServices.FirstChanceExceptionEventArgs> count = (_, e) =>
+        {
+            if (e.Exception is OperationCanceledException && Environment.CurrentManagedThreadId == loopThread)
+            {
+                Interlocked.Increment(ref throwsOnLoopThread);
+            }
+        };
+        var loop = new FrameLoop();
+        using var unload = new CancellationTokenSource();
+        var entities = new Entity[100];
+        var runs = new SpindleTask[entities.Length];
+        AppDomain.CurrentDomain.FirstChanceException += count;
+        try
+        {
+            for (int i = 0; i < entities.Length; i++)
+            {
+                entities[i] = new Entity();
+                runs[i] = RunEntity(loop, entities[i], unload.Token);
+            }
+            for (int f = 0; f < 3; f++)
+            {
+                loop.RunFrame();
+            }
+            unload.Cancel(); // each loop waits for a frame or for its delay: every one ends
+            loop.RunFrame();
+            foreach (SpindleTask run in runs)
+            {
+                Assert.True(run.IsCompleted);
+                await run; // ended normally: nothing thrown
+            }
+        }
+        finally
+        {
+            AppDomain.CurrentDomain.FirstChanceException -= count;
+        }
+        Assert.Equal(0, Volatile.Read(ref throwsOnLoopThread));
+        Assert.All(entities, e => Assert.True(e.Updates >= 1));
+
+        var answered = new Promise<int>();
+        SpindleTask<int?> reply = ReplyOrNull(answered);
+        answered.SetResult(42);
+        Assert.Equal(42, await reply);
+        var dropped = new Promise<int>();
+        SpindleTask<int?> none = ReplyOrNull(dropped);
+        dropped.SetCanceled();
+        Assert.Null(await none);
+        var failed = new Promise<int>();
+        SpindleTask<int?> fault = ReplyOrNull(failed);
+        failed.SetException(new InvalidDataException("bad reply"));
+        await Assert.ThrowsAsync<InvalidDataException>(async () => await fault);
+    }
+
+    private sealed class Entity
+    {
+        public int Updates;
+
+        public void Update() => Updates++;
+    }
+
+    // README cancellation begin
+    async SpindleTask RunEntity(FrameLoop loop, Entity e, CancellationToken unload)
+    {
+        while (true)
+        {
+            if (await loop.NextFrame(unload).SuppressCancellationThrow())
+                return;                                   // unloaded: no exception
+            e.Update();
+            if (await loop.Delay(TimeSpan.FromSeconds(1), unload).SuppressCancellationThrow())
+                return;
+        }
+    }
+
+    async SpindleTask<int?> ReplyOrNull(Promise<int> request)
+    {
+        var (canceled, reply) = await request.Task.SuppressCancellationThrow();
+        return canceled ? null : reply;                   // a result passes through; a fault still throws
+    }
+    // README cancellation end
 
     [Fact]
     public void EveryMemberOfASpindleTypeTheReadmeNames_Exists()
