@@ -19,7 +19,9 @@ namespace SpindleLib;
 /// <para>Deadlines are rounded up to the next millisecond, so nothing fires early, and a due timer fires within one
 /// millisecond of its deadline (plus the time its driver takes to wake up). Timers fire in deadline order, even when
 /// one pass covers many milliseconds (a clock that jumps, a late pass); timers due at the same millisecond fire in the
-/// order they were started (on one shard: delays started on different workers go to different workers' wheels). A
+/// order they were started (on one shard: delays started on different workers go to different workers' wheels), and their
+/// continuations run in that order on the thread that fires them (a worker that shares a pass with an idle one, or the
+/// timer thread, hands them to the workers in that order, and two workers may run them at once). A
 /// provider whose timestamp steps back (one that is not monotonic) takes the wheel back with it: a timer fires when the
 /// clock reads its deadline, whether it was started before the step or after it (the wheel follows a step of up to about
 /// 745 days; a timer started after a longer one, due before the point the wheel stopped at, fires at the wheel's next tick
