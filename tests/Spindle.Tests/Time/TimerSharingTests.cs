@@ -282,10 +282,13 @@ public class TimerSharingTests
         {
             for (int round = 0; round < rounds; round++)
             {
-                // Held until the other worker has rescued (and so gathered) a good part of the loops, then let go.
+                // Held until the other worker has rescued, and so gathered, the loops (one shard holds half of them and every
+                // other fewer than a tenth: only a share brings them back), then let go. Waiting only for a shard with half
+                // of them passed at once when the loops were spread already, and nothing had to be shared (1 CI run).
                 using var release = new ManualResetEventSlim();
                 SpindleTask held = Spindle.Run(() => release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
-                TestUtil.SpinUntil(() => ShardsHolding(Loops / 2) >= 1, () => "no shard holds half the loops: " + Shards());
+                TestUtil.SpinUntil(() => ShardsHolding(Loops / 2) >= 1 && ShardsHolding(Loops / 10) == 1,
+                    () => "the loops did not gather on one shard: " + Shards());
                 release.Set();
                 await TestUtil.WithTimeout(held);
                 await TestUtil.LeaveSpindleWorkers();
