@@ -166,6 +166,15 @@ internal sealed class WheelShard : WorkerTimers
         {
             _elapsed = now; // an empty shard may jump ahead: nothing in it can be skipped
         }
+        if (node.Deadline <= _elapsed)
+        {
+            // A rescuer's pass moved this shard's time past the deadline, read from the clock before the owner took the
+            // shard back for this link (a worker preempted in between, or waiting here for the rescuer): the timer is
+            // due, so it goes to the current fine slot, which the next pass fires (no earlier than asked). Linked at its
+            // own deadline, behind the shard's time, it sat in a slot a whole level ahead (found beside CPU hogs: the
+            // storm test's Debug assert "only the top level wraps"; a Release build fired such timers 64 ms or 4 s late).
+            node.Deadline = _elapsed;
+        }
         Link(node);
         PublishCount();
         bool earliest = node.Deadline < _nextDue;
