@@ -102,20 +102,17 @@ internal static class QuietRead
             return ReadCanceledWithCatch(source, token);
         }
         ExceptionDispatchInfo? failure;
-        if (LazyCancellation.AskForValue(source, token))
+        bool asked = LazyCancellation.AskForValue(source, token);
+        try
         {
-            try
-            {
-                failure = quiet.ReadQuietly(token);
-            }
-            finally
+            failure = quiet.ReadQuietly(token);
+        }
+        finally
+        {
+            if (asked)
             {
                 LazyCancellation.EndAsking();
             }
-        }
-        else
-        {
-            failure = quiet.ReadQuietly(token);
         }
         return IsCancellationOrThrow(failure);
     }
@@ -129,20 +126,17 @@ internal static class QuietRead
         }
         ExceptionDispatchInfo? failure;
         T result;
-        if (LazyCancellation.AskForValue(source, token))
+        bool asked = LazyCancellation.AskForValue(source, token);
+        try
         {
-            try
-            {
-                result = quiet.ReadQuietly(token, out failure);
-            }
-            finally
+            result = quiet.ReadQuietly(token, out failure);
+        }
+        finally
+        {
+            if (asked)
             {
                 LazyCancellation.EndAsking();
             }
-        }
-        else
-        {
-            result = quiet.ReadQuietly(token, out failure);
         }
         canceled = IsCancellationOrThrow(failure);
         return canceled ? default! : result;

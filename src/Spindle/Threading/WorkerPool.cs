@@ -399,7 +399,7 @@ internal sealed class WorkerPool : Scheduler
             // that worker does: it never parks, so no other look of its would reach them (found by review, with tests: with
             // every other worker in such a wait, a blocked worker's delays, and the rest of a held batch, waited for it).
             return (w.Timers is { HasPending: true } timers && PollKeepingContext(timers))
-                || (_workers.Length > 1 && (RescueOverdueTimers(w, busy: false) || TakeOverHeldItems(w)));
+                || RescueOverdueTimers(w, busy: false) || TakeOverHeldItems(w);
         }
         RunItemKeepingContext(item);
         // A worker that keeps finding work while it waits must still look at its timers now and then, as its loop does:
@@ -413,10 +413,7 @@ internal sealed class WorkerPool : Scheduler
             {
                 PollKeepingContext(busyTimers);
             }
-            if (_workers.Length > 1)
-            {
-                RescueOverdueTimers(w, busy: true);
-            }
+            RescueOverdueTimers(w, busy: true);
         }
         return true;
     }
@@ -903,10 +900,7 @@ internal sealed class WorkerPool : Scheduler
                         {
                             PollTimers(busyTimers, out _);
                         }
-                        if (_workers.Length > 1)
-                        {
-                            RescueOverdueTimers(self, busy: true);
-                        }
+                        RescueOverdueTimers(self, busy: true);
                     }
                     continue;
                 }
@@ -921,10 +915,7 @@ internal sealed class WorkerPool : Scheduler
                 if (++self.SinceTimerPoll >= TimerPollInterval)
                 {
                     self.SinceTimerPoll = 0;
-                    if (_workers.Length > 1)
-                    {
-                        RescueOverdueTimers(self, busy: true);
-                    }
+                    RescueOverdueTimers(self, busy: true);
                 }
                 continue;
             }

@@ -327,8 +327,8 @@ internal sealed class WheelShard : WorkerTimers
     /// <inheritdoc/>
     /// <remarks>
     /// The pass is the owner's own (<see cref="Poll"/>: the same budget, the same order of firing), but it queues the
-    /// due continuations in batches, in order, through the injection queue (as a rescue does), where an idle worker
-    /// takes them: the timers they start go into that worker's shard. No user code runs inside this pass, so nothing
+    /// due continuations in batches, in order, to the pool's queue of fired timers' batches (as a rescue does), where an
+    /// idle worker takes them: the timers they start go into that worker's shard. No user code runs inside this pass, so nothing
     /// nests in it and nothing is lent around a continuation.
     /// </remarks>
     public override bool PollSharing(out TimeSpan untilNext)
