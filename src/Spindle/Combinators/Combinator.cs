@@ -79,9 +79,6 @@ internal abstract class CombinatorCore
 
     protected Slot[] Slots => _slots;
 
-    /// <summary>Prototype: the combined core's word.</summary>
-    internal int CoreWord => _core.WordVolatile;
-
     /// <summary>Prepares for <paramref name="count"/> inputs: one reference per input, plus the consumer's.</summary>
     protected void Prepare(int count)
     {
@@ -172,12 +169,6 @@ internal abstract class CombinatorCore
     private Slot Begin(int index)
     {
         Slot slot = _slots[index];
-        if (slot.Held)
-        {
-            // Still held by a loser it was lazily let go of: orphaned, and replaced.
-            Volatile.Write(ref slot.Orphaned, true);
-            slot = _slots[index] = new Slot(this, index);
-        }
         slot.Error = null;
         slot.ErrorOrigin = null;
         slot.TakenSet = null;
@@ -196,8 +187,6 @@ internal abstract class CombinatorCore
     {
         slot.Kind = InputKind.Spindle;
         slot.Token = token;
-        slot.UseToken = _core.Version;
-        slot.LetsGoLazily = _isAny;
         // Source publishes the slot's use: a release store after every other field of it (Begin's, Kind, Token), read
         // with an acquire by a decider that may meet the slot while it is being registered (LetGo). Written last, so that
         // such a decider never pairs this use's source with the previous use's token or read state.
@@ -412,21 +401,6 @@ internal abstract class CombinatorCore
             AwaitClaimedRead(slot);
             return false;
         }
-        if (slot.LetsGoLazily && source is ILazilyLetGo lazy)
-        {
-            int seen = lazy.PeekUse(slot.Token);
-            if (seen == 0)
-            {
-                slot.Held = true;
-                slot.Source = null;
-                return true;
-            }
-            if (Volatile.Read(ref slot.ReadState) == Slot.Stale)
-            {
-                slot.Source = null;
-                return true;
-            }
-        }
         switch (source.TryDetach(slot))
         {
             case DetachOutcome.Detached:
@@ -434,7 +408,7 @@ internal abstract class CombinatorCore
                 return true;
             case DetachOutcome.Completed:
                 ReadLoserNow(slot);
-                return Volatile.Read(ref slot.ReadState) == Slot.Stale;
+                return false;
             default:
                 return false;
         }
@@ -705,61 +679,6 @@ internal abstract class CombinatorCore
         public const int Unread = 0;
         public const int Reading = 1;
         public const int Read = 2;
-        public const int Stale = 3;
-
-        /// <summary>Prototype: the combined core's version when this slot was registered.</summary>
-        public short UseToken;
-
-        /// <summary>Prototype: this use lets go of a promise input lazily.</summary>
-        public bool LetsGoLazily;
-
-        /// <summary>Prototype: left registered on a loser that was let go of lazily; cleared by whoever drops it.</summary>
-        public bool Held;
-
-        /// <summary>Prototype: replaced in its combinator while still held: stale for good.</summary>
-        public bool Orphaned;
-
-        /// <summary>Prototype: a completer of the input, under its claim: true if this registration is stale (taken as abandoned).</summary>
-        public bool TakeAsStale()
-        {
-            if (!LetsGoLazily)
-            {
-                return false;
-            }
-            if (Volatile.Read(ref Orphaned) || SourceCore<VoidResult>.IsDecidedOrOver(Owner.CoreWord, UseToken, out bool deciding))
-            {
-                Held = false;
-                return true;
-            }
-            if (deciding && Interlocked.CompareExchange(ref ReadState, Stale, Unread) == Unread)
-            {
-                Held = false;
-                return true;
-            }
-            return false;
-        }
-
-        /// <summary>Prototype: a reset or a new await of the input: true if this registration is stale (waits out a decision in progress).</summary>
-        public bool IsStaleForDrop()
-        {
-            if (!LetsGoLazily)
-            {
-                return false;
-            }
-            SpinWait spin = default;
-            while (true)
-            {
-                if (Volatile.Read(ref Orphaned) || SourceCore<VoidResult>.IsDecidedOrOver(Owner.CoreWord, UseToken, out bool deciding))
-                {
-                    return true;
-                }
-                if (!deciding)
-                {
-                    return false;
-                }
-                spin.SpinOnce();
-            }
-        }
 
         /// <summary>
         /// Claims the input's one read (true), against a decider that may read it early; false if the other side has

@@ -68,13 +68,6 @@ public interface ISpindleSource<T> : ISpindleSource, IValueTaskSource<T>
 /// other inputs instead of waiting for them, so the inputs' owners can reuse them at once (a promise can be reset, a
 /// signal waited on again) and the combinator goes back to its pool at once.
 /// </summary>
-/// <summary>Prototype: a source a WhenAny lets go of lazily (a promise).</summary>
-internal interface ILazilyLetGo
-{
-    /// <summary>0 waiting, 1 completing or completed, 2 otherwise.</summary>
-    int PeekUse(short token);
-}
-
 internal interface IDetachableSource
 {
     /// <summary>

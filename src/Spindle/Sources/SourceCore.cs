@@ -226,9 +226,6 @@ internal struct SourceCore<TResult>
     public void AllowAwaitAfterLetGo() => _word |= AwaitAfterLetGoBit;
 
     /// <summary>A promise's use that a combinator let go of, still pending: it may be awaited again (<see cref="AwaitAfterLetGoBit"/>).</summary>
-    private readonly bool IsStaleSlotUse(int word) =>
-        (word & (StateMask | AwaitAfterLetGoBit)) == (Waiting | AwaitAfterLetGoBit) && _continuation is CombinatorCore.Slot slot && slot.IsStaleForDrop();
-
     private static bool IsLetGoPromiseUse(int word) => (word & (StateMask | AwaitAfterLetGoBit)) == (Abandoned | AwaitAfterLetGoBit);
 
     /// <summary>The word of the next use after <paramref name="word"/>: the token wraps, the flag stays, the state is Pending.</summary>
@@ -347,12 +344,7 @@ internal struct SourceCore<TResult>
             {
                 ThrowHelper.ThrowInvalidOperation(ResetWhileHeldMessage);
             }
-            CombinatorCore.Slot? stale = null;
-            if (state == Waiting && (w & AwaitAfterLetGoBit) != 0 && _continuation is CombinatorCore.Slot slot && slot.IsStaleForDrop())
-            {
-                stale = slot;
-            }
-            else if (state != Pending && state != Abandoned)
+            if (state != Pending && state != Abandoned)
             {
                 ThrowHelper.ThrowInvalidOperation(ResetWhileAwaitedMessage);
             }
@@ -362,10 +354,6 @@ internal struct SourceCore<TResult>
             int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
             if (prev == w)
             {
-                if (stale is not null)
-                {
-                    stale.Held = false;
-                }
                 return w;
             }
             w = prev; // an await registered, or a completer claimed: look again
@@ -678,14 +666,6 @@ internal struct SourceCore<TResult>
                 w = taken;
                 continue;
             }
-            if ((w & AwaitAfterLetGoBit) != 0 && _continuation is CombinatorCore.Slot slot && slot.TakeAsStale())
-            {
-                _continuation = null;
-                Volatile.Write(ref _word, With(w, Completed));
-                waiter = null;
-                state = null;
-                return true;
-            }
             TakeWaiterAndPublishSuccess(w, 0, out waiter, out state);
             return true;
         }
@@ -798,11 +778,6 @@ internal struct SourceCore<TResult>
             if (prev == w)
             {
                 waiter = current == Waiting ? _continuation : current == Abandoned ? s_abandoned : null;
-                if ((w & AwaitAfterLetGoBit) != 0 && waiter is CombinatorCore.Slot slot && slot.TakeAsStale())
-                {
-                    _continuation = null;
-                    waiter = s_abandoned;
-                }
                 return true;
             }
             w = prev;
@@ -918,38 +893,6 @@ internal struct SourceCore<TResult>
     /// </summary>
     public DetachOutcome TryWithdrawWaiter(DirectWaiter registered)
         => ReplaceWaiter(registered, null, null, false, out _, backToPending: true);
-
-    /// <summary>Prototype: the word, read with an acquire.</summary>
-    public int WordVolatile => Volatile.Read(ref _word);
-
-    /// <summary>Prototype: the state of use <paramref name="token"/>: 0 waiting, 1 completing or completed, 2 other (not waiting, another use, registering).</summary>
-    public int PeekUse(short token)
-    {
-        int w = Volatile.Read(ref _word);
-        if ((short)w != token)
-        {
-            return 2;
-        }
-        int state = w & StateMask;
-        return state == Waiting ? 0 : state >= Completing ? 1 : 2;
-    }
-
-    /// <summary>Prototype: decodes a core word for a stale-slot test.</summary>
-    internal static bool IsDecidedOrOver(int word, short token, out bool deciding)
-    {
-        deciding = false;
-        if ((short)word != token)
-        {
-            return true;
-        }
-        int state = word & StateMask;
-        if (state == Completing)
-        {
-            deciding = true;
-            return false;
-        }
-        return state >= Completed;
-    }
 
     /// <summary>
     /// True if use <paramref name="token"/> is pending with no waiter registered (a source that is never reset and lets a
@@ -1545,17 +1488,13 @@ internal struct SourceCore<TResult>
                 ThrowHelper.ThrowStaleToken();
             }
             int current = w & StateMask;
-            if (current == Pending || IsLetGoPromiseUse(w) || IsStaleSlotUse(w))
+            if (current == Pending || IsLetGoPromiseUse(w))
             {
                 int prev = Interlocked.CompareExchange(ref _word, With(w, Registering), w);
                 if (prev != w)
                 {
                     w = prev; // a completion (or another registrant) moved first: look again
                     continue;
-                }
-                if (current == Waiting)
-                {
-                    ((CombinatorCore.Slot)_continuation!).Held = false; // a stale slot, dropped (IsStaleSlotUse)
                 }
                 if ((object)continuation == DirectWaiter.s_moveNext) // a reference compare: delegate == would compare targets and methods
                 {

@@ -10,7 +10,7 @@ namespace SpindleLib;
 /// A resettable completion source for a <see cref="SpindleTask{T}"/>. See <see cref="Promise"/> for the rules.
 /// </summary>
 /// <typeparam name="T">The result type.</typeparam>
-public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, ILazilyLetGo, IQuietSource<T>, IRereadableSource
+public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSource<T>, IRereadableSource
 {
     private SourceCore<T> _core;
 
@@ -118,8 +118,6 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, ILazilyLe
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending or registering, or a Set* call on another thread is completing it at this instant (a completion racing the reset), or another thread is resetting the promise at this instant.</exception>
     public void Reset() => _core.Reset();
-
-    int ILazilyLetGo.PeekUse(short token) => _core.PeekUse(token);
 
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
 

@@ -25,7 +25,7 @@ namespace SpindleLib;
 /// nobody awaits it (between two turns, say) is reported to <see cref="Spindle.UnobservedException"/>, once, and is
 /// still thrown to any later read of the use, as a completed promise's outcome is.</para>
 /// </remarks>
-public sealed class Promise : ISpindleSource, IDetachableSource, ILazilyLetGo, IQuietSource, IRereadableSource
+public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource
 {
     private SourceCore<VoidResult> _core;
 
@@ -134,8 +134,6 @@ public sealed class Promise : ISpindleSource, IDetachableSource, ILazilyLetGo, I
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending or registering, or a Set* call on another thread is completing it at this instant (a completion racing the reset), or another thread is resetting the promise at this instant.</exception>
     public void Reset() => _core.Reset();
-
-    int ILazilyLetGo.PeekUse(short token) => _core.PeekUse(token);
 
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
 
