@@ -51,9 +51,8 @@ public sealed class TaskScope : IAsyncDisposable
     // _outer's state when the running count last came down to zero (or, if no child ever ran, when the scope completed):
     // true once the scope has completed means it was cancelled from outside before its work was done.
     private bool? _outerCanceledWhenIdle;
-    private readonly object _lock = new();
-    private readonly Promise _completion = new(); // all children done (for disposal)
-    private readonly ScopeOutcome _outcome;        // the same moment, with the failures (for WaitAsync)
+    private readonly ScopeOutcome _outcome;        // all children done, with the failures (for WaitAsync); also the scope's lock
+    private Promise? _completion;                    // the same moment, for a first disposal that has to wait for it (made then, under the lock)
     private List<ExceptionDispatchInfo>? _errors;
     private int _running;
     private bool _closed;
@@ -155,7 +154,7 @@ public sealed class TaskScope : IAsyncDisposable
         {
             // Disposal already started: wait, as it does, for every child (its failures are the first call's to rethrow).
             Task? pending;
-            lock (_lock)
+            lock (_outcome)
             {
                 pending = _scopeDone ? null : (_laterDisposals ??= new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously)).Task;
             }
@@ -166,19 +165,27 @@ public sealed class TaskScope : IAsyncDisposable
             return;
         }
         bool finished;
-        lock (_lock)
+        Promise? completion;
+        lock (_outcome)
         {
             finished = _closed && _running == 0;
+            // Made only when this call has to wait: a scope whose children had all finished (after an awaited WaitAsync,
+            // the usual `await using`) never allocates it. CompleteScope reads it under this lock after setting
+            // _scopeDone, so either it is seen done here, or the promise made here is completed there.
+            completion = _scopeDone ? null : (_completion = new Promise());
         }
         if (!finished)
         {
             Close();
             CancelChildren();
         }
-        await _completion.Task;
+        if (completion is not null)
+        {
+            await completion.Task;
+        }
         _cts.Dispose();
         bool delivered;
-        lock (_lock)
+        lock (_outcome)
         {
             delivered = _failuresDelivered;
         }
@@ -222,7 +229,7 @@ public sealed class TaskScope : IAsyncDisposable
     {
         List<ExceptionDispatchInfo>? errors;
         bool canceledFromOutside;
-        lock (_lock)
+        lock (_outcome)
         {
             errors = _errors;
             canceledFromOutside = _outerCanceledWhenIdle == true;
@@ -252,14 +259,16 @@ public sealed class TaskScope : IAsyncDisposable
     private void CompleteScope()
     {
         TaskCompletionSource<bool>? later;
-        lock (_lock)
+        Promise? completion;
+        lock (_outcome)
         {
             _scopeDone = true;
             _outerCanceledWhenIdle ??= _outer.IsCancellationRequested; // no child ever ran: now
             later = _laterDisposals;
+            completion = _completion;
         }
         later?.TrySetResult(true);
-        _completion.TrySetResult();
+        completion?.TrySetResult();
         _outcome.Complete();
     }
 
@@ -271,7 +280,7 @@ public sealed class TaskScope : IAsyncDisposable
     /// </summary>
     private void Enter()
     {
-        lock (_lock)
+        lock (_outcome)
         {
             if (_closed && (_running == 0 || Volatile.Read(ref _disposed) != 0))
             {
@@ -286,7 +295,7 @@ public sealed class TaskScope : IAsyncDisposable
     private void Close()
     {
         bool complete;
-        lock (_lock)
+        lock (_outcome)
         {
             if (_closed)
             {
@@ -308,7 +317,7 @@ public sealed class TaskScope : IAsyncDisposable
             ChildFinished(null);
             return;
         }
-        var observer = new ChildObserver(this, source, task._token);
+        var observer = ChildObserver.Rent(this, source, task._token);
         try
         {
             source.OnCompleted(s_childDone, observer, task._token);
@@ -319,8 +328,14 @@ public sealed class TaskScope : IAsyncDisposable
             // that failed with that error, or the count it was entered with would never come down. Only then: once the
             // observer has run (the child had finished, so it ran inline), the child is counted out, and an exception is
             // a continuation's that the scope's completion ran inline (a raw awaiter callback of WaitAsync that throws):
-            // it goes to this caller, as from any completer, and the child is not counted out twice.
+            // it goes to this caller, as from any completer, and the child is not counted out twice. (The filter reads
+            // the observer while this call still holds it, so it is not yet back in its pool.)
+            observer.Release(); // Done never runs: its hold is dropped here
             ChildFinished(ExceptionDispatchInfo.Capture(ex));
+        }
+        finally
+        {
+            observer.Release();
         }
     }
 
@@ -336,7 +351,7 @@ public sealed class TaskScope : IAsyncDisposable
     {
         bool cancel = false;
         bool complete;
-        lock (_lock)
+        lock (_outcome)
         {
             if (error is not null)
             {
@@ -425,7 +440,7 @@ public sealed class TaskScope : IAsyncDisposable
     {
         get
         {
-            lock (_lock)
+            lock (_outcome)
             {
                 return _outerCanceledWhenIdle == true;
             }
@@ -436,7 +451,7 @@ public sealed class TaskScope : IAsyncDisposable
     {
         get
         {
-            lock (_lock)
+            lock (_outcome)
             {
                 return _errors is not null;
             }
@@ -477,18 +492,34 @@ public sealed class TaskScope : IAsyncDisposable
     }
 
     /// <summary>Reads a finished child exactly once and reports its outcome to the scope.</summary>
+    /// <remarks>
+    /// Pooled (one per running child, so a server starting many scopes reuses them). Two holds, as
+    /// <see cref="SignalTimeout"/> keeps: <see cref="ObserveChild"/>'s, until it has registered the observer (and, if the
+    /// registration threw, read <see cref="HasRun"/>), and the continuation's, until <see cref="Done"/> has run (dropped
+    /// by <see cref="ObserveChild"/> instead when the registration failed, since it will never run). Invariant: each
+    /// holder drops its hold exactly once, and only the last drop touches the object afterwards: it clears every field
+    /// and returns it to its pool.
+    /// </remarks>
     [StackTraceHidden]
-    private sealed class ChildObserver
+    private sealed class ChildObserver : IPoolNode<ChildObserver>
     {
-        private readonly TaskScope _scope;
-        private readonly ISpindleSource _source;
-        private readonly short _token;
+        private TaskScope? _scope;
+        private ISpindleSource? _source;
+        private short _token;
+        private int _holds;
+        private ChildObserver? _poolNext;
 
-        public ChildObserver(TaskScope scope, ISpindleSource source, short token)
+        ref ChildObserver? IPoolNode<ChildObserver>.Next => ref _poolNext;
+
+        public static ChildObserver Rent(TaskScope scope, ISpindleSource source, short token)
         {
-            _scope = scope;
-            _source = source;
-            _token = token;
+            ChildObserver observer = ObjectPool<ChildObserver>.TryRent() ?? new ChildObserver();
+            observer._scope = scope;
+            observer._source = source;
+            observer._token = token;
+            observer.HasRun = false;
+            observer._holds = 2;
+            return observer;
         }
 
         /// <summary>True once <see cref="Done"/> has started: the child is counted out (see <see cref="ObserveChild"/>).</summary>
@@ -497,7 +528,28 @@ public sealed class TaskScope : IAsyncDisposable
         public void Done()
         {
             HasRun = true;
-            _scope.ChildFinished(QuietRead.Read(_source, _token)); // the child's own failure, with the trace it saved
+            TaskScope scope = _scope!;
+            ExceptionDispatchInfo? error = QuietRead.Read(_source!, _token); // the child's own failure, with the trace it saved
+            try
+            {
+                scope.ChildFinished(error);
+            }
+            finally
+            {
+                Release();
+            }
+        }
+
+        public void Release()
+        {
+            if (Interlocked.Decrement(ref _holds) == 0)
+            {
+                _scope = null;
+                _source = null;
+                _token = 0;
+                HasRun = false;
+                ObjectPool<ChildObserver>.Return(this);
+            }
         }
     }
 }

@@ -1186,6 +1186,68 @@ public sealed class PoolHygieneTests
         AssertClean(checker, "TimerNode", "SignalTimeout", "StateMachineBox");
     }
 
+    // ---- scopes ----
+
+    private static async SpindleTask ScopeChild(SpindleTask wait, Payload kept)
+    {
+        s_flowed.Value = kept;
+        await wait;
+        GC.KeepAlive(kept);
+    }
+
+    [Fact]
+    public async Task Scopes_ReturnTheirChildObserversCleared()
+    {
+        using var checker = new Checker();
+        Action<Exception> swallow = static _ => { };
+        Spindle.UnobservedException += swallow;
+        try
+        {
+            s_flowed.Value = new Payload("scopes");
+            int observed = 0; // children whose task was pending when the scope observed it: each rents an observer
+
+            // Children that succeed, fail and end with the scope's cancellation, each suspended when observed.
+            var gate = new Promise();
+            await using (var scope = new TaskScope())
+            {
+                scope.Run(_ => ScopeChild(gate.Task.Preserve(), new Payload("succeeds")));
+                scope.Run(async _ => { await ScopeChild(gate.Task.Preserve(), new Payload("fails")); throw new InvalidTimeZoneException("a child's failure"); });
+                scope.Run(ct => ScopeChild(Spindle.Delay(Timeout.Infinite, ct), new Payload("cancelled")));
+                observed += 3;
+                gate.SetResult();
+                await Fails(scope.WaitAsync());
+            }
+
+            // A child on a worker, and a disposal that waits for a child still running.
+            var late = new Promise();
+            var waiting = new TaskScope();
+            waiting.Run(async _ => { await Spindle.SwitchToWorker(); await late.Task; });
+            observed++;
+            ValueTask disposal = waiting.DisposeAsync();
+            late.SetResult();
+            await TestUtil.WithTimeout(disposal.AsTask());
+
+            // A child whose task cannot be awaited (already awaited): the registration throws, and the observer goes back.
+            var misuse = new Promise();
+            SpindleTask once = misuse.Task;
+            once.Forget();
+            var refused = new TaskScope();
+            refused.Run(_ => once);
+            observed++;
+            misuse.SetResult();
+            await Fails(refused.WaitAsync());
+            await refused.DisposeAsync();
+
+            Eventually(() => checker.Seen.GetValueOrDefault("ChildObserver") >= observed);
+        }
+        finally
+        {
+            Spindle.UnobservedException -= swallow;
+            s_flowed.Value = null;
+        }
+        AssertClean(checker, "ChildObserver", "StateMachineBox");
+    }
+
     // ---- frame loops ----
 
     private static async SpindleTask FrameUser(FrameLoop loop, CancellationToken ct)
