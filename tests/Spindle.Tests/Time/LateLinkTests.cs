@@ -1,0 +1,105 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+using System.Threading.Tasks;
+using SpindleLib.Tests.Threading;
+
+namespace SpindleLib.Tests.Time;
+
+/// <summary>
+/// A worker starting a delay reads the clock for its deadline (<c>TimerWheel.Start</c>), then links it into its own shard
+/// (<c>WheelShard.AddOwned</c>), taking the shard back from a rescuer if it had lent it for an item. A rescuer's pass in
+/// between (the worker preempted, or waiting for the rescuer) moves the shard's time to its own, later reading of the
+/// clock, past that deadline. Linked at its deadline, behind the shard's time, the timer sat in a slot a pass takes for one
+/// a whole level ahead: a Debug build failed the assert "only the top level wraps" (found beside two CPU hogs in
+/// <c>TimerStormFairnessTests</c>, section 36), a Release build fired it 64 ms or about 4 s late. These tests force the
+/// window with a Debug hook (<c>TimerWheel.TestHookBeforeAddOwned</c>) instead of waiting for a preemption.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class LateLinkTests
+{
+#if DEBUG
+    /// <summary>
+    /// In the hook, the owner starts a second delay (linked first, so the shard is lent with it for the item), and waits,
+    /// without polling its timers, until an idle worker's rescue has fired it: that pass moved the shard's time past the
+    /// first delay's deadline (checked). The first delay must then fire on the next pass: before a third, due 30 ms later,
+    /// and not before its own deadline. <paramref name="acrossABlock"/> starts the first delay near the end of a 64 ms block
+    /// of the clock, so that the rescue's time falls in the next block and the stale deadline differs from it at level 1
+    /// (4 s late in a Release build before the fix); otherwise near a block's start, at level 0 (64 ms late).
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task ADelayWhoseDeadlineARescuePassedBeforeItsLink_FiresOnTheNextPass_BeforeALaterOne(bool acrossABlock)
+    {
+        if (!await WorkerShardRescueTests.LeaveWorkersEachWithAShard())
+        {
+            return; // the rescuer is another worker (SPINDLE_WORKERS=1 runs have none)
+        }
+        TimerWheel wheel = TimerWheel.Default;
+        using var rescued = new ManualResetEventSlim();
+        var firstFired = new TaskCompletionSource<long>(TaskCreationOptions.RunContinuationsAsynchronously);
+        var laterFired = new TaskCompletionSource<long>(TaskCreationOptions.RunContinuationsAsynchronously);
+        long order = 0;
+        int ownerThread = 0;
+        int armed = 0;
+        long deadline = 0;
+        long elapsedAtLink = 0;
+        string? problem = null;
+        double waited = 0;
+
+        TimerWheel.TestHookBeforeAddOwned = (shard, node) =>
+        {
+            if (Environment.CurrentManagedThreadId != Volatile.Read(ref ownerThread) || Interlocked.Exchange(ref armed, 0) == 0)
+            {
+                return; // another delay, or the one started below (its own Start comes here too)
+            }
+            Volatile.Write(ref deadline, node.Deadline);
+            // Linked at once (the hook is disarmed): the shard, lent for this item from now on, holds it, and an idle worker
+            // rescues it when due, its pass moving the shard's time to the clock's reading then.
+            Spindle.Delay(acrossABlock ? 8 : 3).ContinueWithForTest(rescued.Set);
+            // The owner waits as a preempted thread would: without polling its timers.
+            if (!rescued.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)))
+            {
+                problem = "the second delay was not rescued while its worker waited in the item";
+            }
+            // The rescue's pass set the time before it queued the continuation that set the event.
+            Volatile.Write(ref elapsedAtLink, shard.Elapsed);
+        };
+        try
+        {
+            SpindleTask item = Spindle.Run(() =>
+            {
+                Volatile.Write(ref ownerThread, Environment.CurrentManagedThreadId);
+                // Where in the clock's 64 ms block the first delay starts (see the summary); the spin is bounded by a block.
+                int at = acrossABlock ? 60 : 2;
+                SpinWait.SpinUntil(() => wheel.NowTick() % TimerWheel.SlotsPerLevel == at, 1000);
+                Volatile.Write(ref armed, 1);
+                long start = Stopwatch.GetTimestamp();
+                Spindle.Delay(1).ContinueWithForTest(() =>
+                {
+                    waited = Stopwatch.GetElapsedTime(start).TotalMilliseconds;
+                    firstFired.SetResult(Interlocked.Increment(ref order));
+                });
+                Spindle.Delay(30).ContinueWithForTest(() => laterFired.SetResult(Interlocked.Increment(ref order)));
+            });
+            await TestUtil.WithTimeout(item.AsTask());
+            long first = await TestUtil.WithTimeout(firstFired.Task);
+            long later = await TestUtil.WithTimeout(laterFired.Task);
+
+            Assert.Null(problem);
+            long d = Volatile.Read(ref deadline);
+            long e = Volatile.Read(ref elapsedAtLink);
+            Assert.True(e > d, $"the window was not forced: the shard's time {e} at the link, the deadline {d}");
+            Assert.True(first < later,
+                $"a delay whose deadline ({d}) a rescue's pass had passed (to {e}, level {WheelShard.LevelFor(e, d)} apart) before its link fired after one due 30 ms after it");
+            Assert.True(waited >= 1, $"the 1 ms delay fired after {waited:F3} ms");
+        }
+        finally
+        {
+            TimerWheel.TestHookBeforeAddOwned = null;
+        }
+        TestUtil.SpinUntil(() => wheel.PendingCount == 0);
+    }
+#endif
+}
