@@ -91,6 +91,9 @@ public class LateLinkTests
             long d = Volatile.Read(ref deadline);
             long e = Volatile.Read(ref elapsedAtLink);
             Assert.True(e > d, $"the window was not forced: the shard's time {e} at the link, the deadline {d}");
+            // The second delay is due in the next block (at least 8 ms after the 60th of 64), so the rescue's time is too:
+            // linked at its own deadline, the first would have gone to level 1 or above.
+            Assert.True(!acrossABlock || WheelShard.LevelFor(e, d) >= 1, $"the case meant to cross a 64 ms block did not: {d} and {e}");
             Assert.True(first < later,
                 $"a delay whose deadline ({d}) a rescue's pass had passed (to {e}, level {WheelShard.LevelFor(e, d)} apart) before its link fired after one due 30 ms after it");
             Assert.True(waited >= 1, $"the 1 ms delay fired after {waited:F3} ms");
