@@ -18,6 +18,53 @@ namespace SpindleLib.Tests.Time;
 [Collection(SequentialCollection.Name)]
 public class LateLinkTests
 {
+    /// <summary>
+    /// The fix's claim at every level, on a shard driven by the test's thread alone (its owner, with explicit ticks): a
+    /// timer whose deadline (1) is behind the shard's time (moved on by a pass, as a rescuer's pass moves it, by
+    /// <paramref name="gap"/>) is linked at that time, in the current fine slot, whichever level its own deadline would
+    /// have taken; the shard's next expiration is that time, and the pass at that time fires it (a timer due later, also
+    /// in the shard, stays). Linked at its own deadline, the next expiration was a whole rotation of that level later (and a
+    /// Debug build failed the assert "only the top level wraps").
+    /// </summary>
+    [Theory]
+    [InlineData(1L, 0)]
+    [InlineData(100L, 1)]
+    [InlineData(5_000L, 2)]
+    [InlineData(300_000L, 3)]
+    [InlineData(20_000_000L, 4)]
+    [InlineData(2_000_000_000L, 5)]
+    public void ADeadlineBehindTheShardsTime_IsLinkedAtThatTime_AndFiresOnTheNextPass_AtEveryLevel(long gap, int level)
+    {
+        using var wheel = new TimerWheel(new ManualClock());
+        var shard = new WheelShard(wheel, dispatch: false, worker: true);
+        const long Start = 0;
+        const long Deadline = Start + 1;
+        long passedTo = Deadline + gap;
+        Assert.Equal(level, WheelShard.LevelFor(passedTo, Deadline));
+
+        TimerNode later = TimerNode.Rent(wheel);
+        var laterTask = new SpindleTask(later, later.Version);
+        later.Deadline = passedTo + 1_000;
+        shard.AddOwned(later, Start);
+        shard.DrainInboxes(passedTo); // the pass that overtook the deadline (a rescuer's, in the race)
+        Assert.Equal(passedTo, shard.Elapsed);
+
+        TimerNode node = TimerNode.Rent(wheel);
+        var task = new SpindleTask(node, node.Version);
+        node.Deadline = Deadline;
+        shard.AddOwned(node, Start); // the clock read before that pass
+        Assert.False(task.IsCompleted);
+        Assert.Equal(passedTo, shard.NextDeadline());
+        shard.DrainInboxes(passedTo);
+        Assert.True(task.IsCompleted, "the timer did not fire on the pass at the shard's time");
+        Assert.False(laterTask.IsCompleted);
+        task.GetAwaiter().GetResult();
+        long next = shard.NextDeadline(); // the later timer's slot: a coarse one starts at or before its deadline
+        Assert.True(next > passedTo && next <= passedTo + 1_000, $"the next expiration is {next}, after the pass at {passedTo}");
+        shard.CancelEverything();
+        Assert.Throws<OperationCanceledException>(() => laterTask.GetAwaiter().GetResult());
+    }
+
 #if DEBUG
     /// <summary>
     /// In the hook, the owner starts a second delay (linked first, so the shard is lent with it for the item), and waits,
