@@ -123,21 +123,11 @@ public sealed class LazyCancellationTests
         Assert.Same(e1, e2); // a preserved task keeps the outcome it read: one exception
         Assert.Equal(cts.Token, e1.CancellationToken);
     }
-}
 
-/// <summary>
-/// The review of stop 39: every other way to read a lazily cancelled wait gives the cancellation with its token, whether
-/// it is read after the cancellation or waited on before it: a ValueTask, a Task, the winner of a WhenAny, and the status (a WhenAny rethrows its winner's failure).
-/// </summary>
-public sealed class LazyCancellationReadersTests
-{
-    private static SpindleTask Start(int kind, FrameLoop loop, CancellationToken token) => kind switch
-    {
-        0 => Spindle.Delay(60_000, token),
-        1 => loop.Delay(TimeSpan.FromSeconds(60), token),
-        _ => loop.NextFrame(token),
-    };
-
+    /// <summary>
+    /// The review of stop 39: every other way to read a lazily cancelled wait gives the cancellation with its token, whether
+    /// it is read after the cancellation or waited on before it: a ValueTask, a Task, the winner of a WhenAny, and the status (a WhenAny rethrows its winner's failure).
+    /// </summary>
     [Theory]
     [InlineData(0)]
     [InlineData(1)]
