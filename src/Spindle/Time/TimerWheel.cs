@@ -328,6 +328,9 @@ public sealed partial class TimerWheel : IDisposable
         if (own is not null)
         {
             node.Deadline = deadline;
+#if DEBUG
+            TestHookBeforeAddOwned?.Invoke(own, node);
+#endif
             own.AddOwned(node, now);
         }
         else
@@ -335,6 +338,15 @@ public sealed partial class TimerWheel : IDisposable
             Insert(node, deadline);
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on a worker starting a delay in its own shard (<see cref="Start"/>), between its read of the clock
+    /// for the deadline (set on the node) and the link (<see cref="WheelShard.AddOwned"/>): the window in which a rescuer's
+    /// pass may move the lent shard's time past that deadline.
+    /// </summary>
+    internal static Action<WheelShard, TimerNode>? TestHookBeforeAddOwned;
+#endif
 
     /// <summary>
     /// Puts <paramref name="node"/> in a frame loop's wheel to fire <paramref name="delay"/> (finite, checked) from now,

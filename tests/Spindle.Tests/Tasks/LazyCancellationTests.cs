@@ -123,4 +123,45 @@ public sealed class LazyCancellationTests
         Assert.Same(e1, e2); // a preserved task keeps the outcome it read: one exception
         Assert.Equal(cts.Token, e1.CancellationToken);
     }
+
+    /// <summary>
+    /// The review of stop 39: every other way to read a lazily cancelled wait gives the cancellation with its token, whether
+    /// it is read after the cancellation or waited on before it: a ValueTask, a Task, the winner of a WhenAny, and the status (a WhenAny rethrows its winner's failure).
+    /// </summary>
+    [Theory]
+    [InlineData(0)]
+    [InlineData(1)]
+    [InlineData(2)]
+    public async Task EveryReader_GetsTheTokenThatCanceledTheWait(int kind)
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        using var cts = new CancellationTokenSource();
+        // Waited on before the cancellation: the readers' continuations run from it.
+        Task pendingTask = Start(kind, loop, cts.Token).AsTask();
+        ValueTask pendingValueTask = Start(kind, loop, cts.Token).AsValueTask();
+        SpindleTask<int> any = SpindleTask.WhenAny(Start(kind, loop, cts.Token), Spindle.Delay(60_000));
+        SpindleTask read = Start(kind, loop, cts.Token);
+        SpindleTask suppressedFirst = Start(kind, loop, cts.Token);
+        SpindleTask readAfter = Start(kind, loop, cts.Token);
+        cts.Cancel();
+
+        Assert.Equal(SpindleTaskStatus.Canceled, read.Status);
+        Assert.True(pendingTask.IsCanceled);
+        var e1 = await Assert.ThrowsAsync<TaskCanceledException>(() => pendingTask);
+        Assert.Equal(cts.Token, e1.CancellationToken);
+        var e2 = await Assert.ThrowsAsync<TaskCanceledException>(async () => await pendingValueTask);
+        Assert.Equal(cts.Token, e2.CancellationToken);
+        // A WhenAny whose first input to finish failed rethrows that input's exception.
+        var e5 = await Assert.ThrowsAsync<TaskCanceledException>(() => TestUtil.WithTimeout(any));
+        Assert.Equal(cts.Token, e5.CancellationToken);
+        // Read after the cancellation: a Task made then, and, on one thread, a suppressed read then a throwing one.
+        var e3 = await Assert.ThrowsAsync<TaskCanceledException>(() => read.AsTask());
+        Assert.Equal(cts.Token, e3.CancellationToken);
+        Assert.True(suppressedFirst.SuppressCancellationThrow().GetAwaiter().GetResult());
+        var e4 = Assert.Throws<TaskCanceledException>(() => readAfter.GetAwaiter().GetResult());
+        Assert.Equal(cts.Token, e4.CancellationToken);
+        Assert.NotSame(e3, e4); // built for each reader, never the shared value
+        loop.RunFrame();
+    }
 }
