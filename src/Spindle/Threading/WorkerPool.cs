@@ -444,7 +444,10 @@ internal sealed class WorkerPool : Scheduler
 
     /// <summary>
     /// True when the calling worker's next pass should share its continuations (<see cref="WorkerTimers.PollSharing"/>):
-    /// another worker is idle (parked or spinning) and holds fewer than half as many timers. A timer lives on the shard
+    /// some worker is idle (parked or spinning) and another holds fewer than half as many timers. With two workers they are
+    /// the same worker; with more, the idle one and the light one may differ (the pool keeps no per-worker idle flag to
+    /// tell), so a pass may be shared when no idle worker is light: that costs queued continuations only (no timer changes
+    /// shard, none is lost or run twice). A timer lives on the shard
     /// of the worker that started it, and a timer's continuation runs on the worker that fires it, so a loop of delays
     /// stays on one worker for ever: once a rescue (an idle or a busy worker firing a held worker's timers) had moved a
     /// worker's sessions to another, they never came back (the user's latency program: 200,000 sessions on one shard and
