@@ -817,6 +817,10 @@ public sealed partial class FrameLoop
     /// <returns>
     /// A task that completes when the loop has stopped (successfully: stopping is the normal end), or faults if the loop
     /// itself failed. Continuations still waiting stay queued; <see cref="RunFrame()"/> or a new Run carries on with them.
+    /// Await it off the loop: loop code runs under the loop's <see cref="SynchronizationContext"/>, so an <c>await</c> of
+    /// this task there resumes through the loop that has just stopped, and never does unless the loop runs again (a
+    /// match's code that cancels its loop from inside it: <c>await runTask.ConfigureAwait(false)</c>, or await it on the
+    /// host's thread).
     /// </returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="framesPerSecond"/> is not a positive finite number, is
     /// so small that one timestep would not fit in loop time, or is above 10,000,000, so that one timestep would be shorter

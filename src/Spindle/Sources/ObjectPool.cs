@@ -71,6 +71,15 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// need a chunk at a time when it returns objects. Nothing is walked under the gate: the objects were last touched
     /// on other cores, and reaching each one is a cache miss best paid outside it.
     /// </summary>
+    /// <remarks>
+    /// A frame loop's thread inside a step takes one <see cref="Chunk"/> instead (a walk of that many links under the
+    /// gate). It keeps what it returns past the cap (<see cref="ReturnChunk"/>), so a whole shared stack taken by it
+    /// stayed with it whenever the shared stack had filled again by the time it returned them: with many loops (a server
+    /// hosting a match per loop), each loop thread came to hold up to the cap of each type beyond its own needs, the other
+    /// loops found the shared stack empty and allocated, and the process kept growing (100 loops of 500 entities racing
+    /// a delay against a WaitUntil: 1.8 KB a frame allocated, all of it kept; ObjectPoolTests.RentInsideALoopStep_...).
+    /// A loop thread then holds what it has in flight and what it returned last, as the keep rule means it to.
+    /// </remarks>
     private static T? RentChunk(ref ThreadSlots.Slot local)
     {
         if (Volatile.Read(ref s_head) is null || !TryTakeGate())
@@ -78,14 +87,30 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
             return null;
         }
         T? first = s_head;
-        int taken = s_count;
-        s_head = null;
-        s_count = 0;
-        Volatile.Write(ref s_gate, 0);
         if (first is null)
         {
+            Volatile.Write(ref s_gate, 0);
             return null;
         }
+        int taken = s_count;
+        if (taken > Chunk && ThreadSlots.IsInsideLoopStep)
+        {
+            T last = first;
+            for (int i = 1; i < Chunk; i++)
+            {
+                last = last.Next!;
+            }
+            s_head = last.Next;
+            s_count = taken - Chunk;
+            last.Next = null;
+            taken = Chunk;
+        }
+        else
+        {
+            s_head = null;
+            s_count = 0;
+        }
+        Volatile.Write(ref s_gate, 0);
         local.Head = first.Next;
         local.Count = taken - 1;
         first.Next = null;
@@ -140,9 +165,13 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         keepLast.Next = last.Next;
         last.Next = null;
         local.Count -= Chunk;
+#if DEBUG
+        PoolTestHooks.ChunkSplitOff?.Invoke();
+#endif
         if (s_count + Chunk > SpindlePool.MaxRetainedPerType)
         {
-            return; // over the cap: dropped, the GC takes them
+            KeepInLoopStepOrDrop(ref local, keepLast, first, last); // over the cap
+            return;
         }
         // Waits for the gate rather than dropping the chunk: objects that circulate between threads (rented on one,
         // returned on another) would otherwise leak out of the pool under contention and be allocated again for ever.
@@ -151,12 +180,32 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         if (s_count + Chunk > SpindlePool.MaxRetainedPerType)
         {
             Volatile.Write(ref s_gate, 0);
+            KeepInLoopStepOrDrop(ref local, keepLast, first, last);
             return;
         }
         last.Next = s_head;
         s_head = first;
         s_count += Chunk;
         Volatile.Write(ref s_gate, 0);
+    }
+
+    /// <summary>
+    /// The shared stack filled up after the check at the top of <see cref="ReturnChunk"/> (other threads returned
+    /// meanwhile): the chunk <paramref name="first"/>..<paramref name="last"/>, split off after <paramref name="keepLast"/>,
+    /// goes to the GC, except on a frame loop's thread inside a step, which links it back where it was, as the check at
+    /// the top would have kept it had it seen the stack full: with many loop threads returning at once, the chunks of all
+    /// but one of the threads racing for the shared stack's last room were dropped, and allocated again next frame
+    /// (ObjectPoolTests.ReturnChunkInsideALoopStep_...).
+    /// </summary>
+    private static void KeepInLoopStepOrDrop(ref ThreadSlots.Slot local, T keepLast, T first, T last)
+    {
+        if (!ThreadSlots.IsInsideLoopStep)
+        {
+            return; // dropped: the GC takes them
+        }
+        last.Next = keepLast.Next;
+        keepLast.Next = first;
+        local.Count += Chunk;
     }
 
     /// <summary>A few tries at the gate; the holder releases it within a few instructions.</summary>
@@ -208,6 +257,12 @@ internal static class PoolTestHooks
     /// the tests that set it run in the sequential collection.
     /// </summary>
     internal static Action<object>? Returning;
+
+    /// <summary>
+    /// Called in <c>ReturnChunk</c> once a chunk is split off the thread's stack, before the shared stack's room is
+    /// checked again: a test fills the shared stack there, as other threads returning at that moment would.
+    /// </summary>
+    internal static Action? ChunkSplitOff;
 }
 #endif
 

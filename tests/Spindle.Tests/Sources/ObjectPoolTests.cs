@@ -38,6 +38,47 @@ public class ObjectPoolTests
 
     private sealed class BulkNode : Node<BulkNode>;
 
+    private sealed class LoopRentNode : Node<LoopRentNode>;
+
+    private sealed class LoopKeepNode : Node<LoopKeepNode>;
+
+    /// <summary>Returns <paramref name="count"/> new nodes on a thread of its own (not a loop's): its stack keeps LocalMax, the rest go to the shared stack.</summary>
+    private static void ReturnOnAnotherThread<T>(int count)
+        where T : Node<T>, new()
+    {
+        var thread = new Thread(() =>
+        {
+            foreach (T node in Make<T>(count))
+            {
+                ObjectPool<T>.Return(node);
+            }
+        });
+        thread.Start();
+        thread.Join();
+    }
+
+    /// <summary>Runs <paramref name="body"/> inside a frame of a new loop, on the calling thread (a loop step).</summary>
+    private static void InsideAFrame(Action body)
+    {
+        var loop = new FrameLoop();
+        loop.SynchronizationContext.Post(_ => body(), null);
+        Exception? fault = null;
+        Action<Exception> report = ex => fault = ex;
+        Spindle.UnobservedException += report;
+        try
+        {
+            loop.RunFrame();
+        }
+        finally
+        {
+            Spindle.UnobservedException -= report;
+        }
+        if (fault is not null)
+        {
+            throw new Xunit.Sdk.XunitException("the frame's body failed: " + fault);
+        }
+    }
+
     /// <summary>Empties this thread's slot for <typeparamref name="T"/> and its shared stack.</summary>
     private static void Drain<T>()
         where T : Node<T>
@@ -412,4 +453,99 @@ public class ObjectPoolTests
         Assert.False(refs.Closure.IsAlive, "a run item kept the delegate of its last use alive");
         Assert.False(refs.RunResult.IsAlive, "a run item kept the result of its last use alive");
     }
+
+    [Fact]
+    public void RentInsideALoopStep_WithItsStackEmpty_TakesOneChunk_NotTheWholeSharedStack()
+    {
+        // Many matches in one server, each its own FrameLoop: a loop thread keeps what it returns past the cap, so a
+        // whole shared stack it took stayed with it, and the other loops found the shared stack empty and allocated (100
+        // loops of 500 entities racing a delay against a WaitUntil: 1.8 KB a frame, all of it kept; the heap grew without
+        // end). Inside a loop step a rent takes one chunk; outside one it still takes the whole stack.
+        Drain<LoopRentNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        try
+        {
+            SpindlePool.MaxRetainedPerType = 256;
+            ReturnOnAnotherThread<LoopRentNode>(256 + ObjectPool<LoopRentNode>.LocalMax);
+            Assert.Equal(256, ObjectPool<LoopRentNode>.Count);
+
+            int sharedAfterLoopRent = -1, localAfterLoopRent = -1;
+            LoopRentNode? rented = null;
+            InsideAFrame(() =>
+            {
+                rented = ObjectPool<LoopRentNode>.TryRent();
+                sharedAfterLoopRent = ObjectPool<LoopRentNode>.Count;
+                localAfterLoopRent = ObjectPool<LoopRentNode>.LocalCount;
+            });
+
+            Assert.NotNull(rented);
+            Assert.Equal(256 - ObjectPool<LoopRentNode>.Chunk, sharedAfterLoopRent); // before the fix: 0
+            Assert.Equal(ObjectPool<LoopRentNode>.Chunk - 1, localAfterLoopRent); // before: 255
+
+            // Outside a loop step, a rent still takes the rest in one go.
+            Drain<LoopRentNode>();
+            Assert.Equal(0, ObjectPool<LoopRentNode>.Count);
+        }
+        finally
+        {
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<LoopRentNode>();
+        }
+    }
+
+#if DEBUG // the hook between a chunk's split and the shared stack's second check exists only in a Debug build
+    [Fact]
+    public void ReturnChunkInsideALoopStep_WhenOtherThreadsFillTheSharedStackMeanwhile_KeepsTheChunk()
+    {
+        // A loop thread's return found room in the shared stack, split a chunk off, and by the time it looked again other
+        // threads had filled the stack: the chunk was dropped, though inside a loop step a full stack means "keep it",
+        // and the loop rented those objects again next frame (16 objects allocated per lost race, with many loops).
+        Drain<LoopKeepNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        Thread me = Thread.CurrentThread;
+        int fills = 0;
+        try
+        {
+            SpindlePool.MaxRetainedPerType = 64;
+            ReturnOnAnotherThread<LoopKeepNode>(48 + ObjectPool<LoopKeepNode>.LocalMax);
+            Assert.Equal(48, ObjectPool<LoopKeepNode>.Count);
+            PoolTestHooks.ChunkSplitOff = () =>
+            {
+                if (Thread.CurrentThread == me && Interlocked.Exchange(ref fills, 1) == 0)
+                {
+                    // Another thread returns one chunk's worth meanwhile: the shared stack is at its cap.
+                    ReturnOnAnotherThread<LoopKeepNode>(ObjectPool<LoopKeepNode>.Chunk + ObjectPool<LoopKeepNode>.LocalMax);
+                }
+            };
+
+            int local = -1, shared = -1;
+            LoopKeepNode[] mine = Make<LoopKeepNode>(ObjectPool<LoopKeepNode>.LocalMax + 1);
+            InsideAFrame(() =>
+            {
+                foreach (LoopKeepNode node in mine)
+                {
+                    ObjectPool<LoopKeepNode>.Return(node);
+                }
+                local = ObjectPool<LoopKeepNode>.LocalCount;
+                shared = ObjectPool<LoopKeepNode>.Count;
+            });
+
+            Assert.Equal(1, fills);
+            Assert.Equal(64, shared);
+            Assert.Equal(mine.Length, local); // before the fix: 17 (a chunk of 16 dropped)
+            var back = new System.Collections.Generic.HashSet<LoopKeepNode>();
+            for (int i = 0; i < mine.Length; i++)
+            {
+                back.Add(ObjectPool<LoopKeepNode>.TryRent()!);
+            }
+            Assert.True(back.SetEquals(mine), "every node the loop returned is rented back from its own stack");
+        }
+        finally
+        {
+            PoolTestHooks.ChunkSplitOff = null;
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<LoopKeepNode>();
+        }
+    }
+#endif
 }
