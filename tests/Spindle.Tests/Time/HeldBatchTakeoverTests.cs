@@ -143,9 +143,12 @@ public class HeldBatchTakeoverTests
         {
             return; // the taker is another worker (SPINDLE_WORKERS=1 runs have none)
         }
-        await TestUtil.LeaveSpindleWorkers(); // started here, off the workers: the main shard, fired by the timer thread
         for (int attempt = 0; attempt < 10; attempt++)
         {
+            // Started here, off the workers: the main shard, fired by the timer thread. Left again at every attempt: the
+            // last attempt's awaits of its items may have resumed this method on a worker, whose helping waits below
+            // would then run one of this attempt's blocking items and wait inside it for ever (a stalled suite, stop 40).
+            await TestUtil.LeaveSpindleWorkers();
             using var run = new Attempt();
             using var startWaiting = new ManualResetEventSlim();
             var helpersGo = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
