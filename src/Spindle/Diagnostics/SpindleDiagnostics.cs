@@ -21,7 +21,8 @@ namespace SpindleLib;
 /// pooled kind (for example <c>StateMachineBox</c>, <c>JobNode</c>, <c>Combinator</c>).</item>
 /// <item><c>spindle.job.count</c> (counter): jobs completed, successfully or not (combined handles are not jobs).</item>
 /// <item><c>spindle.frame.duration</c> (histogram, seconds): how long each <see cref="FrameLoop.RunFrame()"/> took,
-/// measured only while a listener is enabled for it.</item>
+/// measured only while a listener is enabled for it, tagged <c>spindle.loop</c> with the loop's
+/// <see cref="FrameLoop.Name"/> if it has one.</item>
 /// <item><c>spindle.unobserved_exception.count</c> (counter): faults reported to <see cref="Spindle.UnobservedException"/>.</item>
 /// </list>
 /// <para><b>The task tracker</b> is off by default. Off, it costs a static read when an async method first suspends

@@ -316,6 +316,23 @@ public sealed class MetricsTests
         Assert.Equal(0, SpindleMetrics.FrameStarted()); // the listener is gone: frames are not timed
     }
 
+    /// <summary>A host of many loops tells them apart: a named loop's frames carry its name, an unnamed loop's carry no tag.</summary>
+    [NetBuildFact(NoMeter)]
+    public void FrameDuration_OfANamedLoop_IsTaggedWithItsName()
+    {
+        var named = new FrameLoop("match-7");
+        var unnamed = new FrameLoop();
+        using var recorder = new Recorder("spindle.frame.duration");
+        named.RunFrame();
+        unnamed.RunFrame();
+        named.RunFrame();
+        var frames = recorder.Recorded("spindle.frame.duration");
+        Assert.Equal(3, frames.Count);
+        Assert.Equal(new object?[] { "match-7", null, "match-7" },
+            frames.Select(f => f.Tags.SingleOrDefault(t => t.Key == "spindle.loop").Value).ToArray());
+        Assert.Empty(frames[1].Tags);
+    }
+
     [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.NoInlining)]
     private static WeakReference RunFramesAndDropTheLoop()
     {

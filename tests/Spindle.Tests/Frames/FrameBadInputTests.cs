@@ -34,6 +34,41 @@ public sealed class FrameBadInputTests
     }
 
     [Fact]
+    public void Constructor_WithANullOrBlankName_ThrowsAndNamesTheFix()
+    {
+        var nullName = Assert.Throws<ArgumentNullException>(() => new FrameLoop(null!));
+        Assert.Equal("name", nullName.ParamName);
+        Assert.Contains("new FrameLoop()", nullName.Message, StringComparison.Ordinal);
+        foreach (string blank in new[] { "", "   ", "\t" })
+        {
+            var e = Assert.Throws<ArgumentException>(() => new FrameLoop(blank));
+            Assert.Equal("name", e.ParamName);
+            Assert.Contains("white space", e.Message, StringComparison.Ordinal);
+        }
+        Assert.Null(new FrameLoop().Name);
+        Assert.Equal("match-7", new FrameLoop("match-7").Name);
+    }
+
+    /// <summary>A named loop's <see cref="FrameLoop.Run"/> thread carries the name, for a profiler or a dump of a host of many loops.</summary>
+    [Fact]
+    public async Task Run_OfANamedLoop_NamesItsThreadAfterTheLoop()
+    {
+        var loop = new FrameLoop("match-7");
+        using var cts = new CancellationTokenSource();
+        Task run = loop.Run(1000, cts.Token);
+        string? threadName = null;
+        async SpindleTask OnTheLoop()
+        {
+            await loop.SwitchTo();
+            threadName = Thread.CurrentThread.Name;
+        }
+        await TestUtil.WithTimeout(OnTheLoop());
+        cts.Cancel();
+        await TestUtil.WithTimeout(run);
+        Assert.Equal("Spindle FrameLoop: match-7", threadName);
+    }
+
+    [Fact]
     public async Task RunFrame_WhileAnotherThreadRunsAFrame_ThrowsInvalidOperation()
     {
         var loop = new FrameLoop();
