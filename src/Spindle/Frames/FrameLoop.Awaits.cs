@@ -76,7 +76,7 @@ public sealed partial class FrameLoop
         CheckPhase(phase, nameof(phase));
         if (cancellationToken.IsCancellationRequested)
         {
-            return new FrameAwaitable(SpindleTask.FromCanceled(cancellationToken));
+            return new FrameAwaitable(TimerNode.CanceledAtOnce(cancellationToken));
         }
         if (!cancellationToken.CanBeCanceled)
         {
@@ -112,7 +112,7 @@ public sealed partial class FrameLoop
         CheckPhase(phase, nameof(phase));
         if (cancellationToken.IsCancellationRequested)
         {
-            return SpindleTask.FromCanceled(cancellationToken);
+            return TimerNode.CanceledAtOnce(cancellationToken);
         }
         return frameCount switch
         {
@@ -163,7 +163,7 @@ public sealed partial class FrameLoop
         CheckPhase(phase, nameof(phase));
         if (cancellationToken.IsCancellationRequested)
         {
-            return SpindleTask.FromCanceled(cancellationToken);
+            return TimerNode.CanceledAtOnce(cancellationToken);
         }
         if (delay == TimeSpan.Zero)
         {
@@ -280,7 +280,7 @@ public sealed partial class FrameLoop
         }
         if (cancellationToken.IsCancellationRequested)
         {
-            return new FrameAwaitable(SpindleTask.FromCanceled(cancellationToken));
+            return new FrameAwaitable(TimerNode.CanceledAtOnce(cancellationToken));
         }
         return new FrameAwaitable(StartWaiter(phase, kind, cancellationToken));
     }
@@ -331,7 +331,7 @@ public sealed partial class FrameLoop
         CheckPhase(phase, nameof(phase));
         if (cancellationToken.IsCancellationRequested)
         {
-            return SpindleTask.FromCanceled(cancellationToken);
+            return TimerNode.CanceledAtOnce(cancellationToken);
         }
         if (IsLoopThread)
         {

@@ -120,6 +120,32 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         return true;
     }
 
+    /// <summary>
+    /// Completes this use at once as canceled by <paramref name="cancellationToken"/>, already cancelled when the delay was
+    /// asked for, lazily (<see cref="ILazyCanceledSource"/>): the exception is built only for a reader that throws it, so a
+    /// suppressed await (<c>SuppressCancellationThrow()</c>) of a delay started after its token was cancelled builds none,
+    /// as one cancelled while it waits builds none. The node was rented for no wheel (<c>Rent(null)</c>): its consumer
+    /// alone recycles it.
+    /// </summary>
+    private void CompleteCanceledAtOnce(CancellationToken cancellationToken)
+    {
+        _token = cancellationToken;
+        _core.TrySetCanceledLazily();
+    }
+
+    /// <summary>
+    /// The task of a wait asked for with <paramref name="cancellationToken"/> already cancelled (a delay, a frame wait):
+    /// a pooled node in no wheel, canceled at once and lazily (<see cref="CompleteCanceledAtOnce"/>), where
+    /// <c>SpindleTask.FromCanceled</c> builds the exception and a source at once.
+    /// </summary>
+    public static SpindleTask CanceledAtOnce(CancellationToken cancellationToken)
+    {
+        TimerNode node = Rent(null);
+        short use = node.Version;
+        node.CompleteCanceledAtOnce(cancellationToken);
+        return new SpindleTask(node, use);
+    }
+
     /// <summary>Registers the cancellation of this use. Called after the node is in the insert inbox (see remarks).</summary>
     public void RegisterCancellation(CancellationToken cancellationToken)
     {

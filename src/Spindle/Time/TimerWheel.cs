@@ -274,7 +274,7 @@ public sealed partial class TimerWheel : IDisposable
         }
         if (cancellationToken.IsCancellationRequested)
         {
-            return SpindleTask.FromCanceled(cancellationToken);
+            return TimerNode.CanceledAtOnce(cancellationToken); // lazily, as one cancelled while it waits
         }
         if (delay == TimeSpan.Zero)
         {

@@ -164,4 +164,48 @@ public sealed class LazyCancellationTests
         Assert.NotSame(e3, e4); // built for each reader, never the shared value
         loop.RunFrame();
     }
+
+    /// <summary>
+    /// A delay or a frame wait asked for with a token already cancelled (a scene's entities starting their next wait after the unload
+    /// cancelled them) is canceled at once, lazily like one cancelled while it waits: a suppressed await builds no
+    /// exception and, once the pool is warm, allocates nothing; a throwing await still gets a
+    /// <see cref="TaskCanceledException"/> with the token. Before, each built one at once (SpindleTask.FromCanceled).
+    /// </summary>
+    [Theory]
+    [InlineData(0)]
+    [InlineData(1)]
+    [InlineData(2)]
+    public void AWaitWithATokenAlreadyCancelled_IsCanceledAtOnce_AndBuildsNoExceptionForASuppressedAwait(int kind)
+    {
+        const int N = 512;
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        Assert.Equal(SpindleTaskStatus.Canceled, Start(kind, loop, cts.Token).Status); // (the use is left unread)
+        long fewest = long.MaxValue;
+        int canceled = 0;
+        for (int round = 0; round < 6; round++)
+        {
+            long before = GC.GetAllocatedBytesForCurrentThread();
+            for (int i = 0; i < N; i++)
+            {
+                if (Start(kind, loop, cts.Token).SuppressCancellationThrow().GetAwaiter().GetResult())
+                {
+                    canceled++;
+                }
+            }
+            fewest = Math.Min(fewest, GC.GetAllocatedBytesForCurrentThread() - before);
+        }
+        Assert.Equal(6 * N, canceled);
+        Assert.True(fewest < N * 16, $"{N} suppressed awaits of waits started with a cancelled token allocated {fewest} bytes ({fewest / N} per wait)");
+
+        SpindleTask thrown = Start(kind, loop, cts.Token);
+        var e = Assert.Throws<TaskCanceledException>(() => thrown.GetAwaiter().GetResult());
+        Assert.Equal(cts.Token, e.CancellationToken);
+        // Read once, as every pooled delay: the node went back to its pool with the read.
+        var again = Assert.Throws<InvalidOperationException>(() => thrown.GetAwaiter().GetResult());
+        Assert.Contains("Preserve()", again.Message, StringComparison.Ordinal);
+        loop.RunFrame();
+    }
 }

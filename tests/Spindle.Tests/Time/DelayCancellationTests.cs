@@ -253,6 +253,10 @@ public class DelayPoolTests
         Assert.Equal(0, wheel.PendingCount);
     }
 
+    /// <summary>
+    /// Canceled at once, in no wheel and registered with nothing; its node (a pooled one, canceled lazily: see
+    /// <c>LazyCancellationTests</c>) goes back to the pool when the cancellation is read.
+    /// </summary>
     [Fact]
     public void AnAlreadyCancelledTokenCompletesAtOnceAndRegistersNothing()
     {
@@ -264,7 +268,9 @@ public class DelayPoolTests
         SpindleTask delay = wheel.Delay(TimeSpan.FromSeconds(1), cts.Token);
         Assert.Equal(SpindleTaskStatus.Canceled, delay.Status);
         Assert.Equal(0, wheel.PendingCount);
-        Assert.Equal(pooled, PooledNodes());
-        Assert.ThrowsAny<OperationCanceledException>(() => delay.GetAwaiter().GetResult());
+        var e = Assert.Throws<TaskCanceledException>(() => delay.GetAwaiter().GetResult());
+        Assert.Equal(cts.Token, e.CancellationToken);
+        Assert.Equal(0, wheel.PendingCount);
+        Assert.Equal(Math.Max(pooled, 1), PooledNodes()); // the node it took, or made, is back
     }
 }
