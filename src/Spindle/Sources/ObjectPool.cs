@@ -323,6 +323,13 @@ internal static class ThreadSlots
     public static void RequestTrim() => Interlocked.Increment(ref s_trimRequests);
 
     /// <summary>
+    /// Called by a Spindle thread as it starts: the trims requested before it existed have nothing of its to let go of, so
+    /// its first idle moment must not take them for new ones. Without this, a worker started after any trim let go of
+    /// what its first burst grew (its stacks and its deque's array) at its first park, whenever that burst came before it.
+    /// </summary>
+    public static void AdoptTrimRequests() => t_trimRequestsSeen = Volatile.Read(ref s_trimRequests);
+
+    /// <summary>
     /// Called by a Spindle thread at an idle moment, holding no pooled object of its stacks: if a trim was requested
     /// since it last looked, empties all of this thread's stacks and returns true. A thread-static read and a volatile
     /// read when nothing was requested.

@@ -1212,6 +1212,7 @@ internal sealed class WorkerPool : Scheduler
 
         public void Run()
         {
+            ThreadSlots.AdoptTrimRequests();
 #if NET
             Pool.WorkerLoop(this);
 #else

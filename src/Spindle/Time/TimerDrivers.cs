@@ -119,6 +119,7 @@ internal sealed class ThreadTimerDriver : TimerDriver
 
     private void Loop()
     {
+        ThreadSlots.AdoptTrimRequests();
         while (!_stopped)
         {
 #if DEBUG

@@ -181,6 +181,39 @@ public sealed class TrimAfterBurstTests
         }
     }
 
+    /// <summary>
+    /// A trim requested before a worker existed is not one for it: a new worker whose first item came before its first
+    /// park took every earlier trim request for a new one at that park, and let go of what the item's burst grew (a CI
+    /// run: the stack-and-deque case above found the deque at 64 slots right after its burst, 1 run). The worker adopts
+    /// the requests made before it starts (<c>ThreadSlots.AdoptTrimRequests</c>).
+    /// </summary>
+    [Fact]
+    public void ANewWorker_TakesNoTrimRequestedBeforeItStarted_ForANewOne()
+    {
+        int tookAStaleRequest = 0;
+        for (int attempt = 0; attempt < 20; attempt++)
+        {
+            ThreadSlots.RequestTrim();
+            var pool = new WorkerPool(1, "trim-adopt worker");
+            try
+            {
+                // Queued at once: most often before the new worker's first park, where it would look for requests.
+                RunOn(pool, () =>
+                {
+                    if (ThreadSlots.TrimIfRequested())
+                    {
+                        tookAStaleRequest++;
+                    }
+                });
+            }
+            finally
+            {
+                pool.Dispose();
+            }
+        }
+        Assert.Equal(0, tookAStaleRequest);
+    }
+
     private static void RunOn(WorkerPool pool, Action action)
     {
         using var ran = new ManualResetEventSlim(false);
