@@ -121,28 +121,18 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     }
 
     /// <summary>
-    /// Completes this use at once as canceled by <paramref name="cancellationToken"/>, already cancelled when the delay was
-    /// asked for, lazily (<see cref="ILazyCanceledSource"/>): the exception is built only for a reader that throws it, so a
-    /// suppressed await (<c>SuppressCancellationThrow()</c>) of a delay started after its token was cancelled builds none,
-    /// as one cancelled while it waits builds none. The node was rented for no wheel (<c>Rent(null)</c>): its consumer
-    /// alone recycles it.
-    /// </summary>
-    private void CompleteCanceledAtOnce(CancellationToken cancellationToken)
-    {
-        _token = cancellationToken;
-        _core.TrySetCanceledLazily();
-    }
-
-    /// <summary>
-    /// The task of a wait asked for with <paramref name="cancellationToken"/> already cancelled (a delay, a frame wait):
-    /// a pooled node in no wheel, canceled at once and lazily (<see cref="CompleteCanceledAtOnce"/>), where
+    /// The task of a wait asked for with <paramref name="cancellationToken"/> already cancelled (a delay, a frame wait): a
+    /// pooled node rented for no wheel (its consumer alone recycles it), completed at once as canceled, lazily
+    /// (<see cref="ILazyCanceledSource"/>), as a node cancelled while it waits: the exception is built only for a reader
+    /// that throws it, so a suppressed await (<c>SuppressCancellationThrow()</c>) builds none, where
     /// <c>SpindleTask.FromCanceled</c> builds the exception and a source at once.
     /// </summary>
     public static SpindleTask CanceledAtOnce(CancellationToken cancellationToken)
     {
         TimerNode node = Rent(null);
         short use = node.Version;
-        node.CompleteCanceledAtOnce(cancellationToken);
+        node._token = cancellationToken;
+        node._core.TrySetCanceledLazily();
         return new SpindleTask(node, use);
     }
 
