@@ -185,6 +185,12 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// Waits for the signal. Completes at once (consuming the signal) if it is set. A canceled wait completes as
     /// canceled at once and leaves nothing registered.
     /// </summary>
+    /// <param name="cancellationToken">
+    /// Cancels the wait. The cancellation is kept as a value: a read that throws it builds its
+    /// <see cref="System.Threading.Tasks.TaskCanceledException"/>, with this token, then, so an await with
+    /// <see cref="SpindleTask.SuppressCancellationThrow"/> builds none (a server that cancels many waiting sessions at
+    /// once pays no exception per wait). The signal keeps the token until its next wait starts.
+    /// </param>
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
     public SpindleTask WaitAsync(CancellationToken cancellationToken = default)
     {
@@ -206,7 +212,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// How long to wait, rounded up to the wheel's 1 ms tick (never early). <see cref="TimeSpan.Zero"/> only takes a set
     /// that is there now (true) or returns false at once; <see cref="Timeout.InfiniteTimeSpan"/> waits with no timeout.
     /// </param>
-    /// <param name="cancellationToken">Cancels the wait: the task completes as canceled and nothing stays registered.</param>
+    /// <param name="cancellationToken">
+    /// Cancels the wait: the task completes as canceled and nothing stays registered. The cancellation is kept as a
+    /// value, as for <see cref="WaitAsync(CancellationToken)"/>: its exception is built only by a read that throws it.
+    /// </param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
     /// <remarks>
