@@ -961,7 +961,7 @@ internal struct WhenAllFailures
 /// input and the token take the timer out of the wheel before they complete the combined task.</para>
 /// </remarks>
 [StackTraceHidden]
-internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>, IQuietSource<TResult>
+internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>, IQuietSource<TResult>, ILazyCanceledSource
 {
     private bool _aggregate;
     private Func<Combinator<TResult>, TResult>? _compose;
@@ -1112,9 +1112,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// so its continuation finds no promise or signal wait still attached or unread (it may reset or wait on them again at
     /// once), and a late read can never meet their next use. An input detached here never calls back: its count and its
     /// reference are dropped now. One that had finished meanwhile is read now (and its fault reported); the rest (BCL
-    /// tasks, ValueTasks) are still read when they finish. The failure is captured before the claim.
+    /// tasks, ValueTasks) are still read when they finish. The failure is captured before the claim; null stands for a
+    /// cancellation by the token, stored lazily (its exception is built for a reader that throws it).
     /// </summary>
-    private void DecideAllEarly(ExceptionDispatchInfo outcome)
+    private void DecideAllEarly(ExceptionDispatchInfo? outcome)
     {
         if (!_core.TryBeginCompletion(out object? waiter))
         {
@@ -1136,7 +1137,14 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             Interlocked.Add(ref _references, -detached);
             InputsLetGo(detached);
         }
-        _core.EndCompletion(waiter, outcome);
+        if (outcome is null)
+        {
+            _core.EndCompletionCanceledLazily(waiter);
+        }
+        else
+        {
+            _core.EndCompletion(waiter, outcome);
+        }
     }
 
     /// <summary>
@@ -1195,13 +1203,13 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             {
                 return; // an input won first
             }
-            // Captured before the core is claimed (see SourceCore.TrySetException).
-            var canceled = ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken));
+            // Lazily: the exception is built only for a reader that throws it, from _cancelToken, which this use keeps
+            // until it is recycled (LazyCancellation).
             if (_core.TryBeginCompletion(out object? waiter))
             {
                 _winner = CancelledRace;
                 LetGoOfLosers(-1);
-                _core.EndCompletion(waiter, canceled);
+                _core.EndCompletionCanceledLazily(waiter);
             }
             return;
         }
@@ -1215,14 +1223,17 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (_startsProducers)
         {
             CancelProducers();
-            _core.TrySetCanceled(cancellationToken);
+            _core.TrySetCanceledLazily();
             return;
         }
         if (!_core.IsCompletingOrCompleted)
         {
-            DecideAllEarly(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
+            DecideAllEarly(null); // canceled by _cancelToken, lazily
         }
     }
+
+    /// <summary>The token that canceled this use (<see cref="ILazyCanceledSource"/>): kept until the combinator is recycled.</summary>
+    CancellationToken ILazyCanceledSource.CanceledBy => _cancelToken;
 
     private void DropRegistration()
     {

@@ -29,6 +29,9 @@ public readonly partial struct SpindleTask
     /// combined task completes as canceled when it fires first. A token that is already cancelled cancels at once.
     /// </summary>
     /// <remarks>
+    /// The cancellation is kept as a value: its <see cref="System.Threading.Tasks.TaskCanceledException"/>, with the token,
+    /// is built only by a read that throws it, so an await with <see cref="SpindleTask{T}.SuppressCancellationThrow"/> of a
+    /// combined task the token cancelled builds none (the same holds for a WhenAny's token).
     /// The inputs are not cancelled by it: the wait lets go of them before the combined task completes, as
     /// <see cref="WhenAny(ReadOnlySpan{SpindleTask})"/> lets go of its losers. A <see cref="Promise"/>'s task is left
     /// pending (it can be awaited again) and the promise can be reset at once; a <see cref="Signal"/>'s wait ends, and a later set is kept for the

@@ -203,8 +203,13 @@ internal interface ILazyCanceledSource
 /// <remarks>
 /// A scene unload that cancels 10,000 pending waits built 10,000 exceptions and their dispatch infos at the cancellation
 /// (about 250 bytes each, <c>docs/decisions.md</c> section 34 left it), even when the awaiting code reads the
-/// cancellation as a value. Only sources read once use it (a delay's timer node, a frame wait): a promise or a signal
-/// wait may be read again and must hand every reader the same exception object, so they build it at once.
+/// cancellation as a value. A delay's timer node, a frame wait, a run cancelled while queued, a combinator's token and
+/// a periodic timer's wait are read once, and build it for that read. A signal's wait may be read again: each read that
+/// throws builds its own (as the BCL's Task does for a cancellation it stored no exception for), from the token the
+/// signal keeps until its next wait. A task from <c>FromCanceled</c> builds it at its first throwing read and keeps it,
+/// so its readers share one object. A promise still builds it at once: its <c>SetCanceled</c> is one call per
+/// promise, not a token's burst, and its readers share one object (a <c>TrySetException</c> of an
+/// <see cref="OperationCanceledException"/> the caller made is kept as made).
 /// <para>The reader that asks for the cancellation as a value (<see cref="QuietRead.ReadCanceled(ISpindleSource, short)"/>)
 /// sets a thread-static flag around its own read of a completed, canceled use; the core's read takes it and hands back
 /// <see cref="CanceledValue"/>, a shared dispatch info that stands for "canceled" and is never thrown. The flag is set

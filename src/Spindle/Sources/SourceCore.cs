@@ -791,6 +791,12 @@ internal struct SourceCore<TResult>
     /// </summary>
     public void EndCompletion(object? waiter, ExceptionDispatchInfo? error) => EndCompletionWithOutcome(waiter, error);
 
+    /// <summary>
+    /// As <see cref="EndCompletion"/>, as canceled lazily (<see cref="TrySetCanceledLazily"/>): for a completer that claimed
+    /// the core itself (a signal's wait, a combinator) and has stored the token in its <see cref="ILazyCanceledSource"/> first.
+    /// </summary>
+    public void EndCompletionCanceledLazily(object? waiter) => EndCompletionWithOutcome(waiter, LazyCancellation.Marker);
+
     /// <summary>As <see cref="EndCompletion"/>; <paramref name="outcome"/> may also be <see cref="LazyCancellation.Marker"/>.</summary>
     private void EndCompletionWithOutcome(object? waiter, object? outcome)
     {

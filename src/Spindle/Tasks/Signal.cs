@@ -39,7 +39,7 @@ namespace SpindleLib;
 /// set and a cancellation racing for a wait have exactly one winner (the loser finds the wait completed; a losing set
 /// then leaves the signal set, so no set is lost).</para>
 /// </remarks>
-public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSource<bool>
+public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSource<bool>, ILazyCanceledSource
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Signal)o!).Cancel(ct);
@@ -81,6 +81,17 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         public short Version;
 
         public SignalTimeout? Timeout;
+
+        /// <summary>
+        /// The token that canceled the last wait, kept for a reader that throws (<see cref="ILazyCanceledSource"/>): written
+        /// by the canceller under the core's completion claim, before it publishes; dropped by the next wait under the
+        /// arming mark once the version has moved on (so a late read of the canceled wait finds its token stale).
+        /// Not cleared by <see cref="TryTake"/>: a signal's wait may be read again, and each throwing read needs it.
+        /// </summary>
+        public CancellationToken CanceledBy;
+
+        /// <summary>True while a canceled wait's token is kept (<see cref="CanceledBy"/>): the next wait drops it.</summary>
+        public bool HoldsCancellation => CanceledBy.CanBeCanceled;
 
         /// <summary>
         /// True while a wait's registration or timer is held (or being taken): the current wait's, or that of one that
@@ -174,6 +185,12 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// Waits for the signal. Completes at once (consuming the signal) if it is set. A canceled wait completes as
     /// canceled at once and leaves nothing registered.
     /// </summary>
+    /// <param name="cancellationToken">
+    /// Cancels the wait. The cancellation is kept as a value: a read that throws it builds its
+    /// <see cref="System.Threading.Tasks.TaskCanceledException"/>, with this token, then, so an await with
+    /// <see cref="SpindleTask.SuppressCancellationThrow"/> builds none (a server that cancels many waiting sessions at
+    /// once pays no exception per wait). The signal keeps the token until its next wait starts.
+    /// </param>
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
     public SpindleTask WaitAsync(CancellationToken cancellationToken = default)
     {
@@ -195,7 +212,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// How long to wait, rounded up to the wheel's 1 ms tick (never early). <see cref="TimeSpan.Zero"/> only takes a set
     /// that is there now (true) or returns false at once; <see cref="Timeout.InfiniteTimeSpan"/> waits with no timeout.
     /// </param>
-    /// <param name="cancellationToken">Cancels the wait: the task completes as canceled and nothing stays registered.</param>
+    /// <param name="cancellationToken">
+    /// Cancels the wait: the task completes as canceled and nothing stays registered. The cancellation is kept as a
+    /// value, as for <see cref="WaitAsync(CancellationToken)"/>: its exception is built only by a read that throws it.
+    /// </param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
     /// <remarks>
@@ -250,7 +270,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         // wait, whatever it finds, ends the state that a previous wait which completed unread still holds (its
         // registration, its timer): so nothing stays registered or in the wheel behind a wait that is over.
         WaitState? state = _waitState;
-        bool ending = state is not null && state.HoldsWait;
+        bool ending = state is not null && (state.HoldsWait || state.HoldsCancellation);
         bool arming = ending || cancellationToken.CanBeCanceled || wheel is not null;
         while (true)
         {
@@ -259,7 +279,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
             {
                 if (ending)
                 {
-                    StoreWaitState(state, default, null, default, 0); // ends the previous wait's state; stores none
+                    StoreWaitState(state, default, null, default, 0, versionMoved: true); // ends the previous wait's state; stores none
                 }
                 token = 0;
                 tookSet = true;
@@ -278,7 +298,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
                     {
                         continue; // a set landed since the look (or another wait started): look again
                     }
-                    StoreWaitState(state, default, null, default, 0);
+                    StoreWaitState(state, default, null, default, 0, versionMoved: false);
                 }
                 token = 0;
                 tookSet = false;
@@ -293,7 +313,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         tookSet = false;
         if (arming)
         {
-            StoreWaitState(state, cancellationToken, wheel, timeout, token);
+            StoreWaitState(state, cancellationToken, wheel, timeout, token, versionMoved: true);
         }
         return true;
     }
@@ -305,9 +325,11 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// wait's are made, and the mark is cleared. A wait that armed nothing under the mark (it took a set, or its zero
     /// timeout passed) comes here with no token and no wheel: it only ends the previous wait's state. Kept out of
     /// <see cref="TryArmWait"/>, which is inlined into each WaitAsync: a wait with neither a token nor a timeout, after
-    /// waits that were read, never comes here.
+    /// waits that were read, never comes here. <paramref name="versionMoved"/>: the previous wait's version is over (this
+    /// wait armed or took a set), so the token a cancellation of it kept is dropped (a zero timeout that found nothing
+    /// moves no version, and the previous wait may still be read: it keeps it for the next wait).
     /// </summary>
-    private void StoreWaitState(WaitState? state, CancellationToken cancellationToken, TimerWheel? wheel, TimeSpan timeout, short token)
+    private void StoreWaitState(WaitState? state, CancellationToken cancellationToken, TimerWheel? wheel, TimeSpan timeout, short token, bool versionMoved)
     {
         try
         {
@@ -315,6 +337,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
             TestHookUnderArmingMark?.Invoke(this);
 #endif
             EndWait(state);
+            if (versionMoved && state is not null)
+            {
+                state.CanceledBy = default; // before this wait registers: its own cancellation may run at once
+            }
             if (cancellationToken.CanBeCanceled || wheel is not null)
             {
                 try
@@ -481,11 +507,17 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         {
             return;
         }
-        if (IsPendingWait(version))
+        if (IsPendingWait(version) && _core.TryBeginCompletionOfUse(version, out object? waiter))
         {
-            EndWaitEarly(version, ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(token)));
+            // Lazily: the exception is built only for a reader that throws it (LazyCancellation); the token is stored
+            // under the claim, before the publication, so every reader of this wait finds it.
+            state.CanceledBy = token;
+            _core.EndCompletionCanceledLazily(waiter);
         }
     }
+
+    /// <summary>The token that canceled the last wait (<see cref="ILazyCanceledSource"/>): kept until the next wait starts.</summary>
+    CancellationToken ILazyCanceledSource.CanceledBy => _waitState?.CanceledBy ?? default;
 
     /// <summary>
     /// A WhenAny that no longer needs this wait leaves it: the signal goes back to idle without consuming a set (a later

@@ -165,13 +165,19 @@ public readonly partial struct SpindleTask
     /// <summary>As <see cref="FromFailure(ExceptionDispatchInfo)"/>, for a task with a result.</summary>
     internal static SpindleTask<T> FromFailure<T>(ExceptionDispatchInfo failure) => new(new CompletedSource<T>(failure), 0);
 
-    /// <summary>Creates a task that has been canceled: its await throws a <see cref="TaskCanceledException"/> carrying <paramref name="cancellationToken"/>, as for <c>Task.FromCanceled</c>.</summary>
-    public static SpindleTask FromCanceled(CancellationToken cancellationToken = default)
-        => FromFailure(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
+    /// <summary>
+    /// Creates a task that has been canceled: its await throws a <see cref="TaskCanceledException"/> carrying
+    /// <paramref name="cancellationToken"/>, as for <c>Task.FromCanceled</c>. The exception is built by the first read that
+    /// throws it (then every read throws that one), so a read with <see cref="SuppressCancellationThrow"/> builds none.
+    /// </summary>
+    public static SpindleTask FromCanceled(CancellationToken cancellationToken = default) => new(new CompletedSource<VoidResult>(cancellationToken), 0);
 
-    /// <summary>Creates a task that has been canceled: its await throws a <see cref="TaskCanceledException"/> carrying <paramref name="cancellationToken"/>, as for <c>Task.FromCanceled</c>.</summary>
-    public static SpindleTask<T> FromCanceled<T>(CancellationToken cancellationToken = default)
-        => FromFailure<T>(ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(cancellationToken)));
+    /// <summary>
+    /// Creates a task that has been canceled: its await throws a <see cref="TaskCanceledException"/> carrying
+    /// <paramref name="cancellationToken"/>, as for <c>Task.FromCanceled</c>. The exception is built by the first read that
+    /// throws it (then every read throws that one), so a read with <see cref="SpindleTask{T}.SuppressCancellationThrow"/> builds none.
+    /// </summary>
+    public static SpindleTask<T> FromCanceled<T>(CancellationToken cancellationToken = default) => new(new CompletedSource<T>(cancellationToken), 0);
 
     /// <summary>Creates a task that has completed with <paramref name="result"/>. Allocates nothing.</summary>
     public static SpindleTask<T> FromResult<T>(T result) => new(result);

@@ -30,14 +30,14 @@ namespace SpindleLib;
 /// it has published the completion (<see cref="Recycle"/>).</para>
 /// </remarks>
 [StackTraceHidden]
-internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoolNode<RunItem<TResult>>, IQuietSource<TResult>
+internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoolNode<RunItem<TResult>>, IQuietSource<TResult>, ILazyCanceledSource
 {
     private static readonly ContextCallback s_runUnderContext = static o => ((RunItem<TResult>)o!).RunDelegate();
 
 #if NET
-    private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((RunItem<TResult>)o!).Cancel(ct);
+    private static readonly Action<object?, CancellationToken> s_cancel = static (o, _) => ((RunItem<TResult>)o!).Cancel();
 #else
-    private static readonly Action<object?> s_cancel = static o => ((RunItem<TResult>)o!).Cancel(((RunItem<TResult>)o!)._cancelToken);
+    private static readonly Action<object?> s_cancel = static o => ((RunItem<TResult>)o!).Cancel();
 #endif
 
     private const int Queued = 0;
@@ -82,13 +82,18 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     }
 
     /// <summary>The token's callback: ends the task as cancelled if the item has not started (see the remarks).</summary>
-    private void Cancel(CancellationToken cancellationToken)
+    private void Cancel()
     {
         if (Interlocked.CompareExchange(ref _claim, Canceled, Queued) == Queued)
         {
-            _core.TrySetCanceled(cancellationToken); // the publication: the consumer may read from here on
+            // The publication: the consumer may read from here on. Lazily: the exception is built only for a reader that
+            // throws it, from the token this use keeps until it is recycled (LazyCancellation).
+            _core.TrySetCanceledLazily();
         }
     }
+
+    /// <summary>The token that canceled this use (<see cref="ILazyCanceledSource"/>): kept until the item is recycled.</summary>
+    CancellationToken ILazyCanceledSource.CanceledBy => _cancelToken;
 
     public override void Execute()
     {

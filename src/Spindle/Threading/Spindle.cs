@@ -62,7 +62,10 @@ public static partial class Spindle
     /// <remarks>
     /// A token already cancelled gives a cancelled task and queues nothing. The registration on the token is removed
     /// when the action starts (or spent, when the token cancels the run). A run that is not cancelled allocates nothing
-    /// in steady state; a cancelled one allocates its <see cref="OperationCanceledException"/>.
+    /// in steady state. A cancellation is kept as a value: its <see cref="System.Threading.Tasks.TaskCanceledException"/>,
+    /// with the token, is built only by a read that throws it, so an await with
+    /// <see cref="SpindleTask.SuppressCancellationThrow"/> builds none (a token already cancelled costs the completed task's
+    /// small source alone, as <see cref="SpindleTask.FromCanceled(CancellationToken)"/>).
     /// </remarks>
     /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
     public static SpindleTask Run(Action action, CancellationToken cancellationToken)

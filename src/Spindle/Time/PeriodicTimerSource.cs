@@ -31,7 +31,7 @@ namespace SpindleLib;
 /// other timers' continuations on this thread, and completing a wait runs the consumer's.</para>
 /// </remarks>
 [StackTraceHidden]
-internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<bool>, IDetachableSource
+internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<bool>, IDetachableSource, ILazyCanceledSource
 {
     private static readonly Action<object?> s_onTick = static o => ((PeriodicTimerSource)o!).OnTick();
 #if NET
@@ -163,7 +163,9 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
         switch (_timer.TryCancel())
         {
             case TimerCancel.Cancelled:
-                _core.TrySetCanceled(cancellationToken);
+                // Lazily: the exception is built only for a reader that throws it, from _waitToken (the token registered,
+                // which the read drops only after it has built it) (LazyCancellation).
+                _core.TrySetCanceledLazily();
                 break;
             case TimerCancel.CancelledAfterFiring:
                 ArriveLate(canceled: true, cancellationToken);
@@ -233,6 +235,9 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
             _waiting = false;
         }
     }
+
+    /// <summary>The token that canceled the wait (<see cref="ILazyCanceledSource"/>): kept until the wait is read.</summary>
+    CancellationToken ILazyCanceledSource.CanceledBy => _waitToken;
 
     /// <summary>Ends a pending wait with false, if nothing else has ended it.</summary>
     private void Stop()

@@ -69,7 +69,9 @@ public sealed class SpindlePeriodicTimer : IDisposable
     /// <param name="cancellationToken">
     /// Cancels this wait: it completes as canceled, its timer node leaves the wheel at once, and the tick it was waiting
     /// for is not lost (the next wait returns <see langword="true"/> at once if it has passed). A token already cancelled
-    /// cancels at once, and nothing is registered.
+    /// cancels at once, and nothing is registered. The cancellation is kept as a value: its
+    /// <see cref="System.Threading.Tasks.TaskCanceledException"/> is built only by a read that throws it, so an await with
+    /// <see cref="SpindleTask{T}.SuppressCancellationThrow"/> builds none.
     /// </param>
     /// <exception cref="ObjectDisposedException">The timer (or its wheel) has been disposed.</exception>
     /// <exception cref="InvalidOperationException">Another wait is pending: only one consumer may wait at a time.</exception>
