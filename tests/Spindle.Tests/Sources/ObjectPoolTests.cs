@@ -554,7 +554,7 @@ public class ObjectPoolTests
             // happened 2 to 50 times a run.
             PoolTestHooks.ChunkSplitOff = () =>
             {
-                if (ThreadSlots.IsInsideLoopStep && Interlocked.Increment(ref splitsInSteps) % 32 == 0)
+                if (ThreadSlots.IsInsideLoopStep && Thread.CurrentThread.Name == "loop-race" && Interlocked.Increment(ref splitsInSteps) % 32 == 0)
                 {
                     lock (fillRequest)
                     {
@@ -676,6 +676,7 @@ public class ObjectPoolTests
             foreach (Thread thread in threads)
             {
                 thread.IsBackground = true;
+                thread.Name = "loop-race"; // the hook acts on these threads only
                 thread.Start();
             }
             foreach (Thread thread in threads)
