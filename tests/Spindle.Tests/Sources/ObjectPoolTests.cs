@@ -1,4 +1,7 @@
 using System;
+using System.Collections.Concurrent;
+using System.Collections.Generic;
+using System.Reflection;
 using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -43,6 +46,8 @@ public class ObjectPoolTests
     private sealed class LoopKeepNode : Node<LoopKeepNode>;
 
     private sealed class GateNode : Node<GateNode>;
+
+    private sealed class LoopRaceNode : Node<LoopRaceNode>;
 
     /// <summary>Returns <paramref name="count"/> new nodes on a thread of its own (not a loop's): its stack keeps LocalMax, the rest go to the shared stack.</summary>
     private static void ReturnOnAnotherThread<T>(int count)
@@ -492,6 +497,221 @@ public class ObjectPoolTests
         {
             SpindlePool.MaxRetainedPerType = saved;
             Drain<LoopRentNode>();
+        }
+    }
+
+    /// <summary>
+    /// Loop steps renting one chunk (a walk of 16 links under the gate) and keeping the chunks they split off, beside
+    /// threads outside any step, objects that circulate between the threads, and trims of the shared stack, with a cap
+    /// low enough that the shared stack is full most of the time: no object is rented twice at once, the gate is never
+    /// left held (a walk past the end of a stack shorter than its count would throw under it, and every thread would
+    /// then hang), and afterwards every stack's count equals its links, no object is linked in two stacks, and the shared
+    /// stack is within its cap. (A review of stop 40's changes: the rent of one chunk and the kept chunk, a56ebb7.)
+    /// </summary>
+    [Fact]
+    public void LoopStepsAndOtherThreads_RentingReturningAndTrimming_KeepEveryStacksCountEqualToItsLinks()
+    {
+        const int Threads = 4, Rounds = 4_000, Cap = 64;
+        Drain<LoopRaceNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        int slotIndex = (int)typeof(ObjectPool<LoopRaceNode>).GetField("s_slotIndex", BindingFlags.NonPublic | BindingFlags.Static)!.GetValue(null)!;
+        var trim = (Action)typeof(ObjectPool<LoopRaceNode>).GetMethod("Trim", BindingFlags.NonPublic | BindingFlags.Static)!.CreateDelegate(typeof(Action));
+        var handoff = new ConcurrentQueue<LoopRaceNode>();
+        var linked = new ConcurrentDictionary<LoopRaceNode, byte>(ReferenceEqualityComparer.Instance);
+        var failures = new ConcurrentQueue<string>();
+        int doubleRents = 0, finished = 0, splitsInSteps = 0, keptAfterSplit = 0;
+        using var fillRequest = new AutoResetEvent(false);
+        using var filled = new AutoResetEvent(false);
+        Thread? filler = null;
+
+        // Walks the calling thread's own stack: its links must number its count (checked after every round: a stack that
+        // runs empty is counted afresh, so a wrong count may not last), and at the end no node may be in two stacks.
+        bool CheckOwnStack(string who, bool last)
+        {
+            object? head = ThreadSlots.Get(slotIndex).Head;
+            int count = ObjectPool<LoopRaceNode>.LocalCount, links = 0;
+            for (var n = (LoopRaceNode?)head; n is not null && links <= count; n = n.Next)
+            {
+                links++;
+                if (last && !linked.TryAdd(n, 0))
+                {
+                    failures.Enqueue(who + ": a node linked in two stacks (or twice in one)");
+                    return false;
+                }
+            }
+            if (links != count)
+            {
+                failures.Enqueue($"{who}: its stack counts {count} and links {(links > count ? "more" : links.ToString())}");
+                return false;
+            }
+            return true;
+        }
+
+        try
+        {
+            SpindlePool.MaxRetainedPerType = Cap;
+#if DEBUG
+            // Every 32nd chunk a loop step splits off, another thread fills the shared stack meanwhile (between the split and
+            // the second look), so that the step links the chunk back (KeepInLoopStepOrDrop): left to chance, that
+            // happened 2 to 50 times a run.
+            PoolTestHooks.ChunkSplitOff = () =>
+            {
+                if (ThreadSlots.IsInsideLoopStep && Thread.CurrentThread.Name == "loop-race" && Interlocked.Increment(ref splitsInSteps) % 32 == 0)
+                {
+                    lock (fillRequest)
+                    {
+                        fillRequest.Set();
+                        filled.WaitOne();
+                    }
+                    if (ObjectPool<LoopRaceNode>.Count + ObjectPool<LoopRaceNode>.Chunk > Cap)
+                    {
+                        Interlocked.Increment(ref keptAfterSplit);
+                    }
+                }
+            };
+            filler = new Thread(() =>
+            {
+                while (true)
+                {
+                    fillRequest.WaitOne();
+                    if (Volatile.Read(ref finished) == Threads)
+                    {
+                        return;
+                    }
+                    for (int i = 0; i < Cap + ObjectPool<LoopRaceNode>.LocalMax; i++)
+                    {
+                        ObjectPool<LoopRaceNode>.Return(new LoopRaceNode());
+                    }
+                    filled.Set();
+                }
+            })
+            { IsBackground = true };
+            filler.Start();
+#endif
+            var threads = new Thread[Threads + 1];
+            for (int t = 0; t < Threads; t++)
+            {
+                bool loopThread = t < 2; // two loop threads (in a step most of the time), two others
+                int seed = t;
+                threads[t] = new Thread(() =>
+                {
+                    var random = new Random(seed);
+                    var held = new List<LoopRaceNode>();
+                    try
+                    {
+                        for (int round = 0; round < Rounds; round++)
+                        {
+                            bool step = loopThread && round % 8 != 7; // a loop thread between its frames now and then
+                            if (step)
+                            {
+                                ThreadSlots.EnterLoopStep();
+                            }
+                            try
+                            {
+                                int rent = random.Next(1, 3 * ObjectPool<LoopRaceNode>.LocalMax);
+                                for (int i = 0; i < rent; i++)
+                                {
+                                    LoopRaceNode node = ObjectPool<LoopRaceNode>.TryRent() ?? new LoopRaceNode();
+                                    if (Interlocked.Exchange(ref node.InUse, 1) != 0)
+                                    {
+                                        Interlocked.Increment(ref doubleRents);
+                                    }
+                                    held.Add(node);
+                                }
+                                // Some go to another thread, which returns them there; the rest come back here, with
+                                // what other threads handed over.
+                                for (int i = 0; i < held.Count; i++)
+                                {
+                                    LoopRaceNode node = held[i];
+                                    Volatile.Write(ref node.InUse, 0);
+                                    if (random.Next(4) == 0)
+                                    {
+                                        handoff.Enqueue(node);
+                                    }
+                                    else
+                                    {
+                                        ObjectPool<LoopRaceNode>.Return(node);
+                                    }
+                                }
+                                held.Clear();
+                                for (int i = random.Next(ObjectPool<LoopRaceNode>.LocalMax); i > 0 && handoff.TryDequeue(out LoopRaceNode? other); i--)
+                                {
+                                    ObjectPool<LoopRaceNode>.Return(other);
+                                }
+                                for (int i = loopThread ? 0 : random.Next(ObjectPool<LoopRaceNode>.Chunk); i > 0; i--)
+                                {
+                                    ObjectPool<LoopRaceNode>.Return(new LoopRaceNode()); // more than they rent: the shared stack fills
+                                }
+                            }
+                            finally
+                            {
+                                if (step)
+                                {
+                                    ThreadSlots.ExitLoopStep();
+                                }
+                            }
+                            if (!CheckOwnStack((loopThread ? "loop thread " : "thread ") + seed + " at round " + round, last: false))
+                            {
+                                break;
+                            }
+                        }
+                        CheckOwnStack((loopThread ? "loop thread " : "thread ") + seed, last: true);
+                    }
+                    catch (Exception e)
+                    {
+                        failures.Enqueue(e.ToString());
+                    }
+                    finally
+                    {
+                        Interlocked.Increment(ref finished);
+                    }
+                });
+            }
+            threads[Threads] = new Thread(() =>
+            {
+                while (Volatile.Read(ref finished) < Threads)
+                {
+                    trim();
+                    Thread.Sleep(1);
+                }
+            });
+            foreach (Thread thread in threads)
+            {
+                thread.IsBackground = true;
+                thread.Name = "loop-race"; // the hook acts on these threads only
+                thread.Start();
+            }
+            foreach (Thread thread in threads)
+            {
+                Assert.True(thread.Join(TimeSpan.FromMinutes(2)), "a thread never finished: the pool's gate was left held?");
+            }
+
+            Assert.Empty(failures);
+            Assert.Equal(0, doubleRents);
+#if DEBUG
+            Assert.True(keptAfterSplit > 0, $"no loop step found the shared stack full after its split ({splitsInSteps} splits): the kept chunk's path was not exercised");
+#endif
+            // The shared stack: its count is its links, within the cap, and no node of it is in a thread's stack.
+            var sharedHead = (LoopRaceNode?)typeof(ObjectPool<LoopRaceNode>).GetField("s_head", BindingFlags.NonPublic | BindingFlags.Static)!.GetValue(null);
+            int shared = ObjectPool<LoopRaceNode>.Count, sharedLinks = 0;
+            for (LoopRaceNode? n = sharedHead; n is not null && sharedLinks <= shared; n = n.Next)
+            {
+                sharedLinks++;
+                Assert.True(linked.TryAdd(n, 0), "a node of the shared stack is also in a thread's stack, or linked twice");
+            }
+            Assert.Equal(shared, sharedLinks);
+            Assert.True(shared <= Cap, $"the shared stack holds {shared}, over its cap of {Cap}");
+        }
+        finally
+        {
+#if DEBUG
+            PoolTestHooks.ChunkSplitOff = null;
+            Volatile.Write(ref finished, Threads);
+            fillRequest.Set();
+            filler?.Join();
+#endif
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<LoopRaceNode>();
         }
     }
 

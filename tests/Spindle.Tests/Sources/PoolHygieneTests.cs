@@ -1248,6 +1248,136 @@ public sealed class PoolHygieneTests
         AssertClean(checker, "ChildObserver", "StateMachineBox");
     }
 
+    // ---- waits asked for with a token already cancelled ----
+
+    /// <summary>
+    /// A delay or a frame wait asked for with a token already cancelled is a pooled timer node in no wheel, its consumer
+    /// its only holder (<c>TimerNode.CanceledAtOnce</c>, stop 40): whatever reads it (an await, AsTask, AsValueTask,
+    /// Preserve, WhenAll, WhenAny, a status look first, a suppressed await, Forget, a frame awaitable or its conversion),
+    /// the node goes back to its pool exactly once, cleared (the token dropped), and a second read of the same task is the
+    /// await-once error, never a second cancellation or a read of the node's next use. (A review of stop 40's changes.)
+    /// </summary>
+    [Fact]
+    public async Task WaitsAskedForWithACancelledToken_GoBackToTheirPoolOnce_WhateverReadsThem()
+    {
+        using var checker = new Checker();
+        var returns = new ConcurrentDictionary<object, int>(ReferenceEqualityComparer.Instance);
+        Action<object> check = PoolTestHooks.Returning!;
+        PoolTestHooks.Returning = o =>
+        {
+            check(o);
+            if (o is TimerNode)
+            {
+                returns.AddOrUpdate(o, 1, static (_, n) => n + 1);
+            }
+        };
+        Action<Exception> reported = _ => Assert.Fail("a cancellation was reported as unobserved");
+        Spindle.UnobservedException += reported;
+        var loop = new FrameLoop();
+        loop.RunFrame();
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        CancellationToken token = cts.Token;
+        var never = new Promise();
+        try
+        {
+            Func<SpindleTask>[] starts =
+            [
+                () => Spindle.Delay(60_000, token),
+                () => loop.Delay(TimeSpan.FromSeconds(60), token),
+                () => loop.DelayFrame(3, token),
+                () => loop.NextFrame(token),
+                () => loop.Yield(token),
+                () => loop.SwitchTo(token),
+                () => loop.WaitUntil(() => false, token),
+                () => loop.WaitWhile(() => true, token),
+            ];
+            Func<SpindleTask, Task>[] readers =
+            [
+                t => Canceled(() => t.GetAwaiter().GetResult()),
+                t => CanceledAsync(t.AsTask()),
+                t => CanceledAsync(t.AsValueTask().AsTask()),
+                async t =>
+                {
+                    SpindleTask kept = t.Preserve();
+                    await CanceledAsync(kept.AsTask());
+                    await Canceled(() => kept.GetAwaiter().GetResult()); // a preserved task is read any number of times
+                },
+                t => Canceled(() => SpindleTask.WhenAll([t, SpindleTask.CompletedTask]).GetAwaiter().GetResult()),
+                t => Canceled(() => SpindleTask.WhenAny([t, never.Task]).GetAwaiter().GetResult()),
+                t =>
+                {
+                    Assert.Equal(SpindleTaskStatus.Canceled, t.Status);
+                    Assert.True(t.IsCompleted);
+                    return Canceled(() => t.GetAwaiter().GetResult());
+                },
+                t =>
+                {
+                    Assert.True(t.SuppressCancellationThrow().GetAwaiter().GetResult());
+                    return Task.CompletedTask;
+                },
+                t =>
+                {
+                    t.Forget();
+                    return Task.CompletedTask;
+                },
+                async t => await Assert.ThrowsAsync<TaskCanceledException>(async () => await t),
+            ];
+            for (int s = 0; s < starts.Length; s++)
+            {
+                for (int r = 0; r < readers.Length; r++)
+                {
+                    SpindleTask task = starts[s]();
+                    object node = task._source!;
+                    Assert.IsType<TimerNode>(node);
+                    returns.Clear();
+                    await readers[r](task);
+                    Assert.True(returns.TryGetValue(node, out int n) && n == 1, $"start {s}, reader {r}: the node went back to its pool {n} times");
+                    // The await-once error for a second read (Forget's, too: it read the task at the call), and no second return.
+                    var again = Assert.Throws<InvalidOperationException>(() => task.GetAwaiter().GetResult());
+                    Assert.Contains("Preserve()", again.Message, StringComparison.Ordinal);
+                    Assert.Equal(1, returns[node]);
+                }
+            }
+
+            // A frame awaitable canceled at once, awaited twice (as one with a cancelable token that was not cancelled:
+            // each is a started wait, read once), and converted twice.
+            FrameAwaitable[] frames = [loop.Yield(token), loop.NextFrame(token), loop.SwitchTo(token)];
+            foreach (FrameAwaitable frame in frames)
+            {
+                FrameAwaitable.Awaiter awaiter = frame.GetAwaiter();
+                Assert.True(awaiter.IsCompleted);
+                Assert.Equal(token, Assert.Throws<TaskCanceledException>(() => awaiter.GetResult()).CancellationToken);
+                Assert.Throws<InvalidOperationException>(() => frame.GetAwaiter().GetResult());
+            }
+            returns.Clear();
+            FrameAwaitable twice = loop.NextFrame(token);
+            SpindleTask first = twice.AsSpindleTask(), second = twice;
+            Assert.True(twice.SuppressCancellationThrow().GetAwaiter().GetResult());
+            Assert.Throws<InvalidOperationException>(() => first.GetAwaiter().GetResult());
+            Assert.Throws<InvalidOperationException>(() => second.GetAwaiter().GetResult());
+            Assert.Equal(1, returns[second._source!]);
+        }
+        finally
+        {
+            Spindle.UnobservedException -= reported;
+            loop.RunFrame();
+        }
+        AssertClean(checker, "TimerNode");
+
+        Task Canceled(Action read)
+        {
+            Assert.Equal(token, Assert.Throws<TaskCanceledException>(read).CancellationToken);
+            return Task.CompletedTask;
+        }
+
+        async Task CanceledAsync(Task read)
+        {
+            Assert.True(read.IsCanceled);
+            Assert.Equal(token, (await Assert.ThrowsAsync<TaskCanceledException>(() => read)).CancellationToken);
+        }
+    }
+
     // ---- frame loops ----
 
     private static async SpindleTask FrameUser(FrameLoop loop, CancellationToken ct)
