@@ -485,9 +485,22 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void WaitForJob(JobNode node, int version)
     {
         JobNode.ThrowIfWaitsForARunningJob(node, version);
-        using (ThreadCounters.EnterHelpingWait())
+        // A thread that is not a worker runs jobs only, never other code: the code awaiting a job it finishes here
+        // resumes on a worker (Continuations.BeginQueueing).
+        int depth = WorkerPool.Shared.IsWorkerThread ? -1 : Continuations.BeginQueueing();
+        try
         {
-            HelpUntilJobCompletes(node, version);
+            using (ThreadCounters.EnterHelpingWait())
+            {
+                HelpUntilJobCompletes(node, version);
+            }
+        }
+        finally
+        {
+            if (depth >= 0)
+            {
+                Continuations.EndQueueing(depth);
+            }
         }
     }
 
