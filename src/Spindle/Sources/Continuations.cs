@@ -37,11 +37,10 @@ internal static class Continuations
 
     /// <summary>
     /// From now until <see cref="EndQueueing"/> on this thread, queues to the workers every continuation it would run
-    /// (the waiters that are never queued excepted, see <see cref="NeverQueued"/>). For a thread that is not a worker,
-    /// waiting in a job's Complete(): it runs jobs only there, and a job it finishes must not resume the code that awaits
-    /// that job on it (a main thread that owes a frame, or holds a lock; docs/decisions.md section 4's rule). It puts the
-    /// nesting depth at the bound, past which <see cref="Invoke"/> queues already, so the paths that run continuations
-    /// are unchanged. Returns the depth to put back.
+    /// (the waiters that are never queued excepted, see <see cref="NeverQueued"/>): for a job's finish on a thread that
+    /// runs jobs only (<see cref="BlockingWait.HelpsWithJobsOnly"/>). It puts the nesting depth at the bound, past which
+    /// <see cref="Invoke"/> queues already, so the paths that run continuations are unchanged. Returns the depth to put
+    /// back.
     /// </summary>
     public static int BeginQueueing()
     {
