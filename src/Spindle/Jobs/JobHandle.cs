@@ -53,7 +53,8 @@ public readonly struct JobHandle : IEquatable<JobHandle>
 
     /// <summary>
     /// Waits until the job has finished, running jobs on the calling thread while it waits (on a thread that is not a
-    /// Spindle worker, jobs only, never other queued work; a worker runs any of its work, as in a blocking wait on a task).
+    /// Spindle worker, jobs only, never other queued work, nor the code that awaits a job it finishes there, which resumes
+    /// on a worker; a worker runs any of its work, as in a blocking wait on a task).
     /// Flushes the batch first. Rethrows the job's exception, or a failed dependency's.
     /// </summary>
     /// <remarks>
@@ -208,7 +209,11 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// <summary>True when the handles refer to different scheduled jobs.</summary>
     public static bool operator !=(JobHandle left, JobHandle right) => !left.Equals(right);
 
-    /// <summary>Awaits a job. The continuation runs on the thread that finishes the job.</summary>
+    /// <summary>
+    /// Awaits a job. The continuation runs on the thread that finishes the job, or on a worker when that thread is one
+    /// outside the workers waiting in <see cref="Complete"/> (which runs jobs only). It captures no context: in frame-loop
+    /// code, <c>await loop.Yield()</c> after it to continue on the loop.
+    /// </summary>
     [StackTraceHidden]
     public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
     {

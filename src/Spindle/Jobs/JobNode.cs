@@ -593,6 +593,8 @@ internal abstract class JobNode : WorkItem
             inline?.OnReady();
             inline = null;
             finishAfter?.MakeReady();
+            // On a thread outside the workers, waiting in Complete(), the awaiters resume on the workers: it runs jobs only.
+            int depth = continuations is not null && BlockingWait.HelpsWithJobsOnly ? Continuations.BeginQueueing() : -1;
             while (continuations is not null)
             {
                 Edge next = continuations.Next!;
@@ -603,6 +605,10 @@ internal abstract class JobNode : WorkItem
                 // Complete() among them) would never be woken, and the job's reference never dropped. It is reported.
                 Continuations.InvokeReporting(continuation, state);
                 continuations = next;
+            }
+            if (depth >= 0)
+            {
+                Continuations.EndQueueing(depth); // InvokeReporting does not throw
             }
         }
         Release();

@@ -59,7 +59,7 @@ namespace SpindleLib;
 [StackTraceHidden]
 internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource, IPoolNode<JobWait>
 {
-    private static readonly Action<object?> s_onJobFinished = static o => ((JobWait)o!).OnJobFinished();
+    internal static readonly Action<object?> s_onJobFinished = static o => ((JobWait)o!).OnJobFinished();
 
     private SourceCore<VoidResult> _core;
     private JobNode? _node;

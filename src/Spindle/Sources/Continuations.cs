@@ -25,11 +25,33 @@ internal static class Continuations
     /// and queued it would read the use only after its owner may have started the next one, or report the fault late and
     /// elsewhere), and the hand-over of a ValueTask's continuation to the awaiting code's SynchronizationContext or
     /// TaskScheduler (queued, the context's thread would wait for a free worker just to be told; the BCL posts from
-    /// SetResult). None of them runs a further continuation.
+    /// SetResult). None of them runs a further continuation, but for a job's finish of a wait made by
+    /// <see cref="JobHandle.AsSpindleTask"/> (<see cref="JobWait"/>): it ends the wait's use, whose own waiter it runs
+    /// through <see cref="Invoke"/>, one level deeper, so past the bound that waiter is queued unless it is one of these
+    /// (a thread blocked reading the wait is woken at once, as by a blocking Complete()).
     /// </summary>
     public static bool NeverQueued(object waiter)
         => waiter == (object)BlockingWait.s_set || waiter == (object)ForgetObserver.s_onCompleted
-            || waiter == (object)StateMachineBoxBase.s_observeForgotten || waiter == (object)ContextContinuation.s_schedule;
+            || waiter == (object)StateMachineBoxBase.s_observeForgotten || waiter == (object)ContextContinuation.s_schedule
+            || waiter == (object)JobWait.s_onJobFinished;
+
+    /// <summary>
+    /// From now until <see cref="EndQueueing"/> on this thread, queues to the workers every continuation it would run
+    /// (the waiters that are never queued excepted, see <see cref="NeverQueued"/>): for a job's finish on a thread that
+    /// runs jobs only (<see cref="BlockingWait.HelpsWithJobsOnly"/>). It puts the nesting depth at the bound, past which
+    /// <see cref="Invoke"/> queues already, so the paths that run continuations are unchanged. Returns the depth to put
+    /// back.
+    /// </summary>
+    public static int BeginQueueing()
+    {
+        ref int slot = ref t_depth;
+        int saved = slot;
+        slot = Math.Max(saved, MaxInlineDepth);
+        return saved;
+    }
+
+    /// <summary>Ends <see cref="BeginQueueing"/>: puts back the depth it returned.</summary>
+    public static void EndQueueing(int saved) => t_depth = saved;
 
     /// <summary>Runs a waiter: a <see cref="DirectWaiter"/> (moved on directly) or an <c>Action&lt;object?&gt;</c> with its state.</summary>
     public static void Invoke(object continuation, object? state)

@@ -6,8 +6,9 @@ namespace SpindleLib.Tests.Jobs;
 
 /// <summary>
 /// An awaiter of a job resumes with the awaiting code's AsyncLocal values, whoever finishes the job, and the thread that
-/// finishes it (here a thread waiting in Complete() with values of its own, which runs the continuation inline) gets its
-/// own back. Run alone: it holds every worker, so that the completing thread runs the job.
+/// finishes it (here a thread waiting in Complete() with values of its own, which leaves the continuations to the
+/// workers: JobCompleteRunsNoContinuationsTests) keeps its own. Run alone: it holds every worker, so that the completing
+/// thread runs the job.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public class JobAwaitContextTests
@@ -32,36 +33,38 @@ public class JobAwaitContextTests
     public async Task AwaitersResumeWithTheirOwnValues_AndTheCompletingThreadKeepsItsOwn()
     {
         await TestUtil.LeaveSpindleWorkers(); // HoldWorkers must be created off them (a test can start on one)
-        using var hold = new HoldWorkers();
-        var gate = new Flag();
-        JobHandle handle = new HeldJob { Release = gate, Done = new Flag() }.Schedule();
         string? seenByCallback = "not run";
+        string? completerAfter = "not run";
         var callbackRan = new ManualResetEventSlim(false);
         Task<string?> inTask;
         SpindleTask<string?> inSpindleTask;
-        using (ExecutionContext.SuppressFlow())
+        using (var hold = new HoldWorkers()) // disposed before the asserts: the workers run the awaiters
         {
-            // Started without this test's context, each awaiter sets its own value before it awaits.
-            inTask = Task.Run(() => AwaitInTask(handle));
-        }
-        inSpindleTask = await Task.Run(() => AwaitInSpindleTask(handle));
-        await Task.Run(() =>
-        {
-            s_local.Value = "callback";
-            handle.GetAwaiter().OnCompleted(() =>
+            var gate = new Flag();
+            JobHandle handle = new HeldJob { Release = gate, Done = new Flag() }.Schedule();
+            using (ExecutionContext.SuppressFlow())
             {
-                seenByCallback = s_local.Value;
-                callbackRan.Set();
+                // Started without this test's context, each awaiter sets its own value before it awaits.
+                inTask = Task.Run(() => AwaitInTask(handle));
+            }
+            inSpindleTask = await Task.Run(() => AwaitInSpindleTask(handle));
+            await Task.Run(() =>
+            {
+                s_local.Value = "callback";
+                handle.GetAwaiter().OnCompleted(() =>
+                {
+                    seenByCallback = s_local.Value;
+                    callbackRan.Set();
+                });
             });
-        });
-        string? completerAfter = "not run";
-        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
-        {
-            s_local.Value = "completer";
-            gate.Set();
-            handle.Complete(); // every worker is held: this thread runs the job, and its finish resumes the awaiters
-            completerAfter = s_local.Value;
-        }));
+            await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+            {
+                s_local.Value = "completer";
+                gate.Set();
+                handle.Complete(); // every worker is held: this thread runs the job, and its finish queues the awaiters
+                completerAfter = s_local.Value;
+            }));
+        }
         Assert.True(callbackRan.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
         Assert.Equal("task", await TestUtil.WithTimeout(inTask));
         Assert.Equal("spindle task", await TestUtil.WithTimeout(TestUtil.AwaitAsync(inSpindleTask)));
