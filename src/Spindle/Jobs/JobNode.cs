@@ -593,8 +593,11 @@ internal abstract class JobNode : WorkItem
             inline?.OnReady();
             inline = null;
             finishAfter?.MakeReady();
-            // On a thread outside the workers, waiting in Complete(), the awaiters resume on the workers: it runs jobs only.
-            int depth = continuations is not null && BlockingWait.HelpsWithJobsOnly ? Continuations.BeginQueueing() : -1;
+            // A thread outside the workers finishes a job only inside Complete() (BlockingWait.WaitForJob), where it runs
+            // jobs only, never other code (docs/decisions.md section 4): the code awaiting this job resumes on a worker,
+            // not inside the Complete() of a main thread that owes a frame or holds a lock. What the job's own Execute
+            // resumed (a SetResult in it) ran inline already, as part of the job.
+            int depth = continuations is not null && !WorkerPool.Shared.IsWorkerThread ? Continuations.BeginQueueing() : -1;
             while (continuations is not null)
             {
                 Edge next = continuations.Next!;

@@ -37,8 +37,8 @@ internal static class Continuations
 
     /// <summary>
     /// From now until <see cref="EndQueueing"/> on this thread, queues to the workers every continuation it would run
-    /// (the waiters that are never queued excepted, see <see cref="NeverQueued"/>): for a job's finish on a thread that
-    /// runs jobs only (<see cref="BlockingWait.HelpsWithJobsOnly"/>). It puts the nesting depth at the bound, past which
+    /// (the waiters that are never queued excepted, see <see cref="NeverQueued"/>): for a job's finish on a thread outside
+    /// the workers, which runs jobs only (inside <see cref="BlockingWait.WaitForJob"/>). It puts the nesting depth at the bound, past which
     /// <see cref="Invoke"/> queues already, so the paths that run continuations are unchanged. Returns the depth to put
     /// back.
     /// </summary>

@@ -515,35 +515,11 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void WaitForJob(JobNode node, int version)
     {
         JobNode.ThrowIfWaitsForARunningJob(node, version);
-        // A thread that is not a worker runs jobs only, never other code: the code awaiting a job it finishes here
-        // resumes on a worker (see HelpsWithJobsOnly).
-        bool outside = !WorkerPool.Shared.IsWorkerThread;
-        bool was = t_helpsWithJobsOnly;
-        t_helpsWithJobsOnly = outside;
-        try
+        using (ThreadCounters.EnterHelpingWait())
         {
-            using (ThreadCounters.EnterHelpingWait())
-            {
-                HelpUntilJobCompletes(node, version);
-            }
-        }
-        finally
-        {
-            t_helpsWithJobsOnly = was;
+            HelpUntilJobCompletes(node, version);
         }
     }
-
-    [ThreadStatic]
-    private static bool t_helpsWithJobsOnly;
-
-    /// <summary>
-    /// True while this thread, which is not a worker, waits in a job's Complete() (<see cref="WaitForJob"/>): it runs jobs
-    /// only there, never other code, so a job it finishes queues its awaiters' continuations to the workers instead of
-    /// running them (<see cref="JobNode"/>'s finish): the code awaiting a job would otherwise resume inside the Complete() of
-    /// a main thread that owes a frame or holds a lock (docs/decisions.md section 4's rule). A job's own code is not
-    /// affected: what its Execute resumes (a SetResult in it) runs inline on any thread, as part of the job.
-    /// </summary>
-    public static bool HelpsWithJobsOnly => t_helpsWithJobsOnly;
 
     private static void HelpUntilJobCompletes(JobNode node, int version)
     {
