@@ -39,6 +39,7 @@ internal static class TaskTracker
         public readonly short Version;
         public readonly long StartedAt = Stopwatch.GetTimestamp();
         public readonly int ThreadId = Environment.CurrentManagedThreadId;
+        public readonly FrameLoop? Loop = FrameLoop.InStepOnThisThread;
         public StackTrace? Stack;
     }
 
@@ -128,7 +129,7 @@ internal static class TaskTracker
         foreach ((Entry e, string method, SpindleTaskStatus status) in seen)
         {
             TimeSpan age = TimeSpan.FromSeconds(Math.Max(0, now - e.StartedAt) / (double)Stopwatch.Frequency);
-            list.Add(new TrackedTask(method, status, age, e.ThreadId, e.Stack is null ? null : StartAtAsyncMethod(e.Stack.ToString())));
+            list.Add(new TrackedTask(method, status, age, e.ThreadId, e.Loop, e.Stack is null ? null : StartAtAsyncMethod(e.Stack.ToString())));
         }
         list.Sort(static (a, b) => b.Age.CompareTo(a.Age));
         return list;

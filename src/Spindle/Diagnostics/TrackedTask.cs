@@ -5,12 +5,13 @@ namespace SpindleLib;
 /// <summary>One async method seen by the task tracker (<see cref="SpindleDiagnostics.GetTrackedTasks"/>).</summary>
 public sealed class TrackedTask
 {
-    internal TrackedTask(string method, SpindleTaskStatus status, TimeSpan age, int threadId, string? stackTrace)
+    internal TrackedTask(string method, SpindleTaskStatus status, TimeSpan age, int threadId, FrameLoop? loop, string? stackTrace)
     {
         Method = method;
         Status = status;
         Age = age;
         ThreadId = threadId;
+        Loop = loop;
         StackTrace = stackTrace;
     }
 
@@ -30,11 +31,20 @@ public sealed class TrackedTask
     public int ThreadId { get; }
 
     /// <summary>
+    /// The frame loop inside whose frame (or <c>BeginFrame</c>, <c>RunPhase</c>) it first suspended, or null if it first
+    /// suspended elsewhere. A host of many loops tells them apart by <see cref="FrameLoop.Name"/>, or by the loop itself.
+    /// </summary>
+    public FrameLoop? Loop { get; }
+
+    /// <summary>
     /// The stack at its first suspension (the method and its callers) when <see cref="SpindleDiagnostics.CaptureStackTraces"/>
     /// was on; otherwise null.
     /// </summary>
     public string? StackTrace { get; }
 
-    /// <summary>The method, its status and its age, for logs.</summary>
-    public override string ToString() => $"{Method} ({Status}, {Age.TotalMilliseconds:F0} ms)";
+    /// <summary>The method, its status and its age, and the name of its loop if it has one, for logs.</summary>
+    public override string ToString()
+        => Loop?.Name is { } loop
+            ? $"{Method} ({Status}, {Age.TotalMilliseconds:F0} ms, loop '{loop}')"
+            : $"{Method} ({Status}, {Age.TotalMilliseconds:F0} ms)";
 }

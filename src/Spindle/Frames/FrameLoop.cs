@@ -508,7 +508,19 @@ public sealed partial class FrameLoop
                 : "Another thread is running a frame of this FrameLoop. A loop runs on one thread at a time.");
         }
         ThreadSlots.EnterLoopStep(); // this thread's pools keep what a frame returns past their cap (ended by Exit)
+        _outerStep = t_inStep; // a frame of another loop run from inside this thread's step of one
+        t_inStep = this;
     }
+
+    [ThreadStatic]
+    private static FrameLoop? t_inStep;
+    private FrameLoop? _outerStep; // written and read by the one thread inside this loop's step
+
+    /// <summary>
+    /// The loop whose step (a frame, BeginFrame or RunPhase) the calling thread is inside, or null: the task tracker
+    /// records it for a method that suspends there (<see cref="TrackedTask.Loop"/>).
+    /// </summary>
+    internal static FrameLoop? InStepOnThisThread => t_inStep;
 
     /// <summary>The thread that has claimed the loop becomes the thread inside the step, and the loop thread.</summary>
     private void TakeLoopThread()
@@ -527,6 +539,8 @@ public sealed partial class FrameLoop
     private void Exit()
     {
         ThreadSlots.ExitLoopStep();
+        t_inStep = _outerStep;
+        _outerStep = null;
         Volatile.Write(ref _owner, null);
         Volatile.Write(ref _busy, 0);
     }

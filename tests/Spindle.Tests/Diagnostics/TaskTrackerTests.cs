@@ -474,4 +474,48 @@ public sealed class TaskTrackerTests : IDisposable
     {
         Assert.Equal(method, TaskTracker.MethodNameOf(stateMachineName));
     }
+    private static async SpindleTask WaitForTheNextFrame(FrameLoop loop) => await loop.NextFrame();
+
+    private static async SpindleTask WaitForOnLoop(Promise promise) => await promise.Task;
+
+    [Fact]
+    public void On_AMethodThatFirstSuspendsInsideALoopsFrame_NamesThatLoop_AndOneOutsideAnyNamesNone()
+    {
+        SpindleDiagnostics.TrackTasks = true;
+        var matchA = new FrameLoop("match-a");
+        var matchB = new FrameLoop("match-b");
+        var outside = new Promise();
+        var inB = new Promise();
+        var afterB = new Promise();
+        SpindleTask outsideTask = WaitForOnLoop(outside);
+        SpindleTask inFrameOfA = default, inFrameOfB = default, inAAfterB = default;
+        matchA.SynchronizationContext.Post(_ =>
+        {
+            inFrameOfA = WaitForTheNextFrame(matchA);
+            // A frame of another loop run from inside this one's: inside it, the method is B's; after it, A's again.
+            matchB.SynchronizationContext.Post(_ => inFrameOfB = WaitForOnLoop(inB), null);
+            matchB.RunFrame(TimeSpan.FromMilliseconds(16));
+            inAAfterB = WaitForOnLoop(afterB);
+        }, null);
+        matchA.RunFrame(TimeSpan.FromMilliseconds(16));
+
+        Assert.Null(Assert.Single(Tracked(nameof(WaitForOnLoop)), t => t.Loop is null).Loop);
+        TrackedTask a = Assert.Single(Tracked(nameof(WaitForTheNextFrame)));
+        Assert.Same(matchA, a.Loop);
+        Assert.Contains("loop 'match-a'", a.ToString());
+        Assert.Single(Tracked(nameof(WaitForOnLoop)), t => t.Loop == matchB);
+        Assert.Single(Tracked(nameof(WaitForOnLoop)), t => t.Loop == matchA);
+        Assert.Equal(3, Tracked(nameof(WaitForOnLoop)).Length);
+        Assert.DoesNotContain("loop", Assert.Single(Tracked(nameof(WaitForOnLoop)), t => t.Loop is null).ToString());
+
+        outside.SetResult();
+        inB.SetResult();
+        afterB.SetResult();
+        matchA.RunFrame(TimeSpan.FromMilliseconds(16));
+        outsideTask.GetAwaiter().GetResult();
+        inFrameOfA.GetAwaiter().GetResult();
+        inFrameOfB.GetAwaiter().GetResult();
+        inAAfterB.GetAwaiter().GetResult();
+        Assert.Empty(Tracked(nameof(WaitForOnLoop)));
+    }
 }
