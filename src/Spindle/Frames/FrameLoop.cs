@@ -507,20 +507,18 @@ public sealed partial class FrameLoop
                 ? "RunFrame, BeginFrame or RunPhase was called from inside a frame (a continuation running on this loop). A frame cannot run another; await loop.NextFrame() instead."
                 : "Another thread is running a frame of this FrameLoop. A loop runs on one thread at a time.");
         }
-        ThreadSlots.EnterLoopStep(); // this thread's pools keep what a frame returns past their cap (ended by Exit)
-        _outerStep = t_inStep; // a frame of another loop run from inside this thread's step of one
-        t_inStep = this;
+        // This thread's pools keep what a frame returns past their cap, and the task tracker names this loop, until Exit
+        // (which puts back the step of another loop this one's frame was run from inside, if any).
+        _outerStep = ThreadSlots.EnterLoopStep(this);
     }
 
-    [ThreadStatic]
-    private static FrameLoop? t_inStep;
-    private FrameLoop? _outerStep; // written and read by the one thread inside this loop's step
+    private object? _outerStep; // written and read by the one thread inside this loop's step
 
     /// <summary>
     /// The loop whose step (a frame, BeginFrame or RunPhase) the calling thread is inside, or null: the task tracker
     /// records it for a method that suspends there (<see cref="TrackedTask.Loop"/>).
     /// </summary>
-    internal static FrameLoop? InStepOnThisThread => t_inStep;
+    internal static FrameLoop? InStepOnThisThread => (FrameLoop?)ThreadSlots.LoopInStep;
 
     /// <summary>The thread that has claimed the loop becomes the thread inside the step, and the loop thread.</summary>
     private void TakeLoopThread()
@@ -538,8 +536,7 @@ public sealed partial class FrameLoop
 
     private void Exit()
     {
-        ThreadSlots.ExitLoopStep();
-        t_inStep = _outerStep;
+        ThreadSlots.ExitLoopStep(_outerStep);
         _outerStep = null;
         Volatile.Write(ref _owner, null);
         Volatile.Write(ref _busy, 0);

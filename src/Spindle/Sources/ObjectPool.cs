@@ -302,7 +302,7 @@ internal static class ThreadSlots
     private static Slot[]? t_slots;
 
     [ThreadStatic]
-    private static int t_loopSteps;
+    private static object? t_loopStep; // the frame loop whose step this thread is inside, or null
 
     // SpindlePool.Trim's requests to Spindle's own threads (workers, the timer thread), which no user code runs on: each
     // empties its stacks at its next idle moment once it sees the count move (TrimIfRequested).
@@ -321,12 +321,19 @@ internal static class ThreadSlots
     public static int AllocateIndex() => Interlocked.Increment(ref s_nextIndex);
 
     /// <summary>True while this thread is inside a step of a frame loop (<see cref="EnterLoopStep"/>).</summary>
-    public static bool IsInsideLoopStep => t_loopSteps != 0;
+    public static bool IsInsideLoopStep => t_loopStep is not null;
 
     /// <summary>
-    /// This thread enters a step of a frame loop (a frame, BeginFrame or RunPhase); <see cref="ExitLoopStep"/> on the same
-    /// thread ends it. Inside a step, a pool whose shared stack is full lets this thread's own stack grow past
-    /// <c>LocalMax</c> instead of giving the objects to the GC. A frame returns thousands of objects of one type in one
+    /// The frame loop whose step this thread is inside (the innermost, for a frame of one loop run from inside a step of
+    /// another), or null: the task tracker records it for a method that suspends there.
+    /// </summary>
+    public static object? LoopInStep => t_loopStep;
+
+    /// <summary>
+    /// This thread enters a step of frame loop <paramref name="loop"/> (a frame, BeginFrame or RunPhase); returns the loop
+    /// whose step it was inside before (null if none), which <see cref="ExitLoopStep"/> on the same thread puts back.
+    /// Inside a step, a pool whose shared stack is full lets this thread's own stack grow past <c>LocalMax</c> instead of
+    /// giving the objects to the GC. A frame returns thousands of objects of one type in one
     /// phase and rents them again in a later phase or frame (a delay's resume returns a phase waiter and rents a predicate
     /// waiter; a WaitUntil's resume does the opposite), and with tens of thousands of entities more of them are in
     /// between than a shared stack holds (<see cref="SpindlePool.MaxRetainedPerType"/>): they were dropped and allocated
@@ -334,10 +341,15 @@ internal static class ThreadSlots
     /// it for other threads still go through the shared stack, which it fills first. <see cref="SpindlePool.Trim"/> on
     /// the loop thread empties its stacks.
     /// </summary>
-    public static void EnterLoopStep() => t_loopSteps++;
+    public static object? EnterLoopStep(object loop)
+    {
+        object? outer = t_loopStep;
+        t_loopStep = loop;
+        return outer;
+    }
 
-    /// <summary>Ends a step begun by <see cref="EnterLoopStep"/> on this thread.</summary>
-    public static void ExitLoopStep() => t_loopSteps--;
+    /// <summary>Ends a step begun by <see cref="EnterLoopStep"/> on this thread, given what that call returned.</summary>
+    public static void ExitLoopStep(object? outer) => t_loopStep = outer;
 
     /// <summary>
     /// Asks Spindle's own threads to empty their stacks at their next idle moment (<see cref="TrimIfRequested"/>):

@@ -124,8 +124,10 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// The task of a wait asked for with <paramref name="cancellationToken"/> already cancelled (a delay, a frame wait): a
     /// pooled node rented for no wheel (its consumer alone recycles it), completed at once as canceled, lazily
     /// (<see cref="ILazyCanceledSource"/>), as a node cancelled while it waits: the exception is built only for a reader
-    /// that throws it, so a suppressed await (<c>SuppressCancellationThrow()</c>) builds none, where
-    /// <c>SpindleTask.FromCanceled</c> builds the exception and a source at once.
+    /// that throws it, so a suppressed await (<c>SuppressCancellationThrow()</c>) builds none and, the node being pooled,
+    /// allocates nothing. <c>SpindleTask.FromCanceled</c> builds its exception lazily too, but allocates its source (40
+    /// bytes): it has a typed form and may be read any number of times, which a pooled node, read once, may not. The
+    /// signal's, <c>Spindle.Run</c>'s, the combinators' and the tick wait's already-cancelled paths return it.
     /// </summary>
     public static SpindleTask CanceledAtOnce(CancellationToken cancellationToken)
     {

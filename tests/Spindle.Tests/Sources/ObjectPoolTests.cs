@@ -602,9 +602,10 @@ public class ObjectPoolTests
                         for (int round = 0; round < Rounds; round++)
                         {
                             bool step = loopThread && round % 8 != 7; // a loop thread between its frames now and then
+                            object? outer = null;
                             if (step)
                             {
-                                ThreadSlots.EnterLoopStep();
+                                outer = ThreadSlots.EnterLoopStep(held); // any object stands for the loop
                             }
                             try
                             {
@@ -647,7 +648,7 @@ public class ObjectPoolTests
                             {
                                 if (step)
                                 {
-                                    ThreadSlots.ExitLoopStep();
+                                    ThreadSlots.ExitLoopStep(outer);
                                 }
                             }
                             if (!CheckOwnStack((loopThread ? "loop thread " : "thread ") + seed + " at round " + round, last: false))
