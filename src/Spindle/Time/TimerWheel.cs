@@ -151,6 +151,9 @@ public sealed partial class TimerWheel : IDisposable
     /// </remarks>
     public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
 
+    /// <summary>The wheel's driver (tests: a system-clock wheel's timer thread).</summary>
+    internal TimerDriver Driver => _driver;
+
     /// <summary>The default wheel if something has created it (for metrics, which must not create it).</summary>
     internal static TimerWheel? DefaultIfCreated => Volatile.Read(ref s_default);
 
