@@ -43,8 +43,8 @@ internal abstract class TimerDriver : IDisposable
 /// <summary>
 /// Drives a wheel on the system clock with one background thread that sleeps until the next deadline. The thread
 /// starts on the first kick, so a wheel that is never used costs no thread. It runs no user code: expired timers'
-/// continuations go to the workers in batches. A thread that has had nothing planned for <see cref="IdleExitMs"/> ends,
-/// and the next kick starts another: the thread is what roots its wheel, so a wheel that a session dropped without
+/// continuations go to the workers in batches. A thread that has had nothing planned for <see cref="IdleExitMs"/> ends
+/// (except <see cref="TimerWheel.Default"/>'s), and the next kick starts another: the thread is what roots its wheel, so a wheel that a session dropped without
 /// disposing it (an editor's play session, a test) is collected once idle, with its thread, instead of keeping both for
 /// the life of the process, as a BCL timer that is not scheduled is not rooted (a user's review: 200 play sessions
 /// left 200 threads). A wheel with timers pending keeps its thread, and so stays alive until they fire, as a
@@ -84,7 +84,15 @@ internal sealed class ThreadTimerDriver : TimerDriver
     // this; the thread clears this, then takes the inbox), the store-load pair of Insert's _wakeAt.
     private int _releaseKicked;
 
-    public ThreadTimerDriver(TimerWheel wheel) => _wheel = wheel;
+    // False for TimerWheel.Default's driver: that wheel lives as long as the process, so its thread stays, and a delay
+    // started off the workers after a quiet spell does not pay for starting a thread.
+    private readonly bool _endsWhenIdle;
+
+    public ThreadTimerDriver(TimerWheel wheel, bool endsWhenIdle)
+    {
+        _wheel = wheel;
+        _endsWhenIdle = endsWhenIdle;
+    }
 
     public override bool DispatchesContinuations => true;
 
@@ -173,7 +181,7 @@ internal sealed class ThreadTimerDriver : TimerDriver
             long next = _planned;
             if (next == long.MaxValue)
             {
-                if (!_wake.Wait(IdleExitMs) && TryEndIdle())
+                if (!_wake.Wait(_endsWhenIdle ? IdleExitMs : Timeout.Infinite) && TryEndIdle())
                 {
                     return;
                 }

@@ -87,6 +87,24 @@ public class IdleTimerThreadTests
         }
     }
 
+    [Fact]
+    public void TheDefaultWheelsThread_StaysWhenIdle()
+    {
+        var driver = (ThreadTimerDriver)TimerWheel.Default.Driver;
+        TestUtil.WithTimeout(Spindle.Delay(1)).Wait(); // off the workers: the main shard, driven by the timer thread
+        int old = WithIdleExit(5);
+        try
+        {
+            TestUtil.WithTimeout(Spindle.Delay(1)).Wait();
+            Thread.Sleep(100); // twenty idle periods of another wheel (a check of absence)
+            Assert.Equal(1, driver.ThreadCount);
+        }
+        finally
+        {
+            ThreadTimerDriver.IdleExitMs = old;
+        }
+    }
+
 #if DEBUG
     /// <summary>
     /// A timer started just as the idle thread gives its wheel up (after it cleared its claim, before it looked for a
