@@ -16,11 +16,20 @@ namespace SpindleLib.Tests.Time;
 [Collection(IdleTimerThreadCollection.Name)]
 public class IdleTimerThreadTests
 {
-    private static int WithIdleExit(int ms)
+    /// <summary>Sets <c>ThreadTimerDriver.IdleExitMs</c> until the returned value is disposed.</summary>
+    private static IdleExit WithIdleExit(int ms) => new(ms);
+
+    private readonly struct IdleExit : IDisposable
     {
-        int old = ThreadTimerDriver.IdleExitMs;
-        ThreadTimerDriver.IdleExitMs = ms;
-        return old;
+        private readonly int _old;
+
+        public IdleExit(int ms)
+        {
+            _old = ThreadTimerDriver.IdleExitMs;
+            ThreadTimerDriver.IdleExitMs = ms;
+        }
+
+        public void Dispose() => ThreadTimerDriver.IdleExitMs = _old;
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
@@ -37,54 +46,40 @@ public class IdleTimerThreadTests
     [Fact]
     public void AWheelOnTheSystemClock_DroppedWithoutDispose_IsCollectedOnceIdle()
     {
-        int old = WithIdleExit(20);
-        try
+        using IdleExit idle = WithIdleExit(20);
+        WeakReference[] wheels = new WeakReference[10];
+        for (int i = 0; i < wheels.Length; i++)
         {
-            WeakReference[] wheels = new WeakReference[10];
-            for (int i = 0; i < wheels.Length; i++)
-            {
-                wheels[i] = UseAWheelAndDropIt();
-            }
-            TestUtil.SpinUntil(() =>
-            {
-                GC.Collect();
-                GC.WaitForPendingFinalizers();
-                return Array.TrueForAll(wheels, w => !w.IsAlive);
-            }, () => Array.FindAll(wheels, w => w.IsAlive).Length + " of 10 dropped wheels still alive (rooted by their timer threads)", seconds: 10);
+            wheels[i] = UseAWheelAndDropIt();
         }
-        finally
+        TestUtil.SpinUntil(() =>
         {
-            ThreadTimerDriver.IdleExitMs = old;
-        }
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            return Array.TrueForAll(wheels, w => !w.IsAlive);
+        }, () => Array.FindAll(wheels, w => w.IsAlive).Length + " of 10 dropped wheels still alive (rooted by their timer threads)", seconds: 10);
     }
 
     [Fact]
     public void AWheelWhoseThreadEndedWhenIdle_StartsAnother_ForItsNextTimer()
     {
-        int old = WithIdleExit(10);
-        try
+        using IdleExit idle = WithIdleExit(10);
+        using var wheel = new TimerWheel(TimeProvider.System);
+        var driver = (ThreadTimerDriver)wheel.Driver;
+        for (int round = 0; round < 5; round++)
         {
-            using var wheel = new TimerWheel(TimeProvider.System);
-            var driver = (ThreadTimerDriver)wheel.Driver;
-            for (int round = 0; round < 5; round++)
-            {
-                TestUtil.WithTimeout(wheel.Delay(2)).Wait();
-                Assert.True(driver.ThreadCount <= 1, driver.ThreadCount + " threads");
-                TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads", seconds: 10);
-            }
-            // A wheel with a timer pending keeps its thread (and so stays alive until the timer fires).
-            using var cts = new CancellationTokenSource();
-            SpindleTask far = wheel.Delay(TimeSpan.FromMinutes(10), cts.Token);
-            TestUtil.SpinUntil(() => wheel.Describe() == "main: count=1 linked=1", wheel.Describe);
-            Thread.Sleep(100); // ten idle periods: the thread must not end while the timer is pending (a check of absence)
-            Assert.Equal(1, driver.ThreadCount);
-            cts.Cancel();
-            Assert.True(far.SuppressCancellationThrow().GetAwaiter().GetResult());
+            TestUtil.WithTimeout(wheel.Delay(2)).Wait();
+            Assert.True(driver.ThreadCount <= 1, driver.ThreadCount + " threads");
+            TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads", seconds: 10);
         }
-        finally
-        {
-            ThreadTimerDriver.IdleExitMs = old;
-        }
+        // A wheel with a timer pending keeps its thread (and so stays alive until the timer fires).
+        using var cts = new CancellationTokenSource();
+        SpindleTask far = wheel.Delay(TimeSpan.FromMinutes(10), cts.Token);
+        TestUtil.SpinUntil(() => wheel.Describe() == "main: count=1 linked=1", wheel.Describe);
+        Thread.Sleep(100); // ten idle periods: the thread must not end while the timer is pending (a check of absence)
+        Assert.Equal(1, driver.ThreadCount);
+        cts.Cancel();
+        Assert.True(far.SuppressCancellationThrow().GetAwaiter().GetResult());
     }
 
     [Fact]
@@ -92,17 +87,10 @@ public class IdleTimerThreadTests
     {
         var driver = (ThreadTimerDriver)TimerWheel.Default.Driver;
         TestUtil.WithTimeout(Spindle.Delay(1)).Wait(); // off the workers: the main shard, driven by the timer thread
-        int old = WithIdleExit(5);
-        try
-        {
-            TestUtil.WithTimeout(Spindle.Delay(1)).Wait();
-            Thread.Sleep(100); // twenty idle periods of another wheel (a check of absence)
-            Assert.Equal(1, driver.ThreadCount);
-        }
-        finally
-        {
-            ThreadTimerDriver.IdleExitMs = old;
-        }
+        using IdleExit idle = WithIdleExit(5);
+        TestUtil.WithTimeout(Spindle.Delay(1)).Wait();
+        Thread.Sleep(100); // twenty idle periods of another wheel (a check of absence)
+        Assert.Equal(1, driver.ThreadCount);
     }
 
 #if DEBUG
@@ -114,7 +102,7 @@ public class IdleTimerThreadTests
     [Fact]
     public void ATimerStartedAsTheIdleThreadGivesUp_Fires_AndOneThreadGoesOn()
     {
-        int old = WithIdleExit(5);
+        using IdleExit idle = WithIdleExit(5);
         using var wheel = new TimerWheel(TimeProvider.System);
         var driver = (ThreadTimerDriver)wheel.Driver;
         SpindleTask started = default;
@@ -144,7 +132,6 @@ public class IdleTimerThreadTests
         finally
         {
             ThreadTimerDriver.TestHookGivenUp = null;
-            ThreadTimerDriver.IdleExitMs = old;
         }
     }
 #endif
@@ -153,40 +140,33 @@ public class IdleTimerThreadTests
     [Fact]
     public void TimersStartedWhileTheThreadComesAndGoes_AllFire()
     {
-        int old = WithIdleExit(1);
-        try
+        using IdleExit idle = WithIdleExit(1);
+        using var wheel = new TimerWheel(TimeProvider.System);
+        var driver = (ThreadTimerDriver)wheel.Driver;
+        int fired = 0;
+        const int PerThread = 200;
+        var threads = new Thread[2];
+        for (int t = 0; t < threads.Length; t++)
         {
-            using var wheel = new TimerWheel(TimeProvider.System);
-            var driver = (ThreadTimerDriver)wheel.Driver;
-            int fired = 0;
-            const int PerThread = 200;
-            var threads = new Thread[2];
-            for (int t = 0; t < threads.Length; t++)
+            int seed = t;
+            threads[t] = new Thread(() =>
             {
-                int seed = t;
-                threads[t] = new Thread(() =>
+                var random = new Random(seed);
+                for (int i = 0; i < PerThread; i++)
                 {
-                    var random = new Random(seed);
-                    for (int i = 0; i < PerThread; i++)
-                    {
-                        TestUtil.WithTimeout(wheel.Delay(1)).Wait();
-                        Interlocked.Increment(ref fired);
-                        Thread.SpinWait(random.Next(20_000)); // start the next one at a varying point of the thread's idle wait
-                    }
-                });
-                threads[t].Start();
-            }
-            foreach (Thread thread in threads)
-            {
-                thread.Join();
-            }
-            Assert.Equal(threads.Length * PerThread, fired);
-            TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads");
+                    TestUtil.WithTimeout(wheel.Delay(1)).Wait();
+                    Interlocked.Increment(ref fired);
+                    Thread.SpinWait(random.Next(20_000)); // start the next one at a varying point of the thread's idle wait
+                }
+            });
+            threads[t].Start();
         }
-        finally
+        foreach (Thread thread in threads)
         {
-            ThreadTimerDriver.IdleExitMs = old;
+            thread.Join();
         }
+        Assert.Equal(threads.Length * PerThread, fired);
+        TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads");
     }
 }
 
