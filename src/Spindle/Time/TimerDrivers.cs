@@ -43,11 +43,22 @@ internal abstract class TimerDriver : IDisposable
 /// <summary>
 /// Drives a wheel on the system clock with one background thread that sleeps until the next deadline. The thread
 /// starts on the first kick, so a wheel that is never used costs no thread. It runs no user code: expired timers'
-/// continuations go to the workers in batches.
+/// continuations go to the workers in batches. A thread that has had nothing planned for <see cref="IdleExitMs"/> ends
+/// (except <see cref="TimerWheel.Default"/>'s), and the next kick starts another: the thread is what roots its wheel, so a wheel that a session dropped without
+/// disposing it (an editor's play session, a test) is collected once idle, with its thread, instead of keeping both for
+/// the life of the process, as a BCL timer that is not scheduled is not rooted (a user's review: 200 play sessions
+/// left 200 threads). A wheel with timers pending keeps its thread, and so stays alive until they fire, as a
+/// scheduled BCL timer does.
 /// </summary>
 internal sealed class ThreadTimerDriver : TimerDriver
 {
     private const long LongestWaitMs = 3_600_000;
+
+    /// <summary>
+    /// How long the thread waits with nothing planned (no timer in the wheel) before it ends. Long enough that a wheel used
+    /// now and then keeps one thread, rather than one per use; tests lower it.
+    /// </summary>
+    internal static int IdleExitMs = 10_000;
 
     /// <summary>
     /// How long the thread waits, after a kick to release cancelled timers, before its pass: the cancellations queued
@@ -58,7 +69,13 @@ internal sealed class ThreadTimerDriver : TimerDriver
     private readonly TimerWheel _wheel;
     private readonly ManualResetEventSlim _wake = new(initialState: false, spinCount: 1);
     private long _planned = long.MaxValue;
+    // Invariant: 1 while a thread runs Loop and has not given the wheel up (see TryEndIdle); at most one such thread. A
+    // kick sets the event, then reads this (starting a thread if 0); an idle thread clears this, then reads the event
+    // (carrying on if a kick set it). Both sides write, then read the other's word (a store-load pair, each write
+    // interlocked), so a kick that comes as the thread gives up is never lost: either the kick sees 0 and starts a
+    // thread, or the thread sees the event set and takes the wheel back (a CAS, which only one of the two can win).
     private int _started;
+    private int _threads; // threads in Loop, for tests (a thread that lost the CAS above is still counted until it returns)
     private volatile bool _stopped;
 
     // Invariant: 1 from a release kick until the thread, about to run the pass that serves it, takes it back (an exchange,
@@ -67,7 +84,15 @@ internal sealed class ThreadTimerDriver : TimerDriver
     // this; the thread clears this, then takes the inbox), the store-load pair of Insert's _wakeAt.
     private int _releaseKicked;
 
-    public ThreadTimerDriver(TimerWheel wheel) => _wheel = wheel;
+    // False for TimerWheel.Default's driver: that wheel lives as long as the process, so its thread stays, and a delay
+    // started off the workers after a quiet spell does not pay for starting a thread.
+    private readonly bool _endsWhenIdle;
+
+    public ThreadTimerDriver(TimerWheel wheel, bool endsWhenIdle)
+    {
+        _wheel = wheel;
+        _endsWhenIdle = endsWhenIdle;
+    }
 
     public override bool DispatchesContinuations => true;
 
@@ -99,7 +124,12 @@ internal sealed class ThreadTimerDriver : TimerDriver
 
     public override void Kick()
     {
-        if (Volatile.Read(ref _started) == 0 && Interlocked.Exchange(ref _started, 1) == 0)
+        // The event first, then _started (see _started's invariant): a thread giving the wheel up meanwhile sees the event.
+        if (!_wake.IsSet)
+        {
+            _wake.Set();
+        }
+        if (Volatile.Read(ref _started) == 0 && Interlocked.CompareExchange(ref _started, 1, 0) == 0)
         {
             Thread thread = new(static o => ((ThreadTimerDriver)o!).Loop(), maxStackSize: 256 * 1024)
             {
@@ -107,17 +137,28 @@ internal sealed class ThreadTimerDriver : TimerDriver
                 Name = "Spindle Timer",
             };
             ContextFlow.StartWithoutContext(thread, this);
-            return;
-        }
-        if (!_wake.IsSet)
-        {
-            _wake.Set();
         }
     }
+
+    /// <summary>Threads running this driver's loop (tests: 0 once an idle thread has ended).</summary>
+    internal int ThreadCount => Volatile.Read(ref _threads);
 
     public override void Arm(long next) => _planned = next;
 
     private void Loop()
+    {
+        Interlocked.Increment(ref _threads);
+        try
+        {
+            Run();
+        }
+        finally
+        {
+            Interlocked.Decrement(ref _threads);
+        }
+    }
+
+    private void Run()
     {
         ThreadSlots.AdoptTrimRequests();
         while (!_stopped)
@@ -140,7 +181,10 @@ internal sealed class ThreadTimerDriver : TimerDriver
             long next = _planned;
             if (next == long.MaxValue)
             {
-                _wake.Wait();
+                if (!_wake.Wait(_endsWhenIdle ? IdleExitMs : Timeout.Infinite) && TryEndIdle())
+                {
+                    return;
+                }
                 continue;
             }
             TimeSpan wait = _wheel.TimeUntil(next);
@@ -152,6 +196,24 @@ internal sealed class ThreadTimerDriver : TimerDriver
                 _wake.Wait((int)Math.Min(ms, LongestWaitMs));
             }
         }
+    }
+
+    /// <summary>
+    /// Called by the thread after <see cref="IdleExitMs"/> with nothing planned and no kick: gives the wheel up (so that
+    /// a dropped wheel is not rooted by its thread) and returns true, unless a kick came meanwhile, in which case it takes
+    /// the wheel back and returns false, or returns true if that kick has already started another thread.
+    /// </summary>
+    private bool TryEndIdle()
+    {
+        Interlocked.Exchange(ref _started, 0);
+#if DEBUG
+        TestHookGivenUp?.Invoke(this);
+#endif
+        if (!_wake.IsSet)
+        {
+            return true; // a later kick sets the event, then reads 0 and starts a thread
+        }
+        return Interlocked.CompareExchange(ref _started, 1, 0) != 0;
     }
 
     /// <summary>
@@ -192,6 +254,15 @@ internal sealed class ThreadTimerDriver : TimerDriver
 
     /// <summary>Tests only: runs on a wheel's timer thread when a release kick woke it, with whether it waits before the pass.</summary>
     internal static Action<TimerWheel, bool>? TestHookLagDecided;
+
+    /// <summary>
+    /// Tests only: runs on an idle timer thread right after it has given its wheel up, before it looks for a kick that
+    /// came meanwhile (<see cref="TryEndIdle"/>).
+    /// </summary>
+    internal static Action<ThreadTimerDriver>? TestHookGivenUp;
+
+    /// <summary>The wheel this driver drives (for the hooks' filters).</summary>
+    internal TimerWheel Wheel => _wheel;
 #endif
 
     public override void Dispose()

@@ -27,7 +27,11 @@ namespace SpindleLib;
 /// 745 days; a timer started after a longer one, due before the point the wheel stopped at, fires at the wheel's next tick
 /// from there).</para>
 /// <para>The wheel on <see cref="TimeProvider.System"/> (including <see cref="Default"/>) is driven by a dedicated
-/// background thread and runs the continuations of expired timers on Spindle's workers, in batches. A wheel on any
+/// background thread and runs the continuations of expired timers on Spindle's workers, in batches. The thread of a
+/// wheel you create ends once the wheel has had no timer for about 10 seconds (the next timer starts another), so a
+/// wheel dropped without <see cref="Dispose"/> is collected, as a BCL timer that is not scheduled is; while a timer is
+/// pending the thread keeps the wheel, and the code awaiting it, alive until it fires. Dispose a wheel to end its
+/// pending timers at once. A wheel on any
 /// other <see cref="TimeProvider"/> (such as <see cref="ManualClock"/>) is driven by that provider's timer, and runs the
 /// continuations on the thread that drives it, which makes tests on a manual clock deterministic. If that provider's
 /// clock or timer throws during a pass, the exception goes to <see cref="Spindle.UnobservedException"/> and the wheel's
@@ -130,7 +134,7 @@ public sealed partial class TimerWheel : IDisposable
         _timeSpanTicksPerTimestamp = (double)TimeSpan.TicksPerSecond / frequency;
         _origin = origin ?? timeProvider.GetTimestamp();
         bool system = ReferenceEquals(timeProvider, TimeProvider.System);
-        _driver = system ? new ThreadTimerDriver(this) : new ProviderTimerDriver(this, timeProvider);
+        _driver = system ? new ThreadTimerDriver(this, endsWhenIdle: !workerShards) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);
         _workerShards = workerShards && system;
         SpindleMetrics.EnsureCreated();
@@ -150,6 +154,9 @@ public sealed partial class TimerWheel : IDisposable
     /// that worker a share of its due continuations, so timer loops spread over the workers again.
     /// </remarks>
     public static TimerWheel Default => Volatile.Read(ref s_default) ?? InitDefault();
+
+    /// <summary>The wheel's driver (tests: a system-clock wheel's timer thread).</summary>
+    internal TimerDriver Driver => _driver;
 
     /// <summary>The default wheel if something has created it (for metrics, which must not create it).</summary>
     internal static TimerWheel? DefaultIfCreated => Volatile.Read(ref s_default);
