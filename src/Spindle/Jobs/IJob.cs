@@ -32,3 +32,20 @@ public interface IJobParallelForBatch
     /// <summary>Runs the job for <paramref name="count"/> indices starting at <paramref name="startIndex"/>.</summary>
     void Execute(int startIndex, int count);
 }
+
+/// <summary>
+/// A job over the indices [0, length), as Unity's <c>IJobFor</c>: <see cref="Execute(int)"/> runs once for every index.
+/// <see cref="JobForExtensions.Schedule{T}(T, int, JobHandle)"/> runs every index in order on one thread,
+/// <see cref="JobForExtensions.ScheduleParallel{T}(T, int, int, JobHandle)"/> spreads batches over the workers as an
+/// <see cref="IJobParallelFor"/> does, and <see cref="JobForExtensions.Run{T}(T, int)"/> runs every index in order on the
+/// calling thread, at once.
+/// </summary>
+/// <remarks>
+/// Run in order (Schedule, Run), every index sees one copy of the job struct, so a field written for one index is there
+/// for the next; run in parallel, each batch runs on its own copy, as for <see cref="IJobParallelFor"/>.
+/// </remarks>
+public interface IJobFor
+{
+    /// <summary>Runs the job for one index.</summary>
+    void Execute(int index);
+}

@@ -34,12 +34,40 @@ public static class JobExtensions
         return JobBatch.Submit(ParallelForBatchNode<T>.Rent(in job, arrayLength, batchSize), dependsOn);
     }
 
-    private static void ValidateRange(int length, int batch, string batchName)
+    /// <summary>
+    /// Runs <paramref name="job"/> on the calling thread, now, as Unity's <c>IJobExtensions.Run</c>: a direct call to
+    /// <see cref="IJob.Execute"/> on a copy of the job (as scheduling copies it), with no handle, no pooled slot and no
+    /// allocation. Its exception, if it throws, propagates to the caller. It waits for nothing: complete what it reads first.
+    /// </summary>
+    public static void Run<T>(this T job) where T : struct, IJob => job.Execute();
+
+    /// <summary>
+    /// Runs <paramref name="job"/> for every index of [0, <paramref name="arrayLength"/>) in order, on the calling thread,
+    /// now, on one copy of the job (as one batch of that length would), as Unity's <c>IJobParallelForExtensions.Run</c>.
+    /// Its exception, if it throws, propagates to the caller, and the indices after the one that threw do not run.
+    /// </summary>
+    /// <exception cref="System.ArgumentOutOfRangeException"><paramref name="arrayLength"/> is negative.</exception>
+    public static void Run<T>(this T job, int arrayLength) where T : struct, IJobParallelFor
+    {
+        ValidateLength(arrayLength);
+        for (int i = 0; i < arrayLength; i++)
+        {
+            job.Execute(i);
+        }
+    }
+
+    /// <summary>Throws unless <paramref name="length"/> (a job's <c>arrayLength</c>) is zero or positive.</summary>
+    internal static void ValidateLength(int length)
     {
         if (length < 0)
         {
             ThrowHelper.ThrowArgumentOutOfRange("arrayLength", $"The length must be zero or positive, and was {length}.");
         }
+    }
+
+    private static void ValidateRange(int length, int batch, string batchName)
+    {
+        ValidateLength(length);
         if (batch < 1)
         {
             ThrowHelper.ThrowArgumentOutOfRange(batchName, $"The batch size must be at least 1, and was {batch}. It is how many indices one worker takes at a time; a few hundred to a few thousand suits cheap per-index work.");

@@ -25,9 +25,6 @@ namespace SpindleLib;
 [StructLayout(LayoutKind.Auto)]
 public readonly struct JobHandle : IEquatable<JobHandle>
 {
-    /// <summary>The most handles one <see cref="CombineDependencies(ReadOnlySpan{JobHandle})"/> call accepts.</summary>
-    public const int MaxCombinedDependencies = 4096;
-
     internal readonly JobNode? Node;
     internal readonly int Version;
 
@@ -73,17 +70,77 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     [StackTraceHidden]
     public void Complete()
     {
-        if (Node is not { } node)
+        WaitUntilFinished();
+        ThrowIfFailed();
+    }
+
+    /// <summary>
+    /// Waits until every job in <paramref name="handles"/> has finished, running jobs on the calling thread while it
+    /// waits, as <see cref="Complete"/> does for each (Unity's <c>JobHandle.CompleteAll</c>). Default, completed and stale
+    /// handles need no wait; a handle may appear more than once. Allocates nothing.
+    /// </summary>
+    /// <remarks>
+    /// <para><b>Faults.</b> Every job has finished when this returns or throws a job's exception: it waits for all of
+    /// them first, then rethrows the exception of the first failed handle in span order, as <see cref="Complete"/> on that
+    /// handle would (so the data every job touched is free, whichever failed). That is the failure it observes. Another
+    /// failed handle's exception is not observed by this call: <see cref="Complete"/> that handle to read it; if nothing
+    /// does, it is reported to <see cref="Spindle.UnobservedException"/> when collected, as any job failure nobody
+    /// observes. (Handles that failed because of one failed dependency share its exception, observed once.)</para>
+    /// <para>The rules of <see cref="Complete"/> hold for each wait: do not call it inside a job on a handle that can
+    /// finish only after that job (it throws the <see cref="InvalidOperationException"/> Complete() throws, and then
+    /// the handles after that one have not been waited for).</para>
+    /// </remarks>
+    /// <exception cref="InvalidOperationException">A wait was refused, as <see cref="Complete"/> refuses it.</exception>
+    [StackTraceHidden]
+    public static void CompleteAll(ReadOnlySpan<JobHandle> handles)
+    {
+        foreach (JobHandle h in handles)
         {
-            return;
+            h.WaitUntilFinished();
         }
-        if (!node.IsCompleted(Version))
+        foreach (JobHandle h in handles)
+        {
+            h.ThrowIfFailed();
+        }
+    }
+
+    /// <summary>As <see cref="CompleteAll(ReadOnlySpan{JobHandle})"/> over two handles: waits for both, then rethrows the first one's failure, else the second's.</summary>
+    /// <exception cref="InvalidOperationException">A wait was refused, as <see cref="Complete"/> refuses it.</exception>
+    [StackTraceHidden]
+    public static void CompleteAll(JobHandle a, JobHandle b)
+    {
+        a.WaitUntilFinished();
+        b.WaitUntilFinished();
+        a.ThrowIfFailed();
+        b.ThrowIfFailed();
+    }
+
+    /// <summary>As <see cref="CompleteAll(ReadOnlySpan{JobHandle})"/> over three handles: waits for all three, then rethrows the first failure in argument order.</summary>
+    /// <exception cref="InvalidOperationException">A wait was refused, as <see cref="Complete"/> refuses it.</exception>
+    [StackTraceHidden]
+    public static void CompleteAll(JobHandle a, JobHandle b, JobHandle c)
+    {
+        a.WaitUntilFinished();
+        b.WaitUntilFinished();
+        c.WaitUntilFinished();
+        a.ThrowIfFailed();
+        b.ThrowIfFailed();
+        c.ThrowIfFailed();
+    }
+
+    /// <summary>Complete()'s wait: flushes the batch and waits, helping, if the job is pending. Throws only a refused wait.</summary>
+    private void WaitUntilFinished()
+    {
+        if (Node is { } node && !node.IsCompleted(Version))
         {
             JobBatch.Flush();
             BlockingWait.WaitForJob(node, Version);
         }
-        node.GetFault(Version)?.Info.Throw();
     }
+
+    /// <summary>Complete()'s read of a finished job: rethrows its failure (or a failed dependency's), marking it observed.</summary>
+    [StackTraceHidden]
+    private void ThrowIfFailed() => Node?.GetFault(Version)?.Info.Throw();
 
     /// <summary>Makes every job scheduled so far visible to the workers, and wakes them.</summary>
     public static void ScheduleBatchedJobs() => JobBatch.Flush();
@@ -112,14 +169,12 @@ public readonly struct JobHandle : IEquatable<JobHandle>
         => CombineDependencies(CombineDependencies(a, b), c);
 
     /// <summary>A handle that completes when every job in <paramref name="handles"/> has.</summary>
-    /// <exception cref="ArgumentOutOfRangeException">More than <see cref="MaxCombinedDependencies"/> handles: combine them in groups.</exception>
+    /// <remarks>
+    /// Any number of handles (no cap, as in Unity): the combine is one node, and each pending handle costs one pooled edge
+    /// on that job's waiter list. A handle may appear more than once; default, completed and stale ones are skipped.
+    /// </remarks>
     public static JobHandle CombineDependencies(ReadOnlySpan<JobHandle> handles)
     {
-        if (handles.Length > MaxCombinedDependencies)
-        {
-            ThrowHelper.ThrowArgumentOutOfRange(nameof(handles),
-                $"CombineDependencies accepts at most {MaxCombinedDependencies} handles, and got {handles.Length}. Combine them in groups, then combine the groups' handles.");
-        }
         JobHandle single = default;
         int pending = 0;
         foreach (JobHandle h in handles)

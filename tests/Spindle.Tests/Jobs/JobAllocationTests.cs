@@ -93,6 +93,75 @@ public class JobAllocationTests
         });
     }
 
+    private struct NoopJobFor : IJobFor
+    {
+        public Counter Counter;
+        private int _runs;
+
+        public void Execute(int index)
+        {
+            if (index == 0)
+            {
+                Counter.Increment();
+            }
+            _runs++;
+        }
+    }
+
+    [Fact]
+    public void ScheduleAndComplete_JobFor_InOrderAndParallel_AllocatesNothing()
+    {
+        var counter = new Counter();
+        var job = new NoopJobFor { Counter = counter };
+        AssertSteadyStateAllocatesNothing(i =>
+        {
+            JobHandle a = job.Schedule(64);
+            JobHandle b = job.ScheduleParallel(256, 32, a);
+            JobHandle c = job.Schedule(16, b);
+            if ((i & 1) == 0)
+            {
+                JobHandle.ScheduleBatchedJobs();
+            }
+            c.Complete();
+        });
+        Assert.True(counter.Read() >= 3 * 3 * Iterations);
+    }
+
+    [Fact]
+    public void Run_EveryKind_AllocatesNothing()
+    {
+        var counter = new Counter();
+        var job = new AddJob { Counter = counter };
+        var forJob = new NoopJobFor { Counter = counter };
+        var parallel = new NoopForJob { Counter = counter };
+        AssertSteadyStateAllocatesNothing(_ =>
+        {
+            job.Run();
+            forJob.Run(32);
+            parallel.Run(32);
+        });
+        Assert.True(counter.Read() >= 3 * 3 * Iterations);
+    }
+
+    [Fact]
+    public void CompleteAll_SpanAndTwoAndThreeHandleForms_AllocatesNothing()
+    {
+        var counter = new Counter();
+        var job = new AddJob { Counter = counter };
+        var handles = new JobHandle[8];
+        AssertSteadyStateAllocatesNothing(_ =>
+        {
+            for (int k = 0; k < handles.Length; k++)
+            {
+                handles[k] = k == 3 ? default : job.Schedule(k == 0 ? default : handles[k - 1]);
+            }
+            JobHandle.CompleteAll(handles);
+            JobHandle.CompleteAll(job.Schedule(), job.Schedule());
+            JobHandle.CompleteAll(job.Schedule(), default, job.Schedule());
+        });
+        Assert.True(counter.Read() >= 3 * 11 * Iterations);
+    }
+
     [Fact]
     public void ScheduleAndComplete_ParallelFor_AllocatesNothing()
     {

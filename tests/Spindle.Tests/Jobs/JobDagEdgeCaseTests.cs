@@ -45,9 +45,6 @@ public class JobDagEdgeCaseTests
                 Assert.Equal("batchSize", Assert.Throws<ArgumentOutOfRangeException>(() => new BatchRecordJob().ScheduleBatch(4, -3, dep)).ParamName);
                 Assert.Equal("arrayLength", Assert.Throws<ArgumentOutOfRangeException>(() => new BatchRecordJob().ScheduleBatch(int.MinValue, 1, dep)).ParamName);
 
-                var many = new JobHandle[JobHandle.MaxCombinedDependencies + 1];
-                Array.Fill(many, dep);
-                Assert.Equal("handles", Assert.Throws<ArgumentOutOfRangeException>(() => JobHandle.CombineDependencies(many)).ParamName);
                 Assert.False(dep.IsCompleted);
                 Assert.Equal(0, hits[0] + hits[1] + hits[2] + hits[3]);
             }
@@ -60,13 +57,17 @@ public class JobDagEdgeCaseTests
         });
     }
 
+    /// <summary>
+    /// A fan-in of 10,001 jobs, half of them waiting for a gated one, in one combine (there was a cap of 4,096 that made
+    /// users combine in groups; there is none now) and in two groups combined, with a dependent after each.
+    /// </summary>
     [Fact]
-    public async Task CombineDependencies_MaxHandles_WaitsForEveryOne_AndOneMoreCombinesInGroups()
+    public async Task CombineDependencies_10001Handles_WaitsForEveryOne_InOneCombineAndInGroups()
     {
         await JobTestUtil.Bounded(() =>
         {
             var ran = new Counter();
-            var handles = new JobHandle[JobHandle.MaxCombinedDependencies + 1];
+            var handles = new JobHandle[10_001];
             var gate = new Gate();
             JobHandle gated = new GateJob(gate, ran).Schedule();
             for (int i = 0; i < handles.Length; i++)
@@ -76,22 +77,26 @@ public class JobDagEdgeCaseTests
             JobHandle all;
             JobHandle grouped;
             JobHandle afterAll;
+            JobHandle afterGrouped;
             var after = new Counter();
             try
             {
-                all = JobHandle.CombineDependencies(handles.AsSpan(0, JobHandle.MaxCombinedDependencies));
-                grouped = JobHandle.CombineDependencies(all, handles[^1]);
+                all = JobHandle.CombineDependencies(handles);
+                grouped = JobHandle.CombineDependencies(JobHandle.CombineDependencies(handles.AsSpan(0, 5000)), JobHandle.CombineDependencies(handles.AsSpan(5000)));
                 JobHandle.ScheduleBatchedJobs();
                 Assert.False(all.IsCompleted);
-                afterAll = new CountJob(after).Schedule(grouped);
+                Assert.False(grouped.IsCompleted);
+                afterAll = new CountJob(after).Schedule(all);
+                afterGrouped = new CountJob(after).Schedule(grouped);
                 Assert.False(afterAll.IsCompleted);
+                Assert.False(afterGrouped.IsCompleted);
             }
             finally
             {
                 gate.Dispose();
             }
-            afterAll.Complete();
-            Assert.Equal(1, after.Read());
+            JobHandle.CompleteAll(afterAll, afterGrouped);
+            Assert.Equal(2, after.Read());
             Assert.True(grouped.IsCompleted && all.IsCompleted);
             Assert.Equal(handles.Length + 1, ran.Read());
             foreach (JobHandle h in handles)

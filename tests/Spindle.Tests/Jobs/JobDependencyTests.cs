@@ -502,13 +502,17 @@ public class JobDependencyTests
         });
     }
 
-    [Fact]
-    public async Task CombineDependencies_AtTheLimit_WaitsForEveryHandle()
+    /// <summary>No cap on the handles one combine takes (there was one at 4,096; Unity has none): 10,000 and 100,000.</summary>
+    [Theory]
+    [InlineData(4096)]
+    [InlineData(10_000)]
+    [InlineData(100_000)]
+    public async Task CombineDependencies_ManyHandles_WaitsForEveryHandle(int count)
     {
         await JobTestUtil.Bounded(() =>
         {
             var counter = new Counter();
-            var handles = new JobHandle[JobHandle.MaxCombinedDependencies];
+            var handles = new JobHandle[count];
             for (int i = 0; i < handles.Length; i++)
             {
                 handles[i] = new CountJob(counter).Schedule();
@@ -522,11 +526,38 @@ public class JobDependencyTests
         });
     }
 
+    /// <summary>100,000 entries: default handles, the same pending handle repeated, and completed ones, mixed.</summary>
     [Fact]
-    public void CombineDependencies_OverTheLimit_ThrowsArgumentOutOfRange()
+    public async Task CombineDependencies_100000Entries_OneHandleRepeated_WaitsForIt()
     {
-        var handles = new JobHandle[JobHandle.MaxCombinedDependencies + 1];
-        Assert.Throws<ArgumentOutOfRangeException>(() => JobHandle.CombineDependencies(handles));
+        await JobTestUtil.Bounded(() =>
+        {
+            var ran = new Counter();
+            var gate = new Gate();
+            JobHandle gated;
+            JobHandle all;
+            JobHandle done = new CountJob(ran).Schedule();
+            done.Complete();
+            try
+            {
+                gated = new GateJob(gate, ran).Schedule();
+                var handles = new JobHandle[100_000];
+                for (int i = 0; i < handles.Length; i++)
+                {
+                    handles[i] = (i % 3) switch { 0 => gated, 1 => done, _ => default };
+                }
+                all = JobHandle.CombineDependencies(handles);
+                JobHandle.ScheduleBatchedJobs();
+                Assert.False(all.IsCompleted);
+            }
+            finally
+            {
+                gate.Dispose();
+            }
+            all.Complete();
+            Assert.True(gated.IsCompleted);
+            Assert.Equal(2, ran.Read());
+        });
     }
 
     [Fact]

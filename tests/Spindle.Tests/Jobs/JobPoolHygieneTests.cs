@@ -38,10 +38,17 @@ public class JobPoolHygieneTests
         public readonly void Execute(int startIndex, int count) => Interlocked.Add(ref Payload.Touched, count);
     }
 
+    private struct HoldJobFor : IJobFor
+    {
+        public Payload Payload;
+
+        public readonly void Execute(int index) => Interlocked.Increment(ref Payload.Touched);
+    }
+
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static WeakReference[] UseAndFinish()
     {
-        var refs = new WeakReference[7];
+        var refs = new WeakReference[9];
 
         var p0 = new Payload();
         refs[0] = new WeakReference(p0);
@@ -83,6 +90,14 @@ public class JobPoolHygieneTests
             Assert.True(resumed.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the continuation never ran");
             awaited.Complete();
         }
+
+        var p7 = new Payload();
+        refs[7] = new WeakReference(p7);
+        new HoldJobFor { Payload = p7 }.Schedule(1000).Complete();
+
+        var p8 = new Payload();
+        refs[8] = new WeakReference(p8);
+        new HoldJobFor { Payload = p8 }.ScheduleParallel(1000, 7).Complete();
         return refs;
     }
 
@@ -94,7 +109,8 @@ public class JobPoolHygieneTests
         string[] what =
         {
             "a job completed by its caller", "a job run by a worker", "a dependent run inline", "a parallel-for",
-            "a batch job", "an awaiter's continuation's capture", "an awaiter's continuation",
+            "a batch job", "an awaiter's continuation's capture", "an awaiter's continuation", "an IJobFor in order",
+            "an IJobFor in parallel",
         };
         // The workers may still be inside the finishes' last steps (returning an edge, dropping a reference).
         for (int attempt = 0; attempt < 50 && Array.Exists(refs, r => r.IsAlive); attempt++)
