@@ -119,6 +119,43 @@ public sealed class LazyCancellationRaceTests
         }
     }
 
+    /// <summary>
+    /// <c>FromCanceled</c> builds its exception at the first throwing read and keeps it with a CAS: two threads reading the
+    /// same task at once (one of them perhaps suppressing, which must never cache the shared "canceled" value) both get
+    /// one <see cref="TaskCanceledException"/>, with the token, and every later read that same object.
+    /// </summary>
+    [Fact]
+    public async Task ConcurrentReadsOfOneFromCanceledTask_GetOneExceptionWithTheToken()
+    {
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        SpindleTask task = default;
+        object? a = null, b = null;
+        bool suppressed = false;
+        await TestUtil.WithTimeout(Race.Run(TestUtil.Stress(5_000),
+            before: _ => task = SpindleTask.FromCanceled(cts.Token),
+            after: round =>
+            {
+                var first = Assert.IsType<TaskCanceledException>(a);
+                Assert.Equal(cts.Token, first.CancellationToken);
+                if (!suppressed)
+                {
+                    Assert.Same(first, b);
+                }
+                Assert.Same(first, Read(() => task.GetAwaiter().GetResult()));
+            },
+            round => a = Read(() => task.GetAwaiter().GetResult()),
+            round =>
+            {
+                suppressed = round % 2 == 0;
+                b = suppressed ? task.SuppressCancellationThrow().GetAwaiter().GetResult() : Read(() => task.GetAwaiter().GetResult());
+                if (suppressed)
+                {
+                    Assert.Equal(true, b);
+                }
+            }));
+    }
+
     private static object? Read(Func<object?> read)
     {
         try
