@@ -629,6 +629,18 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         }
     }
 
+    /// <summary>
+    /// The observer of a forgotten wait (<see cref="ForgetObserver"/>) ends wait <paramref name="token"/>, which has
+    /// completed: it runs on the thread that ended it, after the publication, when the owner may already be starting its
+    /// next wait (a forgotten wait gives the owner no task to await, so it cannot know when its observer has read). A
+    /// signal's wait never faults (a set and a timeout succeed; a token, and a disposed wheel under a timeout, cancel), so
+    /// there is nothing to report, and the wait is not read: a read that met the next wait's arming between its token
+    /// check and its outcome's was refused as stale, and the observer reported that refusal as the await-once error
+    /// (LazyCancellationRaceTests); a lazily cancelled wait's read built its exception for nobody. It only ends what the
+    /// wait still holds (its registration, its timer), as a read does, and never the next wait's (WaitState.TryTake).
+    /// </summary>
+    internal void EndForgottenWait(short token) => EndWait(_waitState, onlyWait: token);
+
 #if DEBUG
     /// <summary>
     /// Tests only (a Debug build): runs on the waiting thread once its WaitAsync holds the core's arming mark (it armed a

@@ -415,6 +415,11 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
         short token = _token;
         _source = null;
         ObjectPool<ForgetObserver>.Return(this);
+        if (source is Signal signal)
+        {
+            signal.EndForgottenWait(token); // reads nothing: see there
+            return;
+        }
         ReadAndReport(source, token, atCall: false);
     }
 

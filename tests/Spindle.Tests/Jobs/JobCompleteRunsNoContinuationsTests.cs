@@ -76,6 +76,52 @@ public class JobCompleteRunsNoContinuationsTests
         Assert.NotEqual(completer, taskThread);
     }
 
+    private sealed class AwaiterFailure : Exception
+    {
+    }
+
+    /// <summary>
+    /// The finish puts the thread's continuation depth at its bound around the job's awaiters and puts it back after
+    /// them (Continuations.BeginQueueing, EndQueueing), whatever they do: one that throws is queued like the rest (and
+    /// reported from the worker that runs it), and the finish of a second job run by the same Complete() nests its own
+    /// pair inside. Once Complete() returns, the plain thread runs a continuation it resumes inline again, as before it
+    /// waited: a depth left at the bound would have queued it (with every worker held, it would not have run).
+    /// </summary>
+    [Fact]
+    public async Task Complete_OnAPlainThread_PutsTheContinuationDepthBack_AfterAThrowingAwaiterAndANestedFinish()
+    {
+        await TestUtil.LeaveSpindleWorkers();
+        var failure = new AwaiterFailure();
+        var gate = new Flag();
+        bool ranInline = false;
+        bool awaitersRanInsideComplete = true;
+        var reports = await UnobservedReports.ObserveAsync(UnobservedReports.Own.Instances(failure), async own =>
+        {
+            using (var hold = new HoldWorkers())
+            {
+                JobHandle first = new HeldJob { Release = gate, Done = new Flag() }.Schedule();
+                JobHandle second = new CountJob { Count = new int[1] }.Schedule(first);
+                first.GetAwaiter().OnCompleted(() => throw failure);
+                second.GetAwaiter().OnCompleted(() => throw failure);
+                await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
+                {
+                    gate.Set();
+                    second.Complete(); // every worker is held: this thread runs both jobs and finishes them
+                    awaitersRanInsideComplete = !own.IsEmpty;
+                    var promise = new Promise();
+                    int thread = Environment.CurrentManagedThreadId;
+                    promise.Task.GetAwaiter().OnCompleted(() => ranInline = Environment.CurrentManagedThreadId == thread);
+                    promise.SetResult(); // resumes inline on this thread, unless the depth was left at the bound
+                }));
+                Assert.True(hold.StillHolding);
+            }
+            TestUtil.SpinUntil(() => own.Count == 2, () => $"{own.Count} of the 2 throwing awaiters were reported");
+        });
+        Assert.False(awaitersRanInsideComplete, "a throwing awaiter ran inside the plain thread's Complete()");
+        Assert.True(ranInline, "after Complete() the plain thread queued a continuation it should run inline: its depth was left at the bound");
+        Assert.Equal(2, reports.Count);
+    }
+
     private struct CountJob : IJob
     {
         public int[] Count;
