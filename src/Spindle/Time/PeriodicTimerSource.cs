@@ -98,7 +98,8 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
             if (_wheel.IsDisposed)
             {
                 throw new ObjectDisposedException(nameof(TimerWheel),
-                    "The TimerWheel that drives this SpindlePeriodicTimer has been disposed, so it can never tick again.");
+                    "The TimerWheel that drives this SpindlePeriodicTimer has been disposed, so it can never tick again. " +
+                    "Dispose the timer with its wheel, or create a new SpindlePeriodicTimer on a wheel that is still in use (TimerWheel.Default is never disposed).");
             }
             if (_waiting)
             {

@@ -346,6 +346,7 @@ public class PeriodicTimerTests
         Assert.False(wait.GetAwaiter().GetResult());
         ObjectDisposedException e = Assert.Throws<ObjectDisposedException>(() => timer.WaitForNextTickAsync());
         Assert.Contains("TimerWheel", e.Message, StringComparison.Ordinal);
+        Assert.Contains("create a new SpindlePeriodicTimer on a wheel that is still in use", e.Message, StringComparison.Ordinal); // names the fix
     }
 
     [Fact]
