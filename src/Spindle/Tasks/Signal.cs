@@ -31,6 +31,11 @@ namespace SpindleLib;
 /// has completed). A WhenAny reports the first of its inputs that has finished, in order, as <c>Task.WhenAny</c> does, so
 /// such a wait passed behind an input that has also finished loses with its set consumed; pass the signal's wait first
 /// where its set must not be consumed unseen.</para>
+/// <para>A wait handed to something that reads it later (<see cref="SpindleTask.Preserve"/>, a <see cref="TaskScope"/>
+/// child, a combinator) is read when that reader gets to it, which may be after the wait has ended: start the next wait
+/// only once that reader is done (await the preserved or combined task first). A next wait started before then makes the
+/// late read the await-once error, as a stale token's read is. A wait passed to <see cref="SpindleTask.Forget"/> is never
+/// read, so the next wait may start as soon as it has ended.</para>
 /// <para>The whole state is the completion core's one word (see <c>SourceCore</c>): idle (the last wait is over), set
 /// (nobody has taken the set yet), or a wait in progress, which is a use of the core armed from idle. A wait that finds
 /// the signal set takes it with one CAS; otherwise one CAS arms it and one more registers its waiter; a set is one CAS
