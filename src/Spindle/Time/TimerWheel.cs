@@ -134,6 +134,8 @@ public sealed partial class TimerWheel : IDisposable
         _timeSpanTicksPerTimestamp = (double)TimeSpan.TicksPerSecond / frequency;
         _origin = origin ?? timeProvider.GetTimestamp();
         bool system = ReferenceEquals(timeProvider, TimeProvider.System);
+        // Only Default has worker shards (see workerShards), and only Default keeps its thread when idle: a delay after a
+        // quiet spell pays no thread start there, while a wheel someone created and dropped is not rooted by its thread.
         _driver = system ? new ThreadTimerDriver(this, endsWhenIdle: !workerShards) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);
         _workerShards = workerShards && system;
