@@ -520,14 +520,26 @@ public sealed partial class FrameLoop
     /// </summary>
     internal static FrameLoop? InStepOnThisThread => (FrameLoop?)ThreadSlots.LoopInStep;
 
-    /// <summary>The thread that has claimed the loop becomes the thread inside the step, and the loop thread.</summary>
+    /// <summary>
+    /// The thread that has claimed the loop becomes the thread inside the step, and the loop thread. A takeover waits for
+    /// the takeover lock; if that wait is interrupted (<see cref="Thread.Interrupt"/>), the claim is given back, so the
+    /// loop is left free rather than refusing every later frame as "another thread is running a frame".
+    /// </summary>
     private void TakeLoopThread()
     {
         Thread current = Thread.CurrentThread;
         Volatile.Write(ref _owner, current);
         if (Volatile.Read(ref _loopThread) != current)
         {
-            SetLoopThread(current);
+            try
+            {
+                SetLoopThread(current);
+            }
+            catch
+            {
+                Exit();
+                throw;
+            }
         }
     }
 
