@@ -1,3 +1,5 @@
+using System;
+
 namespace SpindleLib;
 
 /// <summary>Schedules struct jobs. Every method is generic over the job type: jobs are never boxed.</summary>
@@ -53,6 +55,27 @@ public static class JobExtensions
         for (int i = 0; i < arrayLength; i++)
         {
             job.Execute(i);
+        }
+    }
+
+    /// <summary>
+    /// Runs <paramref name="job"/> over [0, <paramref name="arrayLength"/>) on the calling thread, now, in batches of
+    /// <paramref name="batchSize"/> indices in order (the last may be shorter; none for a length of 0), each on its own copy
+    /// of the job as <see cref="ScheduleBatch"/> runs them. The default batch size makes the whole range one call to
+    /// <see cref="IJobParallelForBatch.Execute(int, int)"/>, as Unity's <c>IJobParallelForBatchExtensions.RunBatch</c>; pass
+    /// the size you schedule with to see the same batches. Its exception, if it throws, propagates to the caller, and the
+    /// batches after the one that threw do not run. No handle, no pooled slot, no allocation.
+    /// </summary>
+    /// <exception cref="System.ArgumentOutOfRangeException"><paramref name="arrayLength"/> is negative, or <paramref name="batchSize"/> is below 1.</exception>
+    public static void RunBatch<T>(this T job, int arrayLength, int batchSize = int.MaxValue) where T : struct, IJobParallelForBatch
+    {
+        ValidateRange(arrayLength, batchSize, nameof(batchSize));
+        for (int start = 0; start < arrayLength;)
+        {
+            int count = Math.Min(batchSize, arrayLength - start); // start + count never passes arrayLength, so never overflows
+            T batch = job;
+            batch.Execute(start, count);
+            start += count;
         }
     }
 

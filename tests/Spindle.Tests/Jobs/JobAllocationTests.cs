@@ -134,13 +134,15 @@ public class JobAllocationTests
         var job = new AddJob { Counter = counter };
         var forJob = new NoopJobFor { Counter = counter };
         var parallel = new NoopForJob { Counter = counter };
+        var batch = new NoopBatchJob { Counter = counter };
         AssertSteadyStateAllocatesNothing(_ =>
         {
             job.Run();
             forJob.Run(32);
             parallel.Run(32);
+            batch.RunBatch(32, 8);
         });
-        Assert.True(counter.Read() >= 3 * 3 * Iterations);
+        Assert.True(counter.Read() >= 3 * 4 * Iterations);
     }
 
     [Fact]

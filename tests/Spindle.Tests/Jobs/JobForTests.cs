@@ -337,6 +337,71 @@ public class JobForTests
         }
     }
 
+    /// <summary>Records each batch it is given: its start, count, thread, and how many batches its own copy saw before.</summary>
+    private struct RecordingBatchJob : IJobParallelForBatch
+    {
+        public System.Collections.Generic.List<(int Start, int Count, int Thread, int SeenByThisCopy)> Batches;
+        public int ThrowAtStart;
+        private int _seen;
+
+        public void Execute(int startIndex, int count)
+        {
+            Batches.Add((startIndex, count, Environment.CurrentManagedThreadId, _seen++));
+            if (startIndex == ThrowAtStart)
+            {
+                throw new InvalidOperationException("batch at " + startIndex);
+            }
+        }
+    }
+
+    [Theory]
+    [InlineData(0, 64, new int[0])]
+    [InlineData(1, 64, new[] { 0, 1 })]
+    [InlineData(130, 64, new[] { 0, 64, 64, 64, 128, 2 })]
+    [InlineData(128, 64, new[] { 0, 64, 64, 64 })]
+    [InlineData(5, 1, new[] { 0, 1, 1, 1, 2, 1, 3, 1, 4, 1 })]
+    [InlineData(int.MaxValue, int.MaxValue, new[] { 0, int.MaxValue })]
+    public void RunBatch_RunsTheScheduledBatchesInOrder_OnTheCallingThread_EachOnItsOwnCopy(int length, int batchSize, int[] startsAndCounts)
+    {
+        var job = new RecordingBatchJob { Batches = [], ThrowAtStart = -1 };
+        job.RunBatch(length, batchSize);
+        Assert.Equal(startsAndCounts.Length / 2, job.Batches.Count);
+        for (int b = 0; b < job.Batches.Count; b++)
+        {
+            Assert.Equal((startsAndCounts[2 * b], startsAndCounts[2 * b + 1]), (job.Batches[b].Start, job.Batches[b].Count));
+            Assert.Equal(Environment.CurrentManagedThreadId, job.Batches[b].Thread);
+            Assert.Equal(0, job.Batches[b].SeenByThisCopy); // a fresh copy per batch, as ScheduleBatch runs them
+        }
+    }
+
+    [Fact]
+    public void RunBatch_ByDefault_IsOneBatchOfTheWholeRange_AsUnitysRunBatch()
+    {
+        var job = new RecordingBatchJob { Batches = [], ThrowAtStart = -1 };
+        job.RunBatch(10_000);
+        Assert.Single(job.Batches);
+        Assert.Equal((0, 10_000), (job.Batches[0].Start, job.Batches[0].Count));
+    }
+
+    [Fact]
+    public void RunBatch_AFault_PropagatesToTheCaller_AndTheBatchesAfterItDoNotRun()
+    {
+        var job = new RecordingBatchJob { Batches = [], ThrowAtStart = 20 };
+        Assert.Equal("batch at 20", Assert.Throws<InvalidOperationException>(() => job.RunBatch(50, 10)).Message);
+        Assert.Equal([0, 10, 20], job.Batches.ConvertAll(b => b.Start));
+    }
+
+    [Fact]
+    public void RunBatch_BadInput_ThrowsAtOnce_NamingTheArgument_AndRunsNothing()
+    {
+        var job = new RecordingBatchJob { Batches = [], ThrowAtStart = -1 };
+        Assert.Equal("arrayLength", Assert.Throws<ArgumentOutOfRangeException>(() => job.RunBatch(-1)).ParamName);
+        ArgumentOutOfRangeException batch = Assert.Throws<ArgumentOutOfRangeException>(() => job.RunBatch(10, 0));
+        Assert.Equal("batchSize", batch.ParamName);
+        Assert.Contains("at least 1", batch.Message, StringComparison.Ordinal);
+        Assert.Empty(job.Batches);
+    }
+
     [Fact]
     public async Task BadInput_ThrowsAtOnce_NamingTheArgument_AndSchedulesNothing()
     {
