@@ -968,7 +968,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private TResult _destination = default!;
     private CancellationTokenRegistration _registration;
     private CancellationToken _cancelToken;
-    private bool _cancelMayRun;
+    private int _cancelState; // CancelIdle, CancelRunning or CancelRecycleDeferred: see RunCancel
     private CancellationTokenSource? _producerSource;
     private bool _startsProducers;
     private int _unfinishedProducers;
@@ -983,16 +983,18 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
 #if NET
-    private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Combinator<TResult>)o!).Cancel(ct);
+    private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Combinator<TResult>)o!).RunCancel(ct);
 #else
-    // Register has no token argument here: the callback reads the use's own token. Dropping the registration waits for
-    // a callback in flight (CancellationRegistrations.Drop), so no callback outlives its use and reads the next one's.
-    private static readonly Action<object?> s_cancel = static o => ((Combinator<TResult>)o!).Cancel(((Combinator<TResult>)o!)._cancelToken);
+    // Register has no token argument here: the callback reads the use's own token. No callback outlives its use (see
+    // RunCancel), so none reads the next one's.
+    private static readonly Action<object?> s_cancel = static o => ((Combinator<TResult>)o!).RunCancel(((Combinator<TResult>)o!)._cancelToken);
 #endif
     private Combinator<TResult>? _poolNext;
 
     /// <summary>The value of <see cref="CombinatorCore._winner"/> once cancellation has decided a WhenAny.</summary>
     private const int CancelledRace = int.MaxValue;
+
+    private const int CancelIdle = 0, CancelRunning = 1, CancelRecycleDeferred = 2;
 
     ref Combinator<TResult>? IPoolNode<Combinator<TResult>>.Next => ref _poolNext;
 
@@ -1238,9 +1240,42 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private void DropRegistration()
     {
         // Only a use whose token can be cancelled registered anything (Start): the common case skips the call.
-        if (_cancelToken.CanBeCanceled && !CancellationRegistrations.Drop(ref _registration))
+        if (_cancelToken.CanBeCanceled)
         {
-            _cancelMayRun = true;
+            CancellationRegistrations.Drop(ref _registration);
+        }
+    }
+
+    /// <summary>
+    /// The token's callback: <see cref="Cancel"/>, bracketed so that a use cancelled by its token is still recycled, and
+    /// never under a callback that is still running.
+    /// </summary>
+    /// <remarks>
+    /// Invariant: once <see cref="DropRegistration"/> has returned, the callback has either finished or is running on a
+    /// stack below the thread that dropped it (the continuation the cancellation completed ran inline inside it, and that
+    /// continuation read the combined task); dropping waits for a callback running on any other thread
+    /// (<see cref="CancellationRegistrations.Drop"/>), and a callback cannot start after it. So <see cref="Recycle"/>,
+    /// which drops first, meets <see cref="_cancelState"/> either idle (recycle now) or running, in which case it hands
+    /// the recycling to the callback by one CAS (running to deferred), and the callback's exchange back to idle as it
+    /// returns finds that hand-over. Exactly one of the two recycles: the CAS and the exchange order the race between a
+    /// recycle on another thread and the callback's return. The callback's writes precede its exchange, so the recycler
+    /// sees them all before it clears the object. Before, an object whose callback had started at all was left to the GC
+    /// (one combinator per cancelled call); the same hand-over of a release between two parties as
+    /// <see cref="CombinatorCore"/>'s reference count, with the state word in place of the count.
+    /// </remarks>
+    private void RunCancel(CancellationToken cancellationToken)
+    {
+        Volatile.Write(ref _cancelState, CancelRunning);
+        try
+        {
+            Cancel(cancellationToken);
+        }
+        finally
+        {
+            if (Interlocked.Exchange(ref _cancelState, CancelIdle) == CancelRecycleDeferred)
+            {
+                RecycleNow();
+            }
         }
     }
 
@@ -1622,13 +1657,18 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     protected override void Recycle()
     {
         DropRegistration();
-        if (_cancelMayRun)
+        // A callback still running below on some stack (see RunCancel) recycles this object as it returns.
+        if (Volatile.Read(ref _cancelState) == CancelRunning
+            && Interlocked.CompareExchange(ref _cancelState, CancelRecycleDeferred, CancelRunning) == CancelRunning)
         {
-            // The cancellation callback fired, and Unregister does not wait for a callback in flight: one may still be
-            // about to touch this object. Reusing it could let that callback cancel the next use (its token check and its
-            // action are not one atomic step), so it is left to the GC. This costs an allocation only after a cancellation.
             return;
         }
+        RecycleNow();
+    }
+
+    /// <summary>Clears this object and returns it to its pool: no callback of its token's can run any more.</summary>
+    private void RecycleNow()
+    {
         _cancelToken = default;
         _compose = null;
         _winnerFaultOrigin = null;
