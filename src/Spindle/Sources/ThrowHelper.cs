@@ -13,9 +13,10 @@ internal static class ThrowHelper
         "This Spindle task was already awaited, was passed to Forget(), or was let go of by a combinator that ended without it " +
         "(a WhenAny that another input won, a WithTimeout or WithCancellation whose timeout or token came first, a WhenAll " +
         "decided by its token or timeout). A pooled Spindle task can be awaited exactly once, because its source returns to " +
-        "the pool when its result is read. Call Preserve() on the task to get one that can be awaited many times; to wait for " +
-        "the same task turn after turn (an overall deadline, a long-running operation raced in a loop), preserve it once, " +
-        "before the loop, and pass the preserved task each turn.";
+        "the pool when its result is read. Call Preserve() on the task to get one that can be awaited many times; Preserve() " +
+        "itself takes the task's one await, so call it once, where the task is made, and give the preserved task to every " +
+        "waiter; to wait for the same task turn after turn (an overall deadline, a long-running operation raced in a loop), " +
+        "preserve it once, before the loop, and pass the preserved task each turn.";
 
     /// <summary>
     /// The second-awaiter error: another awaiter is registered on this use. A combinator that ended without a source it
@@ -26,8 +27,9 @@ internal static class ThrowHelper
         "This Spindle task already has an awaiter: it is awaited elsewhere, or a combinator that ended without it (a WhenAny " +
         "it lost, a WithTimeout or WithCancellation whose timeout or token came first) still waits for it, since a task it " +
         "cannot let go of (a Spindle.Run task, a combined task) is read when it finishes. A Spindle task supports one await " +
-        "at a time; call Preserve() on the task to await it from several places, or to wait for it turn after turn " +
-        "(preserve it once, before the loop, and pass the preserved task each turn).";
+        "at a time; call Preserve() on the task to await it from several places, or to wait for it turn after turn. " +
+        "Preserve() itself takes the task's one await, so call it once, where the task is made (before the loop), and give " +
+        "the preserved task to every waiter (each turn).";
 
     /// <summary>
     /// The last await-once error this thread threw (<see cref="ThrowStaleToken"/>, <see cref="ThrowAlreadyAwaited"/>): a
