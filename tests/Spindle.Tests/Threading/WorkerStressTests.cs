@@ -83,11 +83,10 @@ public class WorkerStressTests
         await TestUtil.WithTimeout(Task.WhenAll(producers), TestUtil.StressTimeout(90));
 
         AssertEachRanOnce(counters);
+        // How many threads ran them is the OS scheduler's choice: at load 25 one thread ran all 200,000 once (the
+        // netstandard2.1 run beside other sessions). That a blocked owner's items are stolen is checked deterministically
+        // (WorkerPoolEdgeTests.StolenRunItems_SeeTheirQueuersContext_AndLeakNothingIntoTheWorkerThatStoleThem).
         _output.WriteLine($"{total} items ran on {threads.Count} threads");
-        if (WorkerPool.Shared.WorkerCount > 1)
-        {
-            Assert.True(threads.Keys.Count > 1);
-        }
     }
 
     private static async SpindleTask<int> Tree(int[] counters, int id, int depth, ConcurrentDictionary<int, byte> workers)
@@ -119,11 +118,8 @@ public class WorkerStressTests
 
         Assert.Equal(nodes, counted);
         AssertEachRanOnce(counters);
+        // As above: the spread over workers is the scheduler's choice, not a guarantee; stealing is checked deterministically.
         _output.WriteLine($"{nodes} nodes ran on {workers.Count} workers");
-        if (WorkerPool.Shared.WorkerCount > 1)
-        {
-            Assert.True(workers.Count > 1, "all nodes ran on one worker: nothing was stolen");
-        }
     }
 
     [Fact]
