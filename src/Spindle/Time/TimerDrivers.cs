@@ -131,6 +131,24 @@ internal sealed class ThreadTimerDriver : TimerDriver
         }
         if (Volatile.Read(ref _started) == 0 && Interlocked.CompareExchange(ref _started, 1, 0) == 0)
         {
+            StartThread();
+        }
+    }
+
+    /// <summary>
+    /// Starts the thread, for the kick that claimed the wheel for it. A start that throws (out of memory, past a thread
+    /// limit) gives the claim back before the exception goes on (the wheel reports it and runs a pass on the kicking
+    /// thread, see TimerWheel.Kick): a claim kept with no thread behind it made every later kick start nothing, and the
+    /// wheel's timers never fired again (found by the review of stop 42: a created wheel now starts a thread after every
+    /// quiet spell, not once). The next try is that pass's <see cref="Arm"/>, or the next kick.
+    /// </summary>
+    private void StartThread()
+    {
+        try
+        {
+#if DEBUG
+            TestHookStartingThread?.Invoke(this);
+#endif
             Thread thread = new(static o => ((ThreadTimerDriver)o!).Loop(), maxStackSize: 256 * 1024)
             {
                 IsBackground = true,
@@ -138,12 +156,30 @@ internal sealed class ThreadTimerDriver : TimerDriver
             };
             ContextFlow.StartWithoutContext(thread, this);
         }
+        catch
+        {
+            Volatile.Write(ref _started, 0);
+            throw;
+        }
     }
 
     /// <summary>Threads running this driver's loop (tests: 0 once an idle thread has ended).</summary>
     internal int ThreadCount => Volatile.Read(ref _threads);
 
-    public override void Arm(long next) => _planned = next;
+    /// <summary>
+    /// Plans the thread's next pass. Called by the owner of the wheel's pass: the thread itself, which holds the claim
+    /// (<see cref="_started"/>), except after a start that failed, when the kicking thread runs the pass (TimerWheel.Kick):
+    /// with a timer planned and no thread, that pass tries to start one again. If that throws too, the wheel forgets its
+    /// plan (TimerWheel.OnDriverFailed), so the next timer kicks, and tries again.
+    /// </summary>
+    public override void Arm(long next)
+    {
+        _planned = next;
+        if (next != long.MaxValue && Volatile.Read(ref _started) == 0)
+        {
+            Kick();
+        }
+    }
 
     private void Loop()
     {
@@ -260,6 +296,12 @@ internal sealed class ThreadTimerDriver : TimerDriver
     /// came meanwhile (<see cref="TryEndIdle"/>).
     /// </summary>
     internal static Action<ThreadTimerDriver>? TestHookGivenUp;
+
+    /// <summary>
+    /// Tests only: runs on a kicking thread that has claimed the wheel for a new timer thread, before it starts it: a
+    /// hook that throws stands for a start that failed (Thread.Start out of memory, or past a thread limit).
+    /// </summary>
+    internal static Action<ThreadTimerDriver>? TestHookStartingThread;
 
     /// <summary>The wheel this driver drives (for the hooks' filters).</summary>
     internal TimerWheel Wheel => _wheel;

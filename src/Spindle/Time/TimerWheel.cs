@@ -639,8 +639,9 @@ public sealed partial class TimerWheel : IDisposable
             }
             catch (Exception ex)
             {
-                // Only the provider can throw here (its clock read at the start of a pass, its timer armed at the end;
-                // continuations are reported as they run): see OnDriverFailed. The drive is still handed back below.
+                // Only the driver can throw here (a provider's clock read at the start of a pass, its timer armed at the
+                // end; the system clock's timer thread started again by Arm after a start that failed; continuations are
+                // reported as they run): see OnDriverFailed. The drive is still handed back below.
                 OnDriverFailed(ex);
             }
             int left = Interlocked.Add(ref _driveRequests, -seen);

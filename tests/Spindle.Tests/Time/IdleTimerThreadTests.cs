@@ -134,6 +134,100 @@ public class IdleTimerThreadTests
             ThreadTimerDriver.TestHookGivenUp = null;
         }
     }
+
+    /// <summary>
+    /// Dispose as the idle thread gives its wheel up (after it cleared its claim, before it looked for a kick), and kicks
+    /// after the Dispose (an insert that passed the disposed check just before it): every thread ends, and none is left
+    /// waiting (review of stop 42; passed before its fix too).
+    /// </summary>
+    [Fact]
+    public void DisposeAsTheIdleThreadGivesUp_ThenKicks_EveryThreadEnds()
+    {
+        using IdleExit idle = WithIdleExit(5);
+        for (int round = 0; round < 10; round++)
+        {
+            var wheel = new TimerWheel(TimeProvider.System);
+            var driver = (ThreadTimerDriver)wheel.Driver;
+            int hooked = 0;
+            ThreadTimerDriver.TestHookGivenUp = d =>
+            {
+                if (d == driver && Interlocked.Exchange(ref hooked, 1) == 0)
+                {
+                    // On the giving-up thread: it must still end, though the Dispose set its event (it takes the
+                    // wheel back, then sees the wheel stopped).
+                    wheel.Dispose();
+                }
+            };
+            try
+            {
+                TestUtil.WithTimeout(wheel.Delay(1)).Wait();
+                TestUtil.SpinUntil(() => Volatile.Read(ref hooked) == 1, () => "the thread never gave up", seconds: 10);
+                TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads after Dispose", seconds: 10);
+                Assert.Throws<ObjectDisposedException>(() => wheel.Delay(1));
+                for (int k = 0; k < 3; k++)
+                {
+                    driver.Kick(); // a kick that raced the Dispose: a thread may start, and ends at once
+                    TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads after a late kick", seconds: 10);
+                }
+            }
+            finally
+            {
+                ThreadTimerDriver.TestHookGivenUp = null;
+            }
+        }
+    }
+
+    /// <summary>
+    /// A timer thread that could not start (Thread.Start threw: out of memory, past a thread limit) left the wheel's claim
+    /// taken with no thread behind it: the timer whose kick failed, and every later one, never fired, since every later
+    /// kick found the claim taken (found by the review of stop 42: with idle exit a created wheel starts a thread after
+    /// each quiet spell, not once). The failure is reported; the timer still fires, started by a later try: the pass that
+    /// follows the failed kick (one failure), or the next timer's kick (a second failure, in that pass's try too).
+    /// </summary>
+    [Theory]
+    [InlineData(false, 1)]
+    [InlineData(false, 2)]
+    [InlineData(true, 1)]
+    [InlineData(true, 2)]
+    public void AThreadThatCouldNotStart_IsStartedAgain_AndTheTimersFire(bool restart, int failures)
+    {
+        using IdleExit idle = WithIdleExit(10);
+        using var wheel = new TimerWheel(TimeProvider.System);
+        var driver = (ThreadTimerDriver)wheel.Driver;
+        if (restart)
+        {
+            TestUtil.WithTimeout(wheel.Delay(1)).Wait();
+            TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads", seconds: 10);
+        }
+        var failure = new OutOfMemoryException("review42: the timer thread could not start");
+        int left = failures;
+        ThreadTimerDriver.TestHookStartingThread = d =>
+        {
+            if (d == driver && Interlocked.Decrement(ref left) >= 0)
+            {
+                throw failure;
+            }
+        };
+        try
+        {
+            var reports = UnobservedReports.Observe(e => e == failure, () =>
+            {
+                SpindleTask first = wheel.Delay(5);
+                // Due later than the first: it lowers no wake time, so it kicks nothing once the first is planned.
+                SpindleTask later = wheel.Delay(30);
+                TestUtil.WithTimeout(first, 10).Wait();
+                TestUtil.WithTimeout(later, 10).Wait();
+            });
+            Assert.Equal(failures, reports.Count);
+            Assert.True(Volatile.Read(ref left) <= 0, "the hook failed fewer starts than planned");
+        }
+        finally
+        {
+            ThreadTimerDriver.TestHookStartingThread = null;
+        }
+        Assert.True(driver.ThreadCount <= 1, driver.ThreadCount + " threads");
+        TestUtil.SpinUntil(() => driver.ThreadCount == 0, () => driver.ThreadCount + " threads", seconds: 10);
+    }
 #endif
 
     /// <summary>Timers started from several threads while the wheel's thread keeps ending and starting: every one fires.</summary>
