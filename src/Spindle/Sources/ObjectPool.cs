@@ -312,7 +312,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
 /// The pool of a type that circulates between threads: rented on one thread and returned on others, a job graph's nodes
 /// and edges (scheduled on a game's main thread, finished by the workers). Each thread keeps at most
 /// <see cref="ObjectPool{T}.CirculatingMax"/> of it (<see cref="ObjectPool{T}.ReturnToCirculation"/>), and a rent that
-/// finds the type's pools empty again allocates enough for every worker's stack as well (<see cref="Allocate"/>).
+/// finds the type's pools empty allocates enough for every worker's stack as well (<see cref="Allocate"/>).
 /// </summary>
 /// <remarks>
 /// Only the job system's types use it, through their own calls: every other type's rent and return are
@@ -321,11 +321,9 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
 /// </remarks>
 internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
 {
-    // How many objects of the type this pool has made (racy on purpose: written on the miss path only, and a lost
-    // increment only makes a later refill smaller). 0 until the first miss.
-    private static int s_made;
+    private static int s_made; // written on the miss path only, racy on purpose: for tests
 
-    /// <summary>How many objects of the type this pool has made, on any thread (for tests).</summary>
+    /// <summary>How many objects of the type this pool has made, on any thread (for tests; a lost increment is possible).</summary>
     internal static int Made => Volatile.Read(ref s_made);
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
@@ -336,38 +334,38 @@ internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
 
     /// <summary>
     /// The calling thread's stack was empty, and the shared stack too (or its gate was busy): a new object. When the
-    /// shared stack was empty, the pool also gets a refill: as many objects as were made so far, and at least
-    /// <see cref="ObjectPool{T}.CirculatingMax"/> for each worker and two more threads' worth.
+    /// shared stack was empty, the pool also gets a refill of <see cref="ObjectPool{T}.CirculatingMax"/> objects for each
+    /// worker and two more threads' worth (33 with two workers).
     /// </summary>
     /// <remarks>
     /// <para>A miss means every object of the type is in flight or in another thread's stack, at most
     /// <see cref="ObjectPool{T}.CirculatingMax"/> each. Grown by one object per miss, the population got past that bound
     /// only when the workers' stacks happened to be nearly full at once, ever more rarely the closer it got: a frame's job
-    /// graph kept allocating for about 6,000 frames (docs/decisions.md section 39). A refill covers every worker's stack
-    /// in one step, and the in-flight objects too as it doubles the population: a type in a fixed graph misses in its
-    /// first frame only. The first miss refills too: made one object only, a type whose jobs the scheduling thread
-    /// happened to finish itself while it waited (a loaded machine) missed again hundreds of frames later, the first
-    /// time a worker kept one. So a job type scheduled once leaves a refill in the pool (33 nodes with two workers, about
-    /// 8 KB for a parallel-for), which <see cref="SpindlePool.Trim"/> gives back.</para>
-    /// <para>Growth stays bounded: at most twice what was once in flight and held, plus a refill's minimum; and the
-    /// refill goes through the return path, so past the shared stack's cap it is dropped like any return. A thread in a
-    /// frame loop's step keeps it, as it keeps what it returns.</para>
+    /// graph kept allocating for about 6,000 frames (docs/decisions.md section 39). A refill covers every worker's stack in
+    /// one step, on top of what was in flight at the miss: a type in a fixed graph misses in its first frame, and at most
+    /// once more. The first miss refills too: made one object only, a type whose jobs the scheduling thread happened to
+    /// finish itself while it waited (a loaded machine) missed again hundreds of frames later, the first time a worker kept
+    /// one. So a job type scheduled once leaves a refill in the pool (about 8 KB for a parallel-for with two workers),
+    /// which <see cref="SpindlePool.Trim"/> gives back.</para>
+    /// <para>Growth stays bounded: a refill is a fixed size, made only when the shared stack is empty, so the population
+    /// is at most what was once in flight and held plus one refill; a burst rents its refills itself; and the refill goes
+    /// through the return path, so past the shared stack's cap it is dropped like any return (a thread in a frame loop's
+    /// step keeps it, as it keeps what it returns).</para>
     /// </remarks>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static T Allocate()
     {
-        int made = s_made;
+        int made = 1;
         if (ObjectPool<T>.Count == 0)
         {
-            int refill = Math.Max(made, ObjectPool<T>.CirculatingMax * (WorkerPool.Shared.WorkerCount + 2));
-            refill = Math.Min(refill, SpindlePool.MaxRetainedPerType);
+            int refill = Math.Min(ObjectPool<T>.CirculatingMax * (WorkerPool.Shared.WorkerCount + 2), SpindlePool.MaxRetainedPerType);
             for (int i = 0; i < refill; i++)
             {
                 ObjectPool<T>.ReturnToCirculation(new T());
             }
             made += refill;
         }
-        s_made = made + 1;
+        s_made += made;
         return new T();
     }
 }
