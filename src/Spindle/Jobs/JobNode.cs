@@ -794,7 +794,7 @@ internal abstract class JobNode : WorkItem
 
         ref Edge? IPoolNode<Edge>.Next => ref _poolNext;
 
-        public static Edge Rent() => ObjectPool<Edge>.TryRent() ?? new Edge();
+        public static Edge Rent() => CirculatingPool<Edge>.Rent();
 
         /// <summary>
         /// A finisher takes the edge (true) unless its pusher revoked it. One of this job's version is the finisher's
@@ -848,7 +848,7 @@ internal abstract class JobNode : WorkItem
             Dependent = null;
             Continuation = null;
             State = null;
-            ObjectPool<Edge>.Return(this);
+            CirculatingPool<Edge>.Return(this);
         }
     }
 }

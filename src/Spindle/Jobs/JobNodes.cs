@@ -15,7 +15,7 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
 
     public static JobNode<TJob> Rent(in TJob job)
     {
-        JobNode<TJob> node = ObjectPool<JobNode<TJob>>.TryRent() ?? new JobNode<TJob>();
+        JobNode<TJob> node = CirculatingPool<JobNode<TJob>>.Rent();
         node.Initialize();
         node._job = job;
         return node;
@@ -56,7 +56,7 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
 
     protected override void ClearJob() => _job = default;
 
-    protected override void ReturnToPool() => ObjectPool<JobNode<TJob>>.Return(this);
+    protected override void ReturnToPool() => CirculatingPool<JobNode<TJob>>.Return(this);
 }
 
 /// <summary>The node behind <see cref="JobHandle.CombineDependencies(JobHandle, JobHandle)"/>: no work, done when its dependencies are.</summary>
@@ -64,7 +64,7 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
 {
     private CombineNode? _poolNext;
 
-    private CombineNode()
+    public CombineNode() // for CirculatingPool's new(); rent one with Rent()
         : base(countsAsJob: false)
     {
     }
@@ -73,7 +73,7 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
 
     public static CombineNode Rent()
     {
-        CombineNode node = ObjectPool<CombineNode>.TryRent() ?? new CombineNode();
+        CombineNode node = CirculatingPool<CombineNode>.Rent();
         node.Initialize();
         return node;
     }
@@ -86,7 +86,7 @@ internal sealed class CombineNode : JobNode, IPoolNode<CombineNode>
     {
     }
 
-    protected override void ReturnToPool() => ObjectPool<CombineNode>.Return(this);
+    protected override void ReturnToPool() => CirculatingPool<CombineNode>.Return(this);
 }
 
 /// <summary>
@@ -367,7 +367,7 @@ internal sealed class ParallelForNode<TJob> : ParallelNode, IPoolNode<ParallelFo
 
     public static ParallelForNode<TJob> Rent(in TJob job, int length, int batchSize)
     {
-        ParallelForNode<TJob> node = ObjectPool<ParallelForNode<TJob>>.TryRent() ?? new ParallelForNode<TJob>();
+        ParallelForNode<TJob> node = CirculatingPool<ParallelForNode<TJob>>.Rent();
         node.InitializeRange(length, batchSize);
         node._job = job;
         return node;
@@ -389,7 +389,7 @@ internal sealed class ParallelForNode<TJob> : ParallelNode, IPoolNode<ParallelFo
         _job = default;
     }
 
-    protected override void ReturnToPool() => ObjectPool<ParallelForNode<TJob>>.Return(this);
+    protected override void ReturnToPool() => CirculatingPool<ParallelForNode<TJob>>.Return(this);
 }
 
 /// <summary>The node for an <see cref="IJobParallelForBatch"/>.</summary>
@@ -402,7 +402,7 @@ internal sealed class ParallelForBatchNode<TJob> : ParallelNode, IPoolNode<Paral
 
     public static ParallelForBatchNode<TJob> Rent(in TJob job, int length, int batchSize)
     {
-        ParallelForBatchNode<TJob> node = ObjectPool<ParallelForBatchNode<TJob>>.TryRent() ?? new ParallelForBatchNode<TJob>();
+        ParallelForBatchNode<TJob> node = CirculatingPool<ParallelForBatchNode<TJob>>.Rent();
         node.InitializeRange(length, batchSize);
         node._job = job;
         return node;
@@ -420,7 +420,7 @@ internal sealed class ParallelForBatchNode<TJob> : ParallelNode, IPoolNode<Paral
         _job = default;
     }
 
-    protected override void ReturnToPool() => ObjectPool<ParallelForBatchNode<TJob>>.Return(this);
+    protected override void ReturnToPool() => CirculatingPool<ParallelForBatchNode<TJob>>.Return(this);
 }
 
 /// <summary>

@@ -157,9 +157,16 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// a chunk on every return until it is back to <see cref="LocalMax"/>, each at a fixed cost, and the object just
     /// returned always stays on top, so the next rent on this thread still reuses it.
     /// </summary>
-    private static void ReturnChunk(ref ThreadSlots.Slot local)
+    private static void ReturnChunk(ref ThreadSlots.Slot local) => GiveBack(ref local, LocalMax - Chunk, Chunk);
+
+    /// <summary>
+    /// Moves the <paramref name="count"/> objects after the newest <paramref name="keep"/> of the thread's stack to the
+    /// shared stack, or to the GC past the cap (a frame loop's thread inside a step keeps them). See <see cref="ReturnChunk"/>.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private static void GiveBack(ref ThreadSlots.Slot local, int keep, int count)
     {
-        if (ThreadSlots.IsInsideLoopStep && Volatile.Read(ref s_count) + Chunk > SpindlePool.MaxRetainedPerType)
+        if (ThreadSlots.IsInsideLoopStep && Volatile.Read(ref s_count) + count > SpindlePool.MaxRetainedPerType)
         {
             // A frame loop's thread, inside a frame: what it returns past the cap stays in its own stack, since the loop
             // rents it again, later in the frame or in the next one (see ThreadSlots.EnterLoopStep). Checked before the
@@ -167,25 +174,25 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
             return;
         }
         T keepLast = (T)local.Head!;
-        for (int i = 1; i < LocalMax - Chunk; i++)
+        for (int i = 1; i < keep; i++)
         {
             keepLast = keepLast.Next!;
         }
         T first = keepLast.Next!;
         T last = first;
-        for (int i = 1; i < Chunk; i++)
+        for (int i = 1; i < count; i++)
         {
             last = last.Next!;
         }
         keepLast.Next = last.Next;
         last.Next = null;
-        local.Count -= Chunk;
+        local.Count -= count;
 #if DEBUG
         PoolTestHooks.ChunkSplitOff?.Invoke();
 #endif
-        if (s_count + Chunk > SpindlePool.MaxRetainedPerType)
+        if (s_count + count > SpindlePool.MaxRetainedPerType)
         {
-            KeepInLoopStepOrDrop(ref local, keepLast, first, last); // over the cap
+            KeepInLoopStepOrDrop(ref local, keepLast, first, last, count); // over the cap
             return;
         }
         // Waits for the gate rather than dropping the chunk: objects that circulate between threads (rented on one,
@@ -195,27 +202,63 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
 #if DEBUG
         PoolTestHooks.GateHeld?.Invoke();
 #endif
-        if (s_count + Chunk > SpindlePool.MaxRetainedPerType)
+        if (s_count + count > SpindlePool.MaxRetainedPerType)
         {
             Volatile.Write(ref s_gate, 0);
-            KeepInLoopStepOrDrop(ref local, keepLast, first, last);
+            KeepInLoopStepOrDrop(ref local, keepLast, first, last, count);
             return;
         }
         last.Next = s_head;
         s_head = first;
-        s_count += Chunk;
+        s_count += count;
         Volatile.Write(ref s_gate, 0);
     }
 
     /// <summary>
-    /// The shared stack filled up after the check at the top of <see cref="ReturnChunk"/> (other threads returned
+    /// The most a thread keeps in its own stack of a type returned with <see cref="ReturnToCirculation"/>: one more, and
+    /// it gives all but the newest back to the shared stack at once.
+    /// </summary>
+    internal const int CirculatingMax = 8;
+
+    /// <summary>
+    /// Returns an object of a type that circulates between threads, rented on one and returned on others (a job graph's
+    /// nodes and edges, see <see cref="CirculatingPool{T}"/>): as <see cref="Return"/>, except that the thread keeps at
+    /// most <see cref="CirculatingMax"/> of the type, not <see cref="LocalMax"/>, and gives back
+    /// <see cref="CirculatingMax"/> at a time, keeping only the newest.
+    /// </summary>
+    /// <remarks>
+    /// A worker that finishes jobs another thread scheduled never rents their nodes: what it keeps is out of the renter's
+    /// reach. Keeping <see cref="LocalMax"/> of each, two workers held up to 64 nodes of each type, spread at random over the
+    /// two, and the scheduling thread, growing the population one node per miss, missed until both stacks happened to be
+    /// nearly full at once: a frame's job graph allocated for about 6,000 frames (docs/decisions.md sections 38 and 39).
+    /// A separate method, so that every other type's <see cref="Return"/> (a box, a signal's waiter) compiles as before.
+    /// </remarks>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static void ReturnToCirculation(T item)
+    {
+#if DEBUG
+        PoolTestHooks.Returning?.Invoke(item);
+#endif
+        ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
+        item.Next = (T?)local.Head;
+        local.Head = item;
+        if (++local.Count > CirculatingMax)
+        {
+            ReturnCirculatingChunk(ref local);
+        }
+    }
+
+    private static void ReturnCirculatingChunk(ref ThreadSlots.Slot local) => GiveBack(ref local, 1, CirculatingMax);
+
+    /// <summary>
+    /// The shared stack filled up after the check at the top of <see cref="GiveBack"/> (other threads returned
     /// meanwhile): the chunk <paramref name="first"/>..<paramref name="last"/>, split off after <paramref name="keepLast"/>,
     /// goes to the GC, except on a frame loop's thread inside a step, which links it back where it was, as the check at
     /// the top would have kept it had it seen the stack full: with many loop threads returning at once, the chunks of all
     /// but one of the threads racing for the shared stack's last room were dropped, and allocated again next frame
     /// (ObjectPoolTests.ReturnChunkInsideALoopStep_...).
     /// </summary>
-    private static void KeepInLoopStepOrDrop(ref ThreadSlots.Slot local, T keepLast, T first, T last)
+    private static void KeepInLoopStepOrDrop(ref ThreadSlots.Slot local, T keepLast, T first, T last, int count)
     {
         if (!ThreadSlots.IsInsideLoopStep)
         {
@@ -223,7 +266,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         }
         last.Next = keepLast.Next;
         keepLast.Next = first;
-        local.Count += Chunk;
+        local.Count += count;
     }
 
     /// <summary>A few tries at the gate; the holder releases it within a few instructions.</summary>
@@ -262,6 +305,68 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
         local.Head = null;
         local.Count = 0;
+    }
+}
+
+/// <summary>
+/// The pool of a type that circulates between threads: rented on one thread and returned on others, a job graph's nodes
+/// and edges (scheduled on a game's main thread, finished by the workers). Each thread keeps at most
+/// <see cref="ObjectPool{T}.CirculatingMax"/> of it (<see cref="ObjectPool{T}.ReturnToCirculation"/>), and a rent that
+/// finds the type's pools empty allocates enough for every worker's stack as well (<see cref="Allocate"/>).
+/// </summary>
+/// <remarks>
+/// Only the job system's types use it, through their own calls: every other type's rent and return are
+/// <see cref="ObjectPool{T}"/>'s, unchanged (the same policy for every type cost a signal's await path a fifth of its
+/// throughput, docs/decisions.md section 39).
+/// </remarks>
+internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
+{
+    private static int s_made; // written on the miss path only, racy on purpose: for tests
+
+    /// <summary>How many objects of the type this pool has made, on any thread (for tests; a lost increment is possible).</summary>
+    internal static int Made => Volatile.Read(ref s_made);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static T Rent() => ObjectPool<T>.TryRent() ?? Allocate();
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static void Return(T item) => ObjectPool<T>.ReturnToCirculation(item);
+
+    /// <summary>
+    /// The calling thread's stack was empty, and the shared stack too (or its gate was busy): a new object. When the
+    /// shared stack was empty, the pool also gets a refill of <see cref="ObjectPool{T}.CirculatingMax"/> objects for each
+    /// worker and two more threads' worth (33 with two workers).
+    /// </summary>
+    /// <remarks>
+    /// <para>A miss means every object of the type is in flight or in another thread's stack, at most
+    /// <see cref="ObjectPool{T}.CirculatingMax"/> each. Grown by one object per miss, the population got past that bound
+    /// only when the workers' stacks happened to be nearly full at once, ever more rarely the closer it got: a frame's job
+    /// graph kept allocating for about 6,000 frames (docs/decisions.md section 39). A refill covers every worker's stack in
+    /// one step, on top of what was in flight at the miss: a type in a fixed graph misses in its first frame, and at most
+    /// once more. The first miss refills too: made one object only, a type whose jobs the scheduling thread happened to
+    /// finish itself while it waited (a loaded machine) missed again hundreds of frames later, the first time a worker kept
+    /// one. So a job type scheduled once leaves a refill in the pool (about 8 KB for a parallel-for with two workers),
+    /// which <see cref="SpindlePool.Trim"/> gives back.</para>
+    /// <para>Growth stays bounded: a refill is a fixed size, made only when the shared stack is empty, so the population
+    /// is at most what was once in flight and held plus one refill; a burst rents its refills itself; and the refill goes
+    /// through the return path, so past the shared stack's cap it is dropped like any return (a thread in a frame loop's
+    /// step keeps it, as it keeps what it returns).</para>
+    /// </remarks>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static T Allocate()
+    {
+        int made = 1;
+        if (ObjectPool<T>.Count == 0)
+        {
+            int refill = Math.Min(ObjectPool<T>.CirculatingMax * (WorkerPool.Shared.WorkerCount + 2), SpindlePool.MaxRetainedPerType);
+            for (int i = 0; i < refill; i++)
+            {
+                ObjectPool<T>.ReturnToCirculation(new T());
+            }
+            made += refill;
+        }
+        s_made += made;
+        return new T();
     }
 }
 
