@@ -133,7 +133,15 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     }
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public static void Return(T item)
+    public static void Return(T item) => Push(item, circulating: false);
+
+    /// <summary>
+    /// Pushes <paramref name="item"/> on the calling thread's stack, and moves a chunk to the shared stack past the
+    /// thread's limit: <see cref="LocalMax"/>, or <see cref="CirculatingMax"/> for a type that circulates. Always inlined
+    /// with a constant <paramref name="circulating"/>, so each caller compiles to its own path alone.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private static void Push(T item, bool circulating)
     {
 #if DEBUG
         PoolTestHooks.Returning?.Invoke(item);
@@ -141,9 +149,16 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
         item.Next = (T?)local.Head;
         local.Head = item;
-        if (++local.Count > LocalMax)
+        if (++local.Count > (circulating ? CirculatingMax : LocalMax))
         {
-            ReturnChunk(ref local);
+            if (circulating)
+            {
+                ReturnCirculatingChunk(ref local);
+            }
+            else
+            {
+                ReturnChunk(ref local);
+            }
         }
     }
 
@@ -231,22 +246,10 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// reach. Keeping <see cref="LocalMax"/> of each, two workers held up to 64 nodes of each type, spread at random over the
     /// two, and the scheduling thread, growing the population one node per miss, missed until both stacks happened to be
     /// nearly full at once: a frame's job graph allocated for about 6,000 frames (docs/decisions.md sections 38 and 39).
-    /// A separate method, so that every other type's <see cref="Return"/> (a box, a signal's waiter) compiles as before.
+    /// A separate entry point, so that every other type's <see cref="Return"/> (a box, a signal's waiter) compiles as before.
     /// </remarks>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public static void ReturnToCirculation(T item)
-    {
-#if DEBUG
-        PoolTestHooks.Returning?.Invoke(item);
-#endif
-        ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
-        item.Next = (T?)local.Head;
-        local.Head = item;
-        if (++local.Count > CirculatingMax)
-        {
-            ReturnCirculatingChunk(ref local);
-        }
-    }
+    public static void ReturnToCirculation(T item) => Push(item, circulating: true);
 
     private static void ReturnCirculatingChunk(ref ThreadSlots.Slot local) => GiveBack(ref local, 1, CirculatingMax);
 
