@@ -170,5 +170,62 @@ public sealed class CancelledCombinatorHandOverTests
             GC.KeepAlive(combinator);
         }
     }
+    /// <summary>
+    /// The three parties race on three threads: the token's callback (here), the winner's completion with its reader (one
+    /// thread), and a loser that cannot be let go of (a BCL task, another thread), whichever drops the last reference.
+    /// Every use goes back to its pool exactly once, idle, and the next use rented from it is decided by its own input.
+    /// </summary>
+    [Fact]
+    public async Task CallbackReaderAndLoser_OnThreeThreads_EveryUseGoesBackOnce_Idle()
+    {
+        int rounds = TestUtil.Stress(2_000);
+        using var returns = new Returns();
+        int uses = 0;
+        await TestUtil.RunOnThread(() =>
+        {
+            for (int round = 0; round < rounds; round++)
+            {
+                using var cts = new CancellationTokenSource();
+                var input = new Promise();
+                var loser = new TaskCompletionSource();
+                var winner = new TaskCompletionSource();
+                SpindleTask<int> any = SpindleTask.WhenAny([loser.Task, winner.Task], cts.Token);
+                SpindleTask<int> any2 = SpindleTask.WhenAny([input.Task], cts.Token);
+                uses += 2;
+                using var barrier = new Barrier(3);
+                Task cancel = Task.Run(() =>
+                {
+                    barrier.SignalAndWait();
+                    cts.Cancel();
+                });
+                Task finish = Task.Run(() =>
+                {
+                    barrier.SignalAndWait();
+                    loser.SetResult();
+                });
+                barrier.SignalAndWait();
+                input.SetResult();
+                winner.SetResult();
+                any.SuppressCancellationThrow().GetAwaiter().GetResult();
+                any2.SuppressCancellationThrow().GetAwaiter().GetResult();
+                Assert.True(Task.WaitAll([cancel, finish], TimeSpan.FromSeconds(10)), $"round {round}: a thread hung");
+                using var live = new CancellationTokenSource();
+                var p = new Promise();
+                var bcl = new TaskCompletionSource();
+                SpindleTask<int> next = SpindleTask.WhenAny([bcl.Task], live.Token);
+                SpindleTask<int> next2 = SpindleTask.WhenAny([p.Task], live.Token);
+                uses += 2;
+                Assert.Equal(SpindleTaskStatus.Pending, next.Status);
+                Assert.Equal(SpindleTaskStatus.Pending, next2.Status);
+                bcl.SetResult();
+                p.SetResult();
+                Assert.Equal(0, next.GetAwaiter().GetResult());
+                Assert.Equal(0, next2.GetAwaiter().GetResult());
+            }
+        });
+        TestUtil.SpinUntil(() => returns.Seen.Count >= uses, () => $"{returns.Seen.Count} of {uses} uses went back to their pools");
+        Assert.Equal(uses, returns.Seen.Count); // none twice (a double return would show as more)
+        Assert.All(returns.Seen, r => Assert.Equal(0, r.CancelState));
+    }
 }
 #endif
