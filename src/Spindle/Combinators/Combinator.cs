@@ -982,12 +982,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private bool _decidedEarly; // a WhenAll's token or timeout completed the core (its outcome is no input's failure)
 
     private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
+    // No callback outlives its use (see RunCancel), so the callback needs no check of which token fired: it is this use's.
 #if NET
-    private static readonly Action<object?, CancellationToken> s_cancel = static (o, ct) => ((Combinator<TResult>)o!).RunCancel(ct);
+    private static readonly Action<object?, CancellationToken> s_cancel = static (o, _) => ((Combinator<TResult>)o!).RunCancel();
 #else
-    // Register has no token argument here: the callback reads the use's own token. No callback outlives its use (see
-    // RunCancel), so none reads the next one's.
-    private static readonly Action<object?> s_cancel = static o => ((Combinator<TResult>)o!).RunCancel(((Combinator<TResult>)o!)._cancelToken);
+    private static readonly Action<object?> s_cancel = static o => ((Combinator<TResult>)o!).RunCancel();
 #endif
     private Combinator<TResult>? _poolNext;
 
@@ -1188,15 +1187,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
     }
 
-    private void Cancel(CancellationToken cancellationToken)
+    private void Cancel()
     {
-#if NET
-        // A callback still running from an earlier use of this pooled object must not cancel this use.
-        if (cancellationToken != _cancelToken)
-        {
-            return;
-        }
-#endif
         if (_isAny && !_startsProducers)
         {
             // Cancellation takes the race like an input would, through the core's CAS (see CompleteAny), and lets go of
@@ -1263,12 +1255,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// (one combinator per cancelled call); the same hand-over of a release between two parties as
     /// <see cref="CombinatorCore"/>'s reference count, with the state word in place of the count.
     /// </remarks>
-    private void RunCancel(CancellationToken cancellationToken)
+    private void RunCancel()
     {
         Volatile.Write(ref _cancelState, CancelRunning);
         try
         {
-            Cancel(cancellationToken);
+            Cancel();
         }
         finally
         {
