@@ -19,28 +19,6 @@ namespace SpindleLib.Tests.Combinators;
 [Collection(SequentialCollection.Name)]
 public sealed class CancelledCombinatorHandOverTests
 {
-    /// <summary>Every combinator returned to its pool while installed: the object, the returning thread, and its state word then.</summary>
-    private sealed class Returns : IDisposable
-    {
-        private readonly Action<object>? _previous = PoolTestHooks.Returning;
-        public readonly ConcurrentQueue<(object Combinator, int Thread, object? CancelState)> Seen = new();
-
-        public Returns()
-        {
-            PoolTestHooks.Returning = o =>
-            {
-                _previous?.Invoke(o);
-                if (o.GetType().Name.StartsWith("Combinator", StringComparison.Ordinal))
-                {
-                    object? state = o.GetType().GetField("_cancelState", BindingFlags.Instance | BindingFlags.NonPublic)?.GetValue(o);
-                    Seen.Enqueue((o, Environment.CurrentManagedThreadId, state));
-                }
-            };
-        }
-
-        public void Dispose() => PoolTestHooks.Returning = _previous;
-    }
-
     /// <summary>One use: the combined task (read by a reader that suppresses the cancellation) and the action that finishes the inputs it still holds.</summary>
     private sealed record Use(SpindleTask Task, Action FinishInputs);
 
@@ -102,7 +80,7 @@ public sealed class CancelledCombinatorHandOverTests
     }
 
     /// <summary>Reads the cancelled task, inline in the token's callback, then finishes the inputs on another thread and waits for it.</summary>
-    private static async SpindleTask ReadThenFinishElsewhere(SpindleTask cancelled, Action finish, Returns returns, Probe probe)
+    private static async SpindleTask ReadThenFinishElsewhere(SpindleTask cancelled, Action finish, CombinatorReturns returns, Probe probe)
     {
         probe.Cancelled = await cancelled.SuppressCancellationThrow();
         probe.CallbackThread = Environment.CurrentManagedThreadId;
@@ -126,7 +104,7 @@ public sealed class CancelledCombinatorHandOverTests
         using var wheel = new TimerWheel(new ManualClock());
         for (int round = 0; round < 16; round++)
         {
-            using var returns = new Returns();
+            using var returns = new CombinatorReturns();
             using var cts = new CancellationTokenSource();
             var probe = new Probe();
             if (cancelledAtStart)
@@ -179,7 +157,7 @@ public sealed class CancelledCombinatorHandOverTests
     public async Task CallbackReaderAndLoser_OnThreeThreads_EveryUseGoesBackOnce_Idle()
     {
         int rounds = TestUtil.Stress(2_000);
-        using var returns = new Returns();
+        using var returns = new CombinatorReturns();
         int uses = 0;
         await TestUtil.RunOnThread(() =>
         {

@@ -15,30 +15,6 @@ public sealed class CancelledCombinatorReuseTests
 {
     private const int N = 64;
 
-    /// <summary>Counts the combinators returned to their pools on the thread that made this counter, while it is installed.</summary>
-    private sealed class ReturnedCombinators : IDisposable
-    {
-        private readonly Action<object>? _previous = PoolTestHooks.Returning;
-        private readonly int _thread = Environment.CurrentManagedThreadId;
-        private int _count;
-
-        public ReturnedCombinators()
-        {
-            PoolTestHooks.Returning = o =>
-            {
-                _previous?.Invoke(o);
-                if (Environment.CurrentManagedThreadId == _thread && o.GetType().Name.StartsWith("Combinator", StringComparison.Ordinal))
-                {
-                    _count++;
-                }
-            };
-        }
-
-        public int Count => _count;
-
-        public void Dispose() => PoolTestHooks.Returning = _previous;
-    }
-
     private static SpindleTask Start(string kind, Promise a, Promise b, CancellationToken token) => kind switch
     {
         "WhenAny" => SpindleTask.WhenAny([a.Task, b.Task], token),
@@ -60,7 +36,8 @@ public sealed class CancelledCombinatorReuseTests
     {
         var tasks = new SpindleTask[N];
         var inputs = new Promise[2 * N];
-        using var returned = new ReturnedCombinators();
+        using var returns = new CombinatorReturns();
+        int me = Environment.CurrentManagedThreadId;
         for (int round = 0; round < 3; round++)
         {
             using var cts = new CancellationTokenSource();
@@ -71,12 +48,12 @@ public sealed class CancelledCombinatorReuseTests
                 tasks[i] = Start(kind, inputs[2 * i], inputs[2 * i + 1], cts.Token);
             }
             cts.Cancel(); // every callback runs here, and has returned before any read
-            int before = returned.Count;
+            int before = returns.CountOn(me);
             for (int i = 0; i < N; i++)
             {
                 Assert.True(tasks[i].SuppressCancellationThrow().GetAwaiter().GetResult());
             }
-            int back = returned.Count - before;
+            int back = returns.CountOn(me) - before;
             for (int i = 0; i < 2 * N; i++)
             {
                 inputs[i].SetResult(); // the inputs a WhenAll still held finish: nothing more comes back, nothing breaks
@@ -100,7 +77,8 @@ public sealed class CancelledCombinatorReuseTests
     [Fact]
     public void AReaderRunInsideTheCallback_StartsAnotherUse_WhichTheCallbackDoesNotCancel_AndTheFirstGoesBackAsTheCallbackReturns()
     {
-        using var returned = new ReturnedCombinators();
+        using var returns = new CombinatorReturns();
+        int me = Environment.CurrentManagedThreadId;
         for (int round = 0; round < N; round++)
         {
             using var first = new CancellationTokenSource();
@@ -108,10 +86,10 @@ public sealed class CancelledCombinatorReuseTests
             var next = new Promise();
             var started = new StrongBox<SpindleTask>();
             SpindleTask reader = ReadThenStartAnother(SpindleTask.WhenAny([new Promise().Task], first.Token), next, second.Token, started);
-            int before = returned.Count;
+            int before = returns.CountOn(me);
             first.Cancel(); // the reader runs inline in the callback, reads, and starts the next WhenAny there
             Assert.Equal(SpindleTaskStatus.Succeeded, reader.Status);
-            Assert.Equal(1, returned.Count - before); // the first combinator, once its callback returned
+            Assert.Equal(1, returns.CountOn(me) - before); // the first combinator, once its callback returned
             Assert.Equal(SpindleTaskStatus.Pending, started.Value.Status); // not cancelled by the first token's callback
             next.SetResult();
             reader.GetAwaiter().GetResult();

@@ -156,3 +156,45 @@ internal static class CombinatorTestSupport
         }
     }
 }
+
+#if DEBUG // the pools' return hook exists only in a Debug build of the library (PoolTestHooks)
+/// <summary>
+/// Every combinator returned to its pool while installed (the pools' Debug hook, process-wide: use it in the sequential
+/// collection): the object, the returning thread, and its cancellation state word then.
+/// </summary>
+internal sealed class CombinatorReturns : IDisposable
+{
+    private readonly Action<object>? _previous = PoolTestHooks.Returning;
+
+    public readonly System.Collections.Concurrent.ConcurrentQueue<(object Combinator, int Thread, object? CancelState)> Seen = new();
+
+    public CombinatorReturns()
+    {
+        PoolTestHooks.Returning = o =>
+        {
+            _previous?.Invoke(o);
+            if (o.GetType().Name.StartsWith("Combinator", StringComparison.Ordinal))
+            {
+                object? state = o.GetType().GetField("_cancelState", System.Reflection.BindingFlags.Instance | System.Reflection.BindingFlags.NonPublic)?.GetValue(o);
+                Seen.Enqueue((o, Environment.CurrentManagedThreadId, state));
+            }
+        };
+    }
+
+    /// <summary>How many were returned on thread <paramref name="thread"/>.</summary>
+    public int CountOn(int thread)
+    {
+        int n = 0;
+        foreach (var r in Seen)
+        {
+            if (r.Thread == thread)
+            {
+                n++;
+            }
+        }
+        return n;
+    }
+
+    public void Dispose() => PoolTestHooks.Returning = _previous;
+}
+#endif
