@@ -114,13 +114,14 @@ internal static class TupleCombinatorsTemplate
         w.Line(isAny
             ? "    /// <param name=\"cancellationToken\">Cancels the wait (not the tasks, which are let go of as losers are).</param>"
             : "    /// <param name=\"cancellationToken\">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>");
-        w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error).</exception>");
+        w.Line("    /// <exception cref=\"InvalidOperationException\">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>");
     }
 
     /// <summary>
-    /// Every task is checked first (a consumed one throws the await-once error before any other is consumed); then the
-    /// pooled combinator is rented, each task registered, and the combined task returned. A registration that throws (a
-    /// pending task already awaited elsewhere, or passed twice) undoes what was taken before the exception goes on.
+    /// Every task is checked first (a consumed one throws the await-once error before any other is consumed, and a task
+    /// that a read consumes, passed twice, is refused naming both indices); then the pooled combinator is rented, each
+    /// task registered, and the combined task returned. A registration that throws (a pending task already awaited
+    /// elsewhere, or a pending promise's task passed twice) undoes what was taken before the exception goes on.
     /// </summary>
     private static void Body(Writer w, int n, string rent)
     {
@@ -129,6 +130,14 @@ internal static class TupleCombinatorsTemplate
         for (int i = 1; i <= n; i++)
         {
             w.Line($"        _ = task{i}.IsCompleted;");
+        }
+        w.Line("        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.");
+        for (int later = 2; later <= n; later++)
+        {
+            for (int earlier = 1; earlier < later; earlier++)
+            {
+                w.Line($"        Combine.RejectRepeat(task{earlier}._source, task{earlier}._token, {earlier - 1}, task{later}._source, task{later}._token, {later - 1});");
+            }
         }
         w.Line("        " + rent);
         w.Line("        short token = c.Start(cancellationToken);");

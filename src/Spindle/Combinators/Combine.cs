@@ -311,6 +311,23 @@ internal static class Combine
     /// </summary>
     private static bool IsConsumedByARead(ISpindleSource source) => source is IQuietSource and not IRereadableSource;
 
+    /// <summary>
+    /// For the generated tuple forms (2 to 8 typed tasks), which register every input with a combinator: refuses the
+    /// input at <paramref name="index"/> if it is the task at <paramref name="earlier"/> (the same source and token, of a
+    /// kind a read consumes: <see cref="IsConsumedByARead"/>), naming both indices, before any input is read or
+    /// registered, as the span forms refuse it. Without it a finished repeat was read (consumed) at its first index and
+    /// refused at its second with the await-once error, which names neither the repeat nor the indices, and the inputs
+    /// between were consumed as well. A generated form calls it once per pair of inputs, at most 28 reference compares.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The two inputs are one Spindle task that a read consumes.</exception>
+    internal static void RejectRepeat(ISpindleSource? earlierSource, short earlierToken, int earlier, ISpindleSource? source, short token, int index)
+    {
+        if (source is not null && ReferenceEquals(earlierSource, source) && earlierToken == token && IsConsumedByARead(source))
+        {
+            throw RepeatedInput(index, earlier);
+        }
+    }
+
     private static InvalidOperationException RepeatedInput(int index, int earlier)
         => new($"The task at index {index} is the same task as the one at index {earlier}. A Spindle task is read once (a pooled " +
             "one goes back to its pool when it is read), so a combinator cannot take it twice: pass it once, or call Preserve() " +

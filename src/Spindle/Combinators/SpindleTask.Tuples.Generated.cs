@@ -19,7 +19,7 @@ public readonly partial struct SpindleTask
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2)> WhenAll<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, default(WhenAllOptions), cancellationToken);
 
@@ -30,12 +30,14 @@ public readonly partial struct SpindleTask
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2)> WhenAll<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
         var c = Combinator<(T1, T2)>.RentAll(2, options, static x => (x.Value<T1>(0), x.Value<T2>(1)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -69,12 +71,14 @@ public readonly partial struct SpindleTask
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2)> WhenAny<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
         var c = Combinator<(int, T1, T2)>.RentAny(2, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -106,7 +110,7 @@ public readonly partial struct SpindleTask
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3)> WhenAll<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, default(WhenAllOptions), cancellationToken);
 
@@ -119,13 +123,17 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3)> WhenAll<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
         var c = Combinator<(T1, T2, T3)>.RentAll(3, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -163,13 +171,17 @@ public readonly partial struct SpindleTask
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3)> WhenAny<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
         _ = task1.IsCompleted;
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
         var c = Combinator<(int, T1, T2, T3)>.RentAny(3, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -205,7 +217,7 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4)> WhenAll<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, default(WhenAllOptions), cancellationToken);
 
@@ -220,7 +232,7 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4)> WhenAll<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -228,6 +240,13 @@ public readonly partial struct SpindleTask
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
         var c = Combinator<(T1, T2, T3, T4)>.RentAll(4, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -269,7 +288,7 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4)> WhenAny<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -277,6 +296,13 @@ public readonly partial struct SpindleTask
         _ = task2.IsCompleted;
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
         var c = Combinator<(int, T1, T2, T3, T4)>.RentAny(4, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -316,7 +342,7 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5)> WhenAll<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, default(WhenAllOptions), cancellationToken);
 
@@ -333,7 +359,7 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5)> WhenAll<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -342,6 +368,17 @@ public readonly partial struct SpindleTask
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
         _ = task5.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
         var c = Combinator<(T1, T2, T3, T4, T5)>.RentAll(5, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -387,7 +424,7 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5)> WhenAny<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -396,6 +433,17 @@ public readonly partial struct SpindleTask
         _ = task3.IsCompleted;
         _ = task4.IsCompleted;
         _ = task5.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
         var c = Combinator<(int, T1, T2, T3, T4, T5)>.RentAny(5, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -439,7 +487,7 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6)> WhenAll<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, default(WhenAllOptions), cancellationToken);
 
@@ -458,7 +506,7 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6)> WhenAll<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -468,6 +516,22 @@ public readonly partial struct SpindleTask
         _ = task4.IsCompleted;
         _ = task5.IsCompleted;
         _ = task6.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task6._source, task6._token, 5);
         var c = Combinator<(T1, T2, T3, T4, T5, T6)>.RentAll(6, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -517,7 +581,7 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6)> WhenAny<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -527,6 +591,22 @@ public readonly partial struct SpindleTask
         _ = task4.IsCompleted;
         _ = task5.IsCompleted;
         _ = task6.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task6._source, task6._token, 5);
         var c = Combinator<(int, T1, T2, T3, T4, T5, T6)>.RentAny(6, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4), x.WinnerValue<T6>(5)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -574,7 +654,7 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7)> WhenAll<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, task7, default(WhenAllOptions), cancellationToken);
 
@@ -595,7 +675,7 @@ public readonly partial struct SpindleTask
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7)> WhenAll<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -606,6 +686,28 @@ public readonly partial struct SpindleTask
         _ = task5.IsCompleted;
         _ = task6.IsCompleted;
         _ = task7.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task6._source, task6._token, 5, task7._source, task7._token, 6);
         var c = Combinator<(T1, T2, T3, T4, T5, T6, T7)>.RentAll(7, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -659,7 +761,7 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7)> WhenAny<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -670,6 +772,28 @@ public readonly partial struct SpindleTask
         _ = task5.IsCompleted;
         _ = task6.IsCompleted;
         _ = task7.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task6._source, task6._token, 5, task7._source, task7._token, 6);
         var c = Combinator<(int, T1, T2, T3, T4, T5, T6, T7)>.RentAny(7, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4), x.WinnerValue<T6>(5), x.WinnerValue<T7>(6)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -721,7 +845,7 @@ public readonly partial struct SpindleTask
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="task8">Task 8 (index 7).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7, T8)> WhenAll<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, task7, task8, default(WhenAllOptions), cancellationToken);
 
@@ -744,7 +868,7 @@ public readonly partial struct SpindleTask
     /// <param name="task8">Task 8 (index 7).</param>
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7, T8)> WhenAll<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -756,6 +880,35 @@ public readonly partial struct SpindleTask
         _ = task6.IsCompleted;
         _ = task7.IsCompleted;
         _ = task8.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task6._source, task6._token, 5, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task6._source, task6._token, 5, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task7._source, task7._token, 6, task8._source, task8._token, 7);
         var c = Combinator<(T1, T2, T3, T4, T5, T6, T7, T8)>.RentAll(8, options, static x => (x.Value<T1>(0), x.Value<T2>(1), x.Value<T3>(2), x.Value<T4>(3), x.Value<T5>(4), x.Value<T6>(5), x.Value<T7>(6), x.Value<T8>(7)));
         short token = c.Start(cancellationToken);
         int added = 0;
@@ -813,7 +966,7 @@ public readonly partial struct SpindleTask
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="task8">Task 8 (index 7).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
-    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error).</exception>
+    /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7, T8 Result8)> WhenAny<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -825,6 +978,35 @@ public readonly partial struct SpindleTask
         _ = task6.IsCompleted;
         _ = task7.IsCompleted;
         _ = task8.IsCompleted;
+        // A task passed twice (one that a read consumes) is refused here, naming both indices, before any task is read.
+        Combine.RejectRepeat(task1._source, task1._token, 0, task2._source, task2._token, 1);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task3._source, task3._token, 2);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task4._source, task4._token, 3);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task5._source, task5._token, 4);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task6._source, task6._token, 5);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task6._source, task6._token, 5, task7._source, task7._token, 6);
+        Combine.RejectRepeat(task1._source, task1._token, 0, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task2._source, task2._token, 1, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task3._source, task3._token, 2, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task4._source, task4._token, 3, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task5._source, task5._token, 4, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task6._source, task6._token, 5, task8._source, task8._token, 7);
+        Combine.RejectRepeat(task7._source, task7._token, 6, task8._source, task8._token, 7);
         var c = Combinator<(int, T1, T2, T3, T4, T5, T6, T7, T8)>.RentAny(8, static x => (x.Winner, x.WinnerValue<T1>(0), x.WinnerValue<T2>(1), x.WinnerValue<T3>(2), x.WinnerValue<T4>(3), x.WinnerValue<T5>(4), x.WinnerValue<T6>(5), x.WinnerValue<T7>(6), x.WinnerValue<T8>(7)));
         short token = c.Start(cancellationToken);
         int added = 0;

@@ -310,6 +310,58 @@ public class CombinatorBadInputTests
     }
 
     [Fact]
+    public void TupleForms_SameFinishedPooledTaskTwice_ThrowAtTheCall_NamingBothIndices_AndConsumeNothing()
+    {
+        // The typed tuple forms (2 to 8 tasks) always register with a combinator. A finished task passed twice was read
+        // (consumed) at its first index and refused at its second with the await-once error, whose message ("was already
+        // awaited, was passed to Forget(), or was let go of by a combinator") named neither the repeat nor the indices,
+        // and the inputs before it were consumed too; the span forms refuse the same call naming both indices.
+        var error = new FormatException("the earlier input's own fault");
+        SpindleTask<int> faulted = FinishedFaulted(error);
+        SpindleTask<int> value = Finished(1);
+        SpindleTask<int> twice = Finished(2);
+        AssertRepeatedInput(1, 0, () => SpindleTask.WhenAll(twice, twice));
+        AssertRepeatedInput(2, 1, () => SpindleTask.WhenAll(faulted, twice, twice));
+        AssertRepeatedInput(2, 0, () => SpindleTask.WhenAll(twice, value, twice, new WhenAllOptions { AggregateExceptions = true }));
+        AssertRepeatedInput(7, 3, () => SpindleTask.WhenAll(value, faulted, SpindleTask.FromResult(3), twice,
+            SpindleTask.FromResult(4), SpindleTask.FromResult(5), SpindleTask.FromResult(6), twice));
+        AssertRepeatedInput(1, 0, () => SpindleTask.WhenAny(twice, twice));
+        AssertRepeatedInput(2, 1, () => SpindleTask.WhenAny(value, twice, twice));
+
+        // Nothing was read: each task is still the caller's, to read once.
+        Assert.Equal(1, value.GetAwaiter().GetResult());
+        Assert.Equal(2, twice.GetAwaiter().GetResult());
+        Assert.Same(error, Assert.Throws<FormatException>(() => faulted.GetAwaiter().GetResult()));
+    }
+
+    [Fact]
+    public void TupleForms_SamePendingPooledTaskTwice_ThrowAtTheCall_NamingBothIndices_AndRegisterNothing()
+    {
+        var gate = new Promise<int>();
+        SpindleTask<int> pending = Await(gate);
+        var other = new Promise<int>();
+        AssertRepeatedInput(2, 0, () => SpindleTask.WhenAll(pending, other.Task, pending));
+        AssertRepeatedInput(1, 0, () => SpindleTask.WhenAny(pending, pending));
+
+        // Neither call took the pending task, nor the promise's: the caller still awaits them, once each.
+        other.SetResult(3);
+        Assert.Equal(3, other.Task.GetAwaiter().GetResult());
+        gate.SetResult(7);
+        Assert.Equal(7, pending.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void TupleForms_SamePromiseTaskTwice_StillAllowedWhenFinished()
+    {
+        // A promise's task is not consumed by a read: as in the span forms, a finished one may be passed twice.
+        var promise = new Promise<int>();
+        promise.SetResult(5);
+        Assert.Equal((5, 5), SpindleTask.WhenAll(promise.Task, promise.Task).GetAwaiter().GetResult());
+        SpindleTask<int> preserved = Finished(3).Preserve();
+        Assert.Equal((3, 3), SpindleTask.WhenAll(preserved, preserved).GetAwaiter().GetResult());
+    }
+
+    [Fact]
     public void WhenAll_SameFinishedPromiseTaskTwice_StillReadsItTwice()
     {
         // A promise's task is not consumed by a read: passing a finished one twice is allowed, as before.
