@@ -688,7 +688,26 @@ internal struct SourceCore<TResult>
     }
 
     /// <summary>Fails with <paramref name="exception"/>; false if already completed.</summary>
-    public bool TrySetException(Exception exception)
+    public bool TrySetException(Exception exception) => TrySetExceptionOfUse(AnyUse, exception);
+
+    /// <summary>
+    /// A promise's completion of one use: as <see cref="TrySetResult"/>, but only while use <paramref name="token"/> is
+    /// the current one (pending, awaited, or let go of by a combinator) and not completed. False once the use is
+    /// completed or the owner has reset the promise: a completer that kept an earlier use's token (an actor's reply that
+    /// comes after its asker timed out and started the next ask) completes nothing, instead of the later use.
+    /// </summary>
+    public bool TrySetResultOfUse(short token, TResult result)
+    {
+        if (!TryBeginCompletionCore(token, abandonedToo: true, out object? waiter))
+        {
+            return false;
+        }
+        EndCompletionWithResult(waiter, result);
+        return true;
+    }
+
+    /// <summary>As <see cref="TrySetException(Exception)"/>, for use <paramref name="onlyUse"/> only (see <see cref="TrySetResultOfUse"/>), or any (<see cref="AnyUse"/>).</summary>
+    public bool TrySetExceptionOfUse(int onlyUse, Exception exception)
     {
         if (IsCompletingOrCompleted)
         {
@@ -696,7 +715,7 @@ internal struct SourceCore<TResult>
         }
         // Captured before the core is claimed: others wait while it is held, and a capture that failed (out of memory)
         // under the claim would leave it held for ever.
-        return TryComplete(ExceptionDispatchInfo.Capture(exception));
+        return TryComplete(ExceptionDispatchInfo.Capture(exception), onlyUse);
     }
 
     /// <summary>
@@ -722,10 +741,13 @@ internal struct SourceCore<TResult>
     /// </summary>
     public bool TrySetCanceledLazily() => !IsCompletingOrCompleted && TryComplete(LazyCancellation.Marker);
 
-    /// <summary>Completes with a failure captured beforehand, or a lazy cancellation's marker; false if already completed.</summary>
-    private bool TryComplete(object error)
+    /// <summary>
+    /// Completes with a failure captured beforehand, or a lazy cancellation's marker; false if already completed (or, for
+    /// <paramref name="onlyUse"/> other than <see cref="AnyUse"/>, if that use is no longer the current one).
+    /// </summary>
+    private bool TryComplete(object error, int onlyUse = AnyUse)
     {
-        if (!TryBeginCompletion(out object? waiter))
+        if (!TryBeginCompletionCore(onlyUse, abandonedToo: true, out object? waiter))
         {
             return false;
         }
@@ -740,30 +762,32 @@ internal struct SourceCore<TResult>
     /// in between uses the TrySet* methods; a combinator decides its race with this CAS and finishes its own work under
     /// the state.
     /// </summary>
-    public bool TryBeginCompletion(out object? waiter) => TryBeginCompletionCore(AnyUse, out waiter);
+    public bool TryBeginCompletion(out object? waiter) => TryBeginCompletionCore(AnyUse, abandonedToo: true, out waiter);
 
     /// <summary>
     /// As <see cref="TryBeginCompletion"/>, but only for use <paramref name="token"/> while it is pending
     /// (armed or waited on): a signal's cancellation, which must never complete a later wait, nor one that was let go of.
     /// </summary>
-    public bool TryBeginCompletionOfUse(short token, out object? waiter) => TryBeginCompletionCore(token, out waiter);
+    public bool TryBeginCompletionOfUse(short token, out object? waiter) => TryBeginCompletionCore(token, abandonedToo: false, out waiter);
 
     /// <summary>Any use: <see cref="TryBeginCompletionCore"/> checks no token (outside a token's range).</summary>
     private const int AnyUse = int.MinValue;
 
     /// <summary>
-    /// The two above: <paramref name="onlyUse"/> is <see cref="AnyUse"/>, or the one use (a token) that may be completed,
-    /// and then only while it is pending, not abandoned. Inlined into each, so each tests only what it needs.
+    /// The two above, and a promise's completion of one use (<see cref="TrySetResultOfUse"/>): <paramref name="onlyUse"/>
+    /// is <see cref="AnyUse"/>, or the one use (a token) that may be completed, and then only while it is the current use
+    /// and not completed, and, unless <paramref name="abandonedToo"/>, not abandoned either. Inlined into each with
+    /// constant arguments, so each tests only what it needs.
     /// </summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    private bool TryBeginCompletionCore(int onlyUse, out object? waiter)
+    private bool TryBeginCompletionCore(int onlyUse, bool abandonedToo, out object? waiter)
     {
         int w = Volatile.Read(ref _word);
         SpinWait spin = default;
         while (true)
         {
             int current = w & StateMask;
-            if (current >= Completing || (onlyUse != AnyUse && ((short)w != onlyUse || current == Abandoned)))
+            if (current >= Completing || (onlyUse != AnyUse && ((short)w != onlyUse || (!abandonedToo && current == Abandoned))))
             {
                 waiter = null;
                 return false;

@@ -41,11 +41,27 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// <summary>The task for the promise's current use.</summary>
     public SpindleTask<T> Task => new(this, _core.Version);
 
+    /// <summary>
+    /// The token of the promise's current use (the one <see cref="Task"/> carries). A completer that may come late (the
+    /// reply to an ask whose asker may time out and reset the promise for its next ask) is given this token with the
+    /// promise and completes through <see cref="TrySetResult(short, T)"/> or
+    /// <see cref="TrySetException(short, Exception)"/>, which complete that use only, never a later one.
+    /// </summary>
+    public short Token => _core.Version;
+
     /// <summary>True once the current use has been completed.</summary>
     public bool IsCompleted => _core.IsCompleted;
 
     /// <summary>Completes the task with <paramref name="result"/>. Returns false if it was already completed.</summary>
     public bool TrySetResult(T result) => _core.TrySetResult(result);
+
+    /// <summary>
+    /// Completes use <paramref name="token"/> (a <see cref="Token"/> read when the use began) with
+    /// <paramref name="result"/>, if it is still the promise's current use and not yet completed. Returns false otherwise:
+    /// once the owner has called <see cref="Reset"/>, a late completer of the earlier use completes nothing, where
+    /// <see cref="TrySetResult(T)"/> would complete the new use with the earlier use's result.
+    /// </summary>
+    public bool TrySetResult(short token, T result) => _core.TrySetResultOfUse(token, result);
 
     /// <summary>Completes the task with an exception. Returns false if it was already completed.</summary>
     /// <remarks>
@@ -62,6 +78,22 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
             ThrowHelper.ThrowArgumentNull(nameof(exception));
         }
         return _core.TrySetException(exception);
+    }
+
+    /// <summary>
+    /// Fails use <paramref name="token"/> (a <see cref="Token"/> read when the use began) with
+    /// <paramref name="exception"/>, if it is still the promise's current use and not yet completed; false otherwise (see
+    /// <see cref="TrySetResult(short, T)"/>). An <see cref="OperationCanceledException"/> makes it Canceled, as
+    /// <see cref="TrySetException(Exception)"/> does.
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
+    public bool TrySetException(short token, Exception exception)
+    {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
+        return _core.TrySetExceptionOfUse(token, exception);
     }
 
     /// <summary>Cancels the task. Returns false if it was already completed.</summary>
@@ -107,7 +139,10 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// <remarks>
     /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
     /// combinator no longer waits on it (or awaited again: see <see cref="Promise"/>'s remarks). As for any reset, nothing may complete the old use at the same time: a late
-    /// TrySet* racing the reset may land on either use.
+    /// TrySet* racing the reset may land on either use, and one after it completes the new use. A completer that may come
+    /// late (an actor's reply after its asker timed out) completes by token instead (<see cref="Token"/>,
+    /// <c>TrySetResult(token, ...)</c>): after the reset it completes nothing. Should it claim the old use at the very
+    /// instant of the reset, the reset throws (a completion racing it), and the owner takes a new promise.
     /// <para>Reset a completed use only once the code awaiting it has read it. Usually that code runs inside the Set*
     /// call, so it has. It has not yet when the promise runs its continuations asynchronously, nor when Set* is called
     /// from more than 32 continuations deep (Spindle then queues the next continuation to bound the stack), nor when it

@@ -56,11 +56,27 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// <summary>The task for the promise's current use.</summary>
     public SpindleTask Task => new(this, _core.Version);
 
+    /// <summary>
+    /// The token of the promise's current use (the one <see cref="Task"/> carries). A completer that may come late (the
+    /// reply to an ask whose asker may time out and reset the promise for its next ask) is given this token with the
+    /// promise and completes through <see cref="TrySetResult(short)"/> or
+    /// <see cref="TrySetException(short, Exception)"/>, which complete that use only, never a later one.
+    /// </summary>
+    public short Token => _core.Version;
+
     /// <summary>True once the current use has been completed.</summary>
     public bool IsCompleted => _core.IsCompleted;
 
     /// <summary>Completes the task successfully. Returns false if it was already completed.</summary>
     public bool TrySetResult() => _core.TrySetResult(default);
+
+    /// <summary>
+    /// Completes use <paramref name="token"/> (a <see cref="Token"/> read when the use began) successfully, if it is still
+    /// the promise's current use and not yet completed. Returns false otherwise: once the owner has called
+    /// <see cref="Reset"/>, a late completer of the earlier use completes nothing, where <see cref="TrySetResult()"/> would
+    /// complete the new use.
+    /// </summary>
+    public bool TrySetResult(short token) => _core.TrySetResultOfUse(token, default);
 
     /// <summary>Completes the task with an exception. Returns false if it was already completed.</summary>
     /// <remarks>
@@ -79,11 +95,27 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
         return _core.TrySetException(exception);
     }
 
+    /// <summary>
+    /// Fails use <paramref name="token"/> (a <see cref="Token"/> read when the use began) with
+    /// <paramref name="exception"/>, if it is still the promise's current use and not yet completed; false otherwise (see
+    /// <see cref="TrySetResult(short)"/>). An <see cref="OperationCanceledException"/> makes it Canceled, as
+    /// <see cref="TrySetException(Exception)"/> does.
+    /// </summary>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
+    public bool TrySetException(short token, Exception exception)
+    {
+        if (exception is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(exception));
+        }
+        return _core.TrySetExceptionOfUse(token, exception);
+    }
+
     /// <summary>Cancels the task. Returns false if it was already completed.</summary>
     public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceled(cancellationToken);
 
     /// <summary>Completes the task successfully.</summary>
-    /// <exception cref="InvalidOperationException">The promise was already completed; call <see cref="Reset"/> first, or use <see cref="TrySetResult"/>.</exception>
+    /// <exception cref="InvalidOperationException">The promise was already completed; call <see cref="Reset"/> first, or use <see cref="TrySetResult()"/>.</exception>
     public void SetResult()
     {
         if (!TrySetResult())
@@ -122,7 +154,10 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// <remarks>
     /// A use that a WhenAny gave up on (another input won, or the wait was cancelled) may be reset while pending: the
     /// combinator no longer waits on it (its task may also be awaited again: see the class remarks). As for any reset, nothing may complete the old use at the same time: a late
-    /// TrySet* racing the reset may land on either use.
+    /// TrySet* racing the reset may land on either use, and one after it completes the new use. A completer that may come
+    /// late (an actor's reply after its asker timed out) completes by token instead (<see cref="Token"/>,
+    /// <c>TrySetResult(token, ...)</c>): after the reset it completes nothing. Should it claim the old use at the very
+    /// instant of the reset, the reset throws (a completion racing it), and the owner takes a new promise.
     /// <para>Reset a completed use only once the code awaiting it has read it. Usually that code runs inside the Set*
     /// call, so it has. It has not yet when the promise runs its continuations asynchronously, nor when Set* is called
     /// from more than 32 continuations deep (Spindle then queues the next continuation to bound the stack), nor when it

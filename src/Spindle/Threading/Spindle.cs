@@ -157,13 +157,13 @@ public static partial class Spindle
 
     private static async SpindleTask RunAsync(Func<SpindleTask> function)
     {
-        await Yield();
+        await QueueToWorker();
         await function();
     }
 
     private static async SpindleTask<T> RunAsync<T>(Func<SpindleTask<T>> function)
     {
-        await Yield();
+        await QueueToWorker();
         return await function();
     }
 
@@ -178,11 +178,21 @@ public static partial class Spindle
 
     private static async SpindleTask<T> Unwrap<T>(SpindleTask<SpindleTask<T>> started) => await await started.AsValueTask().ConfigureAwait(false);
 
-    /// <summary>Awaits to continue on a Spindle worker, always by way of the work queues (even from a worker).</summary>
-    public static WorkerAwaitable Yield() => new(alwaysQueue: true);
+    /// <summary>
+    /// Awaits to continue on a Spindle worker, always by way of the work queues (even from a worker), behind the work
+    /// already waiting there, as <c>Task.Yield</c> on the .NET ThreadPool: loops that yield take turns with the work
+    /// queued from outside the workers instead of holding it back.
+    /// </summary>
+    public static WorkerAwaitable Yield() => new(alwaysQueue: true, inOrder: true);
 
     /// <summary>Awaits to continue on a Spindle worker; completes at once when already on one.</summary>
-    public static WorkerAwaitable SwitchToWorker() => new(alwaysQueue: false);
+    public static WorkerAwaitable SwitchToWorker() => new(alwaysQueue: false, inOrder: false);
+
+    /// <summary>
+    /// <see cref="Run(Func{SpindleTask})"/>'s move to a worker: always queued, and from a worker to its run-next slot, so
+    /// that a worker awaiting the run it has just started takes it back and runs it inline (section 9 of docs/decisions.md).
+    /// </summary>
+    private static WorkerAwaitable QueueToWorker() => new(alwaysQueue: true, inOrder: false);
 }
 
 /// <summary>The awaitable returned by <see cref="Spindle.Yield"/> and <see cref="Spindle.SwitchToWorker"/>.</summary>
@@ -190,19 +200,42 @@ public static partial class Spindle
 public readonly struct WorkerAwaitable
 {
     private readonly bool _alwaysQueue;
+    private readonly bool _inOrder;
 
-    internal WorkerAwaitable(bool alwaysQueue) => _alwaysQueue = alwaysQueue;
+    internal WorkerAwaitable(bool alwaysQueue, bool inOrder)
+    {
+        _alwaysQueue = alwaysQueue;
+        _inOrder = inOrder;
+    }
 
     /// <summary>Gets the awaiter.</summary>
-    public Awaiter GetAwaiter() => new(_alwaysQueue);
+    public Awaiter GetAwaiter() => new(_alwaysQueue, _inOrder);
 
     /// <summary>Awaits a move to a Spindle worker.</summary>
     [StackTraceHidden]
     public readonly struct Awaiter : ICriticalNotifyCompletion, ISpindleAwaiter
     {
         private readonly bool _alwaysQueue;
+        private readonly bool _inOrder;
 
-        internal Awaiter(bool alwaysQueue) => _alwaysQueue = alwaysQueue;
+        internal Awaiter(bool alwaysQueue, bool inOrder)
+        {
+            _alwaysQueue = alwaysQueue;
+            _inOrder = inOrder;
+        }
+
+        /// <summary><see cref="Spindle.Yield"/>'s continuation goes behind the waiting work; the others, where <see cref="Scheduler.Queue"/> puts it.</summary>
+        private void Queue(WorkItem item)
+        {
+            if (_inOrder)
+            {
+                Scheduler.Default.QueueInOrder(item);
+            }
+            else
+            {
+                Scheduler.Default.Queue(item);
+            }
+        }
 
         /// <summary>False unless this is <see cref="Spindle.SwitchToWorker"/> on a worker thread.</summary>
         public bool IsCompleted => !_alwaysQueue && Scheduler.Default.IsWorkerThread;
@@ -220,7 +253,7 @@ public readonly struct WorkerAwaitable
                 ThrowHelper.ThrowArgumentNull(nameof(continuation));
             }
             ExecutionContext? ec = ExecutionContext.Capture();
-            Scheduler.Default.Queue(ec is null
+            Queue(ec is null
                 ? ContinuationWorkItem.Rent(ActionContinuation.s_invoke, continuation)
                 : ContinuationWorkItem.Rent(ContextContinuation.s_run, new ContextContinuation(ActionContinuation.s_invoke, continuation, ec)));
         }
@@ -232,9 +265,9 @@ public readonly struct WorkerAwaitable
             {
                 ThrowHelper.ThrowArgumentNull(nameof(continuation));
             }
-            Scheduler.Default.Queue(ContinuationWorkItem.Rent(ActionContinuation.s_invoke, continuation));
+            Queue(ContinuationWorkItem.Rent(ActionContinuation.s_invoke, continuation));
         }
 
-        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box) => Scheduler.Default.Queue(box);
+        void ISpindleAwaiter.OnCompletedForBox(StateMachineBoxBase box) => Queue(box);
     }
 }

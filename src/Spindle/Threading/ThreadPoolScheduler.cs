@@ -16,6 +16,8 @@ internal sealed class ThreadPoolScheduler : Scheduler
 
     public override void Queue(WorkItem item) => ThreadPool.UnsafeQueueUserWorkItem(item, preferLocal: true);
 
+    public override void QueueInOrder(WorkItem item) => ThreadPool.UnsafeQueueUserWorkItem(item, preferLocal: false);
+
     // The ThreadPool offers no way to run one of its queued items on a foreign thread.
     public override bool TryRunOne() => false;
 }

@@ -70,6 +70,13 @@ internal abstract class Scheduler
     /// </summary>
     public virtual void QueueTimers(WorkItem item) => Queue(item);
 
+    /// <summary>
+    /// Queues <paramref name="item"/> behind the work already waiting for the workers, from a worker too (where
+    /// <see cref="Queue"/> puts it next): <see cref="Spindle.Yield"/>, so that loops that yield take turns with the work
+    /// queued from outside, as <c>Task.Yield</c> on the .NET ThreadPool and Go's <c>Gosched</c> do.
+    /// </summary>
+    public virtual void QueueInOrder(WorkItem item) => Queue(item);
+
     /// <summary>True when the calling thread is one of this scheduler's workers.</summary>
     public abstract bool IsWorkerThread { get; }
 

@@ -678,9 +678,10 @@ internal sealed class WorkerPool : Scheduler
 
     /// <summary>
     /// Queues <paramref name="item"/> to the injection queue from any thread, a worker too, where <see cref="Queue"/> from
-    /// a worker would put it in its run-next slot.
+    /// a worker would put it in its run-next slot: behind the work queued from outside, which a worker otherwise takes
+    /// only at its fair look (every 61st) while it has work of its own.
     /// </summary>
-    internal void QueueInOrder(WorkItem item)
+    public override void QueueInOrder(WorkItem item)
     {
         _injection.Enqueue(item); // its interlocked tail update is the full fence the parking protocol needs
         NotifyIfNoneSpinning();
