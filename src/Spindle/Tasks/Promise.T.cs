@@ -45,8 +45,15 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// The token of the promise's current use (the one <see cref="Task"/> carries). A completer that may come late (the
     /// reply to an ask whose asker may time out and reset the promise for its next ask) is given this token with the
     /// promise and completes through <see cref="TrySetResult(short, T)"/> or
-    /// <see cref="TrySetException(short, Exception)"/>, which complete that use only, never a later one.
+    /// <see cref="TrySetException(short, Exception)"/>, which complete that use only, not a later one.
     /// </summary>
+    /// <remarks>
+    /// The token is 16 bits, as a <see cref="System.Threading.Tasks.ValueTask"/>'s is, and each <see cref="Reset"/> steps it,
+    /// so it wraps: a completer is told apart from the next 65,535 uses, and one that comes 65,536 resets (or a multiple)
+    /// late completes the use then current. Where a reply may lag that far behind its ask (a fast asker that resets tens of
+    /// thousands of times a second, a replier stalled for seconds), carry an ask number of your own in the reply as well,
+    /// or use a new promise per ask.
+    /// </remarks>
     public short Token => _core.Version;
 
     /// <summary>True once the current use has been completed.</summary>
