@@ -504,11 +504,12 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     /// <summary>The waiter a blocked thread registers: it only sets the event, so a source runs it inline even when it dispatches continuations.</summary>
     internal static readonly Action<object?> s_set = static o => ((BlockingWait)o!).Set();
 
-    // The event, made whole with the waiter: a monitor on an object of its own, and a flag written under it. A
-    // ManualResetEventSlim allocated its lazy parts (88 B on .NET 10, its lock among them) at its first real wait, so a
-    // thread's first block allocated whenever it came (docs/decisions.md section 40); a monitor wait allocates nothing.
-    // Invariant: the flag is written only under the lock (true by Set, with the pulse) and, false, by the waiting thread
-    // when it pools the waiter; a wait checks it under the lock before it parks, so a set is never missed.
+    // The event, made whole with the waiter: a monitor on an object of its own, and a flag. A ManualResetEventSlim made
+    // its lazy parts at its first real wait (its lock, 24 B an event, and 64 B more once in the process), so a thread's
+    // first block allocated whenever it came (docs/decisions.md section 40); a monitor wait allocates nothing.
+    // Invariant: the flag turns true only under the lock, in the same hold as the pulse (Set), and false only on the
+    // waiting thread as it pools the waiter, after it has seen it true; a wait checks it under the lock before it parks,
+    // so a set is never missed, and a later use's wait, which takes the lock after that hold, never meets its pulse.
     private readonly object _gate = new();
     private volatile bool _set;
     private BlockingWait? _next;
@@ -527,11 +528,7 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
         }
     }
 
-    /// <summary>
-    /// Parks until set, or until <paramref name="milliseconds"/> have passed (<see cref="Timeout.Infinite"/>: until set).
-    /// The callers loop on <see cref="IsSet"/>: a wake from a set of the waiter's earlier use (its setter pulses after its
-    /// store, which the earlier wait may already have seen) only ends one round early.
-    /// </summary>
+    /// <summary>Parks until set, or until <paramref name="milliseconds"/> have passed (<see cref="Timeout.Infinite"/>: until set). The callers loop on <see cref="IsSet"/>.</summary>
     private void Wait(int milliseconds)
     {
         lock (_gate)
@@ -557,8 +554,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     /// Makes sure the calling thread's pool holds a waiter, so that its first real block allocates nothing: called when
     /// it starts waiting for a pending job, long before it may block (the first frames of a frame program, where such a
     /// program is not yet measured). The first call on a thread makes the waiter, and this type's and the waiter pool's
-    /// statics and the thread's slot for it if they are new; later ones cost a read of the thread's slot. Trim (SpindlePool.Trim) takes
-    /// it like any pooled object, and the thread's next wait for a pending job makes another.
+    /// statics and the thread's slot for it if they are new; later ones cost a read of the thread's slot.
+    /// <see cref="SpindlePool.Trim"/> takes the waiter like any pooled object, and the thread's next wait for a pending
+    /// job makes another, still before it can block.
     /// </summary>
     private static void EnsureAWaiter()
     {

@@ -19,26 +19,8 @@ public class JobDeadlockCheckDeepGraphTests
 {
     private const int Levels = 20;
 
-    private sealed class Box
+    private sealed class Box : HandleSetLater
     {
-        private JobHandle _target;
-        private volatile bool _set;
-
-        /// <summary>Waits until the test has built the graph (another test's flush may start the job before that).</summary>
-        public JobHandle Target
-        {
-            get
-            {
-                Assert.True(SpinWait.SpinUntil(() => _set, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the test never set the target");
-                return _target;
-            }
-            set
-            {
-                _target = value;
-                _set = true;
-            }
-        }
-
         public Exception? CheckRefused;
         public Exception? CompleteThrew;
         public int EdgesWalked = -1;
@@ -54,7 +36,7 @@ public class JobDeadlockCheckDeepGraphTests
         public readonly void Execute()
         {
             Box.Ran = true;
-            JobHandle target = Box.Target;
+            JobHandle target = Box.Handle;
             try
             {
                 JobNode.ThrowIfWaitsForARunningJob(target.Node!, target.Version);
@@ -133,7 +115,7 @@ public class JobDeadlockCheckDeepGraphTests
             JobHandle target = where == Where.AfterTheDiamonds
                 ? new NoopJob().Schedule(end)
                 : new NoopJob().Schedule(new NoopJob().Schedule(job));
-            box.Target = target;
+            box.Handle = target;
             Exception? thrown = JobTestUtil.CompleteCatching(job);
             Assert.True(box.Ran);
             Assert.True(box.CheckRefused is not null, "the check let a wait that could never end go ahead (it gave up on the graph)");
@@ -160,7 +142,7 @@ public class JobDeadlockCheckDeepGraphTests
             JobHandle job = new WaitInsideJob { Box = box }.Schedule();
             JobHandle end = Diamonds(job, out int jobs);
             JobHandle independent = new CountJob(ran).Schedule(new NoopJob().Schedule());
-            box.Target = independent;
+            box.Handle = independent;
             Assert.Null(JobTestUtil.CompleteCatching(job));
             Assert.Null(box.CheckRefused);
             Assert.Null(box.CompleteThrew);

@@ -1,5 +1,4 @@
-using System;
-using System.Threading;
+using System.Threading.Tasks;
 
 namespace SpindleLib.Tests.Jobs;
 
@@ -46,35 +45,20 @@ public class JobFirstBlockAllocationTests
     }
 
     [Fact]
-    public void AThreadsFirstRealBlockInComplete_AfterItsFramesSettled_AllocatesNothing()
+    public async Task AThreadsFirstRealBlockInComplete_AfterItsFramesSettled_AllocatesNothing()
     {
         long firstBlock = -1, secondBlock = -1;
         int[] count = new int[1];
-        Exception? failure = null;
-        var main = new Thread(() =>
+        await TestUtil.WithTimeout(TestUtil.RunOnThread(() =>
         {
-            try
+            int[] values = new int[256];
+            for (int f = 0; f < Frames; f++)
             {
-                int[] values = new int[256];
-                for (int f = 0; f < Frames; f++)
-                {
-                    RunFrame(values, count);
-                }
-                firstBlock = JobTestUtil.BlockInComplete();
-                secondBlock = JobTestUtil.BlockInComplete();
+                RunFrame(values, count);
             }
-            catch (Exception ex)
-            {
-                failure = ex;
-            }
-        })
-        {
-            Name = "fresh scheduling thread",
-            IsBackground = true,
-        };
-        main.Start();
-        Assert.True(main.Join(TimeSpan.FromMinutes(1)), "the frames did not finish");
-        Assert.Null(failure);
+            firstBlock = JobTestUtil.BlockInComplete();
+            secondBlock = JobTestUtil.BlockInComplete();
+        }, "fresh scheduling thread"), 60);
         Assert.Equal(2 * Frames, count[0]);
         Assert.True(firstBlock == 0, $"the thread's first real block in Complete() allocated {firstBlock} bytes (the second {secondBlock})");
         Assert.Equal(0, secondBlock);

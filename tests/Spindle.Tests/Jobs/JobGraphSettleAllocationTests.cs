@@ -11,9 +11,9 @@ namespace SpindleLib.Tests.Jobs;
 /// came ever more rarely: such a graph allocated for about 6,000 frames (docs/decisions.md sections 38 and 39). Counted
 /// over a fixed number of frames, no timing: the scheduling thread's bytes, exactly (every rent happens there), and on
 /// every thread, the objects the graph's pools made. Not all threads' bytes: the test host allocates 2-3 KB a second
-/// on its own threads. The scheduling thread may block for real in Complete() for the first time in any frame: that
-/// allocates nothing either (the test used to block once before the frames to pay for it; JobFirstBlockAllocationTests).
-/// Run alone.
+/// on its own threads. The scheduling thread blocks for real in Complete() once before the frames: that first block
+/// allocated its waiter until JobFirstBlockAllocationTests' change, and the block's waiter edge is one more than the
+/// graph's own edges. Run alone.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public class JobGraphSettleAllocationTests
@@ -183,6 +183,7 @@ public class JobGraphSettleAllocationTests
         {
             try
             {
+                JobTestUtil.BlockInComplete();
                 for (int f = 0; f < WarmupFrames; f++)
                 {
                     RunFrame(world, f);

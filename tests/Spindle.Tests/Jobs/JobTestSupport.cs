@@ -185,6 +185,32 @@ internal struct BatchRecordJob : IJobParallelForBatch
     }
 }
 
+/// <summary>A handle that a job reads once the test has set it, after scheduling the job (and what depends on it).</summary>
+/// <remarks>
+/// The read waits until the handle is set: the batch is global, so another test's Complete() or flush, running in
+/// parallel, may start the job before the test has stored the handle, which then read as default (a completed handle)
+/// and let the job succeed (seen once in CI: "Assert.IsType() Failure: Value is null").
+/// </remarks>
+internal class HandleSetLater
+{
+    private JobHandle _handle;
+    private volatile bool _set;
+
+    public JobHandle Handle
+    {
+        get
+        {
+            Assert.True(SpinWait.SpinUntil(() => _set, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the test never set the handle");
+            return _handle;
+        }
+        set
+        {
+            _handle = value;
+            _set = true;
+        }
+    }
+}
+
 /// <summary>
 /// Says it started (<c>Flags[0]</c>), then waits until the waiter, once it says it is about to complete this job
 /// (<c>Flags[1]</c>), has blocked in Complete().
