@@ -161,33 +161,7 @@ public sealed class PromiseTokenReviewTests
         var reply = new Promise<int>();
         SpindleTask<int> old = reply.Task;
         short token = reply.Token;
-        Exception? reset = null;
-        int returned = 0;
-        SourceCoreTestHooks.CompletionClaimed = () =>
-        {
-            SourceCoreTestHooks.CompletionClaimed = null;
-            _ = TestUtil.RunOnThread(() =>
-            {
-                try
-                {
-                    reset = Record.Exception(reply.Reset);
-                }
-                finally
-                {
-                    Volatile.Write(ref returned, 1);
-                }
-            }, "owner");
-            TestUtil.SpinUntil(() => Volatile.Read(ref returned) == 1, () => "the reset did not return while the completer held its claim");
-        };
-        bool set;
-        try
-        {
-            set = reply.TrySetResult(token, 42);
-        }
-        finally
-        {
-            SourceCoreTestHooks.CompletionClaimed = null;
-        }
+        (bool set, Exception? reset) = ResetRaceTests.CompleteWhileAResetMeetsTheClaim(reply, () => reply.TrySetResult(token, 42));
         Assert.True(set);
         Assert.Equal(SourceCore<VoidResult>.ResetWhileCompletingMessage, Assert.IsType<InvalidOperationException>(reset).Message);
         Assert.Equal(42, old.GetAwaiter().GetResult());

@@ -54,6 +54,10 @@ public sealed class ResetRaceTests
     /// completer there until the reset has returned): the set's result, and what the reset threw.
     /// </summary>
     private static (bool Set, Exception? Reset) SetWhileAResetMeetsTheClaim(Promise<int> promise, int value)
+        => CompleteWhileAResetMeetsTheClaim(promise, () => promise.TrySetResult(value));
+
+    /// <summary>As <see cref="SetWhileAResetMeetsTheClaim"/>, with any completion of the promise's current use (a TrySet* by token, say).</summary>
+    internal static (bool Set, Exception? Reset) CompleteWhileAResetMeetsTheClaim(Promise<int> promise, Func<bool> complete)
     {
         Exception? reset = null;
         int returned = 0;
@@ -76,7 +80,7 @@ public sealed class ResetRaceTests
         bool set;
         try
         {
-            set = promise.TrySetResult(value);
+            set = complete();
         }
         finally
         {
