@@ -47,8 +47,8 @@ internal sealed class ThreadCounters
     /// <summary>How many entries of the running-jobs stack are in use.</summary>
     public int RunningCount;
 
-    /// <summary>The stack JobNode's deadlock walk reuses on this thread (created on its first walk, empty between walks).</summary>
-    public Stack<(JobNode Node, int Version)>? DeadlockWalk;
+    /// <summary>The deadlock walk this thread reuses (created on its first walk, empty between walks; see <see cref="JobNode.DeadlockWalk"/>).</summary>
+    public JobNode.DeadlockWalk? DeadlockWalk;
 
     /// <summary>Records that <paramref name="node"/>'s work starts running on this thread (null: a helping wait, see <see cref="EnterHelpingWait"/>).</summary>
     public void PushRunning(JobNode? node)

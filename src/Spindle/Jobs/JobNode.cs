@@ -624,16 +624,20 @@ internal abstract class JobNode : WorkItem
     /// before the wait returns, so the thread would wait for ever (it did, before this check).
     /// </summary>
     /// <remarks>
-    /// Called before a thread blocks in Complete() or a blocking read, never on the scheduling or finishing path. The walk follows the
-    /// running jobs' waiter lists down to their dependents and theirs. It is safe without references: a job that runs on
-    /// this thread cannot finish meanwhile, so its list only grows (pushes at the head), and a dependent reached through
-    /// an edge of that job's version waits for it, so cannot finish either; edges of another version (misplaced by a
-    /// push that raced an earlier use, see the remarks on pushing) and awaiters' continuations are skipped, not followed
-    /// into. The walk stops after <see cref="MaxDeadlockWalk"/> edges (a graph with many shared paths): past that the
-    /// wait goes ahead unchecked. The message names the caller's situation from the thread's running-jobs stack: the job
-    /// found is the innermost entry (the caller is that job's own code, or code its Execute ran inline), or a helping
-    /// wait's mark lies above it (<see cref="ThreadCounters.EnterHelpingWait"/>: the job is blocked, and the caller is
-    /// work its thread picked up meanwhile, such as a Spindle.Run item or another job).
+    /// Called before a thread blocks in Complete() or a blocking read, never on the scheduling or finishing path. The walk
+    /// follows the running jobs' waiter lists down to their dependents and theirs. It is safe without references: a job
+    /// that runs on this thread cannot finish meanwhile, so its list only grows (pushes at the head), and a dependent
+    /// reached through an edge of that job's version waits for it, so cannot finish either; edges of another version
+    /// (misplaced by a push that raced an earlier use, see the remarks on pushing) and awaiters' continuations are skipped,
+    /// not followed into. Each job (node and version) is looked at once, however many paths lead to it
+    /// (<see cref="DeadlockWalk"/>): the walk is linear in the jobs and edges it reaches, and has no bound. It had one (100,000
+    /// edges, past which the wait went ahead unchecked), because it followed every path, and a graph of shared paths (each
+    /// level's jobs combined and fanned out again) has exponentially many: a wait that could never end, found only past the
+    /// bound, hung. Every job it reaches waits for a running job, so what it can reach is the pending graph behind this
+    /// thread's jobs, no larger than what the program scheduled. The message names the caller's situation from the thread's
+    /// running-jobs stack: the job found is the innermost entry (the caller is that job's own code, or code its Execute ran
+    /// inline), or a helping wait's mark lies above it (<see cref="ThreadCounters.EnterHelpingWait"/>: the job is blocked,
+    /// and the caller is work its thread picked up meanwhile, such as a Spindle.Run item or another job).
     /// </remarks>
     /// <exception cref="InvalidOperationException">The wait could never end.</exception>
     internal static void ThrowIfWaitsForARunningJob(JobNode target, int version) => ThrowIfWaitsForARunningJob(target, version, null);
@@ -661,16 +665,27 @@ internal abstract class JobNode : WorkItem
         {
             return;
         }
+        DeadlockWalk walk = counters.DeadlockWalk ??= new DeadlockWalk();
+#if DEBUG
+        walk.EdgesWalkedForTests = 0;
+#endif
         int top = counters.RunningCount - 1;
-        for (int i = top; i >= 0; i--) // innermost first: a wait both the caller's own job and an outer one would refuse names the caller's
+        try
         {
-            if (counters.RunningAt(i) is { } running && running.IsWaitedForBy(target, version, awaiter, counters.DeadlockWalk ??= new()))
+            for (int i = top; i >= 0; i--) // innermost first: a wait both the caller's own job and an outer one would refuse names the caller's
             {
-                // The innermost entry is the job whose own code called (or code its Execute ran inline). Anything above
-                // the job found (a helping wait's mark, and what it ran) means the job is blocked further down the stack,
-                // and the caller is work its waiting thread picked up.
-                ThrowHelper.ThrowInvalidOperation(i == top ? InsideTheJobMessage : NestedInABlockedJobMessage);
+                if (counters.RunningAt(i) is { } running && walk.Reaches(running, target, version, awaiter))
+                {
+                    // The innermost entry is the job whose own code called (or code its Execute ran inline). Anything above
+                    // the job found (a helping wait's mark, and what it ran) means the job is blocked further down the stack,
+                    // and the caller is work its waiting thread picked up.
+                    ThrowHelper.ThrowInvalidOperation(i == top ? InsideTheJobMessage : NestedInABlockedJobMessage);
+                }
             }
+        }
+        finally
+        {
+            walk.Clear(counters);
         }
     }
 
@@ -689,62 +704,91 @@ internal abstract class JobNode : WorkItem
         "That job cannot return before this code does, so the wait would never end. " +
         "Await the handle or task here instead of blocking, or do not block inside that job: make what it waits for a dependency of it.";
 
-    private const int MaxDeadlockWalk = 100_000;
-
-    /// <summary>True if the target (see <see cref="ThrowIfWaitsForARunningJob(JobNode?, int, object?)"/>) is this running job or waits for it.</summary>
-    /// <remarks>The walk uses the thread's stack, empty before, and empties it again on every way out, so that it keeps no node alive.</remarks>
-    private bool IsWaitedForBy(JobNode? target, int version, object? awaiter, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
+    /// <summary>
+    /// A thread's walk for <see cref="ThrowIfWaitsForARunningJob(JobNode?, int, object?)"/>: the jobs still to look at (an
+    /// explicit stack, depth first: a dependent chain can be tens of thousands of jobs long) and every job reached, each a
+    /// node with the version it was reached for (a handle), so that a job many paths lead to is looked at once. Kept on
+    /// the thread (<see cref="ThreadCounters.DeadlockWalk"/>) and reused, so a check allocates nothing once the
+    /// collections have grown; emptied on every way out (<see cref="Clear"/>), so that it keeps no node alive.
+    /// </summary>
+    /// <remarks>
+    /// The jobs reached are shared by the walks from each of the thread's running jobs, innermost first: the jobs reached
+    /// from one job that did not lead to the target do not lead to it from another either.
+    /// </remarks>
+    internal sealed class DeadlockWalk
     {
-        int ownVersion = Version;
-        if (target == this && version == ownVersion)
-        {
-            return true;
-        }
-        pending.Push((this, ownVersion));
-        try
-        {
-            return ReachesThroughDependents(target, version, awaiter, pending);
-        }
-        finally
-        {
-            pending.Clear();
-        }
-    }
+        /// <summary>
+        /// A walk that reached more jobs than this leaves its collections to the GC: a thread keeps at most about this
+        /// many entries' worth (some 180 KB) after a walk over a huge pending graph, and a walk that large allocates anew.
+        /// </summary>
+        internal const int MaxKept = 4096;
 
-    /// <summary>Depth first, on an explicit stack: a dependent chain can be tens of thousands of jobs long.</summary>
-    private static bool ReachesThroughDependents(JobNode? target, int version, object? awaiter, System.Collections.Generic.Stack<(JobNode Node, int Version)> pending)
-    {
-        int walked = 0;
-        while (pending.Count > 0)
+        private readonly System.Collections.Generic.Stack<JobHandle> _pending = new();
+        private readonly System.Collections.Generic.HashSet<JobHandle> _reached = new();
+
+#if DEBUG
+        /// <summary>Tests only (a Debug build): how many edges the thread's last check looked at.</summary>
+        internal int EdgesWalkedForTests;
+#endif
+
+        /// <summary>True if the target (see <see cref="ThrowIfWaitsForARunningJob(JobNode?, int, object?)"/>) is the running job or waits for it.</summary>
+        public bool Reaches(JobNode running, JobNode? target, int version, object? awaiter)
         {
-            (JobNode node, int nodeVersion) = pending.Pop();
-            for (Edge? edge = Volatile.Read(ref node._edges); edge is not null && edge != s_sealed; edge = edge.Next)
+            var start = new JobHandle(running, running.Version);
+            if (target == running && version == start.Version)
             {
-                if (++walked > MaxDeadlockWalk)
-                {
-                    return false;
-                }
-                if (edge.ExpectedVersion != nodeVersion)
-                {
-                    continue; // misplaced: its job is another one
-                }
-                if (edge.Dependent is not { } dependent)
-                {
-                    if (awaiter is not null && edge.State == awaiter)
-                    {
-                        return true; // the source read is this awaiter: it resumes only after this job has finished
-                    }
-                    continue; // another awaiter: not followed
-                }
-                int dependentVersion = dependent.Version;
-                if (dependent == target && dependentVersion == version)
-                {
-                    return true;
-                }
-                pending.Push((dependent, dependentVersion));
+                return true;
             }
+            if (!_reached.Add(start))
+            {
+                return false; // reached from a job further in, which did not lead to the target
+            }
+            _pending.Push(start);
+            while (_pending.Count > 0)
+            {
+                JobHandle job = _pending.Pop();
+                for (Edge? edge = Volatile.Read(ref job.Node!._edges); edge is not null && edge != s_sealed; edge = edge.Next)
+                {
+#if DEBUG
+                    EdgesWalkedForTests++;
+#endif
+                    if (edge.ExpectedVersion != job.Version)
+                    {
+                        continue; // misplaced: its job is another one
+                    }
+                    if (edge.Dependent is not { } dependent)
+                    {
+                        if (awaiter is not null && edge.State == awaiter)
+                        {
+                            return true; // the source read is this awaiter: it resumes only after this job has finished
+                        }
+                        continue; // another awaiter: not followed
+                    }
+                    var reached = new JobHandle(dependent, dependent.Version);
+                    if (dependent == target && reached.Version == version)
+                    {
+                        return true;
+                    }
+                    if (_reached.Add(reached))
+                    {
+                        _pending.Push(reached);
+                    }
+                }
+            }
+            return false;
         }
-        return false;
+
+        /// <summary>Empties the walk (it keeps no node alive), or, after a walk past <see cref="MaxKept"/> jobs, drops it.</summary>
+        public void Clear(ThreadCounters owner)
+        {
+            if (_reached.Count > MaxKept)
+            {
+                owner.DeadlockWalk = null;
+                return;
+            }
+            _pending.Clear();
+            _reached.Clear();
+        }
     }
 
     /// <summary>Lets a waiting thread take part in the job's own work (parallel-for batches). Default: nothing to share.</summary>

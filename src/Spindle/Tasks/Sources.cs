@@ -502,13 +502,72 @@ internal static class TaskBridge
 internal sealed class BlockingWait : IPoolNode<BlockingWait>
 {
     /// <summary>The waiter a blocked thread registers: it only sets the event, so a source runs it inline even when it dispatches continuations.</summary>
-    internal static readonly Action<object?> s_set = static o => ((BlockingWait)o!)._event.Set();
+    internal static readonly Action<object?> s_set = static o => ((BlockingWait)o!).Set();
 
-
-    private readonly ManualResetEventSlim _event = new(false, spinCount: 0);
+    // The event, made whole with the waiter: a monitor on an object of its own, and a flag. A ManualResetEventSlim made
+    // its lazy parts at its first real wait (its lock, 24 B an event, and 64 B more once in the process), so a thread's
+    // first block allocated whenever it came (docs/decisions.md section 40); a monitor wait allocates nothing.
+    // Invariant: the flag turns true only under the lock, in the same hold as the pulse (Set), and false only on the
+    // waiting thread as it pools the waiter, after it has seen it true; a wait checks it under the lock before it parks,
+    // so a set is never missed, and a later use's wait, which takes the lock after that hold, never meets its pulse.
+    private readonly object _gate = new();
+    private volatile bool _set;
     private BlockingWait? _next;
 
     ref BlockingWait? IPoolNode<BlockingWait>.Next => ref _next;
+
+    private bool IsSet => _set;
+
+    /// <summary>Wakes the waiting thread: once per registration (the lock costs the waker nothing measurable next to a block).</summary>
+    private void Set()
+    {
+        lock (_gate)
+        {
+            _set = true;
+            Monitor.PulseAll(_gate);
+        }
+    }
+
+    /// <summary>Parks until set, or until <paramref name="milliseconds"/> have passed (<see cref="Timeout.Infinite"/>: until set). The callers loop on <see cref="IsSet"/>.</summary>
+    private void Wait(int milliseconds)
+    {
+        lock (_gate)
+        {
+            if (!_set)
+            {
+                Monitor.Wait(_gate, milliseconds);
+            }
+        }
+    }
+
+    /// <summary>
+    /// Back to the calling thread's pool, cleared. A waiter is rented and returned by the thread that blocks, so its
+    /// pool stack is that thread's own.
+    /// </summary>
+    private void Return()
+    {
+        _set = false;
+        ObjectPool<BlockingWait>.Return(this);
+    }
+
+    /// <summary>
+    /// Makes sure the calling thread's pool holds a waiter, so that its first real block allocates nothing: called when
+    /// it starts waiting for a pending job, long before it may block (the first frames of a frame program, where such a
+    /// program is not yet measured). The first call on a thread makes the waiter, and this type's and the waiter pool's
+    /// statics and the thread's slot for it if they are new; later ones cost a read of the thread's slot.
+    /// <see cref="SpindlePool.Trim"/> takes the waiter like any pooled object, and the thread's next wait for a pending
+    /// job makes another, still before it can block.
+    /// </summary>
+    private static void EnsureAWaiter()
+    {
+        if (ObjectPool<BlockingWait>.LocalCount == 0)
+        {
+            ObjectPool<BlockingWait>.Return(new BlockingWait());
+            // And this type's statics: s_set's delegate (88 B with its closure class) was made at the first block in the
+            // process, when the waiter registered it. A use the JIT cannot drop, so the initializer runs here.
+            GC.KeepAlive(s_set);
+        }
+    }
 
     /// <summary>
     /// Blocks until a job finishes, running jobs on the calling thread while it waits: first the job's own batches (a
@@ -520,6 +579,7 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     public static void WaitForJob(JobNode node, int version)
     {
         JobNode.ThrowIfWaitsForARunningJob(node, version);
+        EnsureAWaiter();
         using (ThreadCounters.EnterHelpingWait())
         {
             HelpUntilJobCompletes(node, version);
@@ -552,20 +612,18 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             BlockingWait waiter = ObjectPool<BlockingWait>.TryRent() ?? new BlockingWait();
             if (!node.TryAddWaiter(version, s_set, waiter))
             {
-                ObjectPool<BlockingWait>.Return(waiter);
+                waiter.Return();
                 return; // finished meanwhile
             }
-            ManualResetEventSlim ev = waiter._event;
-            while (!ev.IsSet)
+            while (!waiter.IsSet)
             {
                 if (node.TryHelp(version) || pool.TryRunHelpable())
                 {
                     continue;
                 }
-                ev.Wait(1);
+                waiter.Wait(1);
             }
-            ev.Reset();
-            ObjectPool<BlockingWait>.Return(waiter);
+            waiter.Return();
             return;
         }
     }
@@ -591,7 +649,7 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             // Refused before anything was registered (the use already has an awaiter, or the token is stale): nothing
             // will set the event, so the waiter goes back to its pool as it came. A waiter that may still be set by a
             // registration that did happen is never pooled (its next use would wake early).
-            ObjectPool<BlockingWait>.Return(waiter);
+            waiter.Return();
             throw;
         }
 #if DEBUG
@@ -609,9 +667,8 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
     private static void HelpUntilSet(BlockingWait waiter)
     {
         Scheduler scheduler = Scheduler.Default;
-        ManualResetEventSlim ev = waiter._event;
         int idleRounds = 0;
-        while (!ev.IsSet)
+        while (!waiter.IsSet)
         {
             if (scheduler.TryRunOne())
             {
@@ -625,17 +682,9 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             }
             // Nothing to help with: sleep until completion. A worker wakes now and then to help again, since only it
             // can run what lands in its own run-next slot; any other thread can leave the queues to the workers.
-            if (scheduler.IsWorkerThread)
-            {
-                ev.Wait(1);
-            }
-            else
-            {
-                ev.Wait();
-            }
+            waiter.Wait(scheduler.IsWorkerThread ? 1 : Timeout.Infinite);
         }
-        ev.Reset();
-        ObjectPool<BlockingWait>.Return(waiter);
+        waiter.Return();
     }
 
 #if DEBUG

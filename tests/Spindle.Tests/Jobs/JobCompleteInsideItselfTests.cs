@@ -14,30 +14,8 @@ namespace SpindleLib.Tests.Jobs;
 public class JobCompleteInsideItselfTests
 {
     /// <summary>Where a job finds the handle it completes (set after scheduling).</summary>
-    /// <remarks>
-    /// The job's read waits until the handle is set: the batch is global, so another test's Complete() or flush, running
-    /// in parallel, may start the job before the test has stored the handle, which then read as default (a completed
-    /// handle) and let the job succeed (seen once in CI: "Assert.IsType() Failure: Value is null").
-    /// </remarks>
-    private sealed class HandleBox
+    private sealed class HandleBox : HandleSetLater
     {
-        private JobHandle _handle;
-        private volatile bool _set;
-
-        public JobHandle Handle
-        {
-            get
-            {
-                Assert.True(SpinWait.SpinUntil(() => _set, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the test never set the handle");
-                return _handle;
-            }
-            set
-            {
-                _handle = value;
-                _set = true;
-            }
-        }
-
         public Exception? Seen;
         public int Runs;
         public SpindleTask Task; // the task a blocking read was refused on (when ReadATask)

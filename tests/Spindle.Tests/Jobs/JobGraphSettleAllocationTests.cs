@@ -11,7 +11,9 @@ namespace SpindleLib.Tests.Jobs;
 /// came ever more rarely: such a graph allocated for about 6,000 frames (docs/decisions.md sections 38 and 39). Counted
 /// over a fixed number of frames, no timing: the scheduling thread's bytes, exactly (every rent happens there), and on
 /// every thread, the objects the graph's pools made. Not all threads' bytes: the test host allocates 2-3 KB a second
-/// on its own threads. Run alone.
+/// on its own threads. The scheduling thread blocks for real in Complete() once before the frames: that first block
+/// allocated its waiter until JobFirstBlockAllocationTests' change, and the block's waiter edge is one more than the
+/// graph's own edges. Run alone.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public class JobGraphSettleAllocationTests
@@ -95,39 +97,6 @@ public class JobGraphSettleAllocationTests
             }
             Sums[Slot] += sum;
         }
-    }
-
-    /// <summary>
-    /// Says it started (<c>Flags[0]</c>), then waits until the waiter, once it says it is about to complete this job
-    /// (<c>Flags[1]</c>), has blocked in Complete().
-    /// </summary>
-    private struct BlockerJob : IJob
-    {
-        public Thread Waiter;
-        public int[] Flags;
-
-        public readonly void Execute()
-        {
-            int[] flags = Flags;
-            Thread waiter = Waiter;
-            Volatile.Write(ref flags[0], 1);
-            TestUtil.SpinUntil(() => Volatile.Read(ref flags[1]) == 1 && (waiter.ThreadState & ThreadState.WaitSleepJoin) != 0);
-        }
-    }
-
-    /// <summary>
-    /// The calling thread's first real block in Complete() allocates its waiter once (and the runtime's monitor wait its
-    /// own, once per thread): made to happen before the frames, not at a random one of the measured ones. The job is
-    /// running on a worker before the call, so the caller cannot run it while it waits, and has nothing else to help with.
-    /// </summary>
-    private static void BlockOnceInComplete()
-    {
-        var flags = new int[2];
-        JobHandle blocker = new BlockerJob { Waiter = Thread.CurrentThread, Flags = flags }.Schedule();
-        JobHandle.ScheduleBatchedJobs();
-        TestUtil.SpinUntil(() => Volatile.Read(ref flags[0]) == 1);
-        Volatile.Write(ref flags[1], 1);
-        blocker.Complete();
     }
 
     /// <summary>How many objects each pool the graph rents from has made so far, on any thread.</summary>
@@ -214,7 +183,7 @@ public class JobGraphSettleAllocationTests
         {
             try
             {
-                BlockOnceInComplete();
+                JobTestUtil.BlockInComplete();
                 for (int f = 0; f < WarmupFrames; f++)
                 {
                     RunFrame(world, f);

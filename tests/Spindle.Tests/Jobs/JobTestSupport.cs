@@ -185,11 +185,72 @@ internal struct BatchRecordJob : IJobParallelForBatch
     }
 }
 
+/// <summary>A handle that a job reads once the test has set it, after scheduling the job (and what depends on it).</summary>
+/// <remarks>
+/// The read waits until the handle is set: the batch is global, so another test's Complete() or flush, running in
+/// parallel, may start the job before the test has stored the handle, which then read as default (a completed handle)
+/// and let the job succeed (seen once in CI: "Assert.IsType() Failure: Value is null").
+/// </remarks>
+internal class HandleSetLater
+{
+    private JobHandle _handle;
+    private volatile bool _set;
+
+    public JobHandle Handle
+    {
+        get
+        {
+            Assert.True(SpinWait.SpinUntil(() => _set, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the test never set the handle");
+            return _handle;
+        }
+        set
+        {
+            _handle = value;
+            _set = true;
+        }
+    }
+}
+
+/// <summary>
+/// Says it started (<c>Flags[0]</c>), then waits until the waiter, once it says it is about to complete this job
+/// (<c>Flags[1]</c>), has blocked in Complete().
+/// </summary>
+internal struct BlockerJob : IJob
+{
+    public Thread Waiter;
+    public int[] Flags;
+
+    public readonly void Execute()
+    {
+        int[] flags = Flags;
+        Thread waiter = Waiter;
+        Volatile.Write(ref flags[0], 1);
+        TestUtil.SpinUntil(() => Volatile.Read(ref flags[1]) == 1 && (waiter.ThreadState & ThreadState.WaitSleepJoin) != 0);
+    }
+}
+
 internal static class JobTestUtil
 {
     /// <summary>Runs <paramref name="body"/> on a pool thread, failing with <see cref="TimeoutException"/> if it hangs.</summary>
     public static Task Bounded(Action body, int seconds = TestUtil.DefaultTimeoutSeconds)
         => TestUtil.WithTimeout(Task.Run(body), seconds);
+
+    /// <summary>
+    /// Makes the calling thread really block in Complete() (park, not only help and spin), and returns the bytes it
+    /// allocated in that call. The job is running on a worker before the call, so the caller cannot run it while it
+    /// waits, and it holds its worker until the caller is parked. Run alone (the caller helps with any queued job).
+    /// </summary>
+    public static long BlockInComplete()
+    {
+        var flags = new int[2];
+        JobHandle blocker = new BlockerJob { Waiter = Thread.CurrentThread, Flags = flags }.Schedule();
+        JobHandle.ScheduleBatchedJobs();
+        TestUtil.SpinUntil(() => Volatile.Read(ref flags[0]) == 1);
+        Volatile.Write(ref flags[1], 1);
+        long before = GC.GetAllocatedBytesForCurrentThread();
+        blocker.Complete();
+        return GC.GetAllocatedBytesForCurrentThread() - before;
+    }
 
     /// <summary>Completes the handle and returns the exception it rethrew (or null).</summary>
     public static Exception? CompleteCatching(JobHandle handle)

@@ -70,8 +70,9 @@ public sealed class PoolHygieneTests
         Add("ForgetObserver", "_token", "scalar, written by Observe for every use");
         Add("ForgetObserver", "_phase", "scalar, written by Observe for every use (Registering) before the observer is registered");
 
-        // Blocking waiter: its event is readonly, made once per pooled waiter, and Reset before the waiter is returned.
-        Add("BlockingWait", "_event", "readonly ManualResetEventSlim made once per pooled waiter, reset before return");
+        // Blocking waiter: the monitor object its event waits on is readonly, made once per pooled waiter (its flag, _set,
+        // is cleared before the waiter is returned, and checked clean here).
+        Add("BlockingWait", "_gate", "readonly lock object made once per pooled waiter, holds nothing of a use");
 
         // Combinators (Combinator.cs): the slot array and each slot's Owner/Index are kept with the pooled combinator; each
         // slot is walked, and its per-slot cell cache too. Scalars are rewritten by Prepare/Rent/Add before any read.
