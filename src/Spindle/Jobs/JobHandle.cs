@@ -18,7 +18,8 @@ namespace SpindleLib;
 /// <para><b>Faults.</b> A job that throws does not harm its worker. Its exception is rethrown by <see cref="Complete"/>
 /// and by <c>await</c>, on this handle and on the handle of every job that depends on it, directly or not: the dependents
 /// of a failed job do not run, and they complete with the same exception. A failure that nobody observes is reported to
-/// <see cref="Spindle.UnobservedException"/> when its handle is garbage-collected.</para>
+/// <see cref="Spindle.UnobservedException"/> when the failed job is garbage-collected (a failed job is never recycled; it is
+/// collected once no handle to it remains).</para>
 /// <para><b>Stale handles.</b> Once a job has succeeded its slot is reused; an old handle then counts as completed, as
 /// in Unity. It never waits on the job that reuses the slot.</para>
 /// </remarks>
@@ -84,7 +85,7 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// them first, then rethrows the exception of the first failed handle in span order, as <see cref="Complete"/> on that
     /// handle would (so the data every job touched is free, whichever failed). That is the failure it observes. Another
     /// failed handle's exception is not observed by this call: <see cref="Complete"/> that handle to read it; if nothing
-    /// does, it is reported to <see cref="Spindle.UnobservedException"/> when collected, as any job failure nobody
+    /// does, it is reported to <see cref="Spindle.UnobservedException"/> when the failed job is collected, as any job failure nobody
     /// observes. (Handles that failed because of one failed dependency share its exception, observed once.)</para>
     /// <para>The rules of <see cref="Complete"/> hold for each wait: do not call it inside a job on a handle that can
     /// finish only after that job (it throws the <see cref="InvalidOperationException"/> Complete() throws, and then
