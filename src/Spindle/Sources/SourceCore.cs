@@ -1125,6 +1125,9 @@ internal struct SourceCore<TResult>
     /// <summary>Signal only: set, and no wait has taken it yet.</summary>
     public bool IsSignaled => (Volatile.Read(ref _word) & StateMask) == Signaled;
 
+    /// <summary>Signal only, for tests: a wait's waiter has registered (a set now resumes it on the setting thread, or queues it).</summary>
+    public bool IsWaitRegistered => (Volatile.Read(ref _word) & StateMask) == Waiting;
+
     /// <summary>Signal only: a wait is armed, whether or not its waiter has registered yet.</summary>
     public bool IsWaitPending
     {

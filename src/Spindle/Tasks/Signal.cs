@@ -187,6 +187,12 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     public bool HasWaiter => _core.IsWaitPending;
 
     /// <summary>
+    /// Tests only: a wait's continuation has registered, not only the wait armed (<see cref="HasWaiter"/> is true from
+    /// the call to <see cref="WaitAsync(CancellationToken)"/>, before its await registers).
+    /// </summary>
+    internal bool HasRegisteredWaiterForTests => _core.IsWaitRegistered;
+
+    /// <summary>
     /// Waits for the signal. Completes at once (consuming the signal) if it is set. A canceled wait completes as
     /// canceled at once and leaves nothing registered.
     /// </summary>

@@ -61,7 +61,9 @@ public sealed class LoopResumedMethodContextTests
             var io = new TaskCompletionSource();
             var seen = new Seen();
             SpindleTask connection = Spindle.Run(() => Connection(reply, io.Task, seen)); // suspended on a worker, under no context
-            TestUtil.SpinUntil(() => reply.HasWaiter);
+            // Registered, not only armed: a set between the two would complete the await before it suspends, and the
+            // connection would go on on its worker (failed CI once on the netstandard2.1 build, and once in a helper's run).
+            TestUtil.SpinUntil(() => reply.HasRegisteredWaiterForTests);
             int loopThread = await TestUtil.WithTimeout(Spindle.Run(() => ReplyFromTheLoop(loop, reply)).AsTask());
             await TestUtil.WithTimeout(seen.Replied.Task);
             io.SetResult(); // the socket's completion, on a thread that is not the loop's
