@@ -709,9 +709,9 @@ internal struct SourceCore<TResult>
     /// <summary>As <see cref="TrySetException(Exception)"/>, for use <paramref name="onlyUse"/> only (see <see cref="TrySetResultOfUse"/>), or any (<see cref="AnyUse"/>).</summary>
     public bool TrySetExceptionOfUse(int onlyUse, Exception exception)
     {
-        if (IsCompletingOrCompleted)
+        if (IsCompletingOrCompleted || (onlyUse != AnyUse && Version != onlyUse))
         {
-            return false; // spares the capture below
+            return false; // spares the capture below (for a use already completed, or a late completer of an earlier one)
         }
         // Captured before the core is claimed: others wait while it is held, and a capture that failed (out of memory)
         // under the claim would leave it held for ever.

@@ -192,4 +192,36 @@ public sealed class PromiseLateCompleterTests
         Assert.True(resetRefused < asks / 10, $"resets refused: {resetRefused}");
         _ = answered;
     }
+
+    /// <summary>
+    /// A late failure by token is refused before its exception is captured: a stale completer costs nothing (review44's
+    /// note: the capture, an <c>ExceptionDispatchInfo</c> and the exception's stack trace, came before the token check).
+    /// </summary>
+    [Fact]
+    public void ALateFailureByToken_IsRefusedWithoutCapturingItsException()
+    {
+        var reply = new Promise<int>();
+        var plain = new Promise();
+        short stale = reply.Token;
+        short plainStale = plain.Token;
+        reply.Reset();
+        plain.Reset();
+        Exception error = new InvalidOperationException("late");
+        Assert.False(reply.TrySetException(stale, error)); // warm-up (JIT)
+        Assert.False(plain.TrySetException(plainStale, error));
+        long before = GC.GetAllocatedBytesForCurrentThread();
+        bool anyTaken = false;
+        for (int i = 0; i < 100; i++)
+        {
+            anyTaken |= reply.TrySetException(stale, error);
+            anyTaken |= plain.TrySetException(plainStale, error);
+        }
+        long allocated = GC.GetAllocatedBytesForCurrentThread() - before;
+        Assert.False(anyTaken);
+        Assert.Equal(0, allocated);
+        Assert.False(reply.IsCompleted);
+        Assert.False(plain.IsCompleted);
+        Assert.True(reply.TrySetException(reply.Token, error)); // the current use still takes it
+        Assert.Equal(SpindleTaskStatus.Faulted, reply.Task.Status);
+    }
 }
