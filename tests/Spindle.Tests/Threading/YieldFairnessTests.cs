@@ -58,14 +58,20 @@ public sealed class YieldFairnessTests
                 Volatile.Write(ref queuedAt[i], Volatile.Read(ref yields));
             }
             TestUtil.SpinUntil(() => Volatile.Read(ref ran) == Items);
-            long worst = 0;
+            var waits = new long[Items];
             for (int i = 0; i < Items; i++)
             {
-                worst = Math.Max(worst, Volatile.Read(ref ranAt[i]) - Volatile.Read(ref queuedAt[i]));
+                waits[i] = Volatile.Read(ref ranAt[i]) - Volatile.Read(ref queuedAt[i]);
             }
+            Array.Sort(waits);
             // In order, an item waits behind the items queued before it and each loop's one yield ahead of it: a few
-            // yields. At one outside item per fair look (every 61st), the last of 400 waited about 61 * 400 / workers.
-            Assert.True(worst < 300, $"an item queued from outside waited while the yielding loops made {worst:N0} yields");
+            // yields. At one outside item per fair look (every 61st), item i waited about 61 * i / workers: the 360th
+            // about 11,000 yields with two workers. The 90th percentile, not the worst: a worker that has taken an item
+            // and is then preempted by the OS (a second test process on two cores) lets the other workers' loops count
+            // thousands of yields before the item records its run (the fresh-clone CI saw 23,244 once, the test passing
+            // alone 8 of 8 and in its namespace 2 of 2); that delays a few items, not a tenth of them.
+            long p90 = waits[Items * 9 / 10];
+            Assert.True(p90 < 300, $"a tenth of the items queued from outside waited while the yielding loops made {p90:N0} yields or more (worst {waits[Items - 1]:N0})");
         }
         finally
         {
