@@ -199,10 +199,18 @@ internal struct SourceCore<TResult>
     // source is published (AllowAwaitAfterLetGo) and kept by every version step, as DispatchBit is.
     private const int AwaitAfterLetGoBit = 1 << 25;
 
+    // The completer claimed the use with no waiter registered (from Pending or Abandoned): nobody is about to be resumed by
+    // this completion. Set only in the claiming CAS (TryBeginCompletionCore) and dropped in the publishing store
+    // (EndCompletionWithOutcome), or by the version step of an abandoned use's unread end (EndAbandonedUnread), so a word
+    // has it only while it is Completing, and only the owner's Reset reads it (ClaimForReset): such a completion is waited
+    // out and then reset, since no awaiter's read can race the clearing; one that resumes an awaiter is refused. Invariant:
+    // set ⇒ Completing, and the claim's waiter was null or the abandoned sentinel.
+    private const int ClaimedWithoutWaiterBit = 1 << 26;
+
     private object? _continuation; // the waiter, while Waiting
     private object? _stateOrError; // see the remarks: a delegate waiter's state while pending, the failure once completed
     private TResult _result;
-    // The version token (low 16 bits), the state (bits 16-18), the marks above (bits 19-25) and the dispatch flag (the
+    // The version token (low 16 bits), the state (bits 16-18), the marks above (bits 19-26) and the dispatch flag (the
     // sign bit): see the remarks. The dispatch flag and AwaitAfterLetGoBit are set once before the source is published and
     // kept by every version step (NextVersion), so they cost no field and can be read at any time.
     private int _word;
@@ -267,7 +275,7 @@ internal struct SourceCore<TResult>
     /// </summary>
     internal const string ResetWhileCompletingMessage =
         "This promise cannot be reset while it is being completed: a SetResult, SetException, SetCanceled or TrySet* call on another " +
-        "thread has claimed its current use and is publishing the outcome at this instant, and a reset must not race a completion. " +
+        "thread has claimed its current use and is resuming the code that awaits it at this instant, and a reset must not race a completion. " +
         "Reset once that call has returned and the code awaiting the use has read it, or use a new promise.";
 
     /// <summary>Starts a new use: clears the result, error and continuation, and advances the version.</summary>
@@ -316,7 +324,10 @@ internal struct SourceCore<TResult>
     /// registration: its awaiting code was never run, and nothing threw (ResetRaceTests).
     /// </summary>
     /// <remarks>
-    /// A completer between its claim and its publication (Completing) is a Set* racing the reset, which the promise's
+    /// A completer between its claim and its publication (Completing) of a use nobody awaits (claimed from Pending or
+    /// Abandoned, <see cref="ClaimedWithoutWaiterBit"/>: a late reply by token to an ask that timed out) is waited out, and
+    /// the use then reset as any completed one: it resumes nobody, so no awaiter's read can race the clearing, and it runs
+    /// no user code before it publishes. One that resumes an awaiter is a Set* racing the reset, which the promise's
     /// remarks forbid: it is refused with its own message, before anything is written, so the completer publishes its
     /// outcome and runs its awaiter as if the reset had not been called. Not waited for and then reset: the awaiter the
     /// completer is about to run would race the clearing of the fields, and a read between the clearing and the version
@@ -338,7 +349,12 @@ internal struct SourceCore<TResult>
             }
             if (state == Completing)
             {
-                ThrowHelper.ThrowInvalidOperation(ResetWhileCompletingMessage);
+                if ((w & ClaimedWithoutWaiterBit) == 0)
+                {
+                    ThrowHelper.ThrowInvalidOperation(ResetWhileCompletingMessage);
+                }
+                w = AwaitPublication(w);
+                continue; // Completed now: reset as any completed use
             }
             if (state == Registering)
             {
@@ -358,6 +374,22 @@ internal struct SourceCore<TResult>
             }
             w = prev; // an await registered, or a completer claimed: look again
         }
+    }
+
+    /// <summary>
+    /// Spins (yielding if the holder was preempted) until the completer that holds <paramref name="w"/> (Completing) has
+    /// published, and returns the word then. Only for a claim that resumes nobody (<see cref="ClaimedWithoutWaiterBit"/>):
+    /// between its claim and its publication such a completer writes the outcome and runs no user code.
+    /// </summary>
+    private int AwaitPublication(int w)
+    {
+        SpinWait spin = default;
+        while ((w & StateMask) == Completing)
+        {
+            spin.SpinOnce();
+            w = Volatile.Read(ref _word);
+        }
+        return w;
     }
 
     /// <summary>
@@ -798,7 +830,7 @@ internal struct SourceCore<TResult>
                 w = Volatile.Read(ref _word);
                 continue;
             }
-            int prev = Interlocked.CompareExchange(ref _word, With(w, Completing), w);
+            int prev = Interlocked.CompareExchange(ref _word, With(w, Completing) | (current == Waiting ? 0 : ClaimedWithoutWaiterBit), w);
             if (prev == w)
             {
                 waiter = current == Waiting ? _continuation : current == Abandoned ? s_abandoned : null;
@@ -832,8 +864,9 @@ internal struct SourceCore<TResult>
         SourceCoreTestHooks.CompletionClaimed?.Invoke();
 #endif
         // The publication point: from here on the operation is complete to every reader, and the core is not touched.
-        // Only the completer writes the word while it is Completing, so this read is the word it set.
-        int published = With(_word, Completed);
+        // Only the completer writes the word while it is Completing, so this read is the word it set; its claim's mark
+        // (ClaimedWithoutWaiterBit) is dropped here.
+        int published = (_word & ~(StateMask | ClaimedWithoutWaiterBit)) | Completed;
         Volatile.Write(ref _word, published);
         if (waiter == s_abandoned)
         {

@@ -164,7 +164,8 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// TrySet* racing the reset may land on either use, and one after it completes the new use. A completer that may come
     /// late (an actor's reply after its asker timed out) completes by token instead (<see cref="Token"/>,
     /// <c>TrySetResult(token, ...)</c>): after the reset it completes nothing. Should it claim the old use at the very
-    /// instant of the reset, the reset throws (a completion racing it), and the owner takes a new promise.
+    /// instant of the reset, the reset waits for it to finish (a few stores: nobody awaits that use any more) and then
+    /// resets; a completion that is resuming an awaiter at that instant makes the reset throw instead.
     /// <para>Reset a completed use only once the code awaiting it has read it. Usually that code runs inside the Set*
     /// call, so it has. It has not yet when the promise runs its continuations asynchronously, nor when Set* is called
     /// from more than 32 continuations deep (Spindle then queues the next continuation to bound the stack), nor when it
@@ -174,7 +175,7 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// the instant of the reset races it: it reads the old use's outcome or gets the same error, never a cleared one). Reset it when the awaiting
     /// code says it has finished, or use a new promise.</para>
     /// </remarks>
-    /// <exception cref="InvalidOperationException">An await on the current use is still pending or registering, or a Set* call on another thread is completing it at this instant (a completion racing the reset), or another thread is resetting the promise at this instant.</exception>
+    /// <exception cref="InvalidOperationException">An await on the current use is still pending or registering, or a Set* call on another thread is completing it at this instant while an awaiter waits on it (a completion racing the reset), or another thread is resetting the promise at this instant.</exception>
     public void Reset() => _core.Reset();
 
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
