@@ -15,19 +15,9 @@ internal static class UnobservedExceptions
         // thread). The reporting thread is often running other code's context: the thread that completed a forgotten
         // promise or a combinator's losing input runs the completer's, so a handler that logs with the current request's
         // trace id (an AsyncLocal, Activity.Current) would tag the fault with another request's. What a handler sets
-        // stays inside that run, and never reaches the reporting thread (a worker's loop, a completer's code).
-#if NET
-        if (!ContextFlow.TryRunInDefaultContext(s_runHandlers, exception, out ExecutionContext? before))
-        {
-            RunHandlers(exception);
-            ContextFlow.RestoreIfChanged(before);
-        }
-#else
-        if (!ContextFlow.TryRunInDefaultContext(s_runHandlers, exception))
-        {
-            RunHandlers(exception);
-        }
-#endif
+        // stays inside that run, and never reaches the reporting thread (a worker's loop, a completer's code): the reporting
+        // thread is in the position of a helping waiter running an item that is not its own.
+        WorkerPool.RunKeepingContext(s_runHandlers, exception); // and no SynchronizationContext, as on the finalizer thread
     }
 
     private static readonly ContextCallback s_runHandlers = static o => RunHandlers((Exception)o!);

@@ -21,8 +21,8 @@ public static partial class Spindle
     /// the fault (a worker, a timer's or a frame loop's thread, the finalizer thread) and must not block. They run in the
     /// default <see cref="System.Threading.ExecutionContext"/>, as <c>TaskScheduler.UnobservedTaskException</c>'s do: no
     /// AsyncLocal values and no <c>Activity.Current</c>, never those of the code that happened to complete the task (a
-    /// thread that set a forgotten promise's exception is running its own request), and what a handler sets stays in
-    /// the handler. To tag a fault with the request that forgot the task, catch it in the forgotten method. A null
+    /// thread that set a forgotten promise's exception is running its own request), and with no SynchronizationContext;
+    /// what a handler sets or installs stays in the handler. To tag a fault with the request that forgot the task, catch it in the forgotten method. A null
     /// handler is ignored, as for any event.
     /// </summary>
     public static event Action<Exception>? UnobservedException

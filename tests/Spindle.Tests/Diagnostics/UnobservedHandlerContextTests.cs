@@ -20,6 +20,10 @@ public class UnobservedHandlerContextTests
     {
     }
 
+    private sealed class CompletersSyncContext : SynchronizationContext
+    {
+    }
+
     /// <summary>Completes on a thread of its own that has an AsyncLocal value of its own, and returns what it sees after.</summary>
     private static string? CompleteOnAnotherRequestsThread(Action complete)
     {
@@ -27,8 +31,9 @@ public class UnobservedHandlerContextTests
         var thread = new Thread(() =>
         {
             s_local.Value = "completer's request";
+            SynchronizationContext.SetSynchronizationContext(new CompletersSyncContext());
             complete();
-            after = s_local.Value;
+            after = s_local.Value + (SynchronizationContext.Current is CompletersSyncContext ? "" : " (lost its SynchronizationContext)");
         });
         thread.UnsafeStart();
         thread.Join();
@@ -41,7 +46,7 @@ public class UnobservedHandlerContextTests
         var seen = new TaskCompletionSource<string?>(TaskCreationOptions.RunContinuationsAsynchronously);
         using var watch = UnobservedReports.Start(e => ReferenceEquals(e, fault), onOwn: _ =>
         {
-            seen.TrySetResult(s_local.Value);
+            seen.TrySetResult((s_local.Value ?? "no value") + (SynchronizationContext.Current is null ? "" : " under the completer's SynchronizationContext"));
             s_local.Value = "set by the handler";
         });
         Action complete = arrange(fault);
@@ -61,8 +66,9 @@ public class UnobservedHandlerContextTests
             s_local.Value = null;
             return () => promise.SetException(fault);
         });
-        // Before the fix: "completer's request", and the completer then saw "set by the handler".
-        Assert.Null(handlerSaw);
+        // Before the fix: "completer's request under the completer's SynchronizationContext", and the completer then saw
+        // "set by the handler".
+        Assert.Equal("no value", handlerSaw);
         Assert.Equal("completer's request", completerAfter);
     }
 
@@ -78,7 +84,7 @@ public class UnobservedHandlerContextTests
             s_local.Value = null;
             return () => loser.SetException(fault);
         });
-        Assert.Null(handlerSaw);
+        Assert.Equal("no value", handlerSaw);
         Assert.Equal("completer's request", completerAfter);
     }
 
