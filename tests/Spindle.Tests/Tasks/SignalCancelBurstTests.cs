@@ -59,9 +59,9 @@ public sealed class SignalCancelBurstTests
     }
 
     [Theory]
-    [InlineData(false, true, 100_000)]
+    [InlineData(false, true, 50_000)]
     [InlineData(false, false, 20_000)]
-    [InlineData(true, true, 100_000)]
+    [InlineData(true, true, 50_000)]
     [InlineData(true, false, 20_000)]
     public async Task OneCancel_EndsEveryLoopOnce_WhereItsSignalRunsWaiters(bool queued, bool suppress, int loops)
     {
