@@ -255,6 +255,14 @@ internal struct SourceCore<TResult>
     /// <summary>True once the result has been published.</summary>
     public bool IsCompleted => (Volatile.Read(ref _word) & StateMask) >= Completed;
 
+    /// <summary>
+    /// True if use <paramref name="token"/> completed as canceled lazily (<see cref="LazyCancellation.Marker"/>) and is
+    /// still the current use: a read of it just now built its exception for itself alone (<see cref="LazyCancellation.Build"/>).
+    /// The slot is read before the version, so a next use that cleared or refilled it has moved the version: false then.
+    /// </summary>
+    public bool WasCanceledLazily(short token)
+        => Volatile.Read(ref _stateOrError) == LazyCancellation.Marker && (short)Volatile.Read(ref _word) == token;
+
     /// <summary>True once a continuation is registered (or being registered, or left), or the operation has completed.</summary>
     public bool IsAwaitedOrCompleted => (Volatile.Read(ref _word) & StateMask) != Pending;
 

@@ -317,8 +317,7 @@ internal sealed class ThreadTimerDriver : TimerDriver
 /// <summary>
 /// Drives a wheel through a <see cref="TimeProvider"/>'s own timer, re-armed for the next deadline after each pass.
 /// Continuations run on the thread the provider fires its timer on (for <see cref="ManualClock"/>, the thread that
-/// advances it). Its timers capture no context (<see cref="ContextFlow.CreateTimerWithoutContext"/>): a pass never runs
-/// in the context of the code that created the wheel or first needed the probe.
+/// advances it).
 /// </summary>
 internal sealed class ProviderTimerDriver : TimerDriver
 {
@@ -362,7 +361,7 @@ internal sealed class ProviderTimerDriver : TimerDriver
     {
         _wheel = wheel;
         _provider = provider;
-        _timer = ContextFlow.CreateTimerWithoutContext(provider, static o => ((ProviderTimerDriver)o!).OnFired(), this);
+        _timer = provider.CreateTimer(static o => ((ProviderTimerDriver)o!).OnFired(), this, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
     }
 
     public override bool DispatchesContinuations => false;
@@ -486,7 +485,7 @@ internal sealed class ProviderTimerDriver : TimerDriver
             }
             if (_probe is null)
             {
-                Volatile.Write(ref _probe, ContextFlow.CreateTimerWithoutContext(_provider, static o => ((ProviderTimerDriver)o!).OnProbeFired(), this));
+                Volatile.Write(ref _probe, _provider.CreateTimer(static o => ((ProviderTimerDriver)o!).OnProbeFired(), this, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan));
             }
             return _probe;
         }
