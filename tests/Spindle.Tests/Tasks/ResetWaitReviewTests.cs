@@ -80,28 +80,14 @@ public sealed class ResetWaitReviewTests
         SpindleTask<int> old = promise.Task;
         short token = promise.Token;
         Assert.Equal(0, SpindleTask.WhenAny(SpindleTask.FromResult(1), old).GetAwaiter().GetResult().Index);
-        int ran = 0;
-        object? read = null;
-        SpindleTask<int>.Awaiter awaiter = old.GetAwaiter();
-        awaiter.OnCompleted(() =>
-        {
-            ran++;
-            try
-            {
-                read = awaiter.GetResult();
-            }
-            catch (InvalidOperationException e)
-            {
-                read = e;
-            }
-        });
+        var awaiting = ResetRaceTests.RecordedRead.On(old);
 
         (bool set, Exception? reset) = ResetRaceTests.CompleteWhileAResetMeetsTheClaim(promise, () => promise.TrySetResult(token, 42), resetWaits: false);
 
         Assert.True(set);
         Assert.Equal(SourceCore<VoidResult>.ResetWhileCompletingMessage, Assert.IsType<InvalidOperationException>(reset).Message);
-        Assert.Equal(1, ran);
-        Assert.Equal(42, read);
+        Assert.Equal(1, awaiting.Ran);
+        Assert.Equal(42, awaiting.Read);
         Assert.Equal(token, promise.Token);
         promise.Reset();
         Assert.False(promise.IsCompleted);
