@@ -101,6 +101,27 @@ internal static class ContextFlow
 #endif
     }
 
+    /// <summary>
+    /// Creates a timer of <paramref name="provider"/> that captures none of the caller's context, as the BCL's own timers
+    /// (Task.Delay's, CancelAfter's) and ASP.NET Core's NonCapturingTimer do: a <see cref="TimeProvider"/>'s timer (the
+    /// base class's, and any provider that wraps <see cref="TimeProvider.System"/>) runs its callback in the
+    /// <see cref="ExecutionContext"/> of the code that created it, so a wheel's driver created inside a request would run
+    /// every pass for the wheel's life in that request's context (its AsyncLocal values, its Activity), shown to the
+    /// continuations the pass runs and kept alive as long as the wheel. Created under
+    /// <see cref="ExecutionContext.SuppressFlow"/>, unless flow is already suppressed (suppressing it twice throws).
+    /// </summary>
+    public static ITimer CreateTimerWithoutContext(TimeProvider provider, TimerCallback callback, object state)
+    {
+        if (ExecutionContext.IsFlowSuppressed())
+        {
+            return provider.CreateTimer(callback, state, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
+        }
+        using (ExecutionContext.SuppressFlow())
+        {
+            return provider.CreateTimer(callback, state, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
+        }
+    }
+
 #if NET
     /// <summary><see cref="ExecutionContext.Run"/> (on netstandard2.1 it also keeps the running thread's SynchronizationContext).</summary>
     [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]

@@ -18,8 +18,12 @@ public static partial class Spindle
     /// Each fault is reported once, to the handlers attached when the report starts (one attached or detached meanwhile,
     /// even by a handler, sees the next report). A handler that throws does not stop the others, nor reach the thread
     /// that reports; its exception is written to standard error with the fault. Handlers run on the thread that observed
-    /// the fault (a worker, a timer's or a frame loop's thread, the finalizer thread) and must not block. A null handler
-    /// is ignored, as for any event.
+    /// the fault (a worker, a timer's or a frame loop's thread, the finalizer thread) and must not block. They run in the
+    /// default <see cref="System.Threading.ExecutionContext"/>, as <c>TaskScheduler.UnobservedTaskException</c>'s do: no
+    /// AsyncLocal values and no <c>Activity.Current</c>, never those of the code that happened to complete the task (a
+    /// thread that set a forgotten promise's exception is running its own request), and with no SynchronizationContext;
+    /// what a handler sets or installs stays in the handler. To tag a fault with the request that forgot the task, catch it in the forgotten method. A null
+    /// handler is ignored, as for any event.
     /// </summary>
     public static event Action<Exception>? UnobservedException
     {

@@ -317,7 +317,8 @@ internal sealed class ThreadTimerDriver : TimerDriver
 /// <summary>
 /// Drives a wheel through a <see cref="TimeProvider"/>'s own timer, re-armed for the next deadline after each pass.
 /// Continuations run on the thread the provider fires its timer on (for <see cref="ManualClock"/>, the thread that
-/// advances it).
+/// advances it). Its timers capture no context (<see cref="ContextFlow.CreateTimerWithoutContext"/>): a pass never runs
+/// in the context of the code that created the wheel or first needed the probe.
 /// </summary>
 internal sealed class ProviderTimerDriver : TimerDriver
 {
@@ -361,7 +362,7 @@ internal sealed class ProviderTimerDriver : TimerDriver
     {
         _wheel = wheel;
         _provider = provider;
-        _timer = provider.CreateTimer(static o => ((ProviderTimerDriver)o!).OnFired(), this, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
+        _timer = ContextFlow.CreateTimerWithoutContext(provider, static o => ((ProviderTimerDriver)o!).OnFired(), this);
     }
 
     public override bool DispatchesContinuations => false;
@@ -485,7 +486,7 @@ internal sealed class ProviderTimerDriver : TimerDriver
             }
             if (_probe is null)
             {
-                Volatile.Write(ref _probe, _provider.CreateTimer(static o => ((ProviderTimerDriver)o!).OnProbeFired(), this, Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan));
+                Volatile.Write(ref _probe, ContextFlow.CreateTimerWithoutContext(_provider, static o => ((ProviderTimerDriver)o!).OnProbeFired(), this));
             }
             return _probe;
         }
