@@ -1,4 +1,5 @@
 using System;
+using System.Threading;
 
 namespace SpindleLib;
 
@@ -10,6 +11,19 @@ internal static class UnobservedExceptions
     public static void Report(Exception exception)
     {
         SpindleMetrics.ExceptionReported();
+        // The handlers run in the default ExecutionContext, as TaskScheduler.UnobservedTaskException's do (on the finalizer
+        // thread). The reporting thread is often running other code's context: the thread that completed a forgotten
+        // promise or a combinator's losing input runs the completer's, so a handler that logs with the current request's
+        // trace id (an AsyncLocal, Activity.Current) would tag the fault with another request's. What a handler sets
+        // stays inside that run, and never reaches the reporting thread (a worker's loop, a completer's code): the reporting
+        // thread is in the position of a helping waiter running an item that is not its own.
+        WorkerPool.RunKeepingContext(s_runHandlers, exception); // and no SynchronizationContext, as on the finalizer thread
+    }
+
+    private static readonly ContextCallback s_runHandlers = static o => RunHandlers((Exception)o!);
+
+    private static void RunHandlers(Exception exception)
+    {
         // The handlers attached now get this report: one attached or detached meanwhile (even by a handler) changes only
         // later reports. A field-like event's add and remove are lock-free and publish a new delegate, so this read is a
         // consistent list.

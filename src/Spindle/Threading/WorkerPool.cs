@@ -495,6 +495,7 @@ internal sealed class WorkerPool : Scheduler
     /// runs in the default context and with no SynchronizationContext, as on a worker's loop (work with a context of its
     /// own enters it): a bare continuation, another task's resumed code or a job must not see the waiting code's
     /// AsyncLocal values, nor the SynchronizationContext it installed, which are no more its own than another item's.
+    /// Also how <see cref="UnobservedExceptions"/> runs its handlers on whatever thread reports.
     /// </summary>
     internal static void RunKeepingContext(ContextCallback callback, object state)
     {
