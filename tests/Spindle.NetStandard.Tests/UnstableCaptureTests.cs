@@ -93,6 +93,46 @@ public sealed class UnstableCaptureTests
         }
     }
 
+    /// <summary>
+    /// Spindle.UnobservedException's handlers run in the default context on Mono too (review45). Where captures are not
+    /// stable the helping waiter's helper, which the report goes through, cannot tell the reporting thread's context from
+    /// the default and ran the handlers as they were: a forgotten promise faulted by a thread serving another request was
+    /// reported with that request's AsyncLocal value, and what the handler set stayed in the completer's code after its
+    /// SetException returned (the .NET build's UnobservedHandlerContextTests, on Mono's path).
+    /// </summary>
+    [Fact]
+    public async Task UnobservedExceptionHandlers_WhenCapturesAreNotStable_RunInTheDefaultContext_AndWhatTheySetStaysThere()
+    {
+        var fault = new InvalidOperationException("review45: a report where captures are not stable");
+        var seen = new TaskCompletionSource<string?>(TaskCreationOptions.RunContinuationsAsynchronously);
+        using var watch = UnobservedReports.Start(e => ReferenceEquals(e, fault), onOwn: _ =>
+        {
+            seen.TrySetResult(s_local.Value ?? "no value");
+            s_local.Value = "set by the handler";
+        });
+        var promise = new Promise();
+        promise.Task.Forget();
+        string? after = "not run";
+        ContextFlow.CaptureIsStable = false;
+        try
+        {
+            var thread = new Thread(() =>
+            {
+                s_local.Value = "completer's request";
+                promise.SetException(fault);
+                after = s_local.Value;
+            });
+            thread.UnsafeStart();
+            thread.Join();
+        }
+        finally
+        {
+            ContextFlow.CaptureIsStable = true;
+        }
+        Assert.Equal("no value", await seen.Task.WaitAsync(TimeSpan.FromSeconds(30)));
+        Assert.Equal("completer's request", after);
+    }
+
     [Fact]
     public void Frames_WhenCapturesAreNotStable_ResumeEveryTaskEachFrameAndAllocateNothing()
     {

@@ -17,7 +17,9 @@ internal static class UnobservedExceptions
         // trace id (an AsyncLocal, Activity.Current) would tag the fault with another request's. What a handler sets
         // stays inside that run, and never reaches the reporting thread (a worker's loop, a completer's code): the reporting
         // thread is in the position of a helping waiter running an item that is not its own.
-        WorkerPool.RunKeepingContext(s_runHandlers, exception); // and no SynchronizationContext, as on the finalizer thread
+        // And no SynchronizationContext, as on the finalizer thread. A report is rare: on Mono, where the helper cannot tell
+        // the reporting thread's context from the default, it enters a copy of the default (an allocation) anyway.
+        WorkerPool.RunKeepingContext(s_runHandlers, exception, enterDefaultEvenIfUnsure: true);
     }
 
     private static readonly ContextCallback s_runHandlers = static o => RunHandlers((Exception)o!);

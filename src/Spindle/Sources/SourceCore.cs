@@ -68,6 +68,14 @@ internal static class SourceCoreTestHooks
     /// </summary>
     [ThreadStatic]
     internal static Action? ResetClearing;
+
+    /// <summary>
+    /// Runs on the completing thread in <see cref="SourceCore{TResult}.EndCompletion"/> of an abandoned use, after the
+    /// publication and before the fault report's claim (<see cref="SourceCore{TResult}.TryClaimFaultReport"/>): standing in
+    /// for a completer preempted there while the owner resets the use it has just published.
+    /// </summary>
+    [ThreadStatic]
+    internal static Action? AbandonedPublished;
 }
 #endif
 
@@ -878,8 +886,13 @@ internal struct SourceCore<TResult>
         Volatile.Write(ref _word, published);
         if (waiter == s_abandoned)
         {
+#if DEBUG
+            SourceCoreTestHooks.AbandonedPublished?.Invoke();
+#endif
             // Nobody waits any more: a fault nobody will read is reported, never lost (a cancellation is an outcome);
-            // once, should a Forget() of the same completed use come first.
+            // once, should a Forget() of the same completed use come first. The owner may have reset the use since the
+            // publication (its Reset waits for this completer's publication, ClaimedWithoutWaiterBit): the claim then
+            // finds another use and reports anyway (ResetWaitReviewTests).
             if (FaultReport.IsFault(error) && TryClaimFaultReport((short)published))
             {
                 UnobservedExceptions.Report(error.SourceException);

@@ -495,13 +495,17 @@ internal sealed class WorkerPool : Scheduler
     /// runs in the default context and with no SynchronizationContext, as on a worker's loop (work with a context of its
     /// own enters it): a bare continuation, another task's resumed code or a job must not see the waiting code's
     /// AsyncLocal values, nor the SynchronizationContext it installed, which are no more its own than another item's.
-    /// Also how <see cref="UnobservedExceptions"/> runs its handlers on whatever thread reports.
+    /// Also how <see cref="UnobservedExceptions"/> runs its handlers on whatever thread reports, with
+    /// <paramref name="enterDefaultEvenIfUnsure"/>: on netstandard2.1 where captures are not stable (Mono), where this
+    /// cannot tell the thread's context from the default and a helping waiter runs the work as it is (a copy of the
+    /// default per item would allocate), such a caller enters a copy of the default anyway.
     /// </summary>
-    internal static void RunKeepingContext(ContextCallback callback, object state)
+    internal static void RunKeepingContext(ContextCallback callback, object state, bool enterDefaultEvenIfUnsure = false)
     {
         SynchronizationContext? sync = SynchronizationContext.Current;
         ContextFlow.RestoreSynchronizationContext(null);
 #if NET
+        _ = enterDefaultEvenIfUnsure; // the .NET build always tells the default context apart
         if (!ContextFlow.TryRunInDefaultContext(callback, state, out ExecutionContext? before))
         {
             callback(state);
@@ -510,7 +514,14 @@ internal sealed class WorkerPool : Scheduler
 #else
         if (!ContextFlow.TryRunInDefaultContext(callback, state))
         {
-            ContextFlow.RunRestoring(callback, state);
+            if (enterDefaultEvenIfUnsure && !ContextFlow.CaptureIsStable && ContextFlow.ForContextFree() is { } context)
+            {
+                ContextFlow.Run(context, callback, state); // a copy of the default: Mono's Run takes a context once
+            }
+            else
+            {
+                ContextFlow.RunRestoring(callback, state);
+            }
         }
 #endif
         ContextFlow.RestoreSynchronizationContext(sync);

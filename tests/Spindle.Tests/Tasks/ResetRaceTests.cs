@@ -164,27 +164,39 @@ public sealed class ResetRaceTests
     {
         var promise = new Promise<int>();
         SpindleTask<int> old = promise.Task;
-        int ran = 0;
-        object? read = null;
-        SpindleTask<int>.Awaiter awaiter = old.GetAwaiter();
-        awaiter.OnCompleted(() =>
-        {
-            ran++;
-            try
-            {
-                read = awaiter.GetResult();
-            }
-            catch (InvalidOperationException e)
-            {
-                read = e;
-            }
-        });
+        var awaiting = RecordedRead.On(old);
         (bool set, Exception? reset) = SetWhileAResetMeetsTheClaim(promise, 42, resetWaits: false);
         Assert.True(set);
         Assert.Equal(SourceCore<VoidResult>.ResetWhileCompletingMessage, Assert.IsType<InvalidOperationException>(reset).Message);
-        Assert.Equal(1, ran); // run inline by the completer, after its publication
-        Assert.Equal(42, read);
+        Assert.Equal(1, awaiting.Ran); // run inline by the completer, after its publication
+        Assert.Equal(42, awaiting.Read);
         AssertCompletedWith42ThenResetsClean(promise, old);
+    }
+
+    /// <summary>An awaiter registered on a task that counts its runs and records what it read: the outcome, or the error.</summary>
+    internal sealed class RecordedRead
+    {
+        public int Ran;
+        public object? Read;
+
+        public static RecordedRead On(SpindleTask<int> task)
+        {
+            var recorded = new RecordedRead();
+            SpindleTask<int>.Awaiter awaiter = task.GetAwaiter();
+            awaiter.OnCompleted(() =>
+            {
+                recorded.Ran++;
+                try
+                {
+                    recorded.Read = awaiter.GetResult();
+                }
+                catch (InvalidOperationException e)
+                {
+                    recorded.Read = e;
+                }
+            });
+            return recorded;
+        }
     }
 
     /// <summary>The use a refused reset left: completed with 42, read again at will; then a reset starts a clean use.</summary>

@@ -82,15 +82,23 @@ public class WorkerPoolParkStressTests
                 for (int w = 0; w < Workers; w++)
                 {
                     var random = new Random(w);
+                    ScriptedTimers? self = null;
                     var t = new ScriptedTimers(
-                        _ => random.Next(10) switch
+                        _ =>
                         {
-                            0 => (true, TimeSpan.FromMilliseconds(random.Next(0, 3))),  // a timer fired
-                            1 => (false, TimeSpan.Zero),                                // one is due now
-                            2 or 3 => (false, TimeSpan.FromMilliseconds(random.Next(1, 4))),
-                            _ => (false, Timeout.InfiniteTimeSpan),
+                            // Now and then a timer falls due before the next poll: a spinning owner stops spinning for it
+                            // (review45: the spin's look for due timers, under the same bursts).
+                            self!.ReportDue = random.Next(4) == 0;
+                            return random.Next(10) switch
+                            {
+                                0 => (true, TimeSpan.FromMilliseconds(random.Next(0, 3))),  // a timer fired
+                                1 => (false, TimeSpan.Zero),                                // one is due now
+                                2 or 3 => (false, TimeSpan.FromMilliseconds(random.Next(1, 4))),
+                                _ => (false, Timeout.InfiniteTimeSpan),
+                            };
                         },
                         () => random.Next(8) != 0); // now and then a cancellation arrived: stay up
+                    self = t;
                     timers.Add(t);
                     pool.Queue(new ActionItem(() =>
                     {
@@ -149,10 +157,14 @@ public class WorkerPoolParkStressTests
             TestUtil.SpinUntil(() => Volatile.Read(ref h.Executed) == Volatile.Read(ref h.Created), 10);
 
             // Quiet rounds with timers gone: every worker parks with no time limit, so a lost wake-up is a hang.
+            int dueSeenBySpinners = 0;
             foreach (ScriptedTimers t in timers)
             {
                 t.Pending = false;
+                t.ReportDue = false;
+                dueSeenBySpinners += t.DueSeenByOwner;
             }
+            Assert.True(dueSeenBySpinners > 0, "no spinning worker found one of its timers due: the spin's look was never run");
             var rounds = new Random(5);
             for (int round = 0; round < 200; round++)
             {

@@ -27,9 +27,35 @@ internal sealed class ScriptedTimers : WorkerTimers
 
     public override bool Poll(out TimeSpan untilNext)
     {
+        Volatile.Write(ref _owner, Environment.CurrentManagedThreadId);
         (bool ran, TimeSpan until) = _onPoll(++_polls);
         untilNext = until;
         return ran;
+    }
+
+    /// <summary>
+    /// Set by a script to say a timer is due (<see cref="UntilDue"/> zero) until the next poll, so that a spinning owner
+    /// stops spinning (WorkerPool's spin loop); otherwise none is published (infinite), as the base class says.
+    /// </summary>
+    public volatile bool ReportDue;
+
+    private int _owner = -1;
+    private int _dueSeenByOwner;
+
+    /// <summary>How many times the owner (the thread that polls) read a due timer from <see cref="UntilDue"/>: its spin's look.</summary>
+    public int DueSeenByOwner => Volatile.Read(ref _dueSeenByOwner);
+
+    public override TimeSpan UntilDue()
+    {
+        if (!ReportDue)
+        {
+            return Timeout.InfiniteTimeSpan;
+        }
+        if (Environment.CurrentManagedThreadId == Volatile.Read(ref _owner))
+        {
+            Interlocked.Increment(ref _dueSeenByOwner);
+        }
+        return TimeSpan.Zero;
     }
 
     public override bool TryPark() => _tryPark?.Invoke() ?? true;
