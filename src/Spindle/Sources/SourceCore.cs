@@ -356,6 +356,7 @@ internal struct SourceCore<TResult>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private int ClaimForReset(int w)
     {
+        SpinWait spin = default;
         while (true)
         {
             int state = w & StateMask;
@@ -369,8 +370,11 @@ internal struct SourceCore<TResult>
                 {
                     ThrowHelper.ThrowInvalidOperation(ResetWhileCompletingMessage);
                 }
-                w = AwaitPublication(w);
-                continue; // Completed now: reset as any completed use
+                // Claimed by a completer that resumes nobody: it publishes in a few stores and runs no user code in
+                // between, so it is waited out, and the completed use is then reset as any other.
+                spin.SpinOnce();
+                w = Volatile.Read(ref _word);
+                continue;
             }
             if (state == Registering)
             {
@@ -390,22 +394,6 @@ internal struct SourceCore<TResult>
             }
             w = prev; // an await registered, or a completer claimed: look again
         }
-    }
-
-    /// <summary>
-    /// Spins (yielding if the holder was preempted) until the completer that holds <paramref name="w"/> (Completing) has
-    /// published, and returns the word then. Only for a claim that resumes nobody (<see cref="ClaimedWithoutWaiterBit"/>):
-    /// between its claim and its publication such a completer writes the outcome and runs no user code.
-    /// </summary>
-    private int AwaitPublication(int w)
-    {
-        SpinWait spin = default;
-        while ((w & StateMask) == Completing)
-        {
-            spin.SpinOnce();
-            w = Volatile.Read(ref _word);
-        }
-        return w;
     }
 
     /// <summary>
