@@ -180,32 +180,19 @@ internal sealed class ParkingSemaphore
     {
         lock (_lock)
         {
-            if (_permits == 0)
+            long start = milliseconds == Timeout.Infinite ? 0 : Stopwatch.GetTimestamp();
+            while (_permits == 0)
             {
-                if (milliseconds == Timeout.Infinite)
+                int left = milliseconds;
+                if (milliseconds != Timeout.Infinite)
                 {
-                    while (_permits == 0)
+                    left -= (int)((Stopwatch.GetTimestamp() - start) * 1000 / Stopwatch.Frequency);
+                    if (left <= 0)
                     {
-                        Monitor.Wait(_lock);
+                        return false; // ran out with no permit (a release meanwhile would have made the count non-zero)
                     }
                 }
-                else
-                {
-                    long start = Stopwatch.GetTimestamp();
-                    int left = milliseconds;
-                    while (_permits == 0)
-                    {
-                        if (left <= 0 || !Monitor.Wait(_lock, left))
-                        {
-                            if (_permits == 0)
-                            {
-                                return false;
-                            }
-                            break;
-                        }
-                        left = milliseconds - (int)((Stopwatch.GetTimestamp() - start) * 1000 / Stopwatch.Frequency);
-                    }
-                }
+                Monitor.Wait(_lock, left); // woken by a release's pulse, or out of time: the loop looks at the count again
             }
             _permits--;
             return true;
