@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.Linq;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading;
@@ -99,9 +100,9 @@ public sealed class LazyCancellationThrowTests
                 CancellationToken token = cts.Token;
                 if (frames == 0)
                 {
-                    // The frames the read's throw crosses (hidden ones too): the fresh exception below crosses as many,
-                    // since an exception's trace grows, and allocates, with each frame it passes.
-                    frames = new StackTrace(ReadAndCatch(tasks[0], token), false).FrameCount;
+                    // The frames from the reader down to the source's throw (hidden ones too): the fresh exception below
+                    // crosses as many, since an exception's trace grows, and allocates, with each frame it passes.
+                    frames = ReadersFrames(ReadAndCatch(tasks[0], token));
                     Assert.True(frames >= 2, $"{s_names[kind]}: the read's throw crossed {frames} frames");
                     tasks[0] = default;
                 }
@@ -131,6 +132,28 @@ public sealed class LazyCancellationThrowTests
         Assert.True(fewestReads <= fewestFresh + 8,
             $"{s_names[kind]}: a throwing read of its lazy cancellation allocated {fewestReads} B, a fresh exception (with its dispatch info) thrown once from as deep {fewestFresh} B ({frames} frames): the read still throws through the dispatch info");
     }
+
+    /// <summary>
+    /// The frames <paramref name="e"/>'s throw crossed from the reader down to the source (hidden ones too), bar the one a
+    /// rethrow through a dispatch info adds (<see cref="ExceptionDispatchInfo.Throw()"/>'s own), which is what a
+    /// read need not cross.
+    /// </summary>
+    private static int ReadersFrames(Exception e)
+    {
+        int count = 0;
+        foreach (StackFrame frame in new StackTrace(e, false).GetFrames())
+        {
+            if (frame.GetMethod()?.DeclaringType != typeof(ExceptionDispatchInfo))
+            {
+                count++;
+            }
+        }
+        return count;
+    }
+
+    /// <summary>True if <paramref name="e"/> was thrown through a dispatch info (its <see cref="ExceptionDispatchInfo.Throw()"/> is among the frames it crossed).</summary>
+    private static bool ThrownThroughADispatchInfo(Exception e)
+        => new StackTrace(e, false).GetFrames().Any(f => f.GetMethod()?.DeclaringType == typeof(ExceptionDispatchInfo));
 
     /// <summary>Reads <paramref name="wait"/> with a throw, as an await does; returns what it caught (checked for the token).</summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
@@ -184,6 +207,9 @@ public sealed class LazyCancellationThrowTests
             Exception second = ReadAndCatch(tasks[1], cts.Token);
             Assert.NotSame(first, second);
             Assert.IsType<TaskCanceledException>(first);
+            // The exception the read has just built is thrown as it is (before, all but a signal's wait rethrew it).
+            Assert.False(ThrownThroughADispatchInfo(first), $"{s_names[kind]}: its lazy cancellation was rethrown through a dispatch info");
+            Assert.False(ThrownThroughADispatchInfo(second), $"{s_names[kind]}: its lazy cancellation was rethrown through a dispatch info");
             foreach (Exception e in new[] { first, second })
             {
                 Assert.Contains(nameof(ReadAndCatch), e.StackTrace, StringComparison.Ordinal);
@@ -264,6 +290,7 @@ public sealed class LazyCancellationThrowTests
             {
                 var thrown = Assert.Throws<OperationCanceledException>(() => task.GetAwaiter().GetResult());
                 Assert.Same(given, thrown);
+                Assert.True(ThrownThroughADispatchInfo(thrown));
                 // Through the dispatch info: the user's own throw stays in the trace, the read's is added after it.
                 Assert.Contains(nameof(ThrownByTheUser), thrown.StackTrace, StringComparison.Ordinal);
                 Assert.Contains("End of stack trace from previous location", thrown.StackTrace, StringComparison.Ordinal);
