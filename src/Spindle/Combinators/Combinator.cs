@@ -1701,7 +1701,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public TResult GetResult(short token)
     {
         TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
-        error?.Throw();
+        if (error is not null)
+        {
+            LazyCancellation.Throw(error);
+        }
         return result;
     }
 

@@ -334,7 +334,13 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
 
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
-    public void GetResult(short token) => ReadQuietly(token)?.Throw();
+    public void GetResult(short token)
+    {
+        if (ReadQuietly(token) is { } error)
+        {
+            LazyCancellation.Throw(error);
+        }
+    }
 
     /// <summary>As <see cref="GetResult"/>, returning the failure instead of throwing it (<see cref="IQuietSource"/>).</summary>
     public ExceptionDispatchInfo? ReadQuietly(short token)

@@ -242,7 +242,13 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
 
     /// <summary>Reads the outcome once (blocking, helping, while the job is pending) and recycles the wait.</summary>
-    public void GetResult(short token) => ReadQuietly(token)?.Throw();
+    public void GetResult(short token)
+    {
+        if (ReadQuietly(token) is { } error)
+        {
+            LazyCancellation.Throw(error);
+        }
+    }
 
     /// <summary>As <see cref="GetResult"/>, returning the job's failure instead of throwing it (<see cref="IQuietSource"/>).</summary>
     public ExceptionDispatchInfo? ReadQuietly(short token)

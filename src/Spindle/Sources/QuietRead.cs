@@ -1,5 +1,6 @@
 using System;
 using System.Diagnostics;
+using System.Diagnostics.CodeAnalysis;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
 using System.Threading;
@@ -206,10 +207,11 @@ internal interface ILazyCanceledSource
 /// cancellation as a value. A delay's timer node, a frame wait, a run cancelled while queued, a combinator's token and
 /// a periodic timer's wait are read once, and build it for that read. A signal's wait may be read again: each read that
 /// throws builds its own (as the BCL's Task does for a cancellation it stored no exception for), from the token the
-/// signal keeps until its next wait. A task from <c>FromCanceled</c> builds it at its first throwing read and keeps it,
-/// so its readers share one object. A promise still builds it at once: its <c>SetCanceled</c> is one call per
-/// promise, not a token's burst, and its readers share one object (a <c>TrySetException</c> of an
-/// <see cref="OperationCanceledException"/> the caller made is kept as made).
+/// signal keeps until its next wait; a promise's <c>TrySetCanceled</c> likewise, from the token it keeps until its
+/// <c>Reset</c> (<c>docs/decisions.md</c> section 43; a <c>TrySetException</c> of an <see cref="OperationCanceledException"/>
+/// the caller made is kept as made, and every reader gets that one). A task from <c>FromCanceled</c> builds it at its
+/// first throwing read and keeps it, so its readers share one object. A throwing read throws the exception it has just
+/// built as built (<see cref="Throw"/>).
 /// <para>The reader that asks for the cancellation as a value (<see cref="QuietRead.ReadCanceled(ISpindleSource, short)"/>)
 /// sets a thread-static flag around its own read of a completed, canceled use; the core's read takes it and hands back
 /// <see cref="CanceledValue"/>, a shared dispatch info that stands for "canceled" and is never thrown. The flag is set
@@ -227,6 +229,10 @@ internal static class LazyCancellation
     [ThreadStatic]
     private static bool t_asValue;
 
+    /// <summary>The cancellation this thread's last <see cref="Build"/> made, until a read's failure is thrown (<see cref="Throw"/>).</summary>
+    [ThreadStatic]
+    private static ExceptionDispatchInfo? t_built;
+
     /// <summary>Builds the cancellation's exception from the owner's token (<see cref="ILazyCanceledSource"/>), or the shared value.</summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     public static ExceptionDispatchInfo Build(ISpindleSource? owner)
@@ -236,7 +242,40 @@ internal static class LazyCancellation
             t_asValue = false;
             return CanceledValue;
         }
-        return ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(lazy.CanceledBy));
+        ExceptionDispatchInfo built = ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(lazy.CanceledBy));
+        t_built = built;
+        return built;
+    }
+
+    /// <summary>
+    /// Throws the failure a read of a source has just handed to its reader: every <c>GetResult</c> that throws a read's
+    /// failure throws it here. A cancellation this thread has just built (<see cref="Build"/>) is thrown as it is; any
+    /// other failure through its dispatch info.
+    /// </summary>
+    /// <remarks>
+    /// The cancellation just built was captured before any throw, so its dispatch info holds no trace and would restore
+    /// nothing: thrown as it is, it gets the trace that <see cref="ExceptionDispatchInfo.Throw()"/> would give it, without
+    /// the restore (536 → 368 B a throw for 1,000,000 loops that each catch their cancellation, <c>docs/decisions.md</c>
+    /// sections 42 and 43). The test is by identity with this thread's last build, so it holds whatever the source did
+    /// with its node during the read (a delay's timer node, a frame wait and a run recycle theirs in it). A failure kept
+    /// and read again (a promise's, a task from <c>FromCanceled</c> read by a second reader, an exception a user gave, a
+    /// disposed wheel's) is not this thread's last build and keeps its dispatch info; the shared
+    /// <see cref="CanceledValue"/> is never recorded. Between a build and this throw no other failure is thrown on the
+    /// thread (a read runs no user code after its core's read), and the record is cleared at every throw, so it keeps at
+    /// most the last cancellation a quiet reader (a combinator's input) had built, until this thread's next build or throw.
+    /// </remarks>
+    [DoesNotReturn]
+    [StackTraceHidden]
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static void Throw(ExceptionDispatchInfo error)
+    {
+        if (error == t_built)
+        {
+            t_built = null;
+            throw error.SourceException;
+        }
+        t_built = null;
+        error.Throw();
     }
 
     /// <summary>

@@ -255,14 +255,6 @@ internal struct SourceCore<TResult>
     /// <summary>True once the result has been published.</summary>
     public bool IsCompleted => (Volatile.Read(ref _word) & StateMask) >= Completed;
 
-    /// <summary>
-    /// True if use <paramref name="token"/> completed as canceled lazily (<see cref="LazyCancellation.Marker"/>) and is
-    /// still the current use: a read of it just now built its exception for itself alone (<see cref="LazyCancellation.Build"/>).
-    /// The slot is read before the version, so a next use that cleared or refilled it has moved the version: false then.
-    /// </summary>
-    public bool WasCanceledLazily(short token)
-        => Volatile.Read(ref _stateOrError) == LazyCancellation.Marker && (short)Volatile.Read(ref _word) == token;
-
     /// <summary>True once a continuation is registered (or being registered, or left), or the operation has completed.</summary>
     public bool IsAwaitedOrCompleted => (Volatile.Read(ref _word) & StateMask) != Pending;
 
@@ -305,6 +297,18 @@ internal struct SourceCore<TResult>
     /// <exception cref="InvalidOperationException">A continuation is still waiting on the current use.</exception>
     public void Reset()
     {
+        CancellationToken none = default;
+        ResetClearingToken(ref none);
+    }
+
+    /// <summary>
+    /// As <see cref="Reset"/>, for an owner that keeps the token of a lazy cancellation
+    /// (<see cref="TrySetCanceledKeepingToken"/>): <paramref name="canceledBy"/> is
+    /// cleared with the failure slot, under the same hold, so neither a read of the old use nor a completer of the next
+    /// one meets the other's token.
+    /// </summary>
+    public void ResetClearingToken(ref CancellationToken canceledBy)
+    {
         int w = Volatile.Read(ref _word);
         if ((w & StateMask) != Completed)
         {
@@ -322,6 +326,7 @@ internal struct SourceCore<TResult>
             WeakMemory.Fence(); // the clearing's stores after that one (a seqlock writer's order; nothing on x86/x64)
         }
         _stateOrError = null;
+        canceledBy = default;
 #if DEBUG
         SourceCoreTestHooks.ResetClearing?.Invoke();
 #endif
@@ -521,7 +526,7 @@ internal struct SourceCore<TResult>
         {
             ValueTaskOrigin.Note(rereadable, token);
         }
-        error.Throw();
+        LazyCancellation.Throw(error);
     }
 
     /// <summary>As <see cref="GetResult"/>, but the failure goes to <paramref name="error"/> instead of being thrown (<see cref="IQuietSource"/>).</summary>
@@ -759,6 +764,23 @@ internal struct SourceCore<TResult>
     /// saved; false if already completed.
     /// </summary>
     public bool TrySetException(ExceptionDispatchInfo error) => !IsCompletingOrCompleted && TryComplete(error);
+
+    /// <summary>
+    /// Completes as canceled by <paramref name="cancellationToken"/>, building no exception (<see cref="LazyCancellation"/>):
+    /// the token goes to the owner's <paramref name="canceledBy"/> (its <see cref="ILazyCanceledSource.CanceledBy"/>) while
+    /// this call holds the core (Completing), before the marker is published, so a reader that sees the marker sees the
+    /// token. A promise's cancellation. False if already completed.
+    /// </summary>
+    public bool TrySetCanceledKeepingToken(ref CancellationToken canceledBy, CancellationToken cancellationToken)
+    {
+        if (IsCompletingOrCompleted || !TryBeginCompletion(out object? waiter))
+        {
+            return false;
+        }
+        canceledBy = cancellationToken;
+        EndCompletionCanceledLazily(waiter);
+        return true;
+    }
 
     /// <summary>Completes as canceled by <paramref name="cancellationToken"/>; false if already completed.</summary>
     public bool TrySetCanceled(CancellationToken cancellationToken)

@@ -10,9 +10,12 @@ namespace SpindleLib;
 /// A resettable completion source for a <see cref="SpindleTask{T}"/>. See <see cref="Promise"/> for the rules.
 /// </summary>
 /// <typeparam name="T">The result type.</typeparam>
-public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSource<T>, IRereadableSource
+public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSource<T>, IRereadableSource, ILazyCanceledSource
 {
     private SourceCore<T> _core;
+
+    /// <summary>The token of the current use's cancellation (<see cref="ILazyCanceledSource"/>), cleared by <see cref="Reset"/>.</summary>
+    private CancellationToken _canceledBy;
 
     /// <summary>Creates a promise whose continuations run on the thread that completes it (as far as a bounded nesting depth).</summary>
     public Promise()
@@ -104,7 +107,12 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     }
 
     /// <summary>Cancels the task. Returns false if it was already completed.</summary>
-    public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceled(cancellationToken);
+    /// <remarks>
+    /// The exception is built only for a reader that throws it (each such read builds its own, with the token, as a BCL
+    /// Task does for a cancellation it stored no exception for); a reader that takes the cancellation as a value
+    /// (<c>SuppressCancellationThrow()</c>) gets none built.
+    /// </remarks>
+    public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceledKeepingToken(ref _canceledBy, cancellationToken);
 
     /// <summary>Completes the task with <paramref name="result"/>.</summary>
     /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
@@ -160,7 +168,9 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// code says it has finished, or use a new promise.</para>
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending or registering, or a Set* call on another thread is completing it at this instant while an awaiter waits on it (a completion racing the reset), or another thread is resetting the promise at this instant.</exception>
-    public void Reset() => _core.Reset();
+    public void Reset() => _core.ResetClearingToken(ref _canceledBy);
+
+    CancellationToken ILazyCanceledSource.CanceledBy => _canceledBy;
 
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
 

@@ -25,9 +25,12 @@ namespace SpindleLib;
 /// nobody awaits it (between two turns, say) is reported to <see cref="Spindle.UnobservedException"/>, once, and is
 /// still thrown to any later read of the use, as a completed promise's outcome is.</para>
 /// </remarks>
-public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource
+public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource, ILazyCanceledSource
 {
     private SourceCore<VoidResult> _core;
+
+    /// <summary>The token of the current use's cancellation (<see cref="ILazyCanceledSource"/>), cleared by <see cref="Reset"/>.</summary>
+    private CancellationToken _canceledBy;
 
     /// <summary>Creates a promise whose continuations run on the thread that completes it (as far as a bounded nesting depth).</summary>
     public Promise()
@@ -119,7 +122,12 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     }
 
     /// <summary>Cancels the task. Returns false if it was already completed.</summary>
-    public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceled(cancellationToken);
+    /// <remarks>
+    /// The exception is built only for a reader that throws it (each such read builds its own, with the token, as a BCL
+    /// Task does for a cancellation it stored no exception for); a reader that takes the cancellation as a value
+    /// (<c>SuppressCancellationThrow()</c>) gets none built.
+    /// </remarks>
+    public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceledKeepingToken(ref _canceledBy, cancellationToken);
 
     /// <summary>Completes the task successfully.</summary>
     /// <exception cref="InvalidOperationException">The promise was already completed; call <see cref="Reset"/> first, or use <see cref="TrySetResult()"/>.</exception>
@@ -176,7 +184,9 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     /// code says it has finished, or use a new promise.</para>
     /// </remarks>
     /// <exception cref="InvalidOperationException">An await on the current use is still pending or registering, or a Set* call on another thread is completing it at this instant while an awaiter waits on it (a completion racing the reset), or another thread is resetting the promise at this instant.</exception>
-    public void Reset() => _core.Reset();
+    public void Reset() => _core.ResetClearingToken(ref _canceledBy);
+
+    CancellationToken ILazyCanceledSource.CanceledBy => _canceledBy;
 
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter) => _core.TryReplaceWaiter(waiter, null, null);
 

@@ -595,16 +595,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         bool tookSet = ReadWaitQuietly(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
-            // A cancellation kept as a value was built by this read, for this reader alone, and never thrown: it is thrown
-            // as it is, which gives it the trace that ExceptionDispatchInfo.Throw() would (the dispatch info was captured
-            // before any throw, so it restores nothing), without the restore and its frame: 264–368 B a throw instead of
-            // 368–536 (1,000,000 loops that each catch their cancellation, docs/decisions.md section 42). Any other failure
-            // (a wait ended by a disposed wheel keeps the one exception it was given) goes through its dispatch info.
-            if (error != LazyCancellation.CanceledValue && _core.WasCanceledLazily(token))
-            {
-                throw error.SourceException;
-            }
-            error.Throw();
+            LazyCancellation.Throw(error); // a cancellation this read built is thrown as built (docs/decisions.md section 43)
         }
         return tookSet;
     }

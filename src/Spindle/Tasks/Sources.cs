@@ -67,7 +67,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     private void ThrowFailure(short token)
     {
         ValueTaskOrigin.Note(this, token);
-        Error.Throw();
+        LazyCancellation.Throw(Error);
     }
 
     public T ReadQuietly(short token, out ExceptionDispatchInfo? error)
@@ -238,7 +238,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
         if (error is not null)
         {
             ValueTaskOrigin.Note(this, token); // for a combinator reading it through a ValueTask
-            error.Throw();
+            LazyCancellation.Throw(error);
         }
         return result;
     }

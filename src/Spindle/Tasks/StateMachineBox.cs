@@ -161,7 +161,10 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
     public TResult GetResult(short token)
     {
         TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
-        error?.Throw();
+        if (error is not null)
+        {
+            LazyCancellation.Throw(error);
+        }
         return result;
     }
 

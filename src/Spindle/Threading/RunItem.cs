@@ -236,7 +236,10 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     public TResult GetResult(short token)
     {
         TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
-        error?.Throw();
+        if (error is not null)
+        {
+            LazyCancellation.Throw(error);
+        }
         return result;
     }
 

@@ -306,7 +306,10 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
     public bool GetResult(short token)
     {
         bool result = ReadQuietly(token, out ExceptionDispatchInfo? error);
-        error?.Throw();
+        if (error is not null)
+        {
+            LazyCancellation.Throw(error);
+        }
         return result;
     }
 

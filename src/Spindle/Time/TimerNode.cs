@@ -368,7 +368,13 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     }
 
     /// <summary>Reads the outcome once, releases the consumer's hold, and recycles the node when it is the last holder.</summary>
-    public void GetResult(short token) => ReadQuietly(token)?.Throw();
+    public void GetResult(short token)
+    {
+        if (ReadQuietly(token) is { } error)
+        {
+            LazyCancellation.Throw(error);
+        }
+    }
 
     /// <summary>As <see cref="GetResult"/>, returning the failure instead of throwing it (<see cref="IQuietSource"/>).</summary>
     public ExceptionDispatchInfo? ReadQuietly(short token)
