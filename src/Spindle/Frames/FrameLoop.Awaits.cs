@@ -138,7 +138,8 @@ public sealed partial class FrameLoop
 
     /// <summary>
     /// Resumes in <paramref name="phase"/> of the first frame that begins with loop time at or past the deadline: the
-    /// loop time at the call (the current frame's start) plus <paramref name="delay"/>, rounded up to the millisecond.
+    /// loop time at the call (the current frame's start) plus <paramref name="delay"/>, to the tick (not rounded to the
+    /// wheel's millisecond: with 1/60 s frames, a delay of <see cref="FixedDeltaTime"/> resumes in the next frame).
     /// Loop time moves only with frames, so with 10 ms frames a 35 ms delay started during frame N resumes in frame N + 4.
     /// The delay is a timer in a wheel on the loop's clock: nothing polls it, and the frame it falls due in queues it.
     /// Delays due in the same frame resume in the order they were started. <see cref="TimeSpan.Zero"/> is
@@ -169,8 +170,48 @@ public sealed partial class FrameLoop
         {
             return StartWaiter(phase, FrameAwaitKind.Yield, cancellationToken);
         }
-        TimerWheel wheel = time == FrameTimeKind.Scaled ? Wheel(_scaledClock, ref _scaledWheel) : Wheel(_unscaledClock, ref _unscaledWheel);
-        return StartTimer(phase, wheel, delay, cancellationToken);
+        return time == FrameTimeKind.Scaled
+            ? StartLoopTimeDelay(phase, _scaledClock, ref _scaledWheel, delay, cancellationToken)
+            : StartLoopTimeDelay(phase, _unscaledClock, ref _unscaledWheel, delay, cancellationToken);
+    }
+
+    /// <summary>
+    /// Starts a delay in loop time that resumes in the first frame beginning at or past its exact deadline, the clock's
+    /// time at the call plus <paramref name="delay"/>, to the tick. The wheel counts whole milliseconds and rounds a
+    /// deadline up, so a step that is not a whole number of milliseconds (1/60 s is 16.6666 ms) made a delay of one step
+    /// resume a frame late, always. The timer is set for the deadline rounded down instead (it may fall due in a frame
+    /// that begins less than a millisecond before the deadline), and the loop holds it from there until a frame begins at
+    /// or past the deadline (<see cref="AddExpired"/>). A deadline within the clock's current millisecond needs no timer.
+    /// </summary>
+    private SpindleTask StartLoopTimeDelay(FramePhase phase, LoopClock clock, ref TimerWheel? field, TimeSpan delay, CancellationToken cancellationToken)
+    {
+        TimerWheel wheel = Wheel(clock, ref field);
+        if (delay == Timeout.InfiniteTimeSpan)
+        {
+            return StartTimer(phase, wheel, delay, cancellationToken);
+        }
+        long now = clock.GetTimestamp();
+        // No overflow: loop time stays below TimeSpan.MaxValue by more than TimerWheel.MaxDelay (s_maxLoopTicks).
+        long due = now + delay.Ticks;
+        long dueMs = due - due % TimeSpan.TicksPerMillisecond;
+        if (dueMs > now)
+        {
+            return StartTimer(phase, wheel, TimeSpan.FromTicks(dueMs - now), cancellationToken, clock, due);
+        }
+        // Due before the clock's next millisecond: straight to the loop's hold, which each frame checks.
+        PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
+        waiter.Sequence = NextSequence();
+        waiter.DueTicks = due;
+        waiter.DueClock = clock;
+        short token = waiter.Version;
+        if (!IsLoopThread)
+        {
+            waiter.CompleteOnceAwaited();
+        }
+        waiter.HoldForQueue();
+        HoldUntilDue(waiter);
+        waiter.RegisterCancellation();
+        return new SpindleTask(waiter, token);
     }
 
     /// <summary>Resumes in <see cref="Update"/> once <paramref name="predicate"/> returns true (see <see cref="WaitUntil{TState}(TState, Func{TState, bool}, FramePhase, CancellationToken)"/>).</summary>
@@ -300,10 +341,13 @@ public sealed partial class FrameLoop
         return new SpindleTask(waiter, token);
     }
 
-    private static SpindleTask StartTimer(FramePhase phase, TimerWheel wheel, TimeSpan delay, CancellationToken cancellationToken)
+    private static SpindleTask StartTimer(FramePhase phase, TimerWheel wheel, TimeSpan delay, CancellationToken cancellationToken,
+        LoopClock? dueClock = null, long dueTicks = 0)
     {
         PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
         waiter.Sequence = phase.Loop.NextSequence();
+        waiter.DueTicks = dueTicks;
+        waiter.DueClock = dueClock;
         short token = waiter.Version;
         if (!phase.Loop.IsLoopThread)
         {

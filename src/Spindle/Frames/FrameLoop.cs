@@ -31,7 +31,8 @@ namespace SpindleLib;
 /// still to come in frame N, even when a host runs the phase several times a frame).</item>
 /// <item><see cref="DelayFrame(int, FramePhase, CancellationToken)"/>: the phase in frame N + n (n = 0 is a Yield).</item>
 /// <item><see cref="Delay(TimeSpan, FrameTimeKind, FramePhase, CancellationToken)"/>: the phase in the first frame that
-/// begins with loop time at or past the deadline (the start time plus the delay, rounded up to the millisecond).</item>
+/// begins with loop time at or past the deadline (the start time plus the delay, to the tick: a delay of one 1/60 s step
+/// resumes in the next frame).</item>
 /// <item><see cref="WaitUntil(Func{bool}, FramePhase, CancellationToken)"/>: the predicate is checked at once, then at
 /// every run of the phase, starting with the next; it resumes at the first run where it holds.</item>
 /// <item><see cref="SwitchTo(FramePhase, CancellationToken)"/>: continues at once.</item>
@@ -95,6 +96,12 @@ public sealed partial class FrameLoop
     private int[] _runNext = new int[16];
     private int[] _runEnd = new int[16];
     private int[] _runHeap = new int[16];
+    // Delays in loop time whose timer has fallen due, or that needed none, but whose exact deadline no frame has reached
+    // yet: each is at most a millisecond of loop time from its deadline (see StartLoopTimeDelay). Each frame moves those
+    // now due (and those cancelled meanwhile) to _expired. Under _dueLock: a delay started on another thread adds here too.
+    private readonly object _dueLock = new();
+    private FrameWaiter?[] _notYetDue = new FrameWaiter?[16];
+    private int _notYetDueCount;
 
     private long _frameCount;
     private long _timeTicks;
@@ -275,8 +282,12 @@ public sealed partial class FrameLoop
         }
     }
 
-    /// <summary>Timers pending on the loop's wheels (for tests: a cancelled delay leaves none once a frame has run).</summary>
-    internal long PendingTimers => (_frameWheel?.PendingCount ?? 0) + (_unscaledWheel?.PendingCount ?? 0) + (_scaledWheel?.PendingCount ?? 0);
+    /// <summary>
+    /// Timers pending on the loop's wheels, and delays held for their exact deadline (for tests: a cancelled delay leaves
+    /// none once a frame has run).
+    /// </summary>
+    internal long PendingTimers => (_frameWheel?.PendingCount ?? 0) + (_unscaledWheel?.PendingCount ?? 0) + (_scaledWheel?.PendingCount ?? 0) +
+        Volatile.Read(ref _notYetDueCount);
 
     /// <summary>Adds a phase at the end of the frame, after every existing one.</summary>
     /// <returns>The new phase.</returns>
@@ -613,7 +624,9 @@ public sealed partial class FrameLoop
         Volatile.Write(ref _unscaledTimeTicks, unscaled);
         Volatile.Write(ref _timeTicks, scaled);
 
-        // Each wheel's pass, if something on it is due (or it asked for one); expired waits land in _expired.
+        // The delays held for their exact deadline first, then each wheel's pass, if something on it is due (or it asked
+        // for one); expired waits land in _expired, and QueueExpired puts them all in start order.
+        ReleaseDue();
         _frameClock.FireIfDue();
         _unscaledClock.FireIfDue();
         _scaledClock.FireIfDue();
@@ -634,11 +647,23 @@ public sealed partial class FrameLoop
     /// </summary>
     internal void AddExpired(FrameWaiter waiter)
     {
+        if (waiter.DueClock is { } clock && waiter.DueTicks > clock.GetTimestamp())
+        {
+            // Its timer fell due on the millisecond before its deadline, in a frame that began short of the deadline.
+            HoldUntilDue(waiter);
+            return;
+        }
         if (!IsInsideStep)
         {
             Schedule(waiter, waiter.Phase!, FrameAwaitKind.Yield);
             return;
         }
+        AppendExpired(waiter);
+    }
+
+    /// <summary>Adds a wait to this frame's expired list (the thread inside the step only).</summary>
+    private void AppendExpired(FrameWaiter waiter)
+    {
         int n = _expiredCount;
         if (n == _expired.Length)
         {
@@ -648,6 +673,56 @@ public sealed partial class FrameLoop
         _expired[n] = waiter;
         _expiredOrder[n] = waiter.Sequence;
         _expiredCount = n + 1;
+    }
+
+    /// <summary>
+    /// Holds a delay in loop time, holding its queue hold, until a frame begins at or past its exact deadline
+    /// (<see cref="FrameWaiter.DueTicks"/>): <see cref="ReleaseDue"/> then moves it to the expired list. Any thread.
+    /// </summary>
+    internal void HoldUntilDue(FrameWaiter waiter)
+    {
+        lock (_dueLock)
+        {
+            int n = _notYetDueCount;
+            if (n == _notYetDue.Length)
+            {
+                Array.Resize(ref _notYetDue, n * 2);
+            }
+            _notYetDue[n] = waiter;
+            _notYetDueCount = n + 1;
+        }
+    }
+
+    /// <summary>
+    /// Moves the held delays whose deadline this frame's loop time has reached, and those completed meanwhile (cancelled:
+    /// their phase lets go of them), to the expired list; keeps the rest, in their order. The thread beginning a frame,
+    /// after the clocks have moved.
+    /// </summary>
+    private void ReleaseDue()
+    {
+        if (Volatile.Read(ref _notYetDueCount) == 0)
+        {
+            return;
+        }
+        lock (_dueLock)
+        {
+            FrameWaiter?[] held = _notYetDue;
+            int kept = 0;
+            for (int i = 0; i < _notYetDueCount; i++)
+            {
+                FrameWaiter w = held[i]!;
+                held[i] = null;
+                if (w.IsDone || w.DueTicks <= w.DueClock!.GetTimestamp())
+                {
+                    AppendExpired(w);
+                }
+                else
+                {
+                    held[kept++] = w;
+                }
+            }
+            _notYetDueCount = kept;
+        }
     }
 
     /// <summary>Queues the frame's expired waits for their phases, in the order they were started.</summary>

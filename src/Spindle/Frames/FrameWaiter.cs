@@ -74,6 +74,19 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
     /// <summary>The order timed waits were started in: timers expiring in the same frame are queued in this order.</summary>
     internal long Sequence;
 
+    /// <summary>
+    /// A delay in loop time only: its exact deadline, in ticks of <see cref="DueClock"/> (the loop time at the call plus
+    /// the delay). Its wheel's millisecond grid fires it at the deadline rounded down; the loop holds it until a frame
+    /// begins at or past this (see <c>FrameLoop.AddExpired</c>). Null clock for every other wait.
+    /// </summary>
+    internal long DueTicks;
+
+    /// <summary>The loop clock <see cref="DueTicks"/> is read on (scaled or unscaled loop time), or null.</summary>
+    internal LoopClock? DueClock;
+
+    /// <summary>True once the use has completed (cancelled while the loop held it): the loop lets go of it at once.</summary>
+    internal bool IsDone => _core.IsCompleted;
+
     public short Version => _core.Version;
 
     /// <summary>Starts a use: the consumer's hold, the phase, and the token (registered later, by <see cref="RegisterCancellation"/>).</summary>
@@ -122,6 +135,8 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
     {
         Phase = null;
         Sequence = 0;
+        DueTicks = 0;
+        DueClock = null;
         _cancellationToken = default;
         _registration = default;
         _timer = null;

@@ -128,22 +128,23 @@ public sealed class FrameDelayTests
     }
 
     /// <summary>
-    /// The deadline is rounded up to a whole millisecond of loop time, whatever fraction of a millisecond loop time had
-    /// reached when the loop's first timed wait created its wheel: a wheel anchored there resumed this delay in the frame
-    /// that began at 15.9 ms, short of its 16 ms deadline (found by FrameLoopModelTests).
+    /// The deadline is the loop time at the call plus the delay, to the tick, whatever fraction of a millisecond loop
+    /// time had reached when the loop's first timed wait created its wheel: a wheel anchored there once resumed a delay
+    /// in a frame short of its deadline (found by FrameLoopModelTests), and until stop 46 every deadline was rounded up to
+    /// the millisecond, so this delay waited for a frame at 16 ms.
     /// </summary>
     [Theory]
     [InlineData(FrameTimeKind.Scaled)]
     [InlineData(FrameTimeKind.Unscaled)]
-    public void Delay_FirstTimedWaitAtAFractionalLoopTime_RoundsUpToWholeMillisecondsOfLoopTime(FrameTimeKind kind)
+    public void Delay_FirstTimedWaitAtAFractionalLoopTime_ResumesAtItsExactDeadline(FrameTimeKind kind)
     {
         FrameLoop loop = FrameUtil.NewBoundLoop(); // 10 ms
         loop.RunFrame(TimeSpan.FromMilliseconds(0.9)); // 10.9 ms: no timed wait yet, so no wheel yet
-        SpindleTask delay = loop.Delay(TimeSpan.FromMilliseconds(5), kind); // due at 15.9 ms, rounded up: 16 ms
-        loop.RunFrame(TimeSpan.FromMilliseconds(5)); // 15.9 ms
-        Assert.False(delay.IsCompleted, "resumed in a frame that began at 15.9 ms, before its 16 ms deadline");
-        loop.RunFrame(TimeSpan.FromMilliseconds(0.1)); // 16 ms
-        Assert.True(delay.IsCompleted, "not resumed in the frame that began at its 16 ms deadline");
+        SpindleTask delay = loop.Delay(TimeSpan.FromMilliseconds(5), kind); // due at 15.9 ms
+        loop.RunFrame(TimeSpan.FromMilliseconds(4.9)); // 15.8 ms
+        Assert.False(delay.IsCompleted, "resumed in a frame that began at 15.8 ms, before its 15.9 ms deadline");
+        loop.RunFrame(TimeSpan.FromMilliseconds(0.1)); // 15.9 ms
+        Assert.True(delay.IsCompleted, "not resumed in the frame that began at its 15.9 ms deadline");
         delay.GetAwaiter().GetResult();
     }
 

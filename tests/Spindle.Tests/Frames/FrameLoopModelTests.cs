@@ -13,7 +13,7 @@ namespace SpindleLib.Tests.Frames;
 /// resumes at q's next run (later in the same frame if q is still to run or runs again, else its first run in the next
 /// frame); NextFrame(q) at q's first run in the next frame; DelayFrame(k, q) in q of frame FrameCount + k, counted from the frame the
 /// call is made in (0 and 1 being Yield and NextFrame); Delay(d, q) in q of the first frame that begins with loop time
-/// at or past the time at the call plus d, rounded up to the millisecond (zero being Yield). Within a phase run, tasks
+/// at or past the time at the call plus d, to the tick (zero being Yield). Within a phase run, tasks
 /// resume first queued first run: a Yield or NextFrame is queued when it is awaited, a longer DelayFrame or a Delay when
 /// its frame begins (after everything queued before that, in the order the delays were started).
 /// </summary>
@@ -116,7 +116,7 @@ public class FrameLoopModelTests
                 int[] runsNow = runs;
                 bool timed = (step.Kind is Kind.Delay or Kind.DelayUnscaled) && step.Value > 0;
                 TimeSpan start = step.Kind == Kind.DelayUnscaled ? loop.UnscaledTime : loop.Time;
-                long deadline = (start.Ticks + step.Value + TicksPerMs - 1) / TicksPerMs * TicksPerMs;
+                long deadline = start.Ticks + step.Value;
                 (long Frame, int Phase, int Run) expected = Predict(step, frame, phase, runNow, runsNow);
                 long order = awaits++;
                 FramePhase target = loop.Phases[step.Phase];

@@ -283,33 +283,35 @@ public sealed class FrameTimeEdgeTests
 
     /// <summary>
     /// Sub-millisecond frames: loop time keeps every tick (no rounding to milliseconds), and a delay started at a
-    /// fraction of a millisecond resumes exactly when loop time reaches the rounded-up deadline.
+    /// fraction of a millisecond resumes exactly when loop time reaches its deadline, to the tick (a deadline inside the
+    /// clock's current millisecond needs no timer; one further on is held from its millisecond to its tick).
     /// </summary>
     [Fact]
-    public void TinyFrames_KeepEveryTick_AndDelaysRoundUpToTheMillisecond()
+    public void TinyFrames_KeepEveryTick_AndDelaysResumeAtTheirExactDeadline()
     {
         var loop = new FrameLoop();
         loop.RunFrame(TimeSpan.FromTicks(3)); // frame 1: 3 ticks
         Assert.Equal(3, loop.Time.Ticks);
-        SpindleTask scaled = loop.Delay(TimeSpan.FromTicks(1), FrameTimeKind.Scaled);     // 4 ticks, rounded up: 1 ms
-        SpindleTask unscaled = loop.Delay(TimeSpan.FromTicks(9_998), FrameTimeKind.Unscaled); // 10,001 ticks: 2 ms
+        SpindleTask scaled = loop.Delay(TimeSpan.FromTicks(1), FrameTimeKind.Scaled);     // due at 4 ticks
+        SpindleTask unscaled = loop.Delay(TimeSpan.FromTicks(10_007), FrameTimeKind.Unscaled); // due at 10,010 ticks
         long frames = 0;
         while (!scaled.IsCompleted && frames < 100_000)
         {
             loop.RunFrame(TimeSpan.FromTicks(7));
             frames++;
         }
-        // 3 + 7k >= 10,000 first at k = 1,429 (10,006 ticks).
-        Assert.Equal(1_429, frames);
-        Assert.Equal(10_006, loop.Time.Ticks);
+        Assert.Equal(1, frames); // 10 ticks
+        Assert.Equal(10, loop.Time.Ticks);
         Assert.False(unscaled.IsCompleted);
         while (!unscaled.IsCompleted && frames < 100_000)
         {
             loop.RunFrame(TimeSpan.FromTicks(7));
             frames++;
         }
-        Assert.Equal(2_857, frames); // 3 + 7k >= 20,000 first at k = 2,857 (20,002 ticks)
-        Assert.Equal(20_002, loop.UnscaledTime.Ticks);
+        // Its timer, set for 1 ms (10,000 ticks), falls due in the frame at 10,006 ticks (k = 1,429), short of the deadline:
+        // the loop holds it to the next frame, at 10,013 ticks (3 + 7k >= 10,010 first at k = 1,430).
+        Assert.Equal(1_430, frames);
+        Assert.Equal(10_013, loop.UnscaledTime.Ticks);
         scaled.GetAwaiter().GetResult();
         unscaled.GetAwaiter().GetResult();
     }

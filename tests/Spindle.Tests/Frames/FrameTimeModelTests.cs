@@ -17,7 +17,7 @@ namespace SpindleLib.Tests.Frames;
 /// applies from the next frame), to the tick; UnscaledTime and Time are exactly the sums; FrameCount counts frames; and
 /// none of them changes during a frame.</item>
 /// <item>A delay resumes, on the loop thread, in its phase's first run of the first frame that begins with loop time
-/// of its kind at or past its deadline (the loop time at the call plus the delay, rounded up to the millisecond); never
+/// of its kind at or past its deadline (the loop time at the call plus the delay, to the tick); never
 /// before; not at all if no such frame ran; zero is a Yield; a frame delay in frame FrameCount + n.</item>
 /// <item>Timed waits resuming in the same run of the same phase resume in the order they were started.</item>
 /// <item>A cancellation ends the wait at once, as cancelled; nothing is left on the wheels afterwards.</item>
@@ -135,7 +135,7 @@ public sealed class FrameTimeModelTests
 
         public bool InWheel => Timed; // an infinite delay is no timer: only its token ends it
 
-        public long Deadline => Op.Kind == OpKind.DelayFrame ? 0 : (Start + Op.Value + Ms - 1) / Ms * Ms;
+        public long Deadline => Op.Kind == OpKind.DelayFrame ? 0 : Start + Op.Value;
 
         public override string ToString() => $"wait {Id} {Op} started in frame {StartFrame} at {(StartWhere < 0 ? "between frames" : "#" + StartWhere)}, loop time {Start} ticks" +
             (Op.Kind is OpKind.Delay or OpKind.DelayUnscaled && Op.Value > 0 ? $", deadline {Deadline} ticks" : "");
