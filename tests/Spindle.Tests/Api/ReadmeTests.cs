@@ -30,6 +30,15 @@ public sealed partial class ReadmeTests : IDisposable
 
     private static string ThisDirectory([CallerFilePath] string path = "") => Path.GetDirectoryName(path)!;
 
+    /// <summary>The code of this file between two marker lines, unindented by <paramref name="indent"/> spaces.</summary>
+    private static string MarkedCode(string beginMarker, string endMarker, int indent)
+    {
+        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
+        int start = source.IndexOf(beginMarker, StringComparison.Ordinal) + beginMarker.Length;
+        int end = source.IndexOf(endMarker, StringComparison.Ordinal);
+        return string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= indent ? l[indent..] : l.TrimStart()));
+    }
+
     [Fact]
     public void FirstExample_IsTheCodeOfReadmeExampleCs_AndReturnsWhatItsCommentsSay()
     {
@@ -45,11 +54,7 @@ public sealed partial class ReadmeTests : IDisposable
     public void DiagnosticsExample_IsTheCodeBelow_AndListsASuspendedMethod()
     {
         string example = CSharpBlocks()[1];
-        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
-        int start = source.IndexOf("        // README begin\n", StringComparison.Ordinal) + "        // README begin\n".Length;
-        int end = source.IndexOf("        // README end\n", StringComparison.Ordinal);
-        string body = string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= 8 ? l[8..] : l.TrimStart()));
-        Assert.Equal(example, body);
+        Assert.Equal(example, MarkedCode("        // README begin\n", "        // README end\n", indent: 8));
 
         var output = new StringWriter();
         TextWriter console = Console.Out;
@@ -91,10 +96,7 @@ public sealed partial class ReadmeTests : IDisposable
     [Fact]
     public async Task CancellationExample_IsTheCodeBelow_AndEndsLoopsWithoutAThrow()
     {
-        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
-        int start = source.IndexOf("    // README cancellation begin\n", StringComparison.Ordinal) + "    // README cancellation begin\n".Length;
-        int end = source.IndexOf("    // README cancellation end\n", StringComparison.Ordinal);
-        string body = string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= 4 ? l[4..] : l.TrimStart()));
+        string body = MarkedCode("    // README cancellation begin\n", "    // README cancellation end\n", indent: 4);
         Assert.Equal(CSharpBlocks()[2], body);
 
         int loopThread = Environment.CurrentManagedThreadId;
@@ -181,10 +183,7 @@ public sealed partial class ReadmeTests : IDisposable
     [Fact]
     public async Task UniTaskExample_IsTheCodeBelow_AndDoesWhatItsCommentsSay()
     {
-        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
-        int start = source.IndexOf("    // README unitask begin\n", StringComparison.Ordinal) + "    // README unitask begin\n".Length;
-        int end = source.IndexOf("    // README unitask end\n", StringComparison.Ordinal);
-        string body = string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= 4 ? l[4..] : l.TrimStart()));
+        string body = MarkedCode("    // README unitask begin\n", "    // README unitask end\n", indent: 4);
         Assert.Equal(CSharpBlocks()[3], body);
 
         var loop = new FrameLoop();
