@@ -30,6 +30,15 @@ public sealed partial class ReadmeTests : IDisposable
 
     private static string ThisDirectory([CallerFilePath] string path = "") => Path.GetDirectoryName(path)!;
 
+    /// <summary>The code of this file between two marker lines, unindented by <paramref name="indent"/> spaces.</summary>
+    private static string MarkedCode(string beginMarker, string endMarker, int indent)
+    {
+        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
+        int start = source.IndexOf(beginMarker, StringComparison.Ordinal) + beginMarker.Length;
+        int end = source.IndexOf(endMarker, StringComparison.Ordinal);
+        return string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= indent ? l[indent..] : l.TrimStart()));
+    }
+
     [Fact]
     public void FirstExample_IsTheCodeOfReadmeExampleCs_AndReturnsWhatItsCommentsSay()
     {
@@ -45,11 +54,7 @@ public sealed partial class ReadmeTests : IDisposable
     public void DiagnosticsExample_IsTheCodeBelow_AndListsASuspendedMethod()
     {
         string example = CSharpBlocks()[1];
-        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
-        int start = source.IndexOf("        // README begin\n", StringComparison.Ordinal) + "        // README begin\n".Length;
-        int end = source.IndexOf("        // README end\n", StringComparison.Ordinal);
-        string body = string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= 8 ? l[8..] : l.TrimStart()));
-        Assert.Equal(example, body);
+        Assert.Equal(example, MarkedCode("        // README begin\n", "        // README end\n", indent: 8));
 
         var output = new StringWriter();
         TextWriter console = Console.Out;
@@ -91,10 +96,7 @@ public sealed partial class ReadmeTests : IDisposable
     [Fact]
     public async Task CancellationExample_IsTheCodeBelow_AndEndsLoopsWithoutAThrow()
     {
-        string source = File.ReadAllText(Path.Combine(ThisDirectory(), "ReadmeTests.cs")).Replace("\r\n", "\n", StringComparison.Ordinal);
-        int start = source.IndexOf("    // README cancellation begin\n", StringComparison.Ordinal) + "    // README cancellation begin\n".Length;
-        int end = source.IndexOf("    // README cancellation end\n", StringComparison.Ordinal);
-        string body = string.Join("\n", source[start..end].Split('\n').Select(l => l.Length >= 4 ? l[4..] : l.TrimStart()));
+        string body = MarkedCode("    // README cancellation begin\n", "    // README cancellation end\n", indent: 4);
         Assert.Equal(CSharpBlocks()[2], body);
 
         int loopThread = Environment.CurrentManagedThreadId;
@@ -177,6 +179,95 @@ public sealed partial class ReadmeTests : IDisposable
         return canceled ? null : reply;                   // a result passes through; a fault still throws
     }
     // README cancellation end
+
+    [Fact]
+    public async Task UniTaskExample_IsTheCodeBelow_AndDoesWhatItsCommentsSay()
+    {
+        string body = MarkedCode("    // README unitask begin\n", "    // README unitask end\n", indent: 4);
+        Assert.Equal(CSharpBlocks()[3], body);
+
+        var loop = new FrameLoop();
+        loop.RunFrame();
+
+        // ForgetWith: the handler sees the fault, and nothing reaches the process-wide handler.
+        Exception? seen = null;
+        var failing = new Promise();
+        ForgetWith(failing.Task, e => seen = e).Forget();
+        failing.SetException(new InvalidDataException("effect"));
+        Assert.IsType<InvalidDataException>(seen);
+
+        // ClickedWithin: the unscaled timeout runs out during a pause (TimeScale 0); a click in time is true.
+        loop.TimeScale = 0;
+        var button = new Signal(false);
+        SpindleTask<bool> late = ClickedWithin(loop, button, TimeSpan.FromMilliseconds(100), default);
+        for (int f = 0; f < 7 && !late.IsCompleted; f++)
+        {
+            loop.RunFrame(TimeSpan.FromMilliseconds(20));
+        }
+        Assert.False(await late);
+        SpindleTask<bool> inTime = ClickedWithin(loop, button, TimeSpan.FromMilliseconds(100), default);
+        loop.RunFrame(TimeSpan.FromMilliseconds(20));
+        button.Set();
+        Assert.True(await inTime);
+        loop.TimeScale = 1;
+
+        // CancelAfter: cancels after 50 ms of unscaled loop time, not before.
+        using var cancelled = new CancellationTokenSource();
+        CancelAfter(loop, cancelled, TimeSpan.FromMilliseconds(50)).Forget();
+        loop.RunFrame(TimeSpan.FromMilliseconds(20));
+        loop.RunFrame(TimeSpan.FromMilliseconds(20));
+        Assert.False(cancelled.IsCancellationRequested);
+        loop.RunFrame(TimeSpan.FromMilliseconds(20));
+        loop.RunFrame(TimeSpan.FromMilliseconds(20));
+        Assert.True(cancelled.IsCancellationRequested);
+
+        // RunThenBack: the work runs on a worker, and the method continues on the loop thread.
+        int workThread = 0;
+        bool backOnLoop = false;
+        async SpindleTask<int> Caller()
+        {
+            int r = await RunThenBack(loop, () => { workThread = Environment.CurrentManagedThreadId; return 7; });
+            backOnLoop = loop.IsLoopThread;
+            return r;
+        }
+        SpindleTask<int> call = Caller().Preserve();
+        for (int f = 0; f < 500 && !call.IsCompleted; f++)
+        {
+            loop.RunFrame();
+            Thread.Sleep(1);
+        }
+        Assert.Equal(7, await call);
+        Assert.True(backOnLoop);
+        Assert.NotEqual(Environment.CurrentManagedThreadId, workThread);
+    }
+
+    // README unitask begin
+    // Forget(exceptionHandler): await in a try/catch, and forget that.
+    static async SpindleTask ForgetWith(SpindleTask task, Action<Exception> onError)
+    {
+        try { await task; }
+        catch (Exception error) { onError(error); }
+    }
+
+    // A timeout in unscaled loop time (UniTask: .Timeout(t, DelayType.UnscaledDeltaTime)): true for a click in time.
+    static async SpindleTask<bool> ClickedWithin(FrameLoop loop, Signal button, TimeSpan timeout, CancellationToken token)
+        => await SpindleTask.WhenAny(button.WaitAsync(token), loop.Delay(timeout, FrameTimeKind.Unscaled, token)) == 0;
+
+    // CancelAfterSlim in loop time: cancels the source once unscaled loop time has moved on by the delay.
+    static async SpindleTask CancelAfter(FrameLoop loop, CancellationTokenSource source, TimeSpan delay)
+    {
+        if (!await loop.Delay(delay, FrameTimeKind.Unscaled, source.Token).SuppressCancellationThrow())
+            source.Cancel();
+    }
+
+    // UniTask.Run resumes on the main thread; Spindle.Run resumes on its worker, so switch back before touching the game.
+    static async SpindleTask<int> RunThenBack(FrameLoop loop, Func<int> work)
+    {
+        int result = await Spindle.Run(work);
+        await Spindle.SwitchTo(loop);
+        return result;
+    }
+    // README unitask end
 
     [Fact]
     public void EveryMemberOfASpindleTypeTheReadmeNames_Exists()
