@@ -25,17 +25,30 @@ public sealed class LazyCancellationReviewTests
     public void AQuietReadThatPassesACancellationOn_KeepsNothingAliveOnItsThread()
     {
         WeakReference? weak = null;
+        Exception? failed = null;
         using var read = new ManualResetEventSlim();
         using var release = new ManualResetEventSlim();
         var thread = new Thread(() =>
         {
-            weak = BuildAndPassOn();
+            try
+            {
+                weak = BuildAndPassOn();
+            }
+            catch (Exception ex)
+            {
+                failed = ex; // asserted on the test's thread, not left to crash the host
+            }
             read.Set();
             release.Wait(); // an idle thread: no later build or throw clears anything
         });
         thread.IsBackground = true;
         thread.Start();
         read.Wait();
+        if (failed is not null)
+        {
+            release.Set();
+            ExceptionDispatchInfo.Throw(failed);
+        }
         GC.Collect();
         GC.WaitForPendingFinalizers();
         GC.Collect();
@@ -57,6 +70,51 @@ public sealed class LazyCancellationReviewTests
         var canceled = Assert.IsType<TaskCanceledException>(error!.SourceException);
         Assert.Equal(cts.Token, canceled.CancellationToken);
         return new WeakReference(cts);
+    }
+
+    public static TheoryData<int> Readers() => new() { 0, 1, 2, 3, 4, 5, 6 };
+
+    /// <summary>
+    /// Every reader of a promise canceled by a token (now kept lazily, with no exception built at the cancellation) sees
+    /// it canceled by that token, as when the exception was built at once: a direct await, AsTask, AsValueTask, Preserve
+    /// (read twice), WhenAll, WhenAny's winner, and the status.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Readers))]
+    public async Task EveryReaderOfACanceledPromise_SeesItsToken(int reader)
+    {
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        var promise = new Promise<int>();
+        Assert.True(promise.TrySetCanceled(cts.Token));
+        Assert.False(promise.TrySetCanceled(default)); // once only: the kept token is not replaced
+        Assert.Equal(SpindleTaskStatus.Canceled, promise.Task.Status);
+        OperationCanceledException ex;
+        switch (reader)
+        {
+            case 0: ex = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await promise.Task); break;
+            case 1:
+                Task<int> task = promise.Task.AsTask();
+                ex = await Assert.ThrowsAnyAsync<OperationCanceledException>(() => task);
+                Assert.True(task.IsCanceled);
+                break;
+            case 2: ex = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await promise.Task.AsValueTask()); break;
+            case 3:
+                SpindleTask<int> preserved = promise.Task.Preserve();
+                ex = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await preserved);
+                var again = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await preserved);
+                Assert.Equal(cts.Token, again.CancellationToken);
+                break;
+            case 4: ex = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await SpindleTask.WhenAll([promise.Task])); break;
+            case 5: ex = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await SpindleTask.WhenAny([promise.Task])); break;
+            default:
+                ex = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await promise.Task);
+                var second = await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await promise.Task);
+                Assert.NotSame(ex, second); // each throwing read builds its own (section 43)
+                Assert.Equal(cts.Token, second.CancellationToken);
+                break;
+        }
+        Assert.Equal(cts.Token, ex.CancellationToken);
     }
 
 #if DEBUG
