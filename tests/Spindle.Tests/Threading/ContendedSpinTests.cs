@@ -14,6 +14,7 @@ namespace SpindleLib.Tests.Threading;
 /// for a while after it (<see cref="WorkerPool.ContendedMilliseconds"/>) the worker parks without yielding. The test's
 /// hook sleeps in one round, standing in for a yield that gave the core away; rounds are counted, not timed.
 /// </summary>
+[Collection(SequentialCollection.Name)] // the spin hook is process-wide: another test setting it would take this one's rounds
 public class ContendedSpinTests
 {
     private const string PoolName = "contended-spin worker";
