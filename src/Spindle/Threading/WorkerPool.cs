@@ -1008,7 +1008,7 @@ internal sealed class WorkerPool : Scheduler
                     }
                     // Nor does a yield that gives the core away for a time slice find work sooner than a wake-up would:
                     // a producer wakes nobody while a worker spins, and a timer that falls due during the yield waits for
-                    // it. So a yielding round that took longer than SlowYieldTicks (other threads want the cores) ends
+                    // it. So a yielding round that took longer than SlowYieldMicroseconds (other threads want the cores) ends
                     // the spin, and for ContendedMilliseconds after it the worker parks without yielding at all: a
                     // parked worker is woken by a producer, or by its wait's time-out when its next timer is due, and the
                     // OS runs a thread it wakes sooner than one that keeps yielding. Beside two CPU hogs, the actor
