@@ -345,6 +345,35 @@ internal sealed class WorkerPool : Scheduler
         NotifyIfNoneSpinning();
     }
 
+    /// <summary>
+    /// How long a spinning worker's round of two yields may take before the worker stops spinning and parks: a yield that
+    /// long gave the core to another thread for a time slice (on a quiet core two yields take about a microsecond). One
+    /// tick of the timer wheel, the lateness a worker's timers may have.
+    /// </summary>
+    internal const int SlowYieldMicroseconds = 1000;
+
+    /// <summary>
+    /// How long after a slow round of yields (<see cref="SlowYieldMicroseconds"/>) a worker that runs out of work parks
+    /// without yielding: the cores were wanted by other threads then, and are likely to be still. Once it has passed, the
+    /// worker's next spin yields again, and finds out.
+    /// </summary>
+    internal const int ContendedMilliseconds = 100;
+
+    private static readonly long s_slowYieldTimestamps = Math.Max(1, Stopwatch.Frequency * SlowYieldMicroseconds / 1_000_000);
+#if DEBUG
+    private long _contendedTimestamps = Stopwatch.Frequency * ContendedMilliseconds / 1000;
+#else
+    private readonly long _contendedTimestamps = Stopwatch.Frequency * ContendedMilliseconds / 1000;
+#endif
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): sets how long this pool's workers park without yielding after a slow round of yields
+    /// (<see cref="ContendedMilliseconds"/> by default), so that a test on a slow machine does not outlast it.
+    /// </summary>
+    internal void SetContendedForTests(TimeSpan span) => _contendedTimestamps = (long)(span.TotalSeconds * Stopwatch.Frequency);
+#endif
+
     /// <summary>A monotonic clock in milliseconds (netstandard2.1 has no <c>Environment.TickCount64</c>).</summary>
     private static long NowMs() => Stopwatch.GetTimestamp() / s_timestampsPerMs;
 
@@ -977,11 +1006,29 @@ internal sealed class WorkerPool : Scheduler
                     {
                         break;
                     }
+                    // Nor does a yield that gives the core away for a time slice find work sooner than a wake-up would:
+                    // a producer wakes nobody while a worker spins, and a timer that falls due during the yield waits for
+                    // it. So a yielding round that took longer than SlowYieldMicroseconds (other threads want the cores) ends
+                    // the spin, and for ContendedMilliseconds after it the worker parks without yielding at all: a
+                    // parked worker is woken by a producer, or by its wait's time-out when its next timer is due, and the
+                    // OS runs a thread it wakes sooner than one that keeps yielding. Beside two CPU hogs, the actor
+                    // program's timeouts fired 16-50 ms late on the park path, after a yield round of that length.
+                    long yieldStart = Stopwatch.GetTimestamp();
+                    if (round == PureSpinRounds && yieldStart - self.SlowYieldAt < _contendedTimestamps)
+                    {
+                        break;
+                    }
 #if DEBUG
                     TestHookSpinYield?.Invoke(this);
 #endif
                     Thread.Yield();
                     Thread.Yield();
+                    long yieldEnd = Stopwatch.GetTimestamp();
+                    if (yieldEnd - yieldStart >= s_slowYieldTimestamps)
+                    {
+                        self.SlowYieldAt = yieldEnd;
+                        break;
+                    }
                 }
             }
             Interlocked.Decrement(ref _spinning);
@@ -1219,6 +1266,12 @@ internal sealed class WorkerPool : Scheduler
         /// </summary>
         public long ParkedUntilMs = long.MaxValue;
         public int SinceTimerPoll;
+        /// <summary>
+        /// When (<see cref="Stopwatch.GetTimestamp"/>) a round of this worker's spin last yielded for longer than
+        /// <see cref="SlowYieldMicroseconds"/>; until <see cref="ContendedMilliseconds"/> after it, the worker parks
+        /// without yielding. Owner only.
+        /// </summary>
+        public long SlowYieldAt = long.MinValue / 2;
         public int[]? SeenItemsEntered; // owner only: the others' ItemsEntered at its previous busy look (RescueOverdueTimers)
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
