@@ -109,4 +109,43 @@ public sealed class FrameHeldDelayStressTests
         Assert.Equal(total, ended);
         Assert.Equal(0, loop.PendingTimers);
     }
+
+    /// <summary>
+    /// A scaled delay held for its exact deadline when the time scale drops to 0 stays held (counted in PendingTimers) for
+    /// as many frames as loop time stands still, resumes in the first frame whose scaled time reaches the deadline once
+    /// the scale is back, and an unscaled one held beside it resumes on its own deadline meanwhile.
+    /// </summary>
+    [Fact]
+    public void AHeldScaledDelay_WaitsThroughTimeScaleZero_AndAnUnscaledOneDoesNot()
+    {
+        var loop = new FrameLoop();
+        loop.RunFrame(TimeSpan.Zero);
+        SpindleTask scaled = loop.Delay(TimeSpan.FromTicks(16_700));                          // due at 1.67 ms scaled
+        SpindleTask unscaled = loop.Delay(TimeSpan.FromTicks(16_700), FrameTimeKind.Unscaled); // due at 1.67 ms unscaled
+        loop.RunFrame(TimeSpan.FromTicks(16_666)); // both timers fall due at 1 ms, short of the deadline: both held
+        Assert.Equal(2, loop.PendingTimers);
+        loop.TimeScale = 0;
+        for (int i = 0; i < 5; i++)
+        {
+            loop.RunFrame(TimeSpan.FromTicks(16_666));
+            Assert.False(scaled.IsCompleted, $"frame {i}: the scaled delay resumed while loop time stood still");
+        }
+        Assert.True(unscaled.IsCompleted);
+        unscaled.GetAwaiter().GetResult();
+        Assert.Equal(1, loop.PendingTimers);
+        loop.TimeScale = 1;
+        loop.RunFrame(TimeSpan.FromTicks(16_666)); // the scale applies from the next frame (the README's rule)
+        while (!scaled.IsCompleted && loop.Time.Ticks < 16_700)
+        {
+            loop.RunFrame(TimeSpan.FromTicks(16_666));
+        }
+        if (!scaled.IsCompleted)
+        {
+            loop.RunFrame(TimeSpan.FromTicks(16_666)); // the frame at or past the deadline has begun: this one's phase runs it
+        }
+        Assert.True(scaled.IsCompleted, $"the scaled delay did not resume by loop time {loop.Time.Ticks} ticks");
+        Assert.True(loop.Time.Ticks >= 16_700);
+        scaled.GetAwaiter().GetResult();
+        Assert.Equal(0, loop.PendingTimers);
+    }
 }
