@@ -1358,6 +1358,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         bool isAny = _isAny;
         ReadQuietly(_core.Version, out ExceptionDispatchInfo? error);
+        LazyCancellation.PassedOn(error);
         if (error is null || decidedEarly)
         {
             return;

@@ -72,7 +72,9 @@ internal static class QuietRead
     {
         if (source is IQuietSource quiet)
         {
-            return quiet.ReadQuietly(token);
+            ExceptionDispatchInfo? error = quiet.ReadQuietly(token);
+            LazyCancellation.PassedOn(error);
+            return error;
         }
         source.GetResult(token);
         return null;
@@ -84,7 +86,9 @@ internal static class QuietRead
     {
         if (source is IQuietSource<T> quiet)
         {
-            return quiet.ReadQuietly(token, out error);
+            T result = quiet.ReadQuietly(token, out error);
+            LazyCancellation.PassedOn(error);
+            return result;
         }
         error = null;
         return source.GetResult(token);
@@ -261,8 +265,8 @@ internal static class LazyCancellation
     /// and read again (a promise's, a task from <c>FromCanceled</c> read by a second reader, an exception a user gave, a
     /// disposed wheel's) is not this thread's last build and keeps its dispatch info; the shared
     /// <see cref="CanceledValue"/> is never recorded. Between a build and this throw no other failure is thrown on the
-    /// thread (a read runs no user code after its core's read), and the record is cleared at every throw, so it keeps at
-    /// most the last cancellation a quiet reader (a combinator's input) had built, until this thread's next build or throw.
+    /// thread (a read runs no user code after its core's read), and the record is cleared at every throw and by a reader that
+    /// passes a failure on (<see cref="PassedOn"/>): no thread keeps a cancellation it handed to another.
     /// </remarks>
     [DoesNotReturn]
     [StackTraceHidden]
@@ -276,6 +280,22 @@ internal static class LazyCancellation
         }
         t_built = null;
         error.Throw();
+    }
+
+    /// <summary>
+    /// A reader that passes a read's failure on instead of throwing it (a combinator's input, a scope's child, a forgotten
+    /// task's observer, <see cref="QuietRead"/>) lets go of this thread's record of its last build: the record held the
+    /// exception, its token and the token's source (with every callback registered on it) until the thread's next build or
+    /// throw, for ever on a thread that then idles (<c>LazyCancellationReviewTests</c>). The exception passed on is thrown,
+    /// if at all, through its dispatch info, as any failure kept and read again is.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static void PassedOn(ExceptionDispatchInfo? error)
+    {
+        if (error is not null)
+        {
+            t_built = null;
+        }
     }
 
     /// <summary>

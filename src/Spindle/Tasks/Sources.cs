@@ -436,6 +436,7 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     private static void ReadAndReport(ISpindleSource source, short token, bool atCall)
     {
         ExceptionDispatchInfo? failure = atCall && source is IQuietSource quiet ? quiet.ReadQuietly(token) : QuietRead.Read(source, token);
+        LazyCancellation.PassedOn(failure);
         if (FaultReport.IsFault(failure) && FaultReport.Claim(source, token))
         {
             UnobservedExceptions.Report(failure.SourceException);
