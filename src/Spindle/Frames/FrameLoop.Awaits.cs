@@ -199,15 +199,7 @@ public sealed partial class FrameLoop
             return StartTimer(phase, wheel, TimeSpan.FromTicks(dueMs - now), cancellationToken, clock, due);
         }
         // Due before the clock's next millisecond: straight to the loop's hold, which each frame checks.
-        PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
-        waiter.Sequence = NextSequence();
-        waiter.DueTicks = due;
-        waiter.DueClock = clock;
-        short token = waiter.Version;
-        if (!IsLoopThread)
-        {
-            waiter.CompleteOnceAwaited();
-        }
+        PhaseWaiter waiter = RentTimedWaiter(phase, cancellationToken, clock, due, out short token);
         waiter.HoldForQueue();
         HoldUntilDue(waiter);
         waiter.RegisterCancellation();
@@ -341,18 +333,29 @@ public sealed partial class FrameLoop
         return new SpindleTask(waiter, token);
     }
 
-    private static SpindleTask StartTimer(FramePhase phase, TimerWheel wheel, TimeSpan delay, CancellationToken cancellationToken,
-        LoopClock? dueClock = null, long dueTicks = 0)
+    /// <summary>
+    /// Rents the waiter of a timed wait (a delay, a frame delay), numbered in start order, with its exact deadline if it
+    /// has one (<see cref="FrameWaiter.DueTicks"/>); one started off the loop thread completes only once awaited.
+    /// </summary>
+    private static PhaseWaiter RentTimedWaiter(FramePhase phase, CancellationToken cancellationToken, LoopClock? dueClock, long dueTicks,
+        out short token)
     {
         PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
         waiter.Sequence = phase.Loop.NextSequence();
         waiter.DueTicks = dueTicks;
         waiter.DueClock = dueClock;
-        short token = waiter.Version;
+        token = waiter.Version;
         if (!phase.Loop.IsLoopThread)
         {
             waiter.CompleteOnceAwaited();
         }
+        return waiter;
+    }
+
+    private static SpindleTask StartTimer(FramePhase phase, TimerWheel wheel, TimeSpan delay, CancellationToken cancellationToken,
+        LoopClock? dueClock = null, long dueTicks = 0)
+    {
+        PhaseWaiter waiter = RentTimedWaiter(phase, cancellationToken, dueClock, dueTicks, out short token);
         // The token goes to the wheel's timer, so that a cancellation also takes the timer out of the wheel; the waiter
         // listens to it itself only once the timer has expired (see FrameWaiter).
         // Inside a step of the loop, this thread owns the loop's wheels (their passes run only there) and links the timer
