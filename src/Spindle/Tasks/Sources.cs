@@ -435,8 +435,9 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     /// </summary>
     private static void ReadAndReport(ISpindleSource source, short token, bool atCall)
     {
-        ExceptionDispatchInfo? failure = atCall && source is IQuietSource quiet ? quiet.ReadQuietly(token) : QuietRead.Read(source, token);
-        LazyCancellation.PassedOn(failure);
+        // Both reads let go of this thread's record of a cancellation they built (LazyCancellation.PassedOn): the failure is
+        // reported, if at all, not thrown here.
+        ExceptionDispatchInfo? failure = atCall && source is IQuietSource ? QuietRead.ReadOrThrow(source, token) : QuietRead.Read(source, token);
         if (FaultReport.IsFault(failure) && FaultReport.Claim(source, token))
         {
             UnobservedExceptions.Report(failure.SourceException);

@@ -360,11 +360,7 @@ internal sealed class WorkerPool : Scheduler
     internal const int ContendedMilliseconds = 100;
 
     private static readonly long s_slowYieldTimestamps = Math.Max(1, Stopwatch.Frequency * SlowYieldMicroseconds / 1_000_000);
-#if DEBUG
-    private long _contendedTimestamps = Stopwatch.Frequency * ContendedMilliseconds / 1000;
-#else
-    private readonly long _contendedTimestamps = Stopwatch.Frequency * ContendedMilliseconds / 1000;
-#endif
+    private long _contendedTimestamps = Stopwatch.Frequency * ContendedMilliseconds / 1000; // set only by tests (Debug) after construction
 
 #if DEBUG
     /// <summary>
