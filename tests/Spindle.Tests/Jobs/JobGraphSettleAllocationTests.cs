@@ -1,4 +1,5 @@
 using System;
+using System.Linq;
 using System.Threading;
 
 namespace SpindleLib.Tests.Jobs;
@@ -233,7 +234,9 @@ public class JobGraphSettleAllocationTests
         // it allocated nodes in frame after frame here.
         Assert.True(
             mainBytes == 0,
-            $"{allocatingFrames} of {MeasuredFrames} frames after {WarmupFrames} allocated ({mainBytes} bytes) on the scheduling thread ({allBytes} on all threads)");
+            $"{allocatingFrames} of {MeasuredFrames} frames after {WarmupFrames} allocated ({mainBytes} bytes) on the scheduling thread ({allBytes} on all threads); " +
+            $"objects the graph's pools made meanwhile, by type: [{string.Join(", ", madeAfter.Zip(madeBefore, (a, b) => a - b))}] " +
+            "(all 0: the bytes were not the graph's nodes or edges)");
         // On every thread: none of the graph's pools made an object (a worker never rents one, but this says so).
         Assert.Equal(madeBefore, madeAfter);
     }
