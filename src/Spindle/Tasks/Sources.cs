@@ -91,7 +91,11 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 
 /// <summary>
 /// The source behind <c>Preserve()</c>: it awaits the original task once, keeps the outcome, and lets any number of
-/// awaiters read it. Continuations registered before completion are kept in a list under a lock (this is not a hot path).
+/// awaiters read it. Continuations registered before completion are kept under a lock (this is not a hot path): the first
+/// in two fields of its own, any more in a list, so that a preserved task awaited by one waiter at a time (an async lazy
+/// value, a task raced turn after turn) is the one object <c>Preserve()</c> documents. It used to be four (the source, its
+/// lock object, a list and the list's array: 175 B for a pending task awaited once, measured by a library author's
+/// review, docs/decisions.md section 44).
 /// A combinator that lost a race takes its waiter back out of the list (<see cref="IDetachableSource"/>), so a preserved
 /// task raced in every turn of a loop holds nothing per turn; a fault that completes it with nobody waiting, after a
 /// combinator let go of it, is reported once (as a promise's abandoned use's is), since that combinator's caller will not
@@ -102,13 +106,17 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 {
     private static readonly Action<object?> s_onSourceCompleted = static o => ((PreservedSource<T>)o!).OnSourceCompleted();
 
-    private readonly object _lock = new();
     private ISpindleSource? _source;
     private readonly short _token;
     private bool _completed;
     private T _result = default!;
     private ExceptionDispatchInfo? _error;
-    private List<(Action<object?> Continuation, object? State)>? _waiters;
+    // The waiters registered before completion, in order: the first (oldest) here, the rest in _more. Under the lock,
+    // which is this object itself: it is Spindle's own, never handed to code that could lock on it (a task and a
+    // ValueTask made from it keep it out of reach), and a lock object of its own was a second allocation per Preserve().
+    private Action<object?>? _firstContinuation;
+    private object? _firstState;
+    private List<(Action<object?> Continuation, object? State)>? _more;
     private ReportOnce _faultReport; // a Forget() reported the fault (IRereadableSource)
     private bool _letGo; // a combinator let go of this task before it completed (under the lock)
 
@@ -132,50 +140,73 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
         {
             error = QuietRead.Read(source, _token);
         }
-        List<(Action<object?>, object?)>? waiters;
+        Action<object?>? first;
+        object? firstState;
+        List<(Action<object?>, object?)>? more;
         bool unread;
-        lock (_lock)
+        lock (this)
         {
             _result = result;
             _error = error;
             _completed = true;
             _source = null;
-            waiters = _waiters;
-            _waiters = null;
-            unread = _letGo && (waiters is null || waiters.Count == 0);
+            first = _firstContinuation;
+            firstState = _firstState;
+            more = _more;
+            _firstContinuation = null;
+            _firstState = null;
+            _more = null;
+            unread = _letGo && first is null; // the first slot is refilled from the list whenever it empties
         }
         if (unread && FaultReport.IsFault(error) && _faultReport.TryTake())
         {
             UnobservedExceptions.Report(error.SourceException);
         }
-        if (waiters is not null)
+        if (first is not null)
         {
-            RunAll(waiters);
+            RunAll(first, firstState, more);
         }
     }
 
     DetachOutcome IDetachableSource.TryDetach(DirectWaiter waiter)
     {
-        lock (_lock)
+        lock (this)
         {
             if (_completed)
             {
-                return DetachOutcome.Completed; // taken with the list by the completion: it runs, or ran
+                return DetachOutcome.Completed; // taken with the waiters by the completion: it runs, or ran
             }
-            List<(Action<object?> Continuation, object? State)>? waiters = _waiters;
-            if (waiters is not null)
+            List<(Action<object?> Continuation, object? State)>? more = _more;
+            if (more is not null)
             {
                 // From the end: in a loop, the waiter leaving is usually the latest one. A linear search, as Task's removal
                 // of a continuation is.
-                for (int i = waiters.Count - 1; i >= 0; i--)
+                for (int i = more.Count - 1; i >= 0; i--)
                 {
-                    if (waiters[i].State == waiter && (object)waiters[i].Continuation == DirectWaiter.s_moveNext)
+                    if (more[i].State == waiter && (object)more[i].Continuation == DirectWaiter.s_moveNext)
                     {
-                        waiters.RemoveAt(i);
+                        more.RemoveAt(i);
                         _letGo = true;
                         return DetachOutcome.Detached;
                     }
                 }
+            }
+            if (_firstState == waiter && (object?)_firstContinuation == DirectWaiter.s_moveNext)
+            {
+                // The oldest waiter leaves: the next oldest takes its slot, so the first slot is empty only when no
+                // waiter is left, and the waiters still run in the order they came.
+                if (more is { Count: > 0 })
+                {
+                    (_firstContinuation, _firstState) = more[0];
+                    more.RemoveAt(0);
+                }
+                else
+                {
+                    _firstContinuation = null;
+                    _firstState = null;
+                }
+                _letGo = true;
+                return DetachOutcome.Detached;
             }
             return DetachOutcome.NotWaiting;
         }
@@ -183,7 +214,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 
     bool IDetachableSource.TryAbandon(short token)
     {
-        lock (_lock)
+        lock (this)
         {
             if (_completed)
             {
@@ -199,26 +230,39 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     /// from running (a thread blocked in GetResult among them would never wake). The first exception is rethrown to the
     /// completer once the rest have run, as a single waiter's would be.
     /// </summary>
-    private static void RunAll(List<(Action<object?> Continuation, object? State)> waiters)
+    private static void RunAll(Action<object?> first, object? firstState, List<(Action<object?> Continuation, object? State)>? more)
     {
-        ExceptionDispatchInfo? first = null;
-        for (int i = 0; i < waiters.Count; i++)
+        if (more is null)
+        {
+            Continuations.Invoke(first, firstState); // one waiter: its exception goes to the completer as it is
+            return;
+        }
+        ExceptionDispatchInfo? thrown = null;
+        try
+        {
+            Continuations.Invoke(first, firstState);
+        }
+        catch (Exception ex)
+        {
+            thrown = ExceptionDispatchInfo.Capture(ex);
+        }
+        for (int i = 0; i < more.Count; i++)
         {
             try
             {
-                Continuations.Invoke(waiters[i].Continuation, waiters[i].State);
+                Continuations.Invoke(more[i].Continuation, more[i].State);
             }
             catch (Exception ex)
             {
-                first ??= ExceptionDispatchInfo.Capture(ex);
+                thrown ??= ExceptionDispatchInfo.Capture(ex);
             }
         }
-        first?.Throw();
+        thrown?.Throw();
     }
 
     public SpindleTaskStatus GetStatus(short token)
     {
-        lock (_lock)
+        lock (this)
         {
             if (!_completed)
             {
@@ -246,7 +290,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     public T ReadQuietly(short token, out ExceptionDispatchInfo? error)
     {
         bool completed;
-        lock (_lock)
+        lock (this)
         {
             completed = _completed;
         }
@@ -273,9 +317,9 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     {
         get
         {
-            lock (_lock)
+            lock (this)
             {
-                return _waiters?.Count ?? 0;
+                return (_firstContinuation is null ? 0 : 1) + (_more?.Count ?? 0);
             }
         }
     }
@@ -286,11 +330,19 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
         {
             ThrowHelper.ThrowArgumentNull(nameof(continuation));
         }
-        lock (_lock)
+        lock (this)
         {
             if (!_completed)
             {
-                (_waiters ??= new List<(Action<object?>, object?)>(2)).Add((continuation, state));
+                if (_firstContinuation is null)
+                {
+                    _firstContinuation = continuation;
+                    _firstState = state;
+                }
+                else
+                {
+                    (_more ??= new List<(Action<object?>, object?)>(2)).Add((continuation, state));
+                }
                 return;
             }
         }
