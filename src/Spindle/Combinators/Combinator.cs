@@ -1704,12 +1704,24 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
         return result;
     }
 
-    void IValueTaskSource.GetResult(short token) => GetResult(token);
+    /// <summary>
+    /// The read of a <see cref="SpindleTask"/>'s awaiter (a WhenAll of untyped tasks, a WhenAny awaited as untyped): the
+    /// same read and throw as <see cref="GetResult"/>, written out rather than a call to it, so that a cancellation it
+    /// throws is thrown at this frame (see <see cref="LazyCancellation.ToThrow"/>), as a delay's is, whatever the JIT inlines.
+    /// </summary>
+    void IValueTaskSource.GetResult(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        if (error is not null)
+        {
+            throw LazyCancellation.ToThrow(error);
+        }
+    }
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public TResult ReadQuietly(short token, out ExceptionDispatchInfo? error)

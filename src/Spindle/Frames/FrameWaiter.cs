@@ -353,7 +353,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
     {
         if (ReadQuietly(token) is { } error)
         {
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
     }
 

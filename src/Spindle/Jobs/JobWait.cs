@@ -246,7 +246,7 @@ internal sealed class JobWait : ISpindleSource, IDetachableSource, IQuietSource,
     {
         if (ReadQuietly(token) is { } error)
         {
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
     }
 

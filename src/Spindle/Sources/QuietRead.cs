@@ -95,6 +95,36 @@ internal static class QuietRead
     }
 
     /// <summary>
+    /// As <see cref="ReadOrThrow(ISpindleSource, short)"/> for a reader that only tells a fault from a cancellation (the
+    /// observer of a forgotten task): a cancellation comes back as <see cref="LazyCancellation.CanceledValue"/> when the
+    /// source kept it lazily, its exception never built.
+    /// </summary>
+    public static ExceptionDispatchInfo? ReadFaultOrThrow(ISpindleSource source, short token)
+    {
+        if (source is IQuietSource quiet)
+        {
+            ExceptionDispatchInfo? error = ReadAsValue(quiet, source, token);
+            LazyCancellation.PassedOn(error);
+            return error;
+        }
+        source.GetResult(token);
+        return null;
+    }
+
+    /// <summary>As <see cref="ReadFaultOrThrow"/>, with misuse (and a user's source's failure) caught and returned.</summary>
+    public static ExceptionDispatchInfo? ReadFault(ISpindleSource source, short token)
+    {
+        try
+        {
+            return ReadFaultOrThrow(source, token);
+        }
+        catch (Exception ex)
+        {
+            return ExceptionDispatchInfo.Capture(ex);
+        }
+    }
+
+    /// <summary>
     /// Reads <paramref name="source"/>'s use <paramref name="token"/> once, as an await does, and returns true if it was
     /// canceled (its failure is an <see cref="OperationCanceledException"/>), without throwing or building the exception:
     /// <c>SuppressCancellationThrow()</c>'s read, and the frame waiter's read of its cancelled timer. Misuse and any
@@ -102,15 +132,21 @@ internal static class QuietRead
     /// </summary>
     public static bool ReadCanceled(ISpindleSource source, short token)
     {
-        if (source is not IQuietSource quiet)
-        {
-            return ReadCanceledWithCatch(source, token);
-        }
-        ExceptionDispatchInfo? failure;
+        return source is IQuietSource quiet
+            ? IsCancellationOrThrow(ReadAsValue(quiet, source, token))
+            : ReadCanceledWithCatch(source, token);
+    }
+
+    /// <summary>
+    /// <paramref name="quiet"/>'s read of <paramref name="source"/>'s use <paramref name="token"/>, asking for a lazily
+    /// kept cancellation as a value (<see cref="LazyCancellation.AskForValue"/>).
+    /// </summary>
+    private static ExceptionDispatchInfo? ReadAsValue(IQuietSource quiet, ISpindleSource source, short token)
+    {
         bool asked = LazyCancellation.AskForValue(source, token);
         try
         {
-            failure = quiet.ReadQuietly(token);
+            return quiet.ReadQuietly(token);
         }
         finally
         {
@@ -119,7 +155,6 @@ internal static class QuietRead
                 LazyCancellation.EndAsking();
             }
         }
-        return IsCancellationOrThrow(failure);
     }
 
     /// <summary>As <see cref="ReadCanceled(ISpindleSource, short)"/>, keeping the result (default when canceled).</summary>
@@ -215,7 +250,7 @@ internal interface ILazyCanceledSource
 /// <c>Reset</c> (<c>docs/decisions.md</c> section 43; a <c>TrySetException</c> of an <see cref="OperationCanceledException"/>
 /// the caller made is kept as made, and every reader gets that one). A task from <c>FromCanceled</c> builds it at its
 /// first throwing read and keeps it, so its readers share one object. A throwing read throws the exception it has just
-/// built as built (<see cref="Throw"/>).
+/// built as built (<see cref="ToThrow"/>).
 /// <para>The reader that asks for the cancellation as a value (<see cref="QuietRead.ReadCanceled(ISpindleSource, short)"/>)
 /// sets a thread-static flag around its own read of a completed, canceled use; the core's read takes it and hands back
 /// <see cref="CanceledValue"/>, a shared dispatch info that stands for "canceled" and is never thrown. The flag is set
@@ -233,7 +268,7 @@ internal static class LazyCancellation
     [ThreadStatic]
     private static bool t_asValue;
 
-    /// <summary>The cancellation this thread's last <see cref="Build"/> made, until a read's failure is thrown (<see cref="Throw"/>).</summary>
+    /// <summary>The cancellation this thread's last <see cref="Build"/> made, until a read's failure is thrown (<see cref="ToThrow"/>).</summary>
     [ThreadStatic]
     private static ExceptionDispatchInfo? t_built;
 
@@ -252,34 +287,38 @@ internal static class LazyCancellation
     }
 
     /// <summary>
-    /// Throws the failure a read of a source has just handed to its reader: every <c>GetResult</c> that throws a read's
-    /// failure throws it here. A cancellation this thread has just built (<see cref="Build"/>) is thrown as it is; any
-    /// other failure through its dispatch info.
+    /// The failure a read of a source has just handed to its reader, to throw: every <c>GetResult</c> that throws a read's
+    /// failure throws what this returns (<c>throw LazyCancellation.ToThrow(error);</c>). A cancellation this thread has
+    /// just built (<see cref="Build"/>) is returned as it is, for the caller to throw at its own frame; any other failure is
+    /// thrown here, through its dispatch info.
     /// </summary>
     /// <remarks>
     /// The cancellation just built was captured before any throw, so its dispatch info holds no trace and would restore
     /// nothing: thrown as it is, it gets the trace that <see cref="ExceptionDispatchInfo.Throw()"/> would give it, without
     /// the restore (536 → 368 B a throw for 1,000,000 loops that each catch their cancellation, <c>docs/decisions.md</c>
-    /// sections 42 and 43). The test is by identity with this thread's last build, so it holds whatever the source did
-    /// with its node during the read (a delay's timer node, a frame wait and a run recycle theirs in it). A failure kept
-    /// and read again (a promise's, a task from <c>FromCanceled</c> read by a second reader, an exception a user gave, a
-    /// disposed wheel's) is not this thread's last build and keeps its dispatch info; the shared
-    /// <see cref="CanceledValue"/> is never recorded. Between a build and this throw no other failure is thrown on the
-    /// thread (a read runs no user code after its core's read), and the record is cleared at every throw and by a reader that
-    /// passes a failure on (<see cref="PassedOn"/>): no thread keeps a cancellation it handed to another.
+    /// sections 42 and 43). It is thrown by the caller's own <c>throw</c>, not here: a throw here crossed this helper's frame
+    /// too whenever the JIT did not inline it, which its inlining budget decided, not the attribute (a combinator read as an
+    /// untyped task: 536 B, section 44). The test is by identity with this thread's last build, so it holds whatever the
+    /// source did with its node during the read (a delay's timer node, a frame wait and a run recycle theirs in it). A
+    /// failure kept and read again (a promise's, a task from <c>FromCanceled</c> read by a second reader, an exception a
+    /// user gave, a disposed wheel's) is not this thread's last build and keeps its dispatch info; the shared
+    /// <see cref="CanceledValue"/> is never recorded. Between a build and this call no other failure is thrown on the
+    /// thread (a read runs no user code after its core's read), and the record is cleared at every such call, at the
+    /// await-once error (<see cref="Drop"/>) and by a reader that passes a failure on (<see cref="PassedOn"/>): no thread
+    /// keeps a cancellation it handed to another.
     /// </remarks>
-    [DoesNotReturn]
     [StackTraceHidden]
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public static void Throw(ExceptionDispatchInfo error)
+    public static Exception ToThrow(ExceptionDispatchInfo error)
     {
         if (error == t_built)
         {
             t_built = null;
-            throw error.SourceException;
+            return error.SourceException;
         }
         t_built = null;
         error.Throw();
+        return error.SourceException; // not reached
     }
 
     /// <summary>
@@ -297,6 +336,13 @@ internal static class LazyCancellation
             t_built = null;
         }
     }
+
+    /// <summary>
+    /// Lets go of this thread's record of its last build without a failure to pass on: the await-once error thrown instead
+    /// of a cancellation just built, by a read that then found its token stale (<see cref="ThrowHelper"/>'s refusals). The
+    /// record would hold that exception, its token and the token's source until the thread's next build or throw.
+    /// </summary>
+    public static void Drop() => t_built = null;
 
     /// <summary>
     /// Sets the flag for the read of <paramref name="source"/>'s use <paramref name="token"/> if that use has completed as

@@ -526,7 +526,7 @@ internal struct SourceCore<TResult>
         {
             ValueTaskOrigin.Note(rereadable, token);
         }
-        LazyCancellation.Throw(error);
+        throw LazyCancellation.ToThrow(error);
     }
 
     /// <summary>As <see cref="GetResult"/>, but the failure goes to <paramref name="error"/> instead of being thrown (<see cref="IQuietSource"/>).</summary>

@@ -46,7 +46,17 @@ internal static class ThrowHelper
     [DoesNotReturn]
     public static void ThrowAlreadyAwaited() => throw Refusal(new InvalidOperationException(SecondAwaiterMessage));
 
-    private static Exception Refusal(Exception exception) => t_lastRefusal = exception;
+    /// <summary>
+    /// Marks <paramref name="exception"/> as this thread's last refusal. A read that built its lazy cancellation and then
+    /// found its token stale (misuse: the use was reset or read meanwhile) throws this instead of the cancellation: it
+    /// lets go of the thread's record of that build (<see cref="LazyCancellation.Drop"/>), which held the token's source
+    /// alive on an idle thread.
+    /// </summary>
+    private static Exception Refusal(Exception exception)
+    {
+        LazyCancellation.Drop();
+        return t_lastRefusal = exception;
+    }
 
     /// <summary>
     /// True if <paramref name="exception"/> is the await-once error a Spindle source threw on this thread, before

@@ -595,7 +595,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         bool tookSet = ReadWaitQuietly(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
-            LazyCancellation.Throw(error); // a cancellation this read built is thrown as built (docs/decisions.md section 43)
+            throw LazyCancellation.ToThrow(error); // a cancellation this read built is thrown as built (docs/decisions.md section 43)
         }
         return tookSet;
     }

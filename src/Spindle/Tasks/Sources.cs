@@ -67,7 +67,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     private void ThrowFailure(short token)
     {
         ValueTaskOrigin.Note(this, token);
-        LazyCancellation.Throw(Error);
+        throw LazyCancellation.ToThrow(Error);
     }
 
     public T ReadQuietly(short token, out ExceptionDispatchInfo? error)
@@ -282,7 +282,7 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
         if (error is not null)
         {
             ValueTaskOrigin.Note(this, token); // for a combinator reading it through a ValueTask
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
         return result;
     }
@@ -487,9 +487,10 @@ internal sealed class ForgetObserver : IPoolNode<ForgetObserver>
     /// </summary>
     private static void ReadAndReport(ISpindleSource source, short token, bool atCall)
     {
-        // Both reads let go of this thread's record of a cancellation they built (LazyCancellation.PassedOn): the failure is
-        // reported, if at all, not thrown here.
-        ExceptionDispatchInfo? failure = atCall && source is IQuietSource ? QuietRead.ReadOrThrow(source, token) : QuietRead.Read(source, token);
+        // A cancellation is no fault: both reads ask for it as a value, so a source that kept it lazily (a promise cancelled
+        // by a token, a delay) builds no exception for it; and both let go of this thread's record of any they built
+        // (LazyCancellation.PassedOn): the failure is reported, if at all, not thrown here.
+        ExceptionDispatchInfo? failure = atCall && source is IQuietSource ? QuietRead.ReadFaultOrThrow(source, token) : QuietRead.ReadFault(source, token);
         if (FaultReport.IsFault(failure) && FaultReport.Claim(source, token))
         {
             UnobservedExceptions.Report(failure.SourceException);

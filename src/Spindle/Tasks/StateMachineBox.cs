@@ -163,7 +163,7 @@ internal abstract class SpindleBox<TResult> : StateMachineBoxBase, ISpindleSourc
         TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
         return result;
     }

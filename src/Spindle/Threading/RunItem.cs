@@ -238,12 +238,24 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         TResult result = ReadQuietly(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
         return result;
     }
 
-    void IValueTaskSource.GetResult(short token) => GetResult(token);
+    /// <summary>
+    /// The read of a <see cref="SpindleTask"/>'s awaiter: the same read and throw as <see cref="GetResult"/>, written out
+    /// rather than a call to it, so that a cancellation it throws is thrown at this frame, whatever the JIT inlines
+    /// (<see cref="LazyCancellation.ToThrow"/>).
+    /// </summary>
+    void IValueTaskSource.GetResult(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        if (error is not null)
+        {
+            throw LazyCancellation.ToThrow(error);
+        }
+    }
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public TResult ReadQuietly(short token, out ExceptionDispatchInfo? error)

@@ -189,8 +189,8 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
                     // Not registered yet: the combinator met the slot between its publication and its registration
                     // (LetGoOfLosers during AddSource). The claim is taken, so the wait ends as a cancelled one, without
                     // its tick; the registrant then finds it completed and reads that cancellation, which is not reported
-                    // (LetGoDuringRegistrationTests).
-                    _core.TrySetCanceled(default);
+                    // (LetGoDuringRegistrationTests). Lazily, as canceled by no token (KeepCanceled).
+                    KeepCanceled(default);
                     return DetachOutcome.NotWaiting;
                 }
                 EndWithdrawnWait();
@@ -240,6 +240,16 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
     /// <summary>The token that canceled the wait (<see cref="ILazyCanceledSource"/>): kept until the wait is read.</summary>
     CancellationToken ILazyCanceledSource.CanceledBy => _waitToken;
 
+    /// <summary>
+    /// Ends the wait as canceled by <paramref name="token"/> (default for a combinator's let-go) without building its
+    /// exception, as the token's own claim does (<see cref="OnCanceled"/>): the token replaces <see cref="_waitToken"/>
+    /// while the core is held, and a reader that throws builds the exception from it (<see cref="LazyCancellation"/>); one
+    /// that reads the cancellation as a value builds nothing. For a claimant other than the token's callback (a let-go, or
+    /// the second arrival after a late claim), which alone completes the wait: a callback of the wait's token that runs
+    /// meanwhile finds the claim taken, and uses no token of this field's.
+    /// </summary>
+    private void KeepCanceled(CancellationToken token) => _core.TrySetCanceledKeepingToken(ref _waitToken, token);
+
     /// <summary>Ends a pending wait with false, if nothing else has ended it.</summary>
     private void Stop()
     {
@@ -282,7 +292,7 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
         {
             CancellationToken token = _lateToken;
             _lateToken = default;
-            _core.TrySetCanceled(token);
+            KeepCanceled(token);
         }
         else
         {
@@ -308,7 +318,7 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
         bool result = ReadQuietly(token, out ExceptionDispatchInfo? error);
         if (error is not null)
         {
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
         return result;
     }
@@ -333,7 +343,19 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
         return error;
     }
 
-    void IValueTaskSource.GetResult(short token) => GetResult(token);
+    /// <summary>
+    /// The read of a <see cref="SpindleTask"/>'s awaiter: the same read and throw as <see cref="GetResult"/>, written out
+    /// rather than a call to it, so that a cancellation it throws is thrown at this frame, whatever the JIT inlines
+    /// (<see cref="LazyCancellation.ToThrow"/>).
+    /// </summary>
+    void IValueTaskSource.GetResult(short token)
+    {
+        ReadQuietly(token, out ExceptionDispatchInfo? error);
+        if (error is not null)
+        {
+            throw LazyCancellation.ToThrow(error);
+        }
+    }
 
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 

@@ -372,7 +372,7 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     {
         if (ReadQuietly(token) is { } error)
         {
-            LazyCancellation.Throw(error);
+            throw LazyCancellation.ToThrow(error);
         }
     }
 

@@ -997,8 +997,17 @@ public sealed class PoolHygieneTests
             await SwallowAsync(async () => await new BatchJob { Payload = payload, Out = null! }.ScheduleBatch(64, 8));
             await SwallowAsync(async () => await TestUtil.WithTimeout(new FaultingJob { Payload = payload }.Schedule().AsSpindleTask()));
 
-            // Awaited by an async Spindle method (an edge carrying the box), and as a SpindleTask.
-            Assert.Equal(1, await AwaitJob(new RefJob { Payload = payload, Out = new int[1] }.Schedule(g)));
+            // Awaited by an async Spindle method (an edge carrying the box), and as a SpindleTask. The first job waits behind
+            // a gate until the method has suspended: a job that finished before its await completed the method at once, with
+            // no box, on warm workers (after another test), and the check below then failed ("no StateMachineBox went back").
+            using (var gateStarted = new ManualResetEventSlim())
+            using (var gateRelease = new ManualResetEventSlim())
+            {
+                JobHandle gate = new WaitingJob { Payload = payload, Started = gateStarted, Release = gateRelease }.Schedule(g);
+                SpindleTask<int> awaiting = AwaitJob(new RefJob { Payload = payload, Out = new int[1] }.Schedule(gate));
+                gateRelease.Set();
+                Assert.Equal(1, await awaiting);
+            }
             await TestUtil.WithTimeout(new RefJob { Payload = payload, Out = new int[1] }.Schedule().AsSpindleTask());
             await SwallowAsync(async () => await AwaitJob(new FaultingJob { Payload = payload }.Schedule()));
 

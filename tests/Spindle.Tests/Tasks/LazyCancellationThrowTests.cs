@@ -10,7 +10,7 @@ using System.Threading.Tasks;
 namespace SpindleLib.Tests.Tasks;
 
 /// <summary>
-/// The throw of a lazily built cancellation, decided in one place (<c>LazyCancellation.Throw</c>, <c>docs/decisions.md</c>
+/// The throw of a lazily built cancellation, decided in one place (<c>LazyCancellation.ToThrow</c>, <c>docs/decisions.md</c>
 /// section 43): every kind of source a token cancels lazily throws the exception its read has just built as it is, not
 /// through the dispatch info captured for it (which restores nothing, and costs a restore and a frame of trace), with the
 /// token and a trace that shows the reader; a read of the cancellation as a value never throws; and an
@@ -103,7 +103,9 @@ public sealed class LazyCancellationThrowTests
                     // The frames from the reader down to the source's throw (hidden ones too): the fresh exception below
                     // crosses as many, since an exception's trace grows, and allocates, with each frame it passes.
                     frames = ReadersFrames(ReadAndCatch(tasks[0], token));
-                    Assert.True(frames >= 2, $"{s_names[kind]}: the read's throw crossed {frames} frames");
+                    // One when the JIT inlined the whole read into the reader (the throw is the source's read's own,
+                    // LazyCancellation.ToThrow, section 44), which a warm Run's may be.
+                    Assert.True(frames >= 1, $"{s_names[kind]}: the read's throw crossed {frames} frames");
                     tasks[0] = default;
                 }
 
@@ -170,12 +172,16 @@ public sealed class LazyCancellationThrowTests
         throw new InvalidOperationException("the read did not throw the cancellation with its token");
     }
 
-    /// <summary>What a lazy cancellation's read does at best: builds the exception and its dispatch info, and throws it once, <paramref name="depth"/> calls down.</summary>
+    /// <summary>What a lazy cancellation's read does at best: builds the exception and its dispatch info, and throws it once, <paramref name="depth"/> calls down (here, for -1).</summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static void ThrowFreshAndCatch(int depth, CancellationToken token)
     {
         try
         {
+            if (depth < 0)
+            {
+                throw ExceptionDispatchInfo.Capture(new TaskCanceledException("A task was canceled.", null, token)).SourceException; // from this frame
+            }
             ThrowFresh(depth, token);
         }
         catch (TaskCanceledException ex) when (ex.CancellationToken == token)
