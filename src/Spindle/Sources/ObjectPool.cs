@@ -17,10 +17,10 @@ internal interface IPoolNode<T> where T : class
 /// <para>The shared stack is an intrusive singly linked list guarded by a CAS gate (<see cref="s_gate"/>), the design
 /// UniTask's TaskPool uses. Invariant: <see cref="s_head"/> and <see cref="s_count"/> change only while the gate is
 /// held, so the list has no ABA problem. The gate is held for a few instructions. A renter that cannot take it after a
-/// few short retries allocates instead of waiting, except on a frame loop's thread inside a step, which waits (see
-/// <see cref="RentChunk"/>); a returner waits for it, because dropping returned objects under
-/// contention made objects that circulate between threads (rented by a scheduler, returned by a worker) leak out of the
-/// pool and be allocated again in steady state.</para>
+/// few short retries allocates instead of waiting, except on a frame loop's thread inside a step and for a type that
+/// circulates (<see cref="TryRentCirculating"/>), which wait (see <see cref="RentChunk"/>); a returner waits for it,
+/// because dropping returned objects under contention made objects that circulate between threads (rented by a
+/// scheduler, returned by a worker) leak out of the pool and be allocated again in steady state.</para>
 /// <para>Each thread keeps up to <see cref="LocalMax"/> objects of each type in its own stack, with no synchronisation
 /// at all, and trades with the shared stack a chunk of <see cref="Chunk"/> objects at a time. A thread that returns
 /// what it rented (a continuation chain on one worker) never touches the gate. A producer–consumer pair (jobs
@@ -51,7 +51,18 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     // Inlined into its (exactly typed) callers, this pool's statics are reached directly: called, the shared generic
     // code looks them up through a runtime helper on every rent and return.
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public static T? TryRent()
+    public static T? TryRent() => Rent(circulating: false);
+
+    /// <summary>
+    /// As <see cref="TryRent"/>, for a type that circulates between threads (<see cref="CirculatingPool{T}"/>): a rent
+    /// that finds the shared stack's gate busy waits for it on any thread, as a frame loop's step does for every type
+    /// (see <see cref="RentChunk"/>). Null only when the shared stack is empty.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static T? TryRentCirculating() => Rent(circulating: true);
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private static T? Rent(bool circulating)
     {
         ref ThreadSlots.Slot local = ref ThreadSlots.Get(s_slotIndex);
         object? top = local.Head;
@@ -63,7 +74,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
             item.Next = null;
             return item;
         }
-        return RentChunk(ref local);
+        return RentChunk(ref local, circulating);
     }
 
     /// <summary>
@@ -81,7 +92,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     /// a delay against a WaitUntil: 1.8 KB a frame allocated, all of it kept; ObjectPoolTests.RentInsideALoopStep_...).
     /// A loop thread then holds what it has in flight and what it returned last, as the keep rule means it to.
     /// </remarks>
-    private static T? RentChunk(ref ThreadSlots.Slot local)
+    private static T? RentChunk(ref ThreadSlots.Slot local, bool circulating)
     {
         if (Volatile.Read(ref s_head) is null)
         {
@@ -89,7 +100,7 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
         }
         if (!TryTakeGate())
         {
-            if (!ThreadSlots.IsInsideLoopStep)
+            if (!circulating && !ThreadSlots.IsInsideLoopStep)
             {
                 return null; // the caller allocates
             }
@@ -97,8 +108,12 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
             // is an object it rents again every frame, so each lost race was an allocation in steady state. With many
             // loop threads (a server hosting a match per loop, more threads than cores), a holder preempted for a time
             // slice made every loop renting that type meanwhile allocate: nearly all of the 590 B a frame 200 such loops
-            // allocated (ObjectPoolTests.RentInsideALoopStep_WhileAnotherThreadHoldsTheGate_...). Off a loop step the
-            // caller still allocates rather than wait.
+            // allocated (ObjectPoolTests.RentInsideALoopStep_WhileAnotherThreadHoldsTheGate_...). A type that
+            // circulates (a job's node or edge, rented by the thread that schedules and returned by the worker that
+            // finishes it) waits on any thread, for the same reason: a game's main thread is a plain thread, and on a
+            // loaded machine a worker preempted while giving a chunk back made it allocate a node now and then, long
+            // after the graph had settled (ObjectPoolTests.CirculatingRent_OnAPlainThread_WhileAnotherThreadHolds...).
+            // Off a loop step the caller of any other type still allocates rather than wait.
             TakeGate();
         }
         T? first = s_head;
@@ -330,13 +345,14 @@ internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
     internal static int Made => Volatile.Read(ref s_made);
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    public static T Rent() => ObjectPool<T>.TryRent() ?? Allocate();
+    public static T Rent() => ObjectPool<T>.TryRentCirculating() ?? Allocate();
 
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static void Return(T item) => ObjectPool<T>.ReturnToCirculation(item);
 
     /// <summary>
-    /// The calling thread's stack was empty, and the shared stack too (or its gate was busy): a new object. When the
+    /// The calling thread's stack was empty, and the shared stack too: a new object (a rent of a circulating type waits
+    /// for a busy gate, see <see cref="ObjectPool{T}.TryRentCirculating"/>). When the
     /// shared stack was empty, the pool also gets a refill of <see cref="ObjectPool{T}.CirculatingMax"/> objects for each
     /// worker and two more threads' worth (33 with two workers).
     /// </summary>

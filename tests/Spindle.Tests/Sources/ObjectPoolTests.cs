@@ -47,6 +47,8 @@ public class ObjectPoolTests
 
     private sealed class GateNode : Node<GateNode>;
 
+    private sealed class CirculatingGateNode : Node<CirculatingGateNode>;
+
     private sealed class LoopRaceNode : Node<LoopRaceNode>;
 
     /// <summary>Returns <paramref name="count"/> new nodes on a thread of its own (not a loop's): its stack keeps LocalMax, the rest go to the shared stack.</summary>
@@ -788,8 +790,8 @@ public class ObjectPoolTests
             ReturnOnAnotherThread<GateNode>(2 * ObjectPool<GateNode>.Chunk + ObjectPool<GateNode>.LocalMax);
             Assert.Equal(2 * ObjectPool<GateNode>.Chunk, ObjectPool<GateNode>.Count);
 
-            Assert.NotNull(RentWhileTheGateIsHeld(insideALoopStep: true)); // before the fix: null (allocated)
-            Assert.Null(RentWhileTheGateIsHeld(insideALoopStep: false));
+            Assert.NotNull(RentWhileTheGateIsHeld(ObjectPool<GateNode>.TryRent, insideALoopStep: true)); // before the fix: null (allocated)
+            Assert.Null(RentWhileTheGateIsHeld(ObjectPool<GateNode>.TryRent, insideALoopStep: false));
         }
         finally
         {
@@ -799,12 +801,48 @@ public class ObjectPoolTests
         }
     }
 
+    [Fact]
+    public void CirculatingRent_OnAPlainThread_WhileAnotherThreadHoldsTheGate_WaitsForIt_InsteadOfAllocating()
+    {
+        // A frame's job graph scheduled on a game's main thread (a plain thread) and run by the workers: the nodes and
+        // edges circulate, rented there and returned on the workers, which give them back to the shared stack a chunk at
+        // a time under its gate. On a loaded machine (the two test suites at once on two cores) a worker was now and then
+        // preempted holding the gate while the main thread's own stack was empty: the rent gave up on the gate after a
+        // few short tries and allocated one node, 200 B in one of 1,000 settled frames
+        // (JobGraphSettleAllocationTests, 2 of 6 CI runs). Here another thread holds the gate, for far longer than the
+        // few tries last, while a plain thread rents a circulating type: it now waits and takes a pooled node, and the
+        // pool makes none. An ordinary type's rent off a loop step still gives up at once (its caller allocates).
+        Drain<CirculatingGateNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        try
+        {
+            SpindlePool.MaxRetainedPerType = 4096;
+            ReturnOnAnotherThread<CirculatingGateNode>(2 * ObjectPool<CirculatingGateNode>.Chunk + ObjectPool<CirculatingGateNode>.LocalMax);
+            Assert.Equal(2 * ObjectPool<CirculatingGateNode>.Chunk, ObjectPool<CirculatingGateNode>.Count);
+
+            int made = CirculatingPool<CirculatingGateNode>.Made;
+            RentWhileTheGateIsHeld<CirculatingGateNode>(CirculatingPool<CirculatingGateNode>.Rent, insideALoopStep: false);
+            Assert.True( // before the fix: 1 (the rent gave up on the gate and allocated)
+                CirculatingPool<CirculatingGateNode>.Made == made,
+                $"the rent made {CirculatingPool<CirculatingGateNode>.Made - made} node(s) while another thread held the gate, instead of waiting for it");
+
+            Assert.Null(RentWhileTheGateIsHeld(ObjectPool<CirculatingGateNode>.TryRent, insideALoopStep: false));
+        }
+        finally
+        {
+            PoolTestHooks.GateHeld = null;
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<CirculatingGateNode>();
+        }
+    }
+
     /// <summary>
-    /// Rents a <see cref="GateNode"/> on a new thread (inside a loop step or not) while a returning thread holds the
-    /// shared stack's gate: the holder lets go once the rent has ended, or after 300 ms if it has not (a rent that waits
+    /// Rents a node with <paramref name="rent"/> on a new thread (inside a loop step or not) while a returning thread holds
+    /// the shared stack's gate: the holder lets go once the rent has ended, or after 300 ms if it has not (a rent that waits
     /// for the gate ends only then). Returns what the rent got, or null.
     /// </summary>
-    private static GateNode? RentWhileTheGateIsHeld(bool insideALoopStep)
+    private static T? RentWhileTheGateIsHeld<T>(Func<T?> rent, bool insideALoopStep)
+        where T : Node<T>, new()
     {
         using var held = new ManualResetEventSlim(false);
         using var rentEnded = new ManualResetEventSlim(false);
@@ -820,25 +858,25 @@ public class ObjectPoolTests
         holder = new Thread(() =>
         {
             // One more than the thread's stack keeps: the return moves a chunk to the shared stack, under the gate.
-            foreach (GateNode node in Make<GateNode>(ObjectPool<GateNode>.LocalMax + 1))
+            foreach (T node in Make<T>(ObjectPool<T>.LocalMax + 1))
             {
-                ObjectPool<GateNode>.Return(node);
+                ObjectPool<T>.Return(node);
             }
         });
         holder.Start();
         Assert.True(held.Wait(TimeSpan.FromSeconds(30)), "the returning thread never took the gate");
 
-        GateNode? rented = null;
+        T? rented = null;
         var renter = new Thread(() =>
         {
             // This thread's own stack is empty: the rent goes to the shared stack.
             if (insideALoopStep)
             {
-                InsideAFrame(() => rented = ObjectPool<GateNode>.TryRent());
+                InsideAFrame(() => rented = rent());
             }
             else
             {
-                rented = ObjectPool<GateNode>.TryRent();
+                rented = rent();
             }
             rentEnded.Set();
         });
