@@ -1005,6 +1005,7 @@ public sealed class PoolHygieneTests
             {
                 JobHandle gate = new WaitingJob { Payload = payload, Started = gateStarted, Release = gateRelease }.Schedule(g);
                 SpindleTask<int> awaiting = AwaitJob(new RefJob { Payload = payload, Out = new int[1] }.Schedule(gate));
+                Assert.False(awaiting.IsCompleted, "the method did not suspend on its pending job");
                 gateRelease.Set();
                 Assert.Equal(1, await awaiting);
             }
