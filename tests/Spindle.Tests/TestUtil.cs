@@ -112,6 +112,53 @@ internal static class TestUtil
         return done.Task;
     }
 
+    /// <summary>
+    /// Runs <paramref name="leave"/> on a new thread, which then idles (no later build, throw or read clears anything it
+    /// keeps), collects garbage, and says whether the object the returned reference names is still alive. Rethrows what
+    /// <paramref name="leave"/> threw, on the test's thread.
+    /// </summary>
+    public static bool StaysAliveWhileItsThreadIdles(Func<WeakReference> leave)
+    {
+        WeakReference? weak = null;
+        Exception? failed = null;
+        using var done = new ManualResetEventSlim();
+        using var release = new ManualResetEventSlim();
+        var thread = new Thread(() =>
+        {
+            try
+            {
+                weak = leave();
+            }
+            catch (Exception ex)
+            {
+                failed = ex; // rethrown on the test's thread, not left to crash the host
+            }
+            done.Set();
+            release.Wait();
+        })
+        {
+            IsBackground = true,
+        };
+        thread.Start();
+        done.Wait();
+        try
+        {
+            if (failed is not null)
+            {
+                System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(failed);
+            }
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            GC.Collect();
+            return weak!.IsAlive;
+        }
+        finally
+        {
+            release.Set();
+            thread.Join();
+        }
+    }
+
     /// <summary>Spins (yielding) until <paramref name="condition"/> holds; throws <see cref="TimeoutException"/> after <paramref name="seconds"/>.</summary>
     /// <remarks>
     /// On one of the default pool's workers (a test's code after an await may run on one) it helps while it waits

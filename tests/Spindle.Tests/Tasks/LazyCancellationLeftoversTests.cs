@@ -312,38 +312,7 @@ public sealed class LazyCancellationLeftoversTests
     [Fact]
     public void AReadThatBuildsAndThenMeetsAStaleToken_KeepsNothingAliveOnItsThread()
     {
-        WeakReference? weak = null;
-        Exception? failed = null;
-        using var read = new ManualResetEventSlim();
-        using var release = new ManualResetEventSlim();
-        var thread = new Thread(() =>
-        {
-            try
-            {
-                weak = BuildThenMeetAStaleToken();
-            }
-            catch (Exception ex)
-            {
-                failed = ex; // asserted on the test's thread, not left to crash the host
-            }
-            read.Set();
-            release.Wait(); // an idle thread: no later build or throw clears anything
-        });
-        thread.IsBackground = true;
-        thread.Start();
-        read.Wait();
-        if (failed is not null)
-        {
-            release.Set();
-            ExceptionDispatchInfo.Throw(failed);
-        }
-        GC.Collect();
-        GC.WaitForPendingFinalizers();
-        GC.Collect();
-        bool alive = weak!.IsAlive;
-        release.Set();
-        thread.Join();
-        Assert.False(alive, "the next use's token source stays alive, held by the reading thread's record of a build it never threw");
+        Assert.False(TestUtil.StaysAliveWhileItsThreadIdles(BuildThenMeetAStaleToken), "the next use's token source stays alive, held by the reading thread's record of a build it never threw");
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]

@@ -24,38 +24,7 @@ public sealed class LazyCancellationReviewTests
     [Fact]
     public void AQuietReadThatPassesACancellationOn_KeepsNothingAliveOnItsThread()
     {
-        WeakReference? weak = null;
-        Exception? failed = null;
-        using var read = new ManualResetEventSlim();
-        using var release = new ManualResetEventSlim();
-        var thread = new Thread(() =>
-        {
-            try
-            {
-                weak = BuildAndPassOn();
-            }
-            catch (Exception ex)
-            {
-                failed = ex; // asserted on the test's thread, not left to crash the host
-            }
-            read.Set();
-            release.Wait(); // an idle thread: no later build or throw clears anything
-        });
-        thread.IsBackground = true;
-        thread.Start();
-        read.Wait();
-        if (failed is not null)
-        {
-            release.Set();
-            ExceptionDispatchInfo.Throw(failed);
-        }
-        GC.Collect();
-        GC.WaitForPendingFinalizers();
-        GC.Collect();
-        bool alive = weak!.IsAlive;
-        release.Set();
-        thread.Join();
-        Assert.False(alive, "the cancelling token's source stays alive, held by the reading thread's record of its last build");
+        Assert.False(TestUtil.StaysAliveWhileItsThreadIdles(BuildAndPassOn), "the cancelling token's source stays alive, held by the reading thread's record of its last build");
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
