@@ -245,6 +245,14 @@ public sealed partial class TimerWheel : IDisposable
     /// </summary>
     internal long WakeAt => Volatile.Read(ref _wakeAt);
 
+#if DEBUG
+    /// <summary>Tests only: how many times the main shard's passes have sorted the new timers they found already due.</summary>
+    internal int DueSortsForTests => _main.DueSortsForTests;
+
+    /// <summary>Tests only: how many new timers the main shard's passes have found already due.</summary>
+    internal int DueJoinedForTests => _main.DueJoinedForTests;
+#endif
+
     /// <summary>True once <see cref="Dispose"/> has been called.</summary>
     internal bool IsDisposed => _disposed;
 
