@@ -112,8 +112,12 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
     private T _result = default!;
     private ExceptionDispatchInfo? _error;
     // The waiters registered before completion, in order: the first (oldest) here, the rest in _more. Under the lock,
-    // which is this object itself: it is Spindle's own, never handed to code that could lock on it (a task and a
-    // ValueTask made from it keep it out of reach), and a lock object of its own was a second allocation per Preserve().
+    // which is this object itself, since a lock object of its own was a second allocation per Preserve(). A task and a
+    // ValueTask made from it keep it out of reach, but it is the state of its registration on the task it preserves, so a
+    // user's own ISpindleSource is handed it (as an opaque state to pass back). The lock is held only for a few field
+    // stores, never while a continuation or any other code runs, so such code that locked on it could delay this source's
+    // registrations and completion, never make them wait on each other; it could deadlock only by blocking, while it
+    // holds that lock, on something that waits for this source (as locking on any object it was not given to lock would).
     private Action<object?>? _firstContinuation;
     private object? _firstState;
     private List<(Action<object?> Continuation, object? State)>? _more;

@@ -349,4 +349,72 @@ public sealed class LazyCancellationLeftoversTests
         return new WeakReference(second);
     }
 #endif
+
+    /// <summary>
+    /// The review of stop 47: a cancellation built once and kept for every reader (a task from <c>FromCanceled</c>, a
+    /// <c>Preserve()</c> of a cancelled delay) is thrown as built only by the read that has just built it on its thread
+    /// (<c>LazyCancellation.ToThrow</c>); every later read throws it through its dispatch info. Each reader must see a
+    /// trace of its own that ends in its own frame, not one that grows with the readers before it (a kept exception thrown
+    /// as built by one reader and rethrown through a dispatch info captured after a throw would carry the earlier trace).
+    /// </summary>
+    [Fact]
+    public async Task AKeptCancellationReadByManyReaders_GivesEachATraceOfItsOwn_ThatDoesNotGrow()
+    {
+        using var cts = new CancellationTokenSource();
+        cts.Cancel();
+        var delayed = new CancellationTokenSource();
+        SpindleTask preservedDelay = Spindle.Delay(TimeSpan.FromSeconds(30), delayed.Token).Preserve();
+        delayed.Cancel();
+        TestUtil.SpinUntil(() => preservedDelay.Status == SpindleTaskStatus.Canceled);
+        foreach ((string name, SpindleTask task) in new[] { ("FromCanceled", SpindleTask.FromCanceled(cts.Token)), ("Preserve of a delay", preservedDelay) })
+        {
+            Exception? first = null;
+            int firstLines = 0;
+            for (int reader = 0; reader < 4; reader++)
+            {
+                Exception thrown = reader % 2 == 0 ? await ReaderA(task) : await ReaderB(task);
+                first ??= thrown;
+                Assert.Same(first, thrown); // kept: one object for every reader
+                string trace = thrown.StackTrace ?? "";
+                int lines = trace.Split('\n').Length;
+                if (reader == 0)
+                {
+                    firstLines = lines;
+                }
+                Assert.True(lines <= firstLines + 2, $"{name}, reader {reader}: the trace grew from {firstLines} to {lines} lines:\n{trace}");
+                Assert.Contains(reader % 2 == 0 ? nameof(ReaderA) : nameof(ReaderB), trace, StringComparison.Ordinal);
+                Assert.DoesNotContain(reader % 2 == 0 ? nameof(ReaderB) : nameof(ReaderA), trace, StringComparison.Ordinal);
+                Assert.Equal(name == "FromCanceled" ? cts.Token : delayed.Token, ((OperationCanceledException)thrown).CancellationToken);
+            }
+        }
+        delayed.Dispose();
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static async Task<Exception> ReaderA(SpindleTask task)
+        {
+            try
+            {
+                await task;
+            }
+            catch (OperationCanceledException e)
+            {
+                return e;
+            }
+            throw new InvalidOperationException("no cancellation");
+        }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static async Task<Exception> ReaderB(SpindleTask task)
+        {
+            try
+            {
+                await task;
+            }
+            catch (OperationCanceledException e)
+            {
+                return e;
+            }
+            throw new InvalidOperationException("no cancellation");
+        }
+    }
 }

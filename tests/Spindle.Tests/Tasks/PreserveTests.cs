@@ -182,4 +182,57 @@ public class PreserveTests
         Assert.Equal("first waiter", thrown.Message);
         Assert.Equal(1, Volatile.Read(ref ran));
     }
+
+    [Fact]
+    public async Task Preserve_FirstWaiterLeavesByARaceWhileTheTaskCompletesAndAnotherRegisters_EachRemainingWaiterRunsExactlyOnce()
+    {
+        // The review of stop 47's Preserve() change: the first waiter sits in two fields and, when a combinator takes it
+        // back out (a lost WhenAny), the next oldest is promoted into them. That promotion racing the completion (which
+        // takes the fields and the list) and a new registration (which fills the first slot if empty, else the list) must
+        // lose no waiter and run none twice.
+        const int Waiters = 3;
+        int rounds = TestUtil.Stress(2_000);
+
+        await TestUtil.WithTimeout(Task.Run(() =>
+        {
+            for (int round = 0; round < rounds; round++)
+            {
+                var promise = new Promise<int>();
+                var rival = new Promise<int>();
+                SpindleTask<int> preserved = promise.Task.Preserve();
+                // The race's waiter is the first, in the fields; the rival's completion takes it back out.
+                SpindleTask<(int Index, int Result1, int Result2)> race = SpindleTask.WhenAny(preserved, rival.Task);
+                var runs = new int[Waiters];
+                var seen = new int[Waiters];
+                void Register(int me)
+                {
+                    SpindleTask<int>.Awaiter awaiter = preserved.GetAwaiter();
+                    awaiter.UnsafeOnCompleted(() =>
+                    {
+                        seen[me] = awaiter.GetResult();
+                        Interlocked.Increment(ref runs[me]);
+                    });
+                }
+                Register(0);
+                Register(1); // both in the list, behind the race's waiter
+                using var barrier = new Barrier(3);
+                var leaver = new Thread(() => { barrier.SignalAndWait(); rival.SetResult(-1); });
+                var late = new Thread(() => { barrier.SignalAndWait(); Register(2); });
+                leaver.Start();
+                late.Start();
+                barrier.SignalAndWait();
+                promise.SetResult(round);
+                leaver.Join();
+                late.Join();
+                (int index, int result1, int result2) = race.GetAwaiter().GetResult();
+                Assert.True(index == 0 ? result1 == round : result2 == -1, $"the race gave ({index}, {result1}, {result2})");
+                for (int w = 0; w < Waiters; w++)
+                {
+                    Assert.True(Volatile.Read(ref runs[w]) == 1, $"round {round}: waiter {w} ran {runs[w]} times");
+                    Assert.Equal(round, seen[w]);
+                }
+                Assert.Equal(round, preserved.GetAwaiter().GetResult());
+            }
+        }), TestUtil.StressTimeout(120));
+    }
 }

@@ -232,3 +232,90 @@ public class WorkerShardHeldInOneItemTests
         TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
     }
 }
+
+[Collection(SequentialCollection.Name)]
+public class WorkerShardHeldInOneItemStressTests
+{
+    [Fact]
+    public async Task TimersArmedInOneLongItem_CancelledFromAnotherThread_WhileSomeFireThroughRescuers_EachEndsExactlyOnce()
+    {
+        // The review of stop 47's AddOwned change: the owner now drains its cancel inbox when it arms a timer inside a long
+        // item, while another thread pushes cancellations onto that inbox and idle workers take the lent shard over to
+        // fire the overdue ones (Reclaim waits for such a rescuer). Every timer must end exactly once (fired or cancelled),
+        // none run twice, none lost, and the wheel be empty afterwards: a release that recycled a node a canceller or a
+        // rescuer still used, or two drains of one inbox, would show as a count other than 1 or a count that never settles.
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+        int timers = TestUtil.Stress(20_000);
+        var ends = new int[timers];
+        var sources = new CancellationTokenSource[timers];
+        for (int i = 0; i < timers; i++)
+        {
+            sources[i] = new CancellationTokenSource();
+        }
+        int armed = 0;
+        int canceledSeen = 0;
+        int firedSeen = 0;
+
+        Task canceller = TestUtil.RunOnThread(() =>
+        {
+            // Cancels behind the arming, every other timer, as fast as it can: each cancellation goes to the worker's
+            // shard's cancel inbox, which the worker drains at its next AddOwned.
+            for (int i = 0; i < timers; i += 2)
+            {
+                while (Volatile.Read(ref armed) <= i)
+                {
+                    Thread.SpinWait(8);
+                }
+                sources[i].Cancel();
+            }
+        }, "review47-canceller");
+
+        async SpindleTask OnWorker()
+        {
+            await Spindle.SwitchToWorker();
+            for (int i = 0; i < timers; i++) // no await that suspends: all of it is one item
+            {
+                // Odd timers are short (fired by a rescuer while this item runs, or by the pass after it); even ones are
+                // long and cancelled by the other thread.
+                SpindleTask delay = Spindle.Delay(TimeSpan.FromMilliseconds(i % 2 == 0 ? 30_000 : 1 + i % 3), sources[i].Token);
+                SpindleTask.Awaiter awaiter = delay.GetAwaiter();
+                int me = i;
+                awaiter.UnsafeOnCompleted(() =>
+                {
+                    try
+                    {
+                        awaiter.GetResult();
+                        Interlocked.Increment(ref firedSeen);
+                    }
+                    catch (OperationCanceledException)
+                    {
+                        Interlocked.Increment(ref canceledSeen);
+                    }
+                    Interlocked.Increment(ref ends[me]);
+                });
+                Volatile.Write(ref armed, i + 1);
+                if (i % 64 == 0)
+                {
+                    Thread.SpinWait(200); // lets the short timers fall due while the item still runs
+                }
+            }
+        }
+
+        await TestUtil.WithTimeout(OnWorker(), TestUtil.StressTimeout(60));
+        await TestUtil.WithTimeout(canceller, TestUtil.StressTimeout(60));
+        TestUtil.SpinUntil(() => Volatile.Read(ref canceledSeen) + Volatile.Read(ref firedSeen) >= timers,
+            () => $"{canceledSeen} cancelled + {firedSeen} fired of {timers}", TestUtil.StressTimeout(60));
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0,
+            () => $"{TimerWheel.Default.PendingCount} timers still pending", TestUtil.StressTimeout(60));
+        for (int i = 0; i < timers; i++)
+        {
+            Assert.True(ends[i] == 1, $"timer {i} ended {ends[i]} times");
+        }
+        Assert.Equal(timers / 2, canceledSeen);
+        Assert.Equal(timers - timers / 2, firedSeen);
+        foreach (CancellationTokenSource source in sources)
+        {
+            source.Dispose();
+        }
+    }
+}
