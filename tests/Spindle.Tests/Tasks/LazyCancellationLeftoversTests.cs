@@ -97,7 +97,7 @@ public sealed class LazyCancellationLeftoversTests
                         1 => ReadTyped(typedArrays[i], token),
                         3 or 5 => ReadTyped(typedInts[i], token),
                         7 => ReadTyped(typedBools[i], token),
-                        _ => ReadUntyped(untyped[i], token),
+                        _ => LazyCancellationThrowTests.ReadAndCatch(untyped[i], token),
                     };
                     StackFrame[] frames = new StackTrace(thrown, false).GetFrames();
                     Type source = read switch
@@ -111,7 +111,7 @@ public sealed class LazyCancellationLeftoversTests
                     int sources = frames.Count(f => f.GetMethod()?.DeclaringType is { } t && (t.IsGenericType ? t.GetGenericTypeDefinition() : t) == source);
                     Assert.True(helpers == 0 && sources <= 1,
                         $"{s_reads[read]} (round {round}, read {i}): its cancellation crossed {helpers} frame(s) of LazyCancellation's and {sources} of the source's:\n{Describe(thrown)}");
-                    Assert.Contains(read is 1 or 3 or 5 or 7 ? nameof(ReadTyped) : nameof(ReadUntyped), thrown.StackTrace, StringComparison.Ordinal); // the trace a user sees shows the reader
+                    Assert.Contains(read is 1 or 3 or 5 or 7 ? nameof(ReadTyped) : nameof(LazyCancellationThrowTests.ReadAndCatch), thrown.StackTrace, StringComparison.Ordinal); // the trace a user sees shows the reader
                 }
                 Thread.Sleep(150); // lets the runtime optimize the reads between rounds
             }
@@ -130,20 +130,6 @@ public sealed class LazyCancellationLeftoversTests
             text.Append("  ").Append(frame.GetMethod()?.DeclaringType?.Name).Append("::").Append(frame.GetMethod()?.Name).Append('\n');
         }
         return text.ToString();
-    }
-
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    private static Exception ReadUntyped(SpindleTask wait, CancellationToken token)
-    {
-        try
-        {
-            wait.GetAwaiter().GetResult();
-        }
-        catch (TaskCanceledException ex) when (ex.CancellationToken == token)
-        {
-            return ex;
-        }
-        throw new InvalidOperationException("the untyped read did not throw the cancellation with its token");
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]

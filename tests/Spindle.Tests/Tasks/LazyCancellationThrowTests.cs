@@ -157,9 +157,9 @@ public sealed class LazyCancellationThrowTests
     private static bool ThrownThroughADispatchInfo(Exception e)
         => new StackTrace(e, false).GetFrames().Any(f => f.GetMethod()?.DeclaringType == typeof(ExceptionDispatchInfo));
 
-    /// <summary>Reads <paramref name="wait"/> with a throw, as an await does; returns what it caught (checked for the token).</summary>
+    /// <summary>Reads <paramref name="wait"/> with a throw, as an await does; returns what it caught (checked for the token). Also <see cref="LazyCancellationLeftoversTests"/>' untyped read.</summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
-    private static Exception ReadAndCatch(SpindleTask wait, CancellationToken token)
+    internal static Exception ReadAndCatch(SpindleTask wait, CancellationToken token)
     {
         try
         {
