@@ -242,19 +242,12 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
             return;
         }
         ExceptionDispatchInfo? thrown = null;
-        try
+        for (int i = -1; i < more.Count; i++) // -1: the first waiter, then the list's
         {
-            Continuations.Invoke(first, firstState);
-        }
-        catch (Exception ex)
-        {
-            thrown = ExceptionDispatchInfo.Capture(ex);
-        }
-        for (int i = 0; i < more.Count; i++)
-        {
+            (Action<object?> continuation, object? state) = i < 0 ? (first, firstState) : more[i];
             try
             {
-                Continuations.Invoke(more[i].Continuation, more[i].State);
+                Continuations.Invoke(continuation, state);
             }
             catch (Exception ex)
             {
