@@ -239,4 +239,40 @@ public sealed class StackTraceTests
         Assert.Contains("Preserve", e.Message, StringComparison.Ordinal);
         AssertOnlyUserFrames(e, nameof(TestUtil.Catch));
     }
+
+    private static async SpindleTask SecondAwaiter(SpindleTask task) => await task;
+
+    private static async SpindleTask AwaitAfterTheReset(SpindleTask taken) => await taken;
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Misuse_ASecondAwaiterOrAnAwaitAfterAReset_PointsAtTheAwait()
+    {
+        // A second await while the first is pending is refused in OnCompleted, through the builder: before user15's
+        // review the trace showed the builder's AwaitUnsafeOnCompleted (and Promise.OnCompleted for a promise's task).
+        var promise = new Promise();
+        SpindleTask first = Outer(promise);
+        SpindleTask waiting = SecondAwaiter(first);
+        Exception e = await TestUtil.Catch(async () => await SecondAwaiter(first));
+        Assert.IsType<InvalidOperationException>(e);
+        AssertOnlyUserFrames(e, nameof(SecondAwaiter));
+
+        var direct = new Promise();
+        SpindleTask directWait = SecondAwaiter(direct.Task);
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await SecondAwaiter(direct.Task)), nameof(SecondAwaiter));
+
+        // A promise's task taken before a Reset(): the message names the reset and the fix; the trace shows no GetStatus.
+        var reused = new Promise();
+        SpindleTask taken = reused.Task;
+        reused.SetResult();
+        reused.Reset();
+        Exception stale = await TestUtil.Catch(async () => await AwaitAfterTheReset(taken));
+        Assert.Contains("the promise was Reset() since the task was taken", stale.Message, StringComparison.Ordinal);
+        Assert.Contains("take promise.Task again after each Reset()", stale.Message, StringComparison.Ordinal);
+        AssertOnlyUserFrames(stale, nameof(AwaitAfterTheReset));
+
+        promise.SetResult();
+        await TestUtil.Catch(async () => await waiting);
+        direct.SetResult();
+        await directWait;
+    }
 }
