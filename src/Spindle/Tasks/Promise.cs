@@ -25,6 +25,7 @@ namespace SpindleLib;
 /// nobody awaits it (between two turns, say) is reported to <see cref="Spindle.UnobservedException"/>, once, and is
 /// still thrown to any later read of the use, as a completed promise's outcome is.</para>
 /// </remarks>
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource, ILazyCanceledSource
 {
     private SourceCore<VoidResult> _core;
@@ -76,6 +77,9 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
 
     /// <summary>True once the current use has been completed.</summary>
     public bool IsCompleted => _core.IsCompleted;
+
+    /// <summary>What a debugger shows: the current use's status and token (a task with another token is stale).</summary>
+    private string DebuggerDisplay => $"{DebuggerText.TryStatus(_core.GetStatus, _core.Version)?.ToString() ?? "Resetting"}, Token = {_core.Version}";
 
     /// <summary>Completes the task successfully. Returns false if it was already completed.</summary>
     public bool TrySetResult() => _core.TrySetResult(default);
@@ -198,8 +202,10 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
         "The promise was already completed. Call Reset() to start a new use, or use the TrySet* methods, which return false instead of throwing.");
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
@@ -213,8 +219,10 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     }
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 
+    [StackTraceHidden]
     void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 }

@@ -44,6 +44,7 @@ namespace SpindleLib;
 /// set and a cancellation racing for a wait have exactly one winner (the loser finds the wait completed; a losing set
 /// then leaves the signal set, so no set is lost).</para>
 /// </remarks>
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSource<bool>, ILazyCanceledSource
 {
 #if NET
@@ -185,6 +186,9 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
 
     /// <summary>True when a wait is pending.</summary>
     public bool HasWaiter => _core.IsWaitPending;
+
+    /// <summary>What a debugger shows: whether it is set and whether a wait is pending.</summary>
+    private string DebuggerDisplay => $"IsSet = {IsSet}, HasWaiter = {HasWaiter}";
 
     /// <summary>
     /// Tests only: a wait's continuation has registered, not only the wait armed (<see cref="HasWaiter"/> is true from
@@ -573,8 +577,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         "and race that.");
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
@@ -698,13 +704,17 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     }
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 
+    [StackTraceHidden]
     void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource<bool>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
+    [StackTraceHidden]
     void IValueTaskSource<bool>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 }
