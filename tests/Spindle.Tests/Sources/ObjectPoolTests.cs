@@ -130,16 +130,7 @@ public class ObjectPoolTests
         WeakReference[] held = EndAThreadHoldingPooledObjects(out int takenByFirstRent);
         Assert.Equal(shared - 1, takenByFirstRent); // a plain thread's first rent takes the whole shared stack
         Assert.Equal(0, ObjectPool<ThreadEndNode>.Count);
-        for (int i = 0; i < 3; i++)
-        {
-            GC.Collect();
-            GC.WaitForPendingFinalizers();
-        }
-        int alive = 0;
-        foreach (WeakReference reference in held)
-        {
-            alive += reference.IsAlive ? 1 : 0;
-        }
+        int alive = TestUtil.CountAliveAfterCollection(held);
         Assert.True(alive == 0, $"{alive} of {held.Length} objects a finished thread held are still alive");
         Assert.Equal(0, ObjectPool<ThreadEndNode>.Count);
     }
