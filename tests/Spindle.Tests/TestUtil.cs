@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Diagnostics;
 using System.Threading;
 using System.Threading.Tasks;
@@ -157,6 +158,20 @@ internal static class TestUtil
             release.Set();
             thread.Join();
         }
+    }
+
+    /// <summary>Collects garbage (finalizers included) and counts the references whose objects are still alive.</summary>
+    public static int CountAliveAfterCollection(IEnumerable<WeakReference> references)
+    {
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+        int alive = 0;
+        foreach (WeakReference reference in references)
+        {
+            alive += reference.IsAlive ? 1 : 0;
+        }
+        return alive;
     }
 
     /// <summary>Spins (yielding) until <paramref name="condition"/> holds; throws <see cref="TimeoutException"/> after <paramref name="seconds"/>.</summary>

@@ -99,14 +99,7 @@ public class WorkStealingDequeTests
         {
             Assert.Null(deque.TryPop());
         }
-        GC.Collect();
-        GC.WaitForPendingFinalizers();
-        GC.Collect();
-        int alive = 0;
-        foreach (WeakReference weak in stolen)
-        {
-            alive += weak.IsAlive ? 1 : 0;
-        }
+        int alive = TestUtil.CountAliveAfterCollection(stolen);
         Assert.True(alive == 0, $"the deque still holds {alive} of the {stolen.Length} items thieves took");
         Assert.Same(ownerPushesAgain ? kept : null, deque.TryPop()); // a live item is never cleared
         GC.KeepAlive(deque);
