@@ -129,7 +129,7 @@ internal static class TaskTracker
         foreach ((Entry e, string method, SpindleTaskStatus status) in seen)
         {
             TimeSpan age = TimeSpan.FromSeconds(Math.Max(0, now - e.StartedAt) / (double)Stopwatch.Frequency);
-            list.Add(new TrackedTask(method, status, age, e.ThreadId, e.Loop, e.Stack is null ? null : StartAtAsyncMethod(e.Stack.ToString())));
+            list.Add(new TrackedTask(method, status, age, e.ThreadId, e.Loop, e.Stack));
         }
         list.Sort(static (a, b) => b.Age.CompareTo(a.Age));
         return list;

@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
@@ -68,6 +69,7 @@ namespace SpindleLib;
 /// <see cref="AddPhase(string)"/>, <see cref="AddPhaseAfter"/> and <see cref="AddPhaseBefore"/> may be called from any
 /// thread, but not while a frame runs.</para>
 /// </remarks>
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public sealed partial class FrameLoop
 {
     private readonly object _phasesLock = new();
@@ -205,6 +207,10 @@ public sealed partial class FrameLoop
 
     /// <summary>The number of frames begun: 0 before the first, N during frame N and until frame N + 1 begins.</summary>
     public long FrameCount => Volatile.Read(ref _frameCount);
+
+    /// <summary>What a debugger shows: the loop's name, its frame, the phase running (if any) and its time.</summary>
+    private string DebuggerDisplay
+        => $"{(Name is null ? "" : "'" + Name + "', ")}Frame = {FrameCount}, Phase = {CurrentPhase?.Name ?? "none"}, Time = {Time}";
 
     /// <summary>The frame count, read on the loop thread (the phases' queues mark what each frame queued).</summary>
     internal long CurrentFrame => _frameCount;

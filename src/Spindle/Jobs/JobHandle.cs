@@ -24,6 +24,7 @@ namespace SpindleLib;
 /// in Unity. It never waits on the job that reuses the slot.</para>
 /// </remarks>
 [StructLayout(LayoutKind.Auto)]
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public readonly struct JobHandle : IEquatable<JobHandle>
 {
     internal readonly JobNode? Node;
@@ -48,6 +49,9 @@ public readonly struct JobHandle : IEquatable<JobHandle>
             return node.IsCompleted(Version);
         }
     }
+
+    /// <summary>What a debugger shows: whether the job has finished, read without flushing the batch (as IsCompleted does).</summary>
+    private string DebuggerDisplay => Node is not { } node ? "Completed (default handle)" : node.IsCompleted(Version) ? "Completed" : "Pending";
 
     /// <summary>
     /// Waits until the job has finished, running jobs on the calling thread while it waits (on a thread that is not a

@@ -41,6 +41,7 @@ namespace SpindleLib;
 /// scope's <see cref="WaitAsync"/> or <see cref="DisposeAsync"/>: they wait for every child, itself included, so they
 /// would never complete.</para>
 /// </remarks>
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public sealed class TaskScope : IAsyncDisposable
 {
     private static readonly Action<object?> s_childDone = static o => ((ChildObserver)o!).Done();
@@ -75,6 +76,10 @@ public sealed class TaskScope : IAsyncDisposable
 
     /// <summary>The number of children still running.</summary>
     public int RunningChildren => Volatile.Read(ref _running);
+
+    /// <summary>What a debugger shows: the children running, whether the scope's token is cancelled, the faults so far.</summary>
+    private string DebuggerDisplay
+        => $"RunningChildren = {RunningChildren}, Canceled = {_token.IsCancellationRequested}, Faults = {Volatile.Read(ref _errors)?.Count ?? 0}";
 
     /// <summary>Starts a child. It runs synchronously until its first await, like any async method called directly.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="child"/> is null.</exception>

@@ -10,6 +10,7 @@ namespace SpindleLib;
 /// A resettable completion source for a <see cref="SpindleTask{T}"/>. See <see cref="Promise"/> for the rules.
 /// </summary>
 /// <typeparam name="T">The result type.</typeparam>
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSource<T>, IRereadableSource, ILazyCanceledSource
 {
     private SourceCore<T> _core;
@@ -61,6 +62,9 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
 
     /// <summary>True once the current use has been completed.</summary>
     public bool IsCompleted => _core.IsCompleted;
+
+    /// <summary>What a debugger shows: the current use's status and token (a task with another token is stale).</summary>
+    private string DebuggerDisplay => $"{DebuggerText.TryStatus(_core.GetStatus, _core.Version)?.ToString() ?? "Resetting"}, Token = {_core.Version}";
 
     /// <summary>Completes the task with <paramref name="result"/>. Returns false if it was already completed.</summary>
     public bool TrySetResult(T result) => _core.TrySetResult(result);

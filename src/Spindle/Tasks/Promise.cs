@@ -25,6 +25,7 @@ namespace SpindleLib;
 /// nobody awaits it (between two turns, say) is reported to <see cref="Spindle.UnobservedException"/>, once, and is
 /// still thrown to any later read of the use, as a completed promise's outcome is.</para>
 /// </remarks>
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, IRereadableSource, ILazyCanceledSource
 {
     private SourceCore<VoidResult> _core;
@@ -76,6 +77,9 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
 
     /// <summary>True once the current use has been completed.</summary>
     public bool IsCompleted => _core.IsCompleted;
+
+    /// <summary>What a debugger shows: the current use's status and token (a task with another token is stale).</summary>
+    private string DebuggerDisplay => $"{DebuggerText.TryStatus(_core.GetStatus, _core.Version)?.ToString() ?? "Resetting"}, Token = {_core.Version}";
 
     /// <summary>Completes the task successfully. Returns false if it was already completed.</summary>
     public bool TrySetResult() => _core.TrySetResult(default);

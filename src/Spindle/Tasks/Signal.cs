@@ -44,6 +44,7 @@ namespace SpindleLib;
 /// set and a cancellation racing for a wait have exactly one winner (the loser finds the wait completed; a losing set
 /// then leaves the signal set, so no set is lost).</para>
 /// </remarks>
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSource<bool>, ILazyCanceledSource
 {
 #if NET
@@ -185,6 +186,9 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
 
     /// <summary>True when a wait is pending.</summary>
     public bool HasWaiter => _core.IsWaitPending;
+
+    /// <summary>What a debugger shows: whether it is set and whether a wait is pending.</summary>
+    private string DebuggerDisplay => $"IsSet = {IsSet}, HasWaiter = {HasWaiter}";
 
     /// <summary>
     /// Tests only: a wait's continuation has registered, not only the wait armed (<see cref="HasWaiter"/> is true from

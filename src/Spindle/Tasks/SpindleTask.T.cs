@@ -14,6 +14,7 @@ namespace SpindleLib;
 /// </summary>
 /// <typeparam name="T">The result type.</typeparam>
 [AsyncMethodBuilder(typeof(SpindleTaskMethodBuilder<>))]
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 [StructLayout(LayoutKind.Auto)]
 public readonly partial struct SpindleTask<T>
 {
@@ -49,6 +50,12 @@ public readonly partial struct SpindleTask<T>
     /// <summary>True once the task has completed, successfully or not.</summary>
     /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
     public bool IsCompleted => Status != SpindleTaskStatus.Pending;
+
+    /// <summary>What a debugger shows: the status and the async method or source behind the task; never throws.</summary>
+    private string DebuggerDisplay
+        => _source is null
+            ? $"Succeeded, Result = {_result}"
+            : DebuggerText.OfTask(_source, DebuggerText.TryStatus(_source.GetStatus, _token));
 
     /// <summary>Gets the awaiter. Awaiting consumes the task.</summary>
     public Awaiter GetAwaiter() => new(this);

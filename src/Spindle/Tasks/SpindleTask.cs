@@ -31,6 +31,7 @@ namespace SpindleLib;
 /// <para><c>default(SpindleTask)</c> is a successfully completed task.</para>
 /// </remarks>
 [AsyncMethodBuilder(typeof(SpindleTaskMethodBuilder))]
+[DebuggerDisplay("{DebuggerDisplay,nq}")]
 [StructLayout(LayoutKind.Auto)]
 public readonly partial struct SpindleTask
 {
@@ -61,6 +62,10 @@ public readonly partial struct SpindleTask
     /// <summary>True once the task has completed, successfully or not.</summary>
     /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
     public bool IsCompleted => Status != SpindleTaskStatus.Pending;
+
+    /// <summary>What a debugger shows: the status and the async method or source behind the task; never throws.</summary>
+    private string DebuggerDisplay
+        => DebuggerText.OfTask(_source, _source is null ? SpindleTaskStatus.Succeeded : DebuggerText.TryStatus(_source.GetStatus, _token));
 
     /// <summary>Gets the awaiter. Awaiting consumes the task.</summary>
     public Awaiter GetAwaiter() => new(this);

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Threading;
 
 namespace SpindleLib;
@@ -36,6 +37,7 @@ namespace SpindleLib;
 /// <para><b>Thread-safety.</b> One consumer at a time: a second wait while the first one's result has not been read
 /// throws. <see cref="Dispose"/> may be called from any thread, at any time, including while a wait is pending.</para>
 /// </remarks>
+[DebuggerDisplay("Period = {Period}")]
 public sealed class SpindlePeriodicTimer : IDisposable
 {
     private readonly PeriodicTimerSource _source;
