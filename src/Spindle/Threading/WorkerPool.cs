@@ -586,9 +586,9 @@ internal sealed class WorkerPool : Scheduler
     {
         self.LookFairlyNext = false;
         self.UntilFairLook = FairLookInterval;
-        // The jobs' queue first here, and the injection queue first everywhere else: neither can starve the other for
-        // longer than a fair look. (A parallel-for's runner always waits in the jobs' queue; with the injection queue
-        // first here too, a main thread that kept it full held a ready parallel-for back for as long as it did.)
+        // The jobs' queue first here; elsewhere the injection queue and the jobs' queue take turns (TryTakeShared), so
+        // neither holds the other back. (A parallel-for's runner always waits in the jobs' queue; with the injection
+        // queue first here too, a main thread that kept it full held a ready parallel-for back for as long as it did.)
         // Fired timers' batches before the injection queue, as everywhere: a worker that a run-next chain keeps busy
         // reaches them only here, and a held worker's rescued timers waited in them (WorkerShardRescueTests).
         if (_helpable.TryDequeue(out WorkItem? item) || _timerBatches.TryDequeue(out item) || _injection.TryDequeue(out item))
@@ -599,9 +599,9 @@ internal sealed class WorkerPool : Scheduler
     }
 
     /// <summary>
-    /// Takes an item from the queues every thread feeds: the injection queue, then the jobs' queue. A spinning worker's
-    /// look is <paramref name="patient"/>: it takes a job only if no thread outside the workers has taken one since its
-    /// last look.
+    /// Takes an item from the queues every thread feeds: fired timers' batches, then the injection queue and the jobs'
+    /// queue, in turn while both have work (<see cref="Worker.JobsTurn"/>). A spinning worker's look is
+    /// <paramref name="patient"/>: it takes a job only if no thread outside the workers has taken one since its last look.
     /// </summary>
     /// <remarks>
     /// A thread that schedules a job, flushes, and calls Complete() at once (seed 001's job side, and any main thread
@@ -618,12 +618,40 @@ internal sealed class WorkerPool : Scheduler
     /// </remarks>
     private bool TryTakeShared(Worker self, bool patient, [NotNullWhen(true)] out WorkItem? item)
     {
-        if (_timerBatches.TryDequeue(out item) || _injection.TryDequeue(out item))
+        if (_timerBatches.TryDequeue(out item))
         {
             return true;
         }
+        // The injection queue and the jobs' queue in turn while both have work (Worker.JobsTurn): with the injection
+        // queue always first, a backlog there (a server past its capacity) left the jobs only the fair looks, one take
+        // in 61, and jobs that sessions scheduled and awaited waited longer the longer the backlog lasted (16 s after a
+        // 20 s spike, a user's review, docs/decisions.md section 45).
+        if (self.JobsTurn)
+        {
+            if (TryTakeJob(self, patient, out item))
+            {
+                self.JobsTurn = false;
+                return true;
+            }
+            return _injection.TryDequeue(out item); // the jobs keep the next turn
+        }
+        if (_injection.TryDequeue(out item))
+        {
+            self.JobsTurn = true;
+            return true;
+        }
+        return TryTakeJob(self, patient, out item); // the injection queue keeps the next turn: it had nothing
+    }
+
+    /// <summary>
+    /// Takes an item from the jobs' queue (<see cref="TryTakeShared"/>): a spinning worker's look is
+    /// <paramref name="patient"/>, and leaves a job alone while a thread outside the workers is taking them.
+    /// </summary>
+    private bool TryTakeJob(Worker self, bool patient, [NotNullWhen(true)] out WorkItem? item)
+    {
         if (patient)
         {
+            item = null;
             if (_helpable.IsEmpty)
             {
                 return false;
@@ -1272,6 +1300,12 @@ internal sealed class WorkerPool : Scheduler
         public int InlineBudget = InlineRunBudget;
         public bool LookFairlyNext; // set by a declined take-back (TryTakeBackRunNext): see FindWorkFairly
         public int UntilFairLook = FairLookInterval;
+        /// <summary>
+        /// Owner only: the worker's next take from the queues every thread feeds offers the jobs' queue first; set by a
+        /// take from the injection queue, cleared by a take of a job, so while both have work the worker takes from them
+        /// in turn (<see cref="TryTakeShared"/>).
+        /// </summary>
+        public bool JobsTurn;
         public readonly int Index;
         private uint _rng;
         /// <summary>

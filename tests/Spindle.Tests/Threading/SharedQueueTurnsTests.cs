@@ -1,0 +1,101 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using SpindleLib.Tests.Jobs;
+
+namespace SpindleLib.Tests.Threading;
+
+/// <summary>
+/// A worker takes from the injection queue (work queued from outside the workers) and the jobs' queue in turn while both
+/// have work. A sixteenth user's review drove a session server past its capacity: with the injection queue always taken
+/// first, its backlog left the jobs only a worker's fair look, one take in 61, and the jobs sessions scheduled and awaited
+/// waited longer the longer the spike lasted (16 s after 20 s at three times capacity; docs/decisions.md section 45).
+/// Counts, not time: the workers are held while both queues fill, then released, and each item records how many items
+/// of the other queue had run before it.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public class SharedQueueTurnsTests
+{
+    private const int Backlog = 10_000;
+    private const int Few = 100;
+
+    private sealed class Tally
+    {
+        public int InjectionRan;
+        public int JobsRan;
+        public int MostInjectionBeforeAJob;
+        public int MostJobsBeforeAnInjectionItem;
+    }
+
+    private struct TallyJob : IJob
+    {
+        public Tally Tally;
+
+        public void Execute()
+        {
+            Raise(ref Tally.MostInjectionBeforeAJob, Volatile.Read(ref Tally.InjectionRan));
+            Interlocked.Increment(ref Tally.JobsRan);
+        }
+    }
+
+    private static void Raise(ref int most, int seen)
+    {
+        int current;
+        while (seen > (current = Volatile.Read(ref most)) && Interlocked.CompareExchange(ref most, seen, current) != current)
+        {
+        }
+    }
+
+    private static void RunInjectionItem(Tally tally)
+    {
+        Raise(ref tally.MostJobsBeforeAnInjectionItem, Volatile.Read(ref tally.JobsRan));
+        Interlocked.Increment(ref tally.InjectionRan);
+    }
+
+    /// <summary>Holds every worker, queues <paramref name="injected"/> runs and <paramref name="jobs"/> jobs from this thread, releases them and waits for all.</summary>
+    private static Tally RunBoth(int injected, int jobs)
+    {
+        var tally = new Tally();
+        using (new HoldWorkers())
+        {
+            for (int i = 0; i < injected; i++)
+            {
+                Spindle.Run(() => RunInjectionItem(tally)).Forget(); // from outside the workers: the injection queue
+            }
+            for (int i = 0; i < jobs; i++)
+            {
+                new TallyJob { Tally = tally }.Schedule();
+            }
+            JobHandle.ScheduleBatchedJobs(); // every ready job waits in the jobs' queue
+        }
+        Assert.True(
+            SpinWait.SpinUntil(() => Volatile.Read(ref tally.InjectionRan) == injected && Volatile.Read(ref tally.JobsRan) == jobs, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
+            $"ran {Volatile.Read(ref tally.InjectionRan)} of {injected} runs and {Volatile.Read(ref tally.JobsRan)} of {jobs} jobs");
+        return tally;
+    }
+
+    [Fact]
+    public async Task AFewJobs_BehindABacklogOfRunsQueuedFromOutside_RunWithinAFewTakes_NotAtTheFairLooksOnly()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            Tally tally = RunBoth(Backlog, Few);
+            // In turn, the last of 100 jobs runs after about 100 runs; at the fair looks only, after about 100 × 61.
+            Assert.True(
+                tally.MostInjectionBeforeAJob <= 10 * Few,
+                $"the last of {Few} jobs ran after {tally.MostInjectionBeforeAJob} of the {Backlog} runs queued with them: the jobs waited behind the backlog");
+        });
+    }
+
+    [Fact]
+    public async Task AFewRuns_BehindABacklogOfJobs_RunWithinAFewTakes()
+    {
+        await JobTestUtil.Bounded(() =>
+        {
+            Tally tally = RunBoth(Few, Backlog);
+            Assert.True(
+                tally.MostJobsBeforeAnInjectionItem <= 10 * Few,
+                $"the last of {Few} runs ran after {tally.MostJobsBeforeAnInjectionItem} of the {Backlog} jobs queued with them: the runs waited behind the backlog");
+        });
+    }
+}
