@@ -21,6 +21,14 @@ internal static class TupleCombinatorsTemplate
 
     public const int MaxArity = 8;
 
+    /// <summary>
+    /// The tuple forms' rank above the span forms (<c>params ReadOnlySpan</c>): without it, <c>WhenAll(a, b, default)</c>
+    /// over tasks of one type is ambiguous (CS0121), since <c>default</c> converts as well to a third task as to the token
+    /// or the options. With it, a C# 13 or later compiler takes the tuple form, which is what such a line means; every call
+    /// that compiled before binds as before (a tuple form that applied already won, or the call was ambiguous).
+    /// </summary>
+    public const int TuplePriority = 1;
+
     /// <summary>The whole generated file.</summary>
     public static string Generate()
     {
@@ -29,6 +37,7 @@ internal static class TupleCombinatorsTemplate
         w.Line("// run `dotnet run --project tools/Spindle.Generate`. A test (TupleGenerationTests) fails while this file is stale.");
         w.Line();
         w.Line("using System;");
+        w.Line("using System.Runtime.CompilerServices;");
         w.Line("using System.Threading;");
         w.Line();
         w.Line("namespace SpindleLib;");
@@ -62,11 +71,13 @@ internal static class TupleCombinatorsTemplate
         w.Line("    /// cancellation if none faulted (every failure is observed), as <see cref=\"WhenAll(ReadOnlySpan{SpindleTask})\"/> does.");
         w.Line("    /// </summary>");
         SignatureDocs(w, n, withOptions: false, isAny: false);
+        w.Line($"    [OverloadResolutionPriority({TuplePriority})]");
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, CancellationToken cancellationToken = default)");
         w.Line($"        => WhenAll({Join(n, i => $"task{i}")}, default(WhenAllOptions), cancellationToken);");
         w.Line();
         w.Line($"    /// <summary>As <see cref=\"WhenAll{{{generics}}}({crefParameters}, CancellationToken)\"/>, with <paramref name=\"options\"/>.</summary>");
         SignatureDocs(w, n, withOptions: true, isAny: false);
+        w.Line($"    [OverloadResolutionPriority({TuplePriority})]");
         w.Line($"    public static SpindleTask<{tuple}> WhenAll<{generics}>({parameters}, WhenAllOptions options, CancellationToken cancellationToken = default)");
         Body(w, n, $"var c = Combinator<{tuple}>.RentAll({n}, options, static x => ({Join(n, i => $"x.Value<T{i}>({i - 1})")}));");
     }
@@ -88,6 +99,7 @@ internal static class TupleCombinatorsTemplate
         w.Line("    /// Allocates nothing in steady state.");
         w.Line("    /// </summary>");
         SignatureDocs(w, n, withOptions: false, isAny: true);
+        w.Line($"    [OverloadResolutionPriority({TuplePriority})]");
         w.Line($"    public static SpindleTask<{named}> WhenAny<{generics}>({parameters}, CancellationToken cancellationToken = default)");
         Body(w, n, $"var c = Combinator<{unnamed}>.RentAny({n}, static x => (x.Winner, {Join(n, i => $"x.WinnerValue<T{i}>({i - 1})")}));");
     }
@@ -97,7 +109,9 @@ internal static class TupleCombinatorsTemplate
     {
         if (!withOptions)
         {
-            w.Line("    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>");
+            w.Line("    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>");
+            w.Line("    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks");
+            w.Line("    /// of one type, such a call was ambiguous between the token and a further task).</remarks>");
         }
         for (int i = 1; i <= n; i++)
         {

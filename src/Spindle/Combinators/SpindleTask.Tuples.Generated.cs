@@ -2,6 +2,7 @@
 // run `dotnet run --project tools/Spindle.Generate`. A test (TupleGenerationTests) fails while this file is stale.
 
 using System;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -13,13 +14,16 @@ public readonly partial struct SpindleTask
     /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2)> WhenAll<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, default(WhenAllOptions), cancellationToken);
 
@@ -31,6 +35,7 @@ public readonly partial struct SpindleTask
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2)> WhenAll<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -65,13 +70,16 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <param name="task1">Task 1 (index 0).</param>
     /// <param name="task2">Task 2 (index 1).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(int Index, T1 Result1, T2 Result2)> WhenAny<T1, T2>(SpindleTask<T1> task1, SpindleTask<T2> task2, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -102,7 +110,9 @@ public readonly partial struct SpindleTask
     /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -111,6 +121,7 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3)> WhenAll<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, default(WhenAllOptions), cancellationToken);
 
@@ -124,6 +135,7 @@ public readonly partial struct SpindleTask
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3)> WhenAll<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -163,7 +175,9 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -172,6 +186,7 @@ public readonly partial struct SpindleTask
     /// <param name="task3">Task 3 (index 2).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3)> WhenAny<T1, T2, T3>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -207,7 +222,9 @@ public readonly partial struct SpindleTask
     /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -218,6 +235,7 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4)> WhenAll<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, default(WhenAllOptions), cancellationToken);
 
@@ -233,6 +251,7 @@ public readonly partial struct SpindleTask
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4)> WhenAll<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -278,7 +297,9 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -289,6 +310,7 @@ public readonly partial struct SpindleTask
     /// <param name="task4">Task 4 (index 3).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4)> WhenAny<T1, T2, T3, T4>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -330,7 +352,9 @@ public readonly partial struct SpindleTask
     /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -343,6 +367,7 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5)> WhenAll<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, default(WhenAllOptions), cancellationToken);
 
@@ -360,6 +385,7 @@ public readonly partial struct SpindleTask
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5)> WhenAll<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -412,7 +438,9 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -425,6 +453,7 @@ public readonly partial struct SpindleTask
     /// <param name="task5">Task 5 (index 4).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5)> WhenAny<T1, T2, T3, T4, T5>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -473,7 +502,9 @@ public readonly partial struct SpindleTask
     /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -488,6 +519,7 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5, T6)> WhenAll<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, default(WhenAllOptions), cancellationToken);
 
@@ -507,6 +539,7 @@ public readonly partial struct SpindleTask
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5, T6)> WhenAll<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -567,7 +600,9 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -582,6 +617,7 @@ public readonly partial struct SpindleTask
     /// <param name="task6">Task 6 (index 5).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6)> WhenAny<T1, T2, T3, T4, T5, T6>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -638,7 +674,9 @@ public readonly partial struct SpindleTask
     /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -655,6 +693,7 @@ public readonly partial struct SpindleTask
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7)> WhenAll<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, task7, default(WhenAllOptions), cancellationToken);
 
@@ -676,6 +715,7 @@ public readonly partial struct SpindleTask
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7)> WhenAll<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -745,7 +785,9 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -762,6 +804,7 @@ public readonly partial struct SpindleTask
     /// <param name="task7">Task 7 (index 6).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7)> WhenAny<T1, T2, T3, T4, T5, T6, T7>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -827,7 +870,9 @@ public readonly partial struct SpindleTask
     /// in steady state. If tasks fail, awaiting rethrows the fault of the first faulted argument, or the first
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -846,6 +891,7 @@ public readonly partial struct SpindleTask
     /// <param name="task8">Task 8 (index 7).</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7, T8)> WhenAll<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, CancellationToken cancellationToken = default)
         => WhenAll(task1, task2, task3, task4, task5, task6, task7, task8, default(WhenAllOptions), cancellationToken);
 
@@ -869,6 +915,7 @@ public readonly partial struct SpindleTask
     /// <param name="options">Options, such as <see cref="WhenAllOptions.AggregateExceptions"/>.</param>
     /// <param name="cancellationToken">Cancels the wait, which then lets go of the tasks as a WhenAny lets go of its losers (they are not cancelled).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(T1, T2, T3, T4, T5, T6, T7, T8)> WhenAll<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, WhenAllOptions options, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.
@@ -948,7 +995,9 @@ public readonly partial struct SpindleTask
     /// <see cref="Spindle.UnobservedException"/>, once.
     /// Allocates nothing in steady state.
     /// </summary>
-    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself.</remarks>
+    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
+    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -967,6 +1016,7 @@ public readonly partial struct SpindleTask
     /// <param name="task8">Task 8 (index 7).</param>
     /// <param name="cancellationToken">Cancels the wait (not the tasks, which are let go of as losers are).</param>
     /// <exception cref="InvalidOperationException">A task was already awaited (the await-once error), or one task that a read consumes was passed twice (the message names both indices).</exception>
+    [OverloadResolutionPriority(1)]
     public static SpindleTask<(int Index, T1 Result1, T2 Result2, T3 Result3, T4 Result4, T5 Result5, T6 Result6, T7 Result7, T8 Result8)> WhenAny<T1, T2, T3, T4, T5, T6, T7, T8>(SpindleTask<T1> task1, SpindleTask<T2> task2, SpindleTask<T3> task3, SpindleTask<T4> task4, SpindleTask<T5> task5, SpindleTask<T6> task6, SpindleTask<T7> task7, SpindleTask<T8> task8, CancellationToken cancellationToken = default)
     {
         // A task already consumed (a stale token) throws the await-once error here, before any task is registered.

@@ -38,6 +38,11 @@ public readonly partial struct SpindleTask
     /// of the winner is not a loser, and its failure, which is the winner's, is not reported.</para>
     /// <para>To bound the wait, time out the combined task: <c>await SpindleTask.WhenAny(a, b).WithTimeout(TimeSpan.FromSeconds(5))</c>
     /// (see <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>; pooled too, so it allocates nothing in steady state).</para>
+    /// <para><b>A token</b> goes after the span: <c>WhenAny([a, b], token)</c>. Written after the tasks,
+    /// <c>WhenAny(a, b, default)</c> passes a third task, <c>default(SpindleTask)</c>, which is complete, so the race ends
+    /// at once with index 2 (the same holds for <see cref="ValueTask"/> inputs; for <see cref="Task"/> inputs it is a null
+    /// task, refused). Only the typed tuple forms, such as <see cref="WhenAny{T1, T2}(SpindleTask{T1}, SpindleTask{T2}, CancellationToken)"/>,
+    /// take the token after the tasks.</para>
     /// </remarks>
     /// <exception cref="ArgumentException">The input is empty, as for <c>Task.WhenAny</c>.</exception>
     /// <exception cref="InvalidOperationException">An input was already awaited (the await-once error), or a pooled task is passed twice.</exception>
