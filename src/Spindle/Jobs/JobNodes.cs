@@ -32,20 +32,13 @@ internal sealed class JobNode<TJob> : JobNode, IPoolNode<JobNode<TJob>> where TJ
         {
             return next; // a dependency failed: this job does not run, it fails with the same exception
         }
-        Exception? error = null;
         SynchronizationContext? sync = SynchronizationContext.Current;
         // Marked running on this thread while its work runs, so that a Complete() inside it on a handle that waits for
         // it throws instead of waiting for ever (ThrowIfWaitsForARunningJob).
         ThreadCounters counters = ThreadCounters.Current;
         counters.PushRunning(this);
-        try
-        {
-            _job.Execute(); // a constrained call on the struct: specialised and inlinable, no boxing
-        }
-        catch (Exception ex)
-        {
-            error = ex;
-        }
+        // On the field (what the job writes stays in the node, as before), caught in a frame a trace shows: see UserWork.
+        Exception? error = UserWork.Execute(ref _job);
         counters.PopRunning();
         // A SynchronizationContext the job installed and left behind is taken down before its finish runs the awaiting
         // code inline, and before the dependent this returns runs on this thread (RunChain), as RunItem does for a

@@ -13,7 +13,9 @@ internal static class ThrowHelper
     internal const string AwaitOnceMessage =
         "This Spindle task was already awaited, was passed to Forget(), or was let go of by a combinator that ended without it " +
         "(a WhenAny that another input won, a WithTimeout or WithCancellation whose timeout or token came first, a WhenAll " +
-        "decided by its token or timeout). A pooled Spindle task can be awaited exactly once, because its source returns to " +
+        "decided by its token or timeout), or it is a Promise's task and the promise was Reset() since the task was taken " +
+        "(a promise's task belongs to one use: take promise.Task again after each Reset()). " +
+        "A pooled Spindle task can be awaited exactly once, because its source returns to " +
         "the pool when its result is read. Call Preserve() on the task to get one that can be awaited many times; Preserve() " +
         "itself takes the task's one await, so call it once, where the task is made, and give the preserved task to every " +
         "waiter; to wait for the same task turn after turn (an overall deadline, a long-running operation raced in a loop), " +

@@ -183,10 +183,13 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     bool IRereadableSource.TryClaimFaultReport(short token) => _core.TryClaimFaultReport(token);
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource<T>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
@@ -205,11 +208,14 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     }
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 
+    [StackTraceHidden]
     void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 
+    [StackTraceHidden]
     void IValueTaskSource<T>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 }

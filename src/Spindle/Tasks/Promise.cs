@@ -202,8 +202,10 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
         "The promise was already completed. Call Reset() to start a new use, or use the TrySet* methods, which return false instead of throwing.");
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
@@ -217,8 +219,10 @@ public sealed class Promise : ISpindleSource, IDetachableSource, IQuietSource, I
     }
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 
+    [StackTraceHidden]
     void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 }

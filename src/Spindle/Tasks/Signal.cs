@@ -577,8 +577,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
         "and race that.");
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public SpindleTaskStatus GetStatus(short token) => _core.GetStatus(token);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
     /// <inheritdoc/>
@@ -702,13 +704,17 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     }
 
     /// <inheritdoc/>
+    [StackTraceHidden]
     public void OnCompleted(Action<object?> continuation, object? state, short token) => _core.OnCompleted(continuation, state, token);
 
+    [StackTraceHidden]
     void IValueTaskSource.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 
+    [StackTraceHidden]
     ValueTaskSourceStatus IValueTaskSource<bool>.GetStatus(short token) => (ValueTaskSourceStatus)_core.GetStatus(token);
 
+    [StackTraceHidden]
     void IValueTaskSource<bool>.OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => _core.OnCompleted(continuation, state, token, flags);
 }

@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.ComponentModel;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
@@ -58,12 +59,14 @@ public struct SpindleTaskMethodBuilder
     }
 
     /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    [StackTraceHidden] // a misuse the awaiter refuses (a second await) points at the user\'s await, not here
     public void AwaitOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
         where TAwaiter : INotifyCompletion
         where TStateMachine : IAsyncStateMachine
         => BuilderCore.Await(ref awaiter, BuilderCore.GetBox(ref _box, ref stateMachine));
 
     /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    [StackTraceHidden] // a misuse the awaiter refuses (a second await) points at the user\'s await, not here
     public void AwaitUnsafeOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
         where TAwaiter : ICriticalNotifyCompletion
         where TStateMachine : IAsyncStateMachine
@@ -141,12 +144,14 @@ public struct SpindleTaskMethodBuilder<T>
     }
 
     /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    [StackTraceHidden] // a misuse the awaiter refuses (a second await) points at the user\'s await, not here
     public void AwaitOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
         where TAwaiter : INotifyCompletion
         where TStateMachine : IAsyncStateMachine
         => BuilderCore.Await(ref awaiter, BuilderCore.GetBox(ref _box, ref stateMachine));
 
     /// <summary>Schedules the state machine to move on when the awaiter completes.</summary>
+    [StackTraceHidden] // a misuse the awaiter refuses (a second await) points at the user\'s await, not here
     public void AwaitUnsafeOnCompleted<TAwaiter, TStateMachine>(ref TAwaiter awaiter, ref TStateMachine stateMachine)
         where TAwaiter : ICriticalNotifyCompletion
         where TStateMachine : IAsyncStateMachine

@@ -169,25 +169,22 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         }
         SynchronizationContext? sync = SynchronizationContext.Current;
         TResult result;
-        try
+        Exception? error;
+        if (typeof(TResult) == typeof(VoidResult))
         {
-            if (typeof(TResult) == typeof(VoidResult))
-            {
-                ((Action)work)();
-                result = default!;
-            }
-            else
-            {
-                result = ((Func<TResult>)work)();
-            }
+            error = UserWork.Run((Action)work); // caught in a frame a trace shows: see UserWork
+            result = default!;
         }
-        catch (Exception ex)
+        else
         {
-            ContextFlow.RestoreSynchronizationContext(sync);
-            _core.TrySetException(ex);
-            return;
+            error = UserWork.Run((Func<TResult>)work, out result);
         }
         ContextFlow.RestoreSynchronizationContext(sync);
+        if (error is not null)
+        {
+            _core.TrySetException(error);
+            return;
+        }
         _core.TrySetResult(result);
     }
 

@@ -51,6 +51,25 @@ public sealed class StackTraceTests
         Assert.Contains(userFrame, e.ToString(), StringComparison.Ordinal);
     }
 
+    /// <summary>
+    /// A failure of work run elsewhere (a <see cref="Spindle.Run(Action)"/> delegate, a job) rethrown where it is awaited
+    /// or completed reads as the BCL's <c>Task.Run</c> does: the work's frames, the one frame that caught it
+    /// (<c>UserWork</c>: the runtime prints its marker only after a frame it shows), "--- End of stack trace from previous
+    /// location ---", then the code that awaited it. Without the marker (the catch in a hidden runner, before user15's
+    /// review) the work read as called by the awaiting method, at its await.
+    /// </summary>
+    private static void AssertRanElsewhere(Exception e, string workFrame, string awaitingFrame)
+    {
+        string[] lines = e.StackTrace!.Split('\n').Select(l => l.Trim()).ToArray();
+        int caught = Array.FindIndex(lines, l => l.StartsWith("at SpindleLib.UserWork.", StringComparison.Ordinal));
+        int marker = Array.FindIndex(lines, l => l.StartsWith("--- End of stack trace from previous location", StringComparison.Ordinal));
+        int awaiting = Array.FindLastIndex(lines, l => l.Contains(awaitingFrame, StringComparison.Ordinal));
+        Assert.True(
+            lines[0].Contains(workFrame, StringComparison.Ordinal) && caught > 0 && marker == caught + 1 && awaiting > marker,
+            $"expected {workFrame}, UserWork, the marker, then {awaitingFrame}:\n{e}");
+        Assert.Equal([lines[caught]], SpindleFrames(e));
+    }
+
     private static async SpindleTask ThrowAfter(Promise promise)
     {
         await promise.Task;
@@ -125,11 +144,17 @@ public sealed class StackTraceTests
     [NetBuildFact(NotOnNetStandard)]
     public async Task WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem()
     {
-        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
-        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(new Func<int>(() => throw new InvalidOperationException("run")))), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+        const string Test = nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem);
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"))), Test); // the async form (Func<SpindleTask>)
+        AssertRanElsewhere(await TestUtil.Catch(async () => await Spindle.Run(new Action(() => throw new InvalidOperationException("run")))), Test, Test);
+        AssertRanElsewhere(await TestUtil.Catch(async () => await Spindle.Run(new Func<int>(() => throw new InvalidOperationException("run")))), Test, Test);
         AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(ThrowAtOnce)), nameof(ThrowAtOnce));
         using var cts = new CancellationTokenSource();
-        AssertOnlyUserFrames(await TestUtil.Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"), cts.Token)), nameof(WorkerRuns_ShowTheDelegateAndTheAwait_NotTheWorkItem));
+        // The async form with a token starts the function as a work item (then unwraps its task): a function that throws
+        // before returning a task failed in that item.
+        AssertRanElsewhere(await TestUtil.Catch(async () => await Spindle.Run(() => throw new InvalidOperationException("run"), cts.Token)), Test, Test);
+        AssertRanElsewhere(await TestUtil.Catch(async () => await Spindle.Run(new Action(() => throw new InvalidOperationException("run")), cts.Token)), Test, Test);
+        AssertRanElsewhere(Assert.Throws<InvalidOperationException>(() => Spindle.Run(new Action(() => throw new InvalidOperationException("run"))).GetAwaiter().GetResult()), Test, Test);
     }
 
     [NetBuildFact(NotOnNetStandard)]
@@ -163,10 +188,10 @@ public sealed class StackTraceTests
         JobHandle handle = new ThrowingJob().Schedule();
         JobHandle.ScheduleBatchedJobs();
         Exception completed = Assert.Throws<InvalidOperationException>(() => handle.Complete());
-        AssertOnlyUserFrames(completed, nameof(ThrowingJob.Execute));
+        AssertRanElsewhere(completed, nameof(ThrowingJob) + "." + nameof(ThrowingJob.Execute), nameof(Jobs_ShowTheJobsExecute_NotTheRunner));
 
         JobHandle awaited = new ThrowingJob().Schedule();
-        AssertOnlyUserFrames(await TestUtil.Catch(async () => await awaited), nameof(ThrowingJob.Execute));
+        AssertRanElsewhere(await TestUtil.Catch(async () => await awaited), nameof(ThrowingJob) + "." + nameof(ThrowingJob.Execute), nameof(Jobs_ShowTheJobsExecute_NotTheRunner));
     }
 
     [NetBuildFact(NotOnNetStandard)]
@@ -213,5 +238,41 @@ public sealed class StackTraceTests
         Assert.IsType<InvalidOperationException>(e);
         Assert.Contains("Preserve", e.Message, StringComparison.Ordinal);
         AssertOnlyUserFrames(e, nameof(TestUtil.Catch));
+    }
+
+    private static async SpindleTask SecondAwaiter(SpindleTask task) => await task;
+
+    private static async SpindleTask AwaitAfterTheReset(SpindleTask taken) => await taken;
+
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task Misuse_ASecondAwaiterOrAnAwaitAfterAReset_PointsAtTheAwait()
+    {
+        // A second await while the first is pending is refused in OnCompleted, through the builder: before user15's
+        // review the trace showed the builder's AwaitUnsafeOnCompleted (and Promise.OnCompleted for a promise's task).
+        var promise = new Promise();
+        SpindleTask first = Outer(promise);
+        SpindleTask waiting = SecondAwaiter(first);
+        Exception e = await TestUtil.Catch(async () => await SecondAwaiter(first));
+        Assert.IsType<InvalidOperationException>(e);
+        AssertOnlyUserFrames(e, nameof(SecondAwaiter));
+
+        var direct = new Promise();
+        SpindleTask directWait = SecondAwaiter(direct.Task);
+        AssertOnlyUserFrames(await TestUtil.Catch(async () => await SecondAwaiter(direct.Task)), nameof(SecondAwaiter));
+
+        // A promise's task taken before a Reset(): the message names the reset and the fix; the trace shows no GetStatus.
+        var reused = new Promise();
+        SpindleTask taken = reused.Task;
+        reused.SetResult();
+        reused.Reset();
+        Exception stale = await TestUtil.Catch(async () => await AwaitAfterTheReset(taken));
+        Assert.Contains("the promise was Reset() since the task was taken", stale.Message, StringComparison.Ordinal);
+        Assert.Contains("take promise.Task again after each Reset()", stale.Message, StringComparison.Ordinal);
+        AssertOnlyUserFrames(stale, nameof(AwaitAfterTheReset));
+
+        promise.SetResult();
+        await TestUtil.Catch(async () => await waiting);
+        direct.SetResult();
+        await directWait;
     }
 }
