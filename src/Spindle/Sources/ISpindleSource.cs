@@ -43,6 +43,21 @@ public interface ISpindleSource : IValueTaskSource
     /// dispatched to the workers instead). No <see cref="System.Threading.ExecutionContext"/> or
     /// <see cref="System.Threading.SynchronizationContext"/> is captured.
     /// </summary>
+    /// <remarks>
+    /// <para><b>For an implementer.</b> The continuation may run inline: inside this call, before it returns, when the
+    /// use has completed already (it completed between the caller's <see cref="GetStatus"/> and this call), and inside
+    /// your completion, on the completing thread. Spindle's own sources do both. Spindle's awaiter, WhenAll/WhenAny,
+    /// <c>WithTimeout</c> and <c>Preserve</c> accept either, or a continuation queued elsewhere: they call this method
+    /// holding no lock, and expect the continuation to run at once. Three rules: run it exactly once per use; run it only
+    /// once <see cref="GetStatus"/> reports the use completed (it reads the use at once, with
+    /// <see cref="IValueTaskSource.GetResult(short)"/>); and never while you hold a lock of your own, since it runs the
+    /// awaiting code, which may call your primitive again (decide the completion under your lock, then run it after
+    /// releasing it). A continuation run twice is not detected: a WhenAll counts it as another input and completes
+    /// early. Spindle bounds the depth of its own inline runs (a chain of completions that resume code that completes
+    /// the next) by queueing past 32 nested runs; a source that runs the continuation itself is outside that count, so
+    /// where your completions can chain, wrap a <see cref="Promise{T}"/> (whose completion keeps the bound) or queue
+    /// the continuation (<c>ThreadPool.UnsafeQueueUserWorkItem(continuation, state, preferLocal: true)</c>).</para>
+    /// </remarks>
     /// <exception cref="InvalidOperationException">The token is stale, or a continuation is already registered.</exception>
     void OnCompleted(Action<object?> continuation, object? state, short token);
 }

@@ -772,8 +772,16 @@ internal struct SourceCore<TResult>
     /// token. A promise's cancellation. False if already completed.
     /// </summary>
     public bool TrySetCanceledKeepingToken(ref CancellationToken canceledBy, CancellationToken cancellationToken)
+        => TrySetCanceledKeepingTokenOfUse(AnyUse, ref canceledBy, cancellationToken);
+
+    /// <summary>
+    /// As <see cref="TrySetCanceledKeepingToken"/>, for use <paramref name="onlyUse"/> only (see
+    /// <see cref="TrySetResultOfUse"/>), or any (<see cref="AnyUse"/>): the token is stored only by the call that claimed
+    /// that use, so a late canceller of an earlier use writes nothing.
+    /// </summary>
+    public bool TrySetCanceledKeepingTokenOfUse(int onlyUse, ref CancellationToken canceledBy, CancellationToken cancellationToken)
     {
-        if (IsCompletingOrCompleted || !TryBeginCompletion(out object? waiter))
+        if (IsCompletingOrCompleted || !TryBeginCompletionCore(onlyUse, abandonedToo: true, out object? waiter))
         {
             return false;
         }

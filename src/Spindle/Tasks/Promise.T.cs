@@ -49,7 +49,8 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// The token of the promise's current use (the one <see cref="Task"/> carries). A completer that may come late (the
     /// reply to an ask whose asker may time out and reset the promise for its next ask) is given this token with the
     /// promise and completes through <see cref="TrySetResult(short, T)"/> or
-    /// <see cref="TrySetException(short, Exception)"/>, which complete that use only, not a later one.
+    /// <see cref="TrySetException(short, Exception)"/> (or <see cref="TrySetCanceled(short, CancellationToken)"/>), which complete
+    /// that use only, not a later one.
     /// </summary>
     /// <remarks>
     /// The token is 16 bits, as a <see cref="System.Threading.Tasks.ValueTask"/>'s is, and each <see cref="Reset"/> steps it,
@@ -117,6 +118,20 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// (<c>SuppressCancellationThrow()</c>) gets none built.
     /// </remarks>
     public bool TrySetCanceled(CancellationToken cancellationToken = default) => _core.TrySetCanceledKeepingToken(ref _canceledBy, cancellationToken);
+
+    /// <summary>
+    /// Cancels use <paramref name="token"/> (a <see cref="Token"/> read when the use began) as canceled by
+    /// <paramref name="cancellationToken"/>, if it is still the promise's current use and not yet completed; false
+    /// otherwise (see <see cref="TrySetResult(short, T)"/>). An awaiter of that use gets an <see cref="OperationCanceledException"/> whose
+    /// <see cref="OperationCanceledException.CancellationToken"/> is <paramref name="cancellationToken"/>.
+    /// </summary>
+    /// <remarks>
+    /// For a cancellation callback that may run late: a primitive registers <c>cancellationToken.Register(...)</c> for an
+    /// ask and completes the promise by token from it, so a callback that runs after the ask was answered and the promise
+    /// reset for the next ask cancels nothing (<see cref="TrySetCanceled(CancellationToken)"/> would cancel the next ask).
+    /// As <see cref="TrySetCanceled(CancellationToken)"/>, it builds no exception: each reader that throws builds its own.
+    /// </remarks>
+    public bool TrySetCanceled(short token, CancellationToken cancellationToken) => _core.TrySetCanceledKeepingTokenOfUse(token, ref _canceledBy, cancellationToken);
 
     /// <summary>Completes the task with <paramref name="result"/>.</summary>
     /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
