@@ -88,7 +88,7 @@ public sealed partial class ReadmeTests : IDisposable
         foreach (TrackedTask task in SpindleDiagnostics.GetTrackedTasks())   // oldest first
         {
             Console.WriteLine(task);                   // "MyApp.Session.ReadLoop (Pending, 5230 ms)"; Succeeded = never read
-            Console.WriteLine(task.StackTrace);
+            Console.WriteLine(task.StackTrace);        // where it first suspended, formatted now (a snapshot formats none)
         }
         // README end
     }
