@@ -51,6 +51,8 @@ public class ObjectPoolTests
 
     private sealed class LoopRaceNode : Node<LoopRaceNode>;
 
+    private sealed class ThreadEndNode : Node<ThreadEndNode>;
+
     /// <summary>Returns <paramref name="count"/> new nodes on a thread of its own (not a loop's): its stack keeps LocalMax, the rest go to the shared stack.</summary>
     private static void ReturnOnAnotherThread<T>(int count)
         where T : Node<T>, new()
@@ -106,6 +108,72 @@ public class ObjectPoolTests
             nodes[i] = new T();
         }
         return nodes;
+    }
+
+    /// <summary>
+    /// A thread that ends holding pooled objects in its own stack (what it returned, or a whole shared stack its first
+    /// rent took) does not give them back to the pool, and does not keep them either: they are garbage with the thread's
+    /// statics, and the pool's count never included them. A program that starts and ends many threads (a thread per
+    /// connection, a test runner) therefore makes such objects again on each thread, but does not grow: 10,000 short
+    /// threads that each awaited delays in an async method and ran two jobs kept the heap after a full collection at
+    /// 191–203 KB and the working set at 58–64 MB from the first 1,000 threads on (/tmp/leads48-threads,
+    /// docs/decisions.md section 45).
+    /// </summary>
+    [Fact]
+    public void ObjectsHeldByAThreadThatEnded_AreCollected_AndNeverCountedAsPooled()
+    {
+        SpindlePool.Trim();
+        ReturnOnAnotherThread<ThreadEndNode>(ObjectPool<ThreadEndNode>.LocalMax + 4 * ObjectPool<ThreadEndNode>.Chunk);
+        int shared = ObjectPool<ThreadEndNode>.Count;
+        Assert.True(shared >= 2 * ObjectPool<ThreadEndNode>.Chunk, $"the setup left {shared} in the shared stack");
+
+        WeakReference[] held = EndAThreadHoldingPooledObjects(out int takenByFirstRent);
+        Assert.Equal(shared - 1, takenByFirstRent); // a plain thread's first rent takes the whole shared stack
+        Assert.Equal(0, ObjectPool<ThreadEndNode>.Count);
+        for (int i = 0; i < 3; i++)
+        {
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+        }
+        int alive = 0;
+        foreach (WeakReference reference in held)
+        {
+            alive += reference.IsAlive ? 1 : 0;
+        }
+        Assert.True(alive == 0, $"{alive} of {held.Length} objects a finished thread held are still alive");
+        Assert.Equal(0, ObjectPool<ThreadEndNode>.Count);
+    }
+
+    /// <summary>
+    /// A new thread rents one object (its first rent takes the whole shared stack into its own), rents the rest of its
+    /// stack, returns <see cref="ObjectPool{T}.LocalMax"/> of them (they stay in its stack) and ends; weak references to
+    /// those it ended with.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static WeakReference[] EndAThreadHoldingPooledObjects(out int takenByFirstRent)
+    {
+        var references = new List<WeakReference>();
+        int taken = -1, keptAtEnd = -1;
+        var thread = new Thread(() =>
+        {
+            var rented = new List<ThreadEndNode> { ObjectPool<ThreadEndNode>.TryRent()! };
+            taken = ObjectPool<ThreadEndNode>.LocalCount;
+            while (ObjectPool<ThreadEndNode>.TryRent() is { } node)
+            {
+                rented.Add(node);
+            }
+            for (int i = 0; i < ObjectPool<ThreadEndNode>.LocalMax; i++)
+            {
+                references.Add(new WeakReference(rented[i]));
+                ObjectPool<ThreadEndNode>.Return(rented[i]);
+            }
+            keptAtEnd = ObjectPool<ThreadEndNode>.LocalCount;
+        });
+        thread.Start();
+        thread.Join();
+        Assert.Equal(ObjectPool<ThreadEndNode>.LocalMax, keptAtEnd);
+        takenByFirstRent = taken;
+        return references.ToArray();
     }
 
     [Fact]

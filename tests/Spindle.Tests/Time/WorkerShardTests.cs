@@ -319,3 +319,102 @@ public class WorkerShardHeldInOneItemStressTests
         }
     }
 }
+
+[Collection(SequentialCollection.Name)]
+public class WorkerShardNextDueAfterReleaseTests
+{
+    private static readonly System.Reflection.FieldInfo s_nextDue =
+        typeof(WheelShard).GetField("_nextDue", System.Reflection.BindingFlags.NonPublic | System.Reflection.BindingFlags.Instance)!;
+
+#if DEBUG
+    [Fact]
+    public async Task TheHintAfterAddOwnedReleasesCancelledTimers_IsNeverLaterThanALiveDeadline()
+    {
+        // review47 left it: AddOwned releases the cancel inbox and does not recompute the shard's next-due hint. Releasing
+        // only removes timers, so the true earliest deadline can only move later and the hint stays at or before it (an
+        // idle worker may wake once early, at a cancelled timer's deadline, and its pass sets the hint exactly); the hint
+        // then only moves earlier, to a new timer's deadline. A hint later than a live timer's deadline would park the
+        // other workers past it and make that timer late. This arms timers inside one item, cancels some from the same
+        // item (each goes to the cancel inbox, released at the next arming) and checks after every arming.
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+        Assert.NotNull(s_nextDue);
+        const int Timers = 400;
+        var random = new Random(48);
+        WheelShard? shard = null;
+        long hookDeadline = 0;
+        var sources = new CancellationTokenSource[Timers];
+        var deadlines = new long[Timers];
+        var live = new bool[Timers];
+        var delays = new SpindleTask[Timers];
+        string? violation = null;
+        int staleEarly = 0;
+
+        void Hook(WheelShard own, TimerNode node)
+        {
+            shard = own;
+            hookDeadline = node.Deadline;
+        }
+
+        async SpindleTask OnWorker()
+        {
+            await Spindle.SwitchToWorker();
+            for (int i = 0; i < Timers; i++) // no await that suspends: all of it is one item
+            {
+                sources[i] = new CancellationTokenSource();
+                // Between 20 and 60 s: none falls due while the item runs, so only the hint moves.
+                delays[i] = Spindle.Delay(TimeSpan.FromMilliseconds(20_000 + random.Next(40_000)), sources[i].Token);
+                deadlines[i] = hookDeadline;
+                live[i] = true;
+                long hint = (long)s_nextDue.GetValue(shard)!;
+                long earliestLive = long.MaxValue;
+                for (int k = 0; k <= i; k++)
+                {
+                    if (live[k])
+                    {
+                        earliestLive = Math.Min(earliestLive, deadlines[k]);
+                    }
+                }
+                if (hint > earliestLive)
+                {
+                    violation ??= $"after timer {i}: hint {hint} is later than a live deadline {earliestLive}";
+                }
+                if (hint < earliestLive)
+                {
+                    staleEarly++;
+                }
+                // Cancel a few live timers, the earliest among them often, from inside the item.
+                for (int c = random.Next(3); c > 0; c--)
+                {
+                    int k = random.Next(i + 1);
+                    if (live[k])
+                    {
+                        live[k] = false;
+                        sources[k].Cancel();
+                    }
+                }
+            }
+        }
+
+        TimerWheel.TestHookBeforeAddOwned = Hook;
+        try
+        {
+            await TestUtil.WithTimeout(OnWorker());
+        }
+        finally
+        {
+            TimerWheel.TestHookBeforeAddOwned = null;
+        }
+        foreach (var source in sources)
+        {
+            source.Cancel();
+        }
+        foreach (var delay in delays)
+        {
+            await Assert.ThrowsAnyAsync<OperationCanceledException>(async () => await delay);
+        }
+        Assert.True(violation is null, violation);
+        Assert.True(staleEarly > 0, "no arming left the hint early: the test did not meet a released earliest timer");
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0);
+    }
+#endif
+}
