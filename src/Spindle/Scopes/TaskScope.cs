@@ -392,7 +392,7 @@ public sealed class TaskScope : IAsyncDisposable
     /// at a time) and gets the failures; nothing is reported for the waiter that left.
     /// </summary>
     [StackTraceHidden]
-    private sealed class ScopeOutcome : ISpindleSource, IRereadableSource, IDetachableSource
+    private sealed class ScopeOutcome : ISpindleSource, IRereadableSource, IDetachableSource, IStatusShownWithoutLock
     {
         private readonly TaskScope _scope;
         private SourceCore<VoidResult> _core;
@@ -414,6 +414,22 @@ public sealed class TaskScope : IAsyncDisposable
                 return SpindleTaskStatus.Canceled;
             }
             return status;
+        }
+
+        /// <summary>
+        /// <see cref="GetStatus"/> without the scope's lock, for a debugger's display (<see cref="DebuggerText"/>): at worst
+        /// stale, as a debugger reads it with every other thread frozen.
+        /// </summary>
+        SpindleTaskStatus? IStatusShownWithoutLock.StatusWithoutLock(short token)
+        {
+            if (!_core.TryGetStatusRacy(token, out SpindleTaskStatus status))
+            {
+                return null;
+            }
+            return status != SpindleTaskStatus.Succeeded ? status
+                : Volatile.Read(ref _scope._errors) is not null ? SpindleTaskStatus.Faulted
+                : _scope._outerCanceledWhenIdle == true ? SpindleTaskStatus.Canceled
+                : SpindleTaskStatus.Succeeded;
         }
 
         System.Threading.Tasks.Sources.ValueTaskSourceStatus System.Threading.Tasks.Sources.IValueTaskSource.GetStatus(short token)

@@ -344,6 +344,13 @@ internal static class LazyCancellation
     /// </summary>
     public static void Drop() => t_built = null;
 
+    /// <summary>This thread's record of its last build, saved and put back by a display that must change nothing (<see cref="ThrowHelper.SaveRefusalMarks"/>).</summary>
+    internal static ExceptionDispatchInfo? LastBuilt
+    {
+        get => t_built;
+        set => t_built = value;
+    }
+
     /// <summary>
     /// Sets the flag for the read of <paramref name="source"/>'s use <paramref name="token"/> if that use has completed as
     /// canceled (so only then): true if set, and the caller must call <see cref="EndAsking"/> after the read.

@@ -1,6 +1,7 @@
 using System;
 using System.Diagnostics;
 using System.Diagnostics.CodeAnalysis;
+using System.Runtime.ExceptionServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -58,6 +59,20 @@ internal static class ThrowHelper
     {
         LazyCancellation.Drop();
         return t_lastRefusal = exception;
+    }
+
+    /// <summary>
+    /// The marks a refusal leaves on this thread: <see cref="t_lastRefusal"/>, and the record of a lazy cancellation that
+    /// <see cref="LazyCancellation.Drop"/> lets go of. Saved and put back by a read that must change nothing, a debugger's
+    /// display (<see cref="DebuggerText.TryStatus"/>).
+    /// </summary>
+    public static (Exception? LastRefusal, ExceptionDispatchInfo? Built) SaveRefusalMarks() => (t_lastRefusal, LazyCancellation.LastBuilt);
+
+    /// <summary>Puts back the marks <see cref="SaveRefusalMarks"/> saved.</summary>
+    public static void RestoreRefusalMarks((Exception? LastRefusal, ExceptionDispatchInfo? Built) marks)
+    {
+        t_lastRefusal = marks.LastRefusal;
+        LazyCancellation.LastBuilt = marks.Built;
     }
 
     /// <summary>

@@ -102,7 +102,7 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 /// read it.
 /// </summary>
 [StackTraceHidden]
-internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource, IDetachableSource
+internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, IRereadableSource, IDetachableSource, IStatusShownWithoutLock
 {
     private static readonly Action<object?> s_onSourceCompleted = static o => ((PreservedSource<T>)o!).OnSourceCompleted();
 
@@ -268,6 +268,13 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
         }
         return SourceCore<VoidResult>.StatusOf(_error);
     }
+
+    /// <summary>
+    /// <see cref="GetStatus"/> without the lock, for a debugger's display (<see cref="DebuggerText"/>). A read racing the
+    /// completion may see it completed before its failure; a debugger reads it with the completing thread frozen.
+    /// </summary>
+    SpindleTaskStatus? IStatusShownWithoutLock.StatusWithoutLock(short token)
+        => Volatile.Read(ref _completed) ? SourceCore<VoidResult>.StatusOf(Volatile.Read(ref _error)) : SpindleTaskStatus.Pending;
 
     ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
 

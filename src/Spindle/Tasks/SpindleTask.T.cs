@@ -55,7 +55,7 @@ public readonly partial struct SpindleTask<T>
     private string DebuggerDisplay
         => _source is null
             ? $"Succeeded, Result = {_result}"
-            : DebuggerText.OfTask(_source, DebuggerText.TryStatus(_source.GetStatus, _token));
+            : DebuggerText.OfTask(_source, _token);
 
     /// <summary>Gets the awaiter. Awaiting consumes the task.</summary>
     public Awaiter GetAwaiter() => new(this);

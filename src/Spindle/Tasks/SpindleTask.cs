@@ -65,7 +65,7 @@ public readonly partial struct SpindleTask
 
     /// <summary>What a debugger shows: the status and the async method or source behind the task; never throws.</summary>
     private string DebuggerDisplay
-        => DebuggerText.OfTask(_source, _source is null ? SpindleTaskStatus.Succeeded : DebuggerText.TryStatus(_source.GetStatus, _token));
+        => DebuggerText.OfTask(_source, _token);
 
     /// <summary>Gets the awaiter. Awaiting consumes the task.</summary>
     public Awaiter GetAwaiter() => new(this);
