@@ -23,8 +23,19 @@ public class SharedQueueTurnsTests
     {
         public int InjectionRan;
         public int JobsRan;
-        public int MostInjectionBeforeAJob;
-        public int MostJobsBeforeAnInjectionItem;
+        public int Recorded; // items that have written their entry below: the arrays are read once every item has
+
+        /// <summary>For each job, in the order they ran: how many runs from outside had run before it.</summary>
+        public readonly int[] InjectionBeforeEachJob;
+
+        /// <summary>For each run from outside, in the order they ran: how many jobs had run before it.</summary>
+        public readonly int[] JobsBeforeEachInjectionItem;
+
+        public Tally(int injected, int jobs)
+        {
+            InjectionBeforeEachJob = new int[jobs];
+            JobsBeforeEachInjectionItem = new int[injected];
+        }
     }
 
     private struct TallyJob : IJob
@@ -33,29 +44,23 @@ public class SharedQueueTurnsTests
 
         public void Execute()
         {
-            Raise(ref Tally.MostInjectionBeforeAJob, Volatile.Read(ref Tally.InjectionRan));
-            Interlocked.Increment(ref Tally.JobsRan);
-        }
-    }
-
-    private static void Raise(ref int most, int seen)
-    {
-        int current;
-        while (seen > (current = Volatile.Read(ref most)) && Interlocked.CompareExchange(ref most, seen, current) != current)
-        {
+            int seen = Volatile.Read(ref Tally.InjectionRan);
+            Tally.InjectionBeforeEachJob[Interlocked.Increment(ref Tally.JobsRan) - 1] = seen;
+            Interlocked.Increment(ref Tally.Recorded);
         }
     }
 
     private static void RunInjectionItem(Tally tally)
     {
-        Raise(ref tally.MostJobsBeforeAnInjectionItem, Volatile.Read(ref tally.JobsRan));
-        Interlocked.Increment(ref tally.InjectionRan);
+        int seen = Volatile.Read(ref tally.JobsRan);
+        tally.JobsBeforeEachInjectionItem[Interlocked.Increment(ref tally.InjectionRan) - 1] = seen;
+        Interlocked.Increment(ref tally.Recorded);
     }
 
     /// <summary>Holds every worker, queues <paramref name="injected"/> runs and <paramref name="jobs"/> jobs from this thread, releases them and waits for all.</summary>
     private static Tally RunBoth(int injected, int jobs)
     {
-        var tally = new Tally();
+        var tally = new Tally(injected, jobs);
         using (new HoldWorkers())
         {
             for (int i = 0; i < injected; i++)
@@ -69,7 +74,7 @@ public class SharedQueueTurnsTests
             JobHandle.ScheduleBatchedJobs(); // every ready job waits in the jobs' queue
         }
         Assert.True(
-            SpinWait.SpinUntil(() => Volatile.Read(ref tally.InjectionRan) == injected && Volatile.Read(ref tally.JobsRan) == jobs, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
+            SpinWait.SpinUntil(() => Volatile.Read(ref tally.Recorded) == injected + jobs, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
             $"ran {Volatile.Read(ref tally.InjectionRan)} of {injected} runs and {Volatile.Read(ref tally.JobsRan)} of {jobs} jobs");
         return tally;
     }
@@ -77,7 +82,10 @@ public class SharedQueueTurnsTests
     /// <summary>
     /// <paramref name="fewJobs"/>: 100 jobs behind 10,000 runs queued from outside (the review's case: before, the last
     /// job ran after about 100 × 61 runs, 6,008–6,056 in three runs; in turn, after about 100); else 100 runs behind
-    /// 10,000 jobs, the other way round.
+    /// 10,000 jobs, the other way round. The 90th of the 100, not the last: a worker preempted between taking an item
+    /// and running it (a time slice, on a loaded machine) runs it after the other workers have run the rest, whatever
+    /// the order of the takes (the CI's netstandard run saw the last of 100 jobs after all 10,000 runs, in 25 ms). Turns
+    /// keep the other workers' takes alternating, so the 90th ran after about 90 × 2 runs; before, after about 5,400.
     /// </summary>
     [Theory]
     [InlineData(true)]
@@ -87,9 +95,13 @@ public class SharedQueueTurnsTests
         await JobTestUtil.Bounded(() =>
         {
             Tally tally = fewJobs ? RunBoth(Backlog, Few) : RunBoth(Few, Backlog);
-            int before = fewJobs ? tally.MostInjectionBeforeAJob : tally.MostJobsBeforeAnInjectionItem;
+            int[] before = fewJobs ? tally.InjectionBeforeEachJob : tally.JobsBeforeEachInjectionItem;
+            Array.Sort(before);
+            int ninetieth = before[Few * 9 / 10 - 1];
             (string few, string many) = fewJobs ? ("jobs", "runs") : ("runs", "jobs");
-            Assert.True(before <= 10 * Few, $"the last of {Few} {few} ran after {before} of the {Backlog} {many} queued with them: they waited behind the backlog");
+            Assert.True(
+                ninetieth <= 10 * Few,
+                $"the 90th of {Few} {few} ran after {ninetieth} of the {Backlog} {many} queued with them (the last after {before[Few - 1]}): they waited behind the backlog");
         });
     }
 }
