@@ -73,9 +73,12 @@ public class PreserveTests
         const int Awaiters = 4;
         int rounds = TestUtil.Stress(300);
 
-        await TestUtil.WithTimeout(Task.Run(() =>
+        // Bounded by a stall, not by the whole run: at load 40–60 the fixed bound ran out with the rounds still going
+        // (flaky49's loaded suite runs), while a lost waiter stops the count for good.
+        int done = 0;
+        await TestUtil.WithStallTimeout(Task.Run(() =>
         {
-            for (int round = 0; round < rounds; round++)
+            for (int round = 0; round < rounds; round++, Volatile.Write(ref done, round))
             {
                 var promise = new Promise<int>();
                 SpindleTask<int> preserved = promise.Task.Preserve();
@@ -110,7 +113,7 @@ public class PreserveTests
                     Assert.Equal(round, seen[a]);
                 }
             }
-        }), TestUtil.StressTimeout(60));
+        }), () => Volatile.Read(ref done), () => $"{Volatile.Read(ref done)} of {rounds} rounds done");
     }
 
     [Fact]
@@ -193,9 +196,12 @@ public class PreserveTests
         const int Waiters = 3;
         int rounds = TestUtil.Stress(2_000);
 
-        await TestUtil.WithTimeout(Task.Run(() =>
+        // Bounded by a stall, not by the whole run: at load 40–60 the fixed bound ran out with the rounds still going
+        // (flaky49's loaded suite runs), while a lost waiter stops the count for good.
+        int done = 0;
+        await TestUtil.WithStallTimeout(Task.Run(() =>
         {
-            for (int round = 0; round < rounds; round++)
+            for (int round = 0; round < rounds; round++, Volatile.Write(ref done, round))
             {
                 var promise = new Promise<int>();
                 var rival = new Promise<int>();
@@ -233,6 +239,6 @@ public class PreserveTests
                 }
                 Assert.Equal(round, preserved.GetAwaiter().GetResult());
             }
-        }), TestUtil.StressTimeout(120));
+        }), () => Volatile.Read(ref done), () => $"{Volatile.Read(ref done)} of {rounds} rounds done");
     }
 }
