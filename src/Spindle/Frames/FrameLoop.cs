@@ -191,7 +191,8 @@ public sealed partial class FrameLoop
 
     /// <summary>
     /// The second default phase: fixed-step simulation (physics). It runs once per frame, like every phase; a host that
-    /// steps physics several times per frame can call <see cref="RunPhase"/> on it several times.
+    /// steps physics at its own rate (50 Hz beside 60 Hz frames) calls <see cref="RunPhase"/> on it once per step: several
+    /// times in a frame, or not at all in a frame with no step (see <see cref="BeginFrame"/>).
     /// </summary>
     public FramePhase FixedUpdate { get; }
 
@@ -407,8 +408,11 @@ public sealed partial class FrameLoop
     /// <summary>
     /// Begins a frame without running its phases, for a host that runs them itself with <see cref="RunPhase"/>,
     /// interleaved with its own work: hands-off from other threads join their phases, <see cref="FrameCount"/> goes up
-    /// by one, loop time advances, and the delays that fall due are queued for their phases. Call <see cref="RunPhase"/>
-    /// once for each phase, in order, before beginning the next frame.
+    /// by one, loop time advances, and the delays that fall due are queued for their phases. Then call
+    /// <see cref="RunPhase"/> for each phase, in order, before beginning the next frame. A host may run a phase several
+    /// times (<see cref="FixedUpdate"/> for several physics steps) or not at all (a frame with no physics step, or every
+    /// frame while paused): what waits for a phase stays queued for its next run, so each await resumes at the phase's
+    /// first run at or after the frame its rule names, once, first queued first run.
     /// </summary>
     /// <param name="deltaTime">How far loop time moves this frame (unscaled).</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="deltaTime"/> is negative, or would take loop time
