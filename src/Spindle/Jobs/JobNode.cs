@@ -898,15 +898,18 @@ internal abstract class JobNode : WorkItem
 }
 
 /// <summary>
-/// A failed job's exception. If no Complete() or await ever observes it, its finalizer reports the exception to
-/// <see cref="Spindle.UnobservedException"/>, as Task does for unobserved faults: a job's exception is never lost.
-/// Created only on the failure path.
+/// A failed job's exception, or a task scope child's failure. If no Complete() or await ever observes it (a scope's
+/// WaitAsync or disposal delivers it), its finalizer reports the exception to <see cref="Spindle.UnobservedException"/>,
+/// as Task does for unobserved faults: the exception is never lost. Created only on the failure path.
 /// </summary>
 internal sealed class ExceptionHolder
 {
     private int _observed;
 
     public ExceptionHolder(Exception exception) => Info = ExceptionDispatchInfo.Capture(exception);
+
+    /// <summary>Holds a failure captured already (a scope child's, with the trace its read kept).</summary>
+    public ExceptionHolder(ExceptionDispatchInfo info) => Info = info;
 
     public ExceptionDispatchInfo Info { get; }
 

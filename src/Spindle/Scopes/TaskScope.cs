@@ -54,7 +54,9 @@ public sealed class TaskScope : IAsyncDisposable
     private bool? _outerCanceledWhenIdle;
     private readonly ScopeOutcome _outcome;        // all children done, with the failures (for WaitAsync); also the scope's lock
     private Promise? _completion;                    // the same moment, for a first disposal that has to wait for it (made then, under the lock)
-    private List<ExceptionDispatchInfo>? _errors;
+    // The failures kept, each in a holder whose finalizer reports it if it is never delivered: a scope dropped without
+    // WaitAsync or disposal (leads49, docs/decisions.md section 46) reports them as a job graph's unobserved failure is.
+    private List<ExceptionHolder>? _errors;
     private int _running;
     private bool _closed;
     private int _disposed;
@@ -232,13 +234,17 @@ public sealed class TaskScope : IAsyncDisposable
     [StackTraceHidden]
     private void ThrowFailures(bool canceled = false)
     {
-        List<ExceptionDispatchInfo>? errors;
+        List<ExceptionHolder>? errors;
         bool canceledFromOutside;
         lock (_outcome)
         {
             errors = _errors;
             canceledFromOutside = _outerCanceledWhenIdle == true;
             _failuresDelivered = true;
+        }
+        for (int i = 0; errors is not null && i < errors.Count; i++)
+        {
+            errors[i].MarkObserved(); // delivered: to this reader, or reported by a Forget() or a WhenAny's loser that read it
         }
         if (errors is null)
         {
@@ -250,12 +256,12 @@ public sealed class TaskScope : IAsyncDisposable
         }
         if (errors.Count == 1)
         {
-            errors[0].Throw();
+            errors[0].Info.Throw();
         }
         var all = new Exception[errors.Count];
         for (int i = 0; i < all.Length; i++)
         {
-            all[i] = errors[i].SourceException;
+            all[i] = errors[i].Info.SourceException;
         }
         throw new AggregateException(all);
     }
@@ -492,7 +498,7 @@ public sealed class TaskScope : IAsyncDisposable
         {
             return false;
         }
-        (_errors ??= new List<ExceptionDispatchInfo>()).Add(error);
+        (_errors ??= new List<ExceptionHolder>()).Add(new ExceptionHolder(error));
         return true;
     }
 
@@ -548,8 +554,15 @@ public sealed class TaskScope : IAsyncDisposable
 
         public void Done()
         {
+            // A user's source that ran this continuation again (misuse its OnCompleted contract forbids) finds it run, or
+            // the observer back in its pool, and is refused instead of counting the child out twice. Caught unless the
+            // observer has been rented again for another child by then.
+            if (HasRun || _scope is not { } scope)
+            {
+                ThrowHelper.ThrowContinuationRunTwice();
+                return;
+            }
             HasRun = true;
-            TaskScope scope = _scope!;
             ExceptionDispatchInfo? error = QuietRead.Read(_source!, _token); // the child's own failure, with the trace it saved
             try
             {

@@ -52,8 +52,9 @@ public interface ISpindleSource : IValueTaskSource
     /// once <see cref="GetStatus"/> reports the use completed (it reads the use at once, with
     /// <see cref="IValueTaskSource.GetResult(short)"/>); and never while you hold a lock of your own, since it runs the
     /// awaiting code, which may call your primitive again (decide the completion under your lock, then run it after
-    /// releasing it). A continuation run twice is not detected: a WhenAll counts it as another input and completes
-    /// early. Spindle bounds the depth of its own inline runs (a chain of completions that resume code that completes
+    /// releasing it). A continuation run a second time throws <see cref="InvalidOperationException"/> on
+    /// the thread that runs it and resumes nothing (Spindle's awaiter, WhenAll/WhenAny, <c>Preserve</c> and a scope's child
+    /// refuse it), unless by then the waiter waits on a source of yours again. Spindle bounds the depth of its own inline runs (a chain of completions that resume code that completes
     /// the next) by queueing past 32 nested runs; a source that runs the continuation itself is outside that count, so
     /// where your completions can chain, wrap a <see cref="Promise{T}"/> (whose completion keeps the bound) or queue
     /// the continuation (<c>ThreadPool.UnsafeQueueUserWorkItem(continuation, state, preferLocal: true)</c>).</para>

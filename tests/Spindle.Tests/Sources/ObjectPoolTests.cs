@@ -53,6 +53,8 @@ public class ObjectPoolTests
 
     private sealed class ThreadEndNode : Node<ThreadEndNode>;
 
+    private sealed class IdleRenterNode : Node<IdleRenterNode>;
+
     /// <summary>Returns <paramref name="count"/> new nodes on a thread of its own (not a loop's): its stack keeps LocalMax, the rest go to the shared stack.</summary>
     private static void ReturnOnAnotherThread<T>(int count)
         where T : Node<T>, new()
@@ -111,8 +113,8 @@ public class ObjectPoolTests
     }
 
     /// <summary>
-    /// A thread that ends holding pooled objects in its own stack (what it returned, or a whole shared stack its first
-    /// rent took) does not give them back to the pool, and does not keep them either: they are garbage with the thread's
+    /// A thread that ends holding pooled objects in its own stack (what it returned, or the chunk its first rent kept)
+    /// does not give them back to the pool, and does not keep them either: they are garbage with the thread's
     /// statics, and the pool's count never included them. A program that starts and ends many threads (a thread per
     /// connection, a test runner) therefore makes such objects again on each thread, but does not grow: 10,000 short
     /// threads that each awaited delays in an async method and ran two jobs kept the heap after a full collection at
@@ -128,7 +130,7 @@ public class ObjectPoolTests
         Assert.True(shared >= 2 * ObjectPool<ThreadEndNode>.Chunk, $"the setup left {shared} in the shared stack");
 
         WeakReference[] held = EndAThreadHoldingPooledObjects(out int takenByFirstRent);
-        Assert.Equal(shared - 1, takenByFirstRent); // a plain thread's first rent takes the whole shared stack
+        Assert.Equal(ObjectPool<ThreadEndNode>.Chunk - 1, takenByFirstRent); // a plain thread's first rent keeps one chunk
         Assert.Equal(0, ObjectPool<ThreadEndNode>.Count);
         int alive = TestUtil.CountAliveAfterCollection(held);
         Assert.True(alive == 0, $"{alive} of {held.Length} objects a finished thread held are still alive");
@@ -136,8 +138,53 @@ public class ObjectPoolTests
     }
 
     /// <summary>
-    /// A new thread rents one object (its first rent takes the whole shared stack into its own), rents the rest of its
-    /// stack, returns <see cref="ObjectPool{T}.LocalMax"/> of them (they stay in its stack) and ends; weak references to
+    /// A plain thread (none of Spindle's own, so no trim request reaches it) whose stack is empty keeps one chunk of the
+    /// shared stack and gives the rest back. Before (leads49), its first rent took the whole shared stack, up to the cap,
+    /// and a thread that then idled (a request thread that awaited once after a burst) kept it beyond every
+    /// <see cref="SpindlePool.Trim"/>: 478 KB of one method's boxes after a burst of 20,000 (docs/decisions.md section 46).
+    /// A trim on another thread now empties the shared stack of all but that chunk.
+    /// </summary>
+    [Fact]
+    public void FirstRentOnAPlainThread_KeepsOneChunk_AndGivesTheRestOfTheSharedStackBack_WhichATrimReaches()
+    {
+        SpindlePool.Trim();
+        ReturnOnAnotherThread<IdleRenterNode>(ObjectPool<IdleRenterNode>.LocalMax + 6 * ObjectPool<IdleRenterNode>.Chunk);
+        int shared = ObjectPool<IdleRenterNode>.Count;
+        Assert.True(shared >= 4 * ObjectPool<IdleRenterNode>.Chunk, $"the setup left {shared} in the shared stack");
+
+        int kept = -1;
+        int sharedAfterRent = -1;
+        using var rented = new ManualResetEventSlim();
+        using var end = new ManualResetEventSlim();
+        var renter = new Thread(() =>
+        {
+            IdleRenterNode? node = ObjectPool<IdleRenterNode>.TryRent();
+            kept = node is null ? -1 : ObjectPool<IdleRenterNode>.LocalCount;
+            sharedAfterRent = ObjectPool<IdleRenterNode>.Count;
+            rented.Set();
+            end.Wait(); // the thread idles, as a server's request thread does between requests
+            GC.KeepAlive(node);
+        });
+        renter.Start();
+        try
+        {
+            Assert.True(rented.Wait(TimeSpan.FromSeconds(30)), "the renter did not rent");
+            Assert.Equal(ObjectPool<IdleRenterNode>.Chunk - 1, kept); // before: shared - 1, the whole shared stack
+            Assert.Equal(shared - ObjectPool<IdleRenterNode>.Chunk, sharedAfterRent);
+
+            SpindlePool.Trim(); // on this thread: reaches the shared stack, never the idle renter's own
+            Assert.Equal(0, ObjectPool<IdleRenterNode>.Count);
+        }
+        finally
+        {
+            end.Set();
+            renter.Join();
+        }
+    }
+
+    /// <summary>
+    /// A new thread rents one object (its first rent keeps one chunk of the shared stack in its own), rents the rest of the
+    /// shared stack, returns <see cref="ObjectPool{T}.LocalMax"/> of them (they stay in its stack) and ends; weak references to
     /// those it ended with.
     /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
