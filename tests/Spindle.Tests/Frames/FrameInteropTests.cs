@@ -67,7 +67,9 @@ public sealed class FrameInteropTests
         }
 
         Frame().Forget();
-        loop.RunUntil(() => done);
+        // The job runs on a worker: bounded by time, not by 100,000 frames, which an idle loop runs through in well under
+        // a second while a loaded machine can keep both workers off the processor for longer.
+        loop.RunUntil(() => done, TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds));
         Assert.Equal(11, result[0]);
         Assert.Equal(Environment.CurrentManagedThreadId, thread);
     }

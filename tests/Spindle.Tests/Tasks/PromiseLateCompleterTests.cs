@@ -140,13 +140,14 @@ public sealed class PromiseLateCompleterTests
     {
         int asks = TestUtil.Stress(20_000);
         var requests = new System.Collections.Concurrent.BlockingCollection<(Promise<int> Reply, short Token, int Ask)>();
-        int wrong = 0, answered = 0;
+        int wrong = 0, answered = 0, asked = 0, replied = 0;
         Exception? resetRefused = null;
         Task replier = TestUtil.RunOnThread(() =>
         {
             foreach (var (reply, token, ask) in requests.GetConsumingEnumerable())
             {
                 reply.TrySetResult(token, ask);
+                Volatile.Write(ref replied, replied + 1);
             }
         }, "late replier");
         Task asker = TestUtil.RunOnThread(() =>
@@ -167,6 +168,7 @@ public sealed class PromiseLateCompleterTests
                     }
                 }
                 requests.Add((reply, reply.Token, ask));
+                Volatile.Write(ref asked, ask + 1);
                 if (ask % 2 == 0)
                 {
                     continue; // gave up at once: its reply comes late, during a later ask
@@ -188,7 +190,11 @@ public sealed class PromiseLateCompleterTests
             }
             requests.CompleteAdding();
         }, "asker");
-        await TestUtil.WithTimeout(Task.WhenAll(asker, replier), TestUtil.StressTimeout(30));
+        // Bounded by progress, not by a fixed time for the whole run: every ask is a hand-off between two threads, and
+        // at load 60 on two cores the 20,000 took more than 30 s (in both test projects of one suite run beside two CPU
+        // hogs; 10-14 s at load 30). A lost wake-up or a reset that never ends still stops both counts.
+        await TestUtil.WithStallTimeout(Task.WhenAll(asker, replier), () => Volatile.Read(ref asked) + (long)Volatile.Read(ref replied),
+            () => $"{Volatile.Read(ref asked)} of {asks} asks made, {Volatile.Read(ref replied)} replied", TestUtil.StressTimeout(30));
         Assert.Equal(0, wrong);
         Assert.Null(resetRefused);
         _ = answered;
