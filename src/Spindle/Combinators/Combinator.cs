@@ -200,6 +200,10 @@ internal abstract class CombinatorCore
             // misused read of the wait elsewhere leaves its mark for the give-back.
             signal.OnCompletedAsReader(slot, token);
         }
+        else if (DirectWaiter.IsUsersSource(source))
+        {
+            slot.RegisterOnUsersSource(source, token); // a second run is refused, not counted as another input
+        }
         else
         {
             source.OnCompleted(DirectWaiter.s_moveNext, slot, token); // the slot is its own continuation
@@ -698,6 +702,10 @@ internal abstract class CombinatorCore
         }
 
         public void Complete() => Owner.OnInputCompleted(this);
+
+        private int _runOwed; // 1 while a user's source owes this slot its run (see DirectWaiter.ExchangeRunOwed)
+
+        private protected override bool ExchangeRunOwed(bool owed) => Interlocked.Exchange(ref _runOwed, owed ? 1 : 0) == 1;
 
         /// <summary>A Spindle input completed.</summary>
         public override void MoveNext() => Owner.OnInputCompleted(this);

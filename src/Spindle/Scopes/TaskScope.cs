@@ -548,8 +548,15 @@ public sealed class TaskScope : IAsyncDisposable
 
         public void Done()
         {
+            // A user's source that ran this continuation again (misuse its OnCompleted contract forbids) finds it run, or
+            // the observer back in its pool, and is refused instead of counting the child out twice. Caught unless the
+            // observer has been rented again for another child by then.
+            if (HasRun || _scope is not { } scope)
+            {
+                ThrowHelper.ThrowContinuationRunTwice();
+                return;
+            }
             HasRun = true;
-            TaskScope scope = _scope!;
             ExceptionDispatchInfo? error = QuietRead.Read(_source!, _token); // the child's own failure, with the trace it saved
             try
             {

@@ -97,7 +97,17 @@ internal static class ThrowHelper
 
     private const string CanceledMessage = "A task was canceled.";
 
+    /// <summary>
+    /// A user's <see cref="ISpindleSource"/> ran a continuation it no longer owed: a second time, or after its
+    /// <c>OnCompleted</c> threw (<see cref="DirectWaiter.RegisterOnUsersSource"/>).
+    /// </summary>
     [DoesNotReturn]
+    public static void ThrowContinuationRunTwice() => throw new InvalidOperationException(
+        "An ISpindleSource ran a continuation it had already run (or one whose OnCompleted call threw). A source runs the " +
+        "continuation handed to OnCompleted exactly once per use: a second run would resume the awaiting code again. " +
+        "Make taking the continuation the one claim (clear it, under your lock or with an Interlocked.Exchange, before " +
+        "running it), or wrap a pooled Promise, whose completion runs it once.");
+
     public static void ThrowNotCompleted() => throw new InvalidOperationException(
         "The Spindle task has not completed yet. Await it (or call GetAwaiter().GetResult(), which blocks) instead of reading its result directly.");
 

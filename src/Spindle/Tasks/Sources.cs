@@ -133,7 +133,14 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 
     private void OnSourceCompleted()
     {
-        ISpindleSource source = _source!;
+        // The claim of the one run: a user's source that ran this continuation again (misuse its OnCompleted contract
+        // forbids) finds the source taken and is refused, instead of reading the use twice and running the waiters
+        // again (it met a null source and threw NullReferenceException before).
+        ISpindleSource? source = Interlocked.Exchange(ref _source, null);
+        if (source is null)
+        {
+            ThrowHelper.ThrowContinuationRunTwice();
+        }
         ExceptionDispatchInfo? error;
         T result = default!;
         if (source is ISpindleSource<T> typed)
@@ -153,7 +160,6 @@ internal sealed class PreservedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
             _result = result;
             _error = error;
             _completed = true;
-            _source = null;
             first = _firstContinuation;
             firstState = _firstState;
             more = _more;

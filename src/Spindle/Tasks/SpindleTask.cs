@@ -270,7 +270,14 @@ public readonly partial struct SpindleTask
         {
             if (_task._source is { } s)
             {
-                s.OnCompleted(DirectWaiter.s_moveNext, box, _task._token);
+                if (DirectWaiter.IsUsersSource(s))
+                {
+                    box.RegisterOnUsersSource(s, _task._token); // a second run is refused, not run (ISpindleSource.OnCompleted)
+                }
+                else
+                {
+                    s.OnCompleted(DirectWaiter.s_moveNext, box, _task._token);
+                }
             }
             else
             {

@@ -213,6 +213,9 @@ internal sealed class FaultedBox<TResult> : SpindleBox<TResult>
     {
     }
 
+    /// <summary>Never owed: the method has finished, so this box never waits on any source (a run is refused).</summary>
+    private protected override bool ExchangeRunOwed(bool owed) => false;
+
     internal override void MoveNextOnDefaultContext()
     {
     }
@@ -239,6 +242,22 @@ internal sealed class StateMachineBox<TStateMachine, TResult> : SpindleBox<TResu
         => ObjectPool<StateMachineBox<TStateMachine, TResult>>.TryRent() ?? new StateMachineBox<TStateMachine, TResult>();
 
     internal override string MethodName => s_methodName ??= TaskTracker.MethodNameOf(typeof(TStateMachine));
+
+    /// <summary>
+    /// The mark is the pool link pointing at the box itself: a rented box's link is null (the pool clears it when it
+    /// hands the box out, and sets it only when the box comes back, after its method finished), so the field is free
+    /// while the method waits, and the mark can never be mistaken for a link (no pooled box links to itself). The take is
+    /// a compare-exchange, never a plain exchange: a late run that meets the box in its pool must leave its link alone.
+    /// </summary>
+    private protected override bool ExchangeRunOwed(bool owed)
+    {
+        if (owed)
+        {
+            Volatile.Write(ref _next, this);
+            return false;
+        }
+        return Interlocked.CompareExchange(ref _next, null, this) == this;
+    }
 
     public override void MoveNext()
     {

@@ -286,6 +286,8 @@ public sealed class LazyCancellationLeftoversTests
         public override void MoveNext() => throw new InvalidOperationException("a waiter that was never registered was run");
 
         public override void Execute() => MoveNext();
+
+        private protected override bool ExchangeRunOwed(bool owed) => throw new InvalidOperationException("a waiter that was never registered was registered on a user's source");
     }
 
 #if DEBUG

@@ -1,0 +1,258 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib.Tests.Sources;
+
+/// <summary>
+/// A user's <see cref="ISpindleSource"/> that runs the continuation it was handed twice (misuse its
+/// <c>OnCompleted</c> contract forbids) gets an <see cref="InvalidOperationException"/> naming the misuse, on the thread
+/// that runs it the second time, and the waiter is left alone. Before (leads49's lead 1, left open by section 45), the
+/// second run resumed the awaiting method again: a method whose box was back in its pool ran its code again with default
+/// locals (a Release build) or threw NullReferenceException (Debug); a box rented again by another call, or the same
+/// method waiting at a later await, was resumed out of turn and faulted with the await-once error; a WhenAll counted the
+/// input twice and completed early with a NullReferenceException; a preserved task faulted with one.
+/// </summary>
+public sealed class ContinuationRunTwiceTests
+{
+    /// <summary>A source that keeps the one continuation it is handed and can run it any number of times.</summary>
+    private sealed class RerunningSource : ISpindleSource<int>
+    {
+        private Action<object?>? _continuation;
+        private object? _state;
+        private volatile bool _completed;
+
+        public SpindleTask<int> Task => new(this, 3);
+
+        public SpindleTask UntypedTask => new(this, 3);
+
+        /// <summary>Completes the use and runs the continuation (the first, legitimate, run).</summary>
+        public void Complete()
+        {
+            _completed = true;
+            RunAgain();
+        }
+
+        /// <summary>Runs the kept continuation once more: the misuse.</summary>
+        public void RunAgain() => _continuation!(_state);
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token)
+        {
+            Assert.Equal(3, token);
+            _continuation = continuation;
+            _state = state;
+        }
+
+        public SpindleTaskStatus GetStatus(short token) => _completed ? SpindleTaskStatus.Succeeded : SpindleTaskStatus.Pending;
+
+        public int GetResult(short token) => _completed ? 42 : throw new InvalidOperationException("read before completion");
+
+        void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+        ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+        ValueTaskSourceStatus IValueTaskSource<int>.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+        public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+            => OnCompleted(continuation, state, token);
+    }
+
+    private sealed class Counter
+    {
+        public int AfterFirstAwait;
+        public int AfterSecondAwait;
+    }
+
+    private static async SpindleTask<int> AwaitBoth(SpindleTask<int> first, Promise? second, Counter counter)
+    {
+        int value = await first;
+        Interlocked.Increment(ref counter.AfterFirstAwait);
+        if (second is not null)
+        {
+            await second.Task;
+            Interlocked.Increment(ref counter.AfterSecondAwait);
+        }
+        return value + 1;
+    }
+
+    private static void AssertRefused(Action secondRun)
+    {
+        InvalidOperationException error = Assert.Throws<InvalidOperationException>(secondRun);
+        Assert.Contains("ran a continuation it had already run", error.Message, StringComparison.Ordinal);
+    }
+
+    /// <summary>Runs <paramref name="secondRun"/> on a thread of its own, as a source's late completion would, and asserts it was refused.</summary>
+    private static void AssertRefusedOnAnotherThread(Action secondRun)
+    {
+        Exception? error = null;
+        var thread = new Thread(() =>
+        {
+            try
+            {
+                secondRun();
+            }
+            catch (Exception ex)
+            {
+                error = ex;
+            }
+        });
+        thread.Start();
+        Assert.True(thread.Join(TimeSpan.FromSeconds(30)), "the second run did not return");
+        InvalidOperationException refused = Assert.IsType<InvalidOperationException>(error);
+        Assert.Contains("ran a continuation it had already run", refused.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void ASecondRun_AfterTheMethodFinishedAndItsBoxWentBack_IsRefused_AndRunsNoCodeOfTheMethod()
+    {
+        var counter = new Counter();
+        var source = new RerunningSource();
+        SpindleTask<int> method = AwaitBoth(source.Task, null, counter);
+        source.Complete();
+        Assert.Equal(43, method.GetAwaiter().GetResult()); // the read sends the box back to its pool
+
+        AssertRefused(source.RunAgain);
+        Assert.Equal(1, counter.AfterFirstAwait);
+    }
+
+    [Fact]
+    public void ASecondRun_WhenTheBoxWasRentedAgainByAnotherCall_IsRefused_AndLeavesThatCallAlone()
+    {
+        var counter = new Counter();
+        var source = new RerunningSource();
+        SpindleTask<int> first = AwaitBoth(source.Task, null, counter);
+        source.Complete();
+        Assert.Equal(43, first.GetAwaiter().GetResult());
+
+        // The next call of the same method on this thread rents the box back from the thread's pool cache.
+        var otherCounter = new Counter();
+        var ready = new Promise<int>();
+        var gate = new Promise();
+        SpindleTask<int> other = AwaitBoth(ready.Task, gate, otherCounter);
+        ready.TrySetResult(9);
+        Assert.Equal(1, otherCounter.AfterFirstAwait); // it waits at its second await, on the gate
+
+        AssertRefusedOnAnotherThread(source.RunAgain);
+        Assert.Equal(SpindleTaskStatus.Pending, other.Status);
+        Assert.Equal(0, otherCounter.AfterSecondAwait);
+
+        gate.TrySetResult();
+        Assert.Equal(10, other.GetAwaiter().GetResult());
+        Assert.Equal(1, otherCounter.AfterFirstAwait);
+        Assert.Equal(1, otherCounter.AfterSecondAwait);
+        Assert.Equal(1, counter.AfterFirstAwait);
+    }
+
+    [Fact]
+    public void ASecondRun_WhileTheSameMethodWaitsAtALaterAwait_IsRefused_AndTheMethodResumesOnceThere()
+    {
+        var counter = new Counter();
+        var source = new RerunningSource();
+        var gate = new Promise();
+        SpindleTask<int> method = AwaitBoth(source.Task, gate, counter);
+        source.Complete();
+        Assert.Equal(1, counter.AfterFirstAwait);
+
+        AssertRefusedOnAnotherThread(source.RunAgain);
+        Assert.Equal(SpindleTaskStatus.Pending, method.Status);
+
+        gate.TrySetResult();
+        Assert.Equal(43, method.GetAwaiter().GetResult());
+        Assert.Equal(1, counter.AfterFirstAwait);
+        Assert.Equal(1, counter.AfterSecondAwait);
+    }
+
+    [Fact]
+    public void ASecondRun_OfAWhenAllInput_IsRefused_AndIsNotCountedAsAnotherInput()
+    {
+        var source = new RerunningSource();
+        var other = new Promise<int>();
+        SpindleTask<(int, int)> all = SpindleTask.WhenAll(source.Task, other.Task);
+        source.Complete();
+
+        AssertRefused(source.RunAgain);
+        Assert.Equal(SpindleTaskStatus.Pending, all.Status); // before: Faulted (NullReferenceException), the promise still pending
+
+        other.TrySetResult(5);
+        Assert.Equal((42, 5), all.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public void ASecondRun_OfAPreservedTasksSource_IsRefused_AndTheOutcomeIsKept()
+    {
+        var source = new RerunningSource();
+        SpindleTask<int> preserved = source.Task.Preserve();
+        source.Complete();
+
+        AssertRefused(source.RunAgain);
+        Assert.Equal(SpindleTaskStatus.Succeeded, preserved.Status); // before: Faulted (NullReferenceException)
+        Assert.Equal(42, preserved.GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public async Task ASecondRun_OfAScopesChild_IsRefused_AndTheChildIsCountedOutOnce()
+    {
+        var source = new RerunningSource();
+        var scope = new TaskScope();
+        scope.Run(_ => source.UntypedTask);
+        var sibling = new Promise();
+        scope.Run(_ => sibling.Task);
+        Assert.Equal(2, scope.RunningChildren);
+        source.Complete();
+        Assert.Equal(1, scope.RunningChildren);
+
+        AssertRefused(source.RunAgain);
+        Assert.Equal(1, scope.RunningChildren); // the sibling still runs
+
+        sibling.TrySetResult();
+        await scope.WaitAsync();
+        await scope.DisposeAsync();
+    }
+
+    [Fact]
+    public void TwoRunsRacing_ResumeTheMethodOnce_AndRefuseTheOther()
+    {
+        const int Rounds = 2_000;
+        int refused = 0;
+        for (int round = 0; round < Rounds; round++)
+        {
+            var counter = new Counter();
+            var source = new RerunningSource();
+            SpindleTask<int> method = AwaitBoth(source.Task, null, counter);
+            Exception? firstError = null;
+            Exception? secondError = null;
+            using var start = new Barrier(2);
+            var thread = new Thread(() =>
+            {
+                start.SignalAndWait();
+                try
+                {
+                    source.Complete();
+                }
+                catch (Exception ex)
+                {
+                    firstError = ex;
+                }
+            });
+            thread.Start();
+            start.SignalAndWait();
+            try
+            {
+                source.Complete();
+            }
+            catch (Exception ex)
+            {
+                secondError = ex;
+            }
+            Assert.True(thread.Join(TimeSpan.FromSeconds(30)), $"round {round}: a run did not return");
+
+            Assert.Equal(43, method.GetAwaiter().GetResult());
+            Assert.Equal(1, counter.AfterFirstAwait);
+            Exception only = Assert.Single(new[] { firstError, secondError }, e => e is not null)!;
+            Assert.IsType<InvalidOperationException>(only);
+            refused++;
+        }
+        Assert.Equal(Rounds, refused);
+    }
+}
