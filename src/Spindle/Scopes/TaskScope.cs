@@ -525,7 +525,8 @@ public sealed class TaskScope : IAsyncDisposable
     /// registration threw, read <see cref="HasRun"/>), and the continuation's, until <see cref="Done"/> has run (dropped
     /// by <see cref="ObserveChild"/> instead when the registration failed, since it will never run). Invariant: each
     /// holder drops its hold exactly once, and only the last drop touches the object afterwards: it clears every field
-    /// and returns it to its pool.
+    /// and returns it to its pool, unless the child's source is a user's (<see cref="DirectWaiter.IsUsersSource"/>), which
+    /// may run the continuation again later: that observer is left to the GC, so the late run meets it and is refused.
     /// </remarks>
     [StackTraceHidden]
     private sealed class ChildObserver : IPoolNode<ChildObserver>
@@ -534,35 +535,41 @@ public sealed class TaskScope : IAsyncDisposable
         private ISpindleSource? _source;
         private short _token;
         private int _holds;
+        private int _ran; // 1 once Done has claimed the one run (see HasRun)
+        private bool _onUsersSource; // registered on a user's source: never pooled (see Release)
         private ChildObserver? _poolNext;
 
         ref ChildObserver? IPoolNode<ChildObserver>.Next => ref _poolNext;
 
         public static ChildObserver Rent(TaskScope scope, ISpindleSource source, short token)
         {
-            ChildObserver observer = ObjectPool<ChildObserver>.TryRent() ?? new ChildObserver();
+            bool onUsersSource = DirectWaiter.IsUsersSource(source);
+            ChildObserver observer = (onUsersSource ? null : ObjectPool<ChildObserver>.TryRent()) ?? new ChildObserver();
             observer._scope = scope;
             observer._source = source;
             observer._token = token;
-            observer.HasRun = false;
+            observer._ran = 0;
+            observer._onUsersSource = onUsersSource;
             observer._holds = 2;
             return observer;
         }
 
         /// <summary>True once <see cref="Done"/> has started: the child is counted out (see <see cref="ObserveChild"/>).</summary>
-        public bool HasRun { get; private set; }
+        public bool HasRun => Volatile.Read(ref _ran) != 0;
 
         public void Done()
         {
-            // A user's source that ran this continuation again (misuse its OnCompleted contract forbids) finds it run, or
-            // the observer back in its pool, and is refused instead of counting the child out twice. Caught unless the
-            // observer has been rented again for another child by then.
-            if (HasRun || _scope is not { } scope)
+            // A user's source that ran this continuation again (misuse its OnCompleted contract forbids) is refused instead
+            // of counting the child out twice. The exchange is the claim, so two runs racing are caught as two in turn are
+            // (a plain flag let both through: review49). An observer registered on a user's source never goes back to its
+            // pool (Release), so a late run meets this observer, not another child's that rented it from the pool: that
+            // run counted the other child out while it still ran, and the other child's own completion was then refused
+            // (review49, ContinuationRunTwiceTests.ASecondRun_OfAScopesChild_AfterItsObserverWasRentedForTheNextChild_...).
+            if (Interlocked.Exchange(ref _ran, 1) != 0 || _scope is not { } scope)
             {
                 ThrowHelper.ThrowContinuationRunTwice();
                 return;
             }
-            HasRun = true;
             ExceptionDispatchInfo? error = QuietRead.Read(_source!, _token); // the child's own failure, with the trace it saved
             try
             {
@@ -581,8 +588,12 @@ public sealed class TaskScope : IAsyncDisposable
                 _scope = null;
                 _source = null;
                 _token = 0;
-                HasRun = false;
-                ObjectPool<ChildObserver>.Return(this);
+                if (!_onUsersSource)
+                {
+                    ObjectPool<ChildObserver>.Return(this); // Rent clears the run's claim
+                }
+                // Else left to the GC, claimed or with no scope: a user's source may still run the continuation it was
+                // handed (again, or after its OnCompleted threw), and Done refuses that run here.
             }
         }
     }
