@@ -590,7 +590,8 @@ public sealed class TaskScope : IAsyncDisposable
                 _token = 0;
                 if (!_onUsersSource)
                 {
-                    ObjectPool<ChildObserver>.Return(this); // Rent clears the run's claim
+                    _ran = 0; // only a user's source runs a continuation late, and its observer is never pooled
+                    ObjectPool<ChildObserver>.Return(this);
                 }
                 // Else left to the GC, claimed or with no scope: a user's source may still run the continuation it was
                 // handed (again, or after its OnCompleted threw), and Done refuses that run here.
