@@ -78,7 +78,8 @@ internal static class ObjectPool<T> where T : class, IPoolNode<T>
     }
 
     /// <summary>
-    /// The thread's stack is empty: take the whole shared stack, in O(1) under the gate, and keep all but one locally.
+    /// The thread's stack is empty: take the whole shared stack, in O(1) under the gate, and keep all but one locally
+    /// (a thread that is none of Spindle's own then gives back all but a chunk: <see cref="KeepAChunk"/>).
     /// A thread that rents in bulk (scheduling many jobs) then rents from its own stack; it gives back what it does not
     /// need a chunk at a time when it returns objects. Nothing is walked under the gate: the objects were last touched
     /// on other cores, and reaching each one is a cache miss best paid outside it.

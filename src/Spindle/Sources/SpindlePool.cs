@@ -10,9 +10,11 @@ namespace SpindleLib;
 /// </summary>
 /// <remarks>
 /// <para>All members are thread-safe.</para>
-/// <para>Each thread keeps up to 32 objects of each type, and trades with the shared stack 16 at a time; a thread whose
-/// own stack runs dry takes the whole shared stack at once (a thread that schedules many jobs then rents locally). So a
-/// thread may hold more than 32 objects of a type for a while, and a cap below 16 keeps nothing in the shared stack.
+/// <para>Each thread keeps up to 32 objects of each type, and trades with the shared stack 16 at a time; a Spindle worker
+/// whose own stack runs dry takes the whole shared stack at once (a thread that schedules many jobs then rents locally),
+/// and any other thread keeps 16 of it and gives the rest back unless other threads refilled the shared stack
+/// meanwhile. So a thread may hold more than 32 objects of a type for a while, and a cap below 16 keeps nothing in the
+/// shared stack.
 /// <see cref="RetainedCount"/> counts the shared stacks only, and <see cref="Trim"/> empties them and the calling
 /// thread's own stacks, and asks Spindle's workers and timer thread to empty theirs; the program's other threads' stacks
 /// are theirs.</para>

@@ -15,7 +15,8 @@ namespace SpindleLib.Tests.Sources;
 /// (CsCheck, which shrinks a failure to a smallest program) on one thread are checked after every step against a model of
 /// the pool as <see cref="SpindlePool"/>'s remarks document it: a per-thread stack of up to 32 objects, trading 16 at a
 /// time with a shared stack capped by <see cref="SpindlePool.MaxRetainedPerType"/>; a thread whose stack runs dry takes
-/// the whole shared stack; <see cref="SpindlePool.Trim"/> empties the shared stack and the caller's own. The model
+/// the whole shared stack, and this test's thread, none of Spindle's own, keeps 16 of it and gives the rest back (no
+/// other thread refills the shared stack meanwhile); <see cref="SpindlePool.Trim"/> empties the shared stack and the caller's own. The model
 /// predicts which object each rent hands out, so it checks that no object is handed out twice at once, that a returned
 /// box keeps nothing of its use (state machine, ExecutionContext, result, exception, continuation), that the cap is
 /// respected (lowering it keeps what is pooled), that a task read twice returns nothing twice, and the counts. A second
@@ -146,9 +147,12 @@ public sealed class PoolModelTests
             {
                 return null;
             }
+            // A plain thread keeps one chunk of the shared stack and gives the rest back (ObjectPool.KeepAChunk): the
+            // first 16 in the shared stack's order, the rest staying in theirs.
+            int kept = Math.Min(shared.Count, 16);
             object first = shared[0];
-            local.AddRange(shared.Skip(1));
-            shared.Clear();
+            local.AddRange(shared.Skip(1).Take(kept - 1));
+            shared.RemoveRange(0, kept);
             return first;
         }
 
