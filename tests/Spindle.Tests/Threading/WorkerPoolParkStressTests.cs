@@ -164,7 +164,13 @@ public class WorkerPoolParkStressTests
                 t.ReportDue = false;
                 dueSeenBySpinners += t.DueSeenByOwner;
             }
-            Assert.True(dueSeenBySpinners > 0, "no spinning worker found one of its timers due: the spin's look was never run");
+            if (Spinning.Helps)
+            {
+                // On one processor (Spinning.Helps false) every yield of a spin gives the core to the producers and
+                // takes a time slice, so the slow-yield rule ends each spin at its first yielding round, before the
+                // look for due timers: that look may never run there (flaky49, section 46).
+                Assert.True(dueSeenBySpinners > 0, "no spinning worker found one of its timers due: the spin's look was never run");
+            }
             var rounds = new Random(5);
             for (int round = 0; round < 200; round++)
             {
