@@ -95,6 +95,15 @@ public readonly partial struct FrameAwaitable
         };
 
         /// <summary>Ends the await: throws <see cref="OperationCanceledException"/> if the wait was cancelled.</summary>
+        /// <remarks>
+        /// Called without an await (<c>loop.Yield().GetAwaiter().GetResult()</c>), a <see cref="FrameLoop.Yield(CancellationToken)"/>,
+        /// <see cref="FrameLoop.NextFrame(CancellationToken)"/> or <see cref="FrameLoop.SwitchTo(CancellationToken)"/> with no
+        /// token that can be cancelled returns at once: that wait starts only when awaited, so nothing was waited for, and the
+        /// caller stays on its own thread. One given such a token started at its call: this blocks until it completes
+        /// (or throws <see cref="InvalidOperationException"/> on the loop's thread inside a frame, which alone could complete it).
+        /// </remarks>
+        /// <exception cref="OperationCanceledException">The wait was cancelled.</exception>
+        /// <exception cref="InvalidOperationException">A started wait was already read, or is read while pending on the loop's thread inside a frame.</exception>
         public void GetResult()
         {
             if (_kind == FrameAwaitKind.Source && _target is ISpindleSource s)
@@ -107,6 +116,8 @@ public readonly partial struct FrameAwaitable
         internal bool GetResultOrCanceled() => _kind == FrameAwaitKind.Source && _target is ISpindleSource s && QuietRead.ReadCanceled(s, _token);
 
         /// <summary>Schedules the continuation, flowing the current <see cref="ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">A wait started with a token already has an awaiter, or was already awaited.</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -125,6 +136,8 @@ public readonly partial struct FrameAwaitable
         }
 
         /// <summary>Schedules the continuation without flowing the <see cref="ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">A wait started with a token already has an awaiter, or was already awaited.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)

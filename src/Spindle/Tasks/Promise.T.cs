@@ -150,6 +150,7 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// <c>TaskCompletionSource</c> would make it Faulted. To forward a cancellation-type exception as a failure (an
     /// HTTP timeout, say), wrap it in an exception of another type.
     /// </remarks>
+    /// <exception cref="ArgumentNullException"><paramref name="exception"/> is null.</exception>
     /// <exception cref="InvalidOperationException">The promise was already completed.</exception>
     public void SetException(Exception exception)
     {

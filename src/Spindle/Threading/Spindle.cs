@@ -55,6 +55,9 @@ public static partial class Spindle
     /// <summary>Runs <paramref name="action"/> on a Spindle worker. The returned task completes when it has run.</summary>
     /// <remarks>The caller's <see cref="ExecutionContext"/> flows to the action. Steady state allocates nothing.</remarks>
     /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>).</exception>
     public static SpindleTask Run(Action action) => Run(action, default);
 
     /// <summary>
@@ -72,6 +75,9 @@ public static partial class Spindle
     /// small source alone, as <see cref="SpindleTask.FromCanceled(CancellationToken)"/>).
     /// </remarks>
     /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>).</exception>
     public static SpindleTask Run(Action action, CancellationToken cancellationToken)
     {
         if (action is null)
@@ -88,6 +94,9 @@ public static partial class Spindle
 
     /// <summary>Runs <paramref name="function"/> on a Spindle worker and returns its result.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>).</exception>
     public static SpindleTask<T> Run<T>(Func<T> function) => Run(function, default);
 
     /// <summary>
@@ -95,6 +104,9 @@ public static partial class Spindle
     /// started (see <see cref="Run(Action, CancellationToken)"/>).
     /// </summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>).</exception>
     public static SpindleTask<T> Run<T>(Func<T> function, CancellationToken cancellationToken)
     {
         if (function is null)
@@ -124,6 +136,10 @@ public static partial class Spindle
 
     /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker; the task completes when the function's task does.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>): thrown here with a token that can be cancelled, else the returned task fails with
+    /// it.</exception>
     public static SpindleTask Run(Func<SpindleTask> function) => Run(function, default);
 
     /// <summary>
@@ -132,6 +148,10 @@ public static partial class Spindle
     /// function's task, as <c>Task.Run(function, token)</c> does: pass the token to the function for it to watch.
     /// </summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>): thrown here with a token that can be cancelled, else the returned task fails with
+    /// it.</exception>
     public static SpindleTask Run(Func<SpindleTask> function, CancellationToken cancellationToken)
     {
         if (function is null)
@@ -143,6 +163,10 @@ public static partial class Spindle
 
     /// <summary>Starts the asynchronous <paramref name="function"/> on a Spindle worker and returns its result.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>): thrown here with a token that can be cancelled, else the returned task fails with
+    /// it.</exception>
     public static SpindleTask<T> Run<T>(Func<SpindleTask<T>> function) => Run(function, default);
 
     /// <summary>
@@ -150,6 +174,10 @@ public static partial class Spindle
     /// function has not started (see <see cref="Run(Func{SpindleTask}, CancellationToken)"/>).
     /// </summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>): thrown here with a token that can be cancelled, else the returned task fails with
+    /// it.</exception>
     public static SpindleTask<T> Run<T>(Func<SpindleTask<T>> function, CancellationToken cancellationToken)
     {
         if (function is null)
@@ -187,9 +215,16 @@ public static partial class Spindle
     /// already waiting there, as <c>Task.Yield</c> on the .NET ThreadPool: loops that yield take turns with the work
     /// queued from outside the workers instead of holding it back.
     /// </summary>
+    /// <remarks>
+    /// The await starts the workers if nothing has: if SPINDLE_WORKERS is then invalid (see <see cref="WorkerCount"/>), the
+    /// awaiter's <c>OnCompleted</c> throws <see cref="InvalidOperationException"/>, which a Spindle async method's task
+    /// carries and which the BCL's async method builders rethrow on the thread pool, ending the process.
+    /// </remarks>
     public static WorkerAwaitable Yield() => new(alwaysQueue: true, inOrder: true);
 
     /// <summary>Awaits to continue on a Spindle worker; completes at once when already on one.</summary>
+    /// <remarks>As for <see cref="Yield"/>, an await off the workers starts them if nothing has, and throws
+    /// <see cref="InvalidOperationException"/> if SPINDLE_WORKERS is then invalid.</remarks>
     public static WorkerAwaitable SwitchToWorker() => new(alwaysQueue: false, inOrder: false);
 
     /// <summary>
@@ -250,6 +285,8 @@ public readonly struct WorkerAwaitable
         }
 
         /// <summary>Queues the continuation to the workers, flowing the <see cref="ExecutionContext"/>.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">The workers had not started and SPINDLE_WORKERS is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -263,6 +300,8 @@ public readonly struct WorkerAwaitable
         }
 
         /// <summary>Queues the continuation to the workers.</summary>
+        /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
+        /// <exception cref="InvalidOperationException">The workers had not started and SPINDLE_WORKERS is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)

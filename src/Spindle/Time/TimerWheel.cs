@@ -19,7 +19,8 @@ namespace SpindleLib;
 /// <para>Deadlines are rounded up to the next millisecond, so nothing fires early, and a due timer fires within one
 /// millisecond of its deadline (plus the time its driver takes to wake up). Timers fire in deadline order, even when
 /// one pass covers many milliseconds (a clock that jumps, a late pass); timers due at the same millisecond fire in the
-/// order they were started (on one shard: delays started on different workers go to different workers' wheels), and their
+/// order they were started (on one shard: a wheel you create has one, while on <see cref="Default"/> delays started on
+/// different workers go to those workers' own parts of the wheel, see its remarks), and their
 /// continuations run in that order on the thread that fires them (a worker that shares a pass with an idle one, or the
 /// timer thread, hands them to the workers in that order, and two workers may run them at once). A
 /// provider whose timestamp steps back (one that is not monotonic) takes the wheel back with it: a timer fires when the
@@ -27,7 +28,8 @@ namespace SpindleLib;
 /// 745 days; a timer started after a longer one, due before the point the wheel stopped at, fires at the wheel's next tick
 /// from there).</para>
 /// <para>The wheel on <see cref="TimeProvider.System"/> (including <see cref="Default"/>) is driven by a dedicated
-/// background thread and runs the continuations of expired timers on Spindle's workers, in batches. The thread of a
+/// background thread and runs the continuations of expired timers on Spindle's workers, in batches (on
+/// <see cref="Default"/>, a timer started on a worker is fired by the workers themselves instead: see its remarks). The thread of a
 /// wheel you create ends once the wheel has had no timer for about 10 seconds (the next timer starts another), so a
 /// wheel dropped without <see cref="Dispose"/> is collected, as a BCL timer that is not scheduled is; while a timer is
 /// pending the thread keeps the wheel, and the code awaiting it, alive until it fires. Dispose a wheel to end its
@@ -88,6 +90,7 @@ public sealed partial class TimerWheel : IDisposable
     /// a <see cref="ManualClock"/> (or any other provider) to drive timers deterministically.
     /// </summary>
     /// <exception cref="ArgumentNullException"><paramref name="timeProvider"/> is null.</exception>
+    /// <exception cref="ArgumentException"><paramref name="timeProvider"/> reports a <see cref="TimeProvider.TimestampFrequency"/> that is not positive.</exception>
     public TimerWheel(TimeProvider timeProvider)
         : this(timeProvider, workerShards: false)
     {
@@ -276,6 +279,7 @@ public sealed partial class TimerWheel : IDisposable
     /// <param name="cancellationToken">Cancels the delay: the task completes as canceled and nothing stays registered. A token already cancelled completes the task as canceled at once.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">On <see cref="Default"/>, as for <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/>: the workers had not started and the SPINDLE_WORKERS environment variable is invalid.</exception>
     public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default) => Delay(delay, cancellationToken, asOwner: false);
 
     /// <summary>
@@ -321,6 +325,7 @@ public sealed partial class TimerWheel : IDisposable
     /// <summary>As <see cref="Delay(TimeSpan, CancellationToken)"/>, in milliseconds; -1 (<see cref="Timeout.Infinite"/>) waits until cancelled.</summary>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="millisecondsDelay"/> is below -1.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">On <see cref="Default"/>, as for <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/>: the workers had not started and the SPINDLE_WORKERS environment variable is invalid.</exception>
     public SpindleTask Delay(int millisecondsDelay, CancellationToken cancellationToken = default)
     {
         if (millisecondsDelay < -1)
