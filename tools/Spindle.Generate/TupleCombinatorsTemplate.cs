@@ -110,8 +110,9 @@ internal static class TupleCombinatorsTemplate
         if (!withOptions)
         {
             w.Line("    /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>");
-            w.Line("    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks");
-            w.Line("    /// of one type, such a call was ambiguous between the token and a further task).</remarks>");
+            w.Line("    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,");
+            w.Line("    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier");
+            w.Line("    /// compilers have no <c>params</c> span forms and take this one.</remarks>");
         }
         for (int i = 1; i <= n; i++)
         {

@@ -15,8 +15,9 @@ public readonly partial struct SpindleTask
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <param name="task1">Task 1 (index 0).</param>
@@ -71,8 +72,9 @@ public readonly partial struct SpindleTask
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <param name="task1">Task 1 (index 0).</param>
@@ -111,8 +113,9 @@ public readonly partial struct SpindleTask
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -176,8 +179,9 @@ public readonly partial struct SpindleTask
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -223,8 +227,9 @@ public readonly partial struct SpindleTask
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -298,8 +303,9 @@ public readonly partial struct SpindleTask
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -353,8 +359,9 @@ public readonly partial struct SpindleTask
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -439,8 +446,9 @@ public readonly partial struct SpindleTask
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -503,8 +511,9 @@ public readonly partial struct SpindleTask
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -601,8 +610,9 @@ public readonly partial struct SpindleTask
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -675,8 +685,9 @@ public readonly partial struct SpindleTask
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -786,8 +797,9 @@ public readonly partial struct SpindleTask
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -871,8 +883,9 @@ public readonly partial struct SpindleTask
     /// cancellation if none faulted (every failure is observed), as <see cref="WhenAll(ReadOnlySpan{SpindleTask})"/> does.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
@@ -996,8 +1009,9 @@ public readonly partial struct SpindleTask
     /// Allocates nothing in steady state.
     /// </summary>
     /// <remarks>Each task is awaited by the combinator, so it is consumed: do not await the tasks yourself. A <c>default</c>
-    /// written after the tasks is the token: C# 13 and later compilers rank this form above the span forms (before, with tasks
-    /// of one type, such a call was ambiguous between the token and a further task).</remarks>
+    /// written after the tasks is the token: C# 13 and later compilers rank this form above the <c>params</c> span forms,
+    /// which would take it as a further task (unranked, with tasks of one type, the call was ambiguous, CS0121); earlier
+    /// compilers have no <c>params</c> span forms and take this one.</remarks>
     /// <typeparam name="T1">The result type of <paramref name="task1"/>.</typeparam>
     /// <typeparam name="T2">The result type of <paramref name="task2"/>.</typeparam>
     /// <typeparam name="T3">The result type of <paramref name="task3"/>.</typeparam>
