@@ -234,8 +234,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
     /// <remarks>
-    /// Exactly one of a set, the timeout, the token and a combinator letting go of the wait ends it. If the default wheel
-    /// is disposed while the wait is pending, the wait completes as canceled, as pending delays do.
+    /// Exactly one of a set, the timeout, the token and a combinator letting go of the wait ends it.
     /// </remarks>
     public SpindleTask<bool> WaitAsync(TimeSpan timeout, CancellationToken cancellationToken = default)
         => WaitWithTimeout(timeout, null, cancellationToken);
@@ -248,6 +247,10 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
+    /// <remarks>
+    /// If <paramref name="timers"/> is disposed while the wait is pending, the wait completes as canceled, as the wheel's
+    /// pending delays do (<see cref="TimerWheel.Default"/> is never disposed).
+    /// </remarks>
     public SpindleTask<bool> WaitAsync(TimeSpan timeout, TimerWheel timers, CancellationToken cancellationToken = default)
     {
         if (timers is null)
