@@ -34,7 +34,8 @@ public static partial class Spindle
     /// <summary>
     /// The number of Spindle's worker threads: those running now, or, before anything has started them, the number that
     /// will start (set by <see cref="ConfigureWorkers"/>, else the SPINDLE_WORKERS environment variable, else
-    /// <see cref="Environment.ProcessorCount"/>). Reading it does not start them.
+    /// <see cref="Environment.ProcessorCount"/>; an empty or blank SPINDLE_WORKERS counts as unset). Reading it does not
+    /// start them.
     /// </summary>
     /// <exception cref="InvalidOperationException">Nothing called <see cref="ConfigureWorkers"/>, and SPINDLE_WORKERS is set
     /// to something other than a whole number from 1 to 1024 (the first use of the workers throws the same).</exception>
