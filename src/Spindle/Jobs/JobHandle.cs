@@ -71,7 +71,8 @@ public readonly struct JobHandle : IEquatable<JobHandle>
     /// another job), on a handle that can finish only after that blocked job; the message says which case it is.
     /// <para>A thread's first Complete() of a pending job makes the pooled waiter it blocks on, before it can block (a
     /// small object a thread; the first in the process also makes the wait's statics), so a later real block allocates
-    /// nothing. <see cref="SpindlePool.Trim"/> takes the waiter back, and the thread's next wait makes another.</para>
+    /// nothing. <see cref="SpindlePool.Trim"/> on that thread (or, for a worker, any call) takes the waiter back, and the
+    /// thread's next wait makes another.</para>
     /// </remarks>
     /// <exception cref="InvalidOperationException">Called inside a job's Execute on a handle that can finish only after
     /// that job, or in work run nested under such a job while it is blocked.</exception>
