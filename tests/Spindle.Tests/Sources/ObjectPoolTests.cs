@@ -627,10 +627,15 @@ public class ObjectPoolTests
         var handoff = new ConcurrentQueue<LoopRaceNode>();
         var linked = new ConcurrentDictionary<LoopRaceNode, byte>(ReferenceEqualityComparer.Instance);
         var failures = new ConcurrentQueue<string>();
-        int doubleRents = 0, finished = 0, splitsInSteps = 0, keptAfterSplit = 0;
+        int doubleRents = 0, finished = 0;
+#if DEBUG // the split's hook, and so these counts, exist only in a Debug build
+        int splitsInSteps = 0, keptAfterSplit = 0;
+#endif
         using var fillRequest = new AutoResetEvent(false);
         using var filled = new AutoResetEvent(false);
+#if DEBUG
         Thread? filler = null;
+#endif
 
         // Walks the calling thread's own stack: its links must number its count (checked after every round: a stack that
         // runs empty is counted afresh, so a wrong count may not last), and at the end no node may be in two stacks.
