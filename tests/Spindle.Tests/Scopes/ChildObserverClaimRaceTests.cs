@@ -2,7 +2,8 @@ using System;
 using System.Collections.Generic;
 using System.Threading;
 using System.Threading.Tasks;
-using System.Threading.Tasks.Sources;
+
+using SpindleLib.Tests.Sources;
 
 namespace SpindleLib.Tests.Scopes;
 
@@ -21,42 +22,6 @@ namespace SpindleLib.Tests.Scopes;
 [Collection(SequentialCollection.Name)]
 public sealed class ChildObserverClaimRaceTests
 {
-    /// <summary>A source whose use is complete, and which keeps the one continuation it is handed so that it can run it again.</summary>
-    private sealed class RerunningSource : ISpindleSource
-    {
-        private Action<object?>? _continuation;
-        private object? _state;
-        private volatile bool _completed;
-
-        public SpindleTask Task => new(this, 5);
-
-        public void Complete() => _completed = true;
-
-        /// <summary>Runs the kept continuation: once legitimately, and once more as the misuse.</summary>
-        public void Run() => _continuation!(_state);
-
-        public void OnCompleted(Action<object?> continuation, object? state, short token)
-        {
-            _continuation = continuation;
-            _state = state;
-        }
-
-        public SpindleTaskStatus GetStatus(short token) => _completed ? SpindleTaskStatus.Succeeded : SpindleTaskStatus.Pending;
-
-        public void GetResult(short token)
-        {
-            if (!_completed)
-            {
-                throw new InvalidOperationException("read before completion");
-            }
-        }
-
-        ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
-
-        public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-            => OnCompleted(continuation, state, token);
-    }
-
     /// <summary>
     /// Each round, a scope runs a child on a <see cref="RerunningSource"/> and a sibling that stays pending; this thread
     /// and a second one (kept for every round, spinning between them, so that neither is woken from a wait late) then run
@@ -78,11 +43,11 @@ public sealed class ChildObserverClaimRaceTests
             {
                 var source = new RerunningSource();
                 var scope = new TaskScope();
-                scope.Run(_ => source.Task);
+                scope.Run(_ => source.UntypedTask);
                 var sibling = new Promise();
                 scope.Run(_ => sibling.Task);
                 Assert.Equal(2, scope.RunningChildren);
-                source.Complete();
+                source.MarkCompleted();
 
                 int jitter = round % 16; // spins before this round's run, on one side or the other
                 Exception? mine = null;
@@ -90,7 +55,7 @@ public sealed class ChildObserverClaimRaceTests
                 Spin(jitter % 2 == 0 ? jitter / 2 : 0);
                 try
                 {
-                    source.Run();
+                    source.RunAgain();
                 }
                 catch (Exception ex)
                 {
@@ -206,7 +171,7 @@ public sealed class ChildObserverClaimRaceTests
                 Exception? error = null;
                 try
                 {
-                    _source!.Run();
+                    _source!.RunAgain();
                 }
                 catch (Exception ex)
                 {

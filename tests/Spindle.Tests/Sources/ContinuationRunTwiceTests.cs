@@ -1,7 +1,6 @@
 using System;
 using System.Threading;
 using System.Threading.Tasks;
-using System.Threading.Tasks.Sources;
 
 namespace SpindleLib.Tests.Sources;
 
@@ -16,48 +15,6 @@ namespace SpindleLib.Tests.Sources;
 /// </summary>
 public sealed class ContinuationRunTwiceTests
 {
-    /// <summary>A source that keeps the one continuation it is handed and can run it any number of times.</summary>
-    private sealed class RerunningSource : ISpindleSource<int>
-    {
-        private Action<object?>? _continuation;
-        private object? _state;
-        private volatile bool _completed;
-
-        public SpindleTask<int> Task => new(this, 3);
-
-        public SpindleTask UntypedTask => new(this, 3);
-
-        /// <summary>Completes the use and runs the continuation (the first, legitimate, run).</summary>
-        public void Complete()
-        {
-            _completed = true;
-            RunAgain();
-        }
-
-        /// <summary>Runs the kept continuation once more: the misuse.</summary>
-        public void RunAgain() => _continuation!(_state);
-
-        public void OnCompleted(Action<object?> continuation, object? state, short token)
-        {
-            Assert.Equal(3, token);
-            _continuation = continuation;
-            _state = state;
-        }
-
-        public SpindleTaskStatus GetStatus(short token) => _completed ? SpindleTaskStatus.Succeeded : SpindleTaskStatus.Pending;
-
-        public int GetResult(short token) => _completed ? 42 : throw new InvalidOperationException("read before completion");
-
-        void IValueTaskSource.GetResult(short token) => GetResult(token);
-
-        ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
-
-        ValueTaskSourceStatus IValueTaskSource<int>.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
-
-        public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
-            => OnCompleted(continuation, state, token);
-    }
-
     private sealed class Counter
     {
         public int AfterFirstAwait;

@@ -1,0 +1,52 @@
+using System;
+using System.Threading.Tasks.Sources;
+
+namespace SpindleLib.Tests.Sources;
+
+/// <summary>
+/// A user's source that keeps the one continuation it is handed and can run it any number of times: the misuse its
+/// <c>OnCompleted</c> contract forbids (<see cref="ContinuationRunTwiceTests"/>, <c>ChildObserverClaimRaceTests</c>).
+/// </summary>
+internal sealed class RerunningSource : ISpindleSource<int>
+{
+    private Action<object?>? _continuation;
+    private object? _state;
+    private volatile bool _completed;
+
+    public SpindleTask<int> Task => new(this, 3);
+
+    public SpindleTask UntypedTask => new(this, 3);
+
+    /// <summary>Completes the use and runs the continuation (the first, legitimate, run).</summary>
+    public void Complete()
+    {
+        MarkCompleted();
+        RunAgain();
+    }
+
+    /// <summary>Completes the use without running the continuation, for tests that run it from two threads at once.</summary>
+    public void MarkCompleted() => _completed = true;
+
+    /// <summary>Runs the kept continuation (once more after <see cref="Complete"/>: the misuse).</summary>
+    public void RunAgain() => _continuation!(_state);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token)
+    {
+        Assert.Equal(3, token);
+        _continuation = continuation;
+        _state = state;
+    }
+
+    public SpindleTaskStatus GetStatus(short token) => _completed ? SpindleTaskStatus.Succeeded : SpindleTaskStatus.Pending;
+
+    public int GetResult(short token) => _completed ? 42 : throw new InvalidOperationException("read before completion");
+
+    void IValueTaskSource.GetResult(short token) => GetResult(token);
+
+    ValueTaskSourceStatus IValueTaskSource.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+    ValueTaskSourceStatus IValueTaskSource<int>.GetStatus(short token) => (ValueTaskSourceStatus)GetStatus(token);
+
+    public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
+        => OnCompleted(continuation, state, token);
+}
