@@ -41,11 +41,7 @@ public sealed class ChildObserverClaimRaceTests
         {
             for (int round = 0; round < rounds && failures.Count < 10; round++)
             {
-                var source = new RerunningSource();
-                var scope = new TaskScope();
-                scope.Run(_ => source.UntypedTask);
-                var sibling = new Promise();
-                scope.Run(_ => sibling.Task);
+                var scope = RerunningSource.ScopeWithChildAndSibling(out var source, out var sibling);
                 Assert.Equal(2, scope.RunningChildren);
                 source.MarkCompleted();
 

@@ -186,11 +186,7 @@ public sealed class ContinuationRunTwiceTests
     [Fact]
     public async Task ASecondRun_OfAScopesChild_IsRefused_AndTheChildIsCountedOutOnce()
     {
-        var source = new RerunningSource();
-        var scope = new TaskScope();
-        scope.Run(_ => source.UntypedTask);
-        var sibling = new Promise();
-        scope.Run(_ => sibling.Task);
+        var scope = RerunningSource.ScopeWithChildAndSibling(out var source, out var sibling);
         Assert.Equal(2, scope.RunningChildren);
         source.Complete();
         Assert.Equal(1, scope.RunningChildren);
@@ -241,11 +237,7 @@ public sealed class ContinuationRunTwiceTests
         const int Rounds = 1_000;
         for (int round = 0; round < Rounds; round++)
         {
-            var source = new RerunningSource();
-            var scope = new TaskScope();
-            scope.Run(_ => source.UntypedTask);
-            var sibling = new Promise();
-            scope.Run(_ => sibling.Task);
+            var scope = RerunningSource.ScopeWithChildAndSibling(out var source, out var sibling);
             RunTwiceAtOnce_OneRefused(source.Complete, round);
             Assert.Equal(1, scope.RunningChildren); // the sibling still runs
             sibling.TrySetResult();

@@ -49,4 +49,18 @@ internal sealed class RerunningSource : ISpindleSource<int>
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
         => OnCompleted(continuation, state, token);
+
+    /// <summary>
+    /// A scope with two children: one on a new <see cref="RerunningSource"/> (<paramref name="source"/>, not completed yet)
+    /// and a sibling on <paramref name="sibling"/>, a promise left pending.
+    /// </summary>
+    public static TaskScope ScopeWithChildAndSibling(out RerunningSource source, out Promise sibling)
+    {
+        var child = source = new RerunningSource();
+        var other = sibling = new Promise();
+        var scope = new TaskScope();
+        scope.Run(_ => child.UntypedTask);
+        scope.Run(_ => other.Task);
+        return scope;
+    }
 }
