@@ -50,6 +50,7 @@ public readonly partial struct SpindleTask
     /// (the inputs are then let go of, as after a cancellation).
     /// </summary>
     /// <exception cref="ObjectDisposedException"><see cref="WhenAllOptions.Timers"/> has been disposed and a timer is needed.</exception>
+    /// <exception cref="InvalidOperationException">A timer is needed on a wheel of <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/> among them), the workers had not started (this starts them, as its timer thread hands the resumed code to them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     public static SpindleTask WhenAll(ReadOnlySpan<SpindleTask> tasks, WhenAllOptions options, CancellationToken cancellationToken = default)
         => Combine.All<SpindleTask, SpindleInput>(tasks, options, cancellationToken);
 

@@ -60,8 +60,10 @@ internal static class Continuations
         ref int slot = ref t_depth;
         int depth = slot;
         // Past the bound, queue: except the waiters that are never queued (NeverQueued), which run no further
-        // continuation, so running them here cannot dive the stack. The compares cost nothing below the bound.
-        if (depth >= MaxInlineDepth && !NeverQueued(continuation))
+        // continuation, so running them here cannot dive the stack. The compares cost nothing below the bound. Nor
+        // when the workers cannot start (an invalid SPINDLE_WORKERS, met first here, on a thread no call of Spindle's
+        // had started them from): the waiter runs here, deeper, rather than be lost (CanQueueToDefault reports why).
+        if (depth >= MaxInlineDepth && !NeverQueued(continuation) && Scheduler.CanQueueToDefault())
         {
             Dispatch(continuation, state);
             return;

@@ -231,9 +231,15 @@ internal struct SourceCore<TResult>
 
     /// <summary>
     /// Makes completion queue the waiter to the workers (the BCL's RunContinuationsAsynchronously). Call once, from the
-    /// source's constructor, before the source is reachable by any other thread.
+    /// source's constructor, before the source is reachable by any other thread. Starts the workers if nothing has, so
+    /// that workers which cannot start fail the constructor, not a completion (whose waiter would be lost).
     /// </summary>
-    public void RunContinuationsAsynchronously() => _word |= DispatchBit;
+    /// <exception cref="InvalidOperationException">The workers had not started and SPINDLE_WORKERS is invalid.</exception>
+    public void RunContinuationsAsynchronously()
+    {
+        Scheduler.EnsureDefault();
+        _word |= DispatchBit;
+    }
 
     /// <summary>
     /// Promises only: a use a combinator let go of may be awaited again (see <see cref="AwaitAfterLetGoBit"/>). Call from

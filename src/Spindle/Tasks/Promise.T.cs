@@ -30,6 +30,7 @@ public sealed class Promise<T> : ISpindleSource<T>, IDetachableSource, IQuietSou
     /// completing thread (the BCL's <c>TaskCreationOptions.RunContinuationsAsynchronously</c>): a completer that holds a
     /// lock, or must not be held up, then returns at once. Still allocates nothing.
     /// </param>
+    /// <exception cref="InvalidOperationException"><paramref name="runContinuationsAsynchronously"/> is true, the workers had not started (this starts them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     public Promise(bool runContinuationsAsynchronously)
     {
         _core.AllowAwaitAfterLetGo();

@@ -169,6 +169,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// <see cref="Set"/> (or cancels the wait), as the BCL's <c>TaskCreationOptions.RunContinuationsAsynchronously</c>
     /// does: the setter returns at once. Still allocates nothing.
     /// </param>
+    /// <exception cref="InvalidOperationException"><paramref name="runContinuationsAsynchronously"/> is true, the workers had not started (this starts them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     public Signal(bool initiallySet, bool runContinuationsAsynchronously)
         : this(initiallySet)
     {
@@ -232,7 +233,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// value, as for <see cref="WaitAsync(CancellationToken)"/>: its exception is built only by a read that throws it.
     /// </param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
-    /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
+    /// <exception cref="InvalidOperationException">Another wait is already pending; or a finite <paramref name="timeout"/>, and the workers had not started (this starts them: <see cref="TimerWheel.Default"/>'s timer thread hands the resumed code to them) and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     /// <remarks>
     /// Exactly one of a set, the timeout, the token and a combinator letting go of the wait ends it.
     /// </remarks>
@@ -246,6 +247,7 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// <exception cref="ArgumentNullException"><paramref name="timers"/> is null.</exception>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">A timer is needed on a wheel of <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/> among them), the workers had not started (this starts them, as its timer thread hands the resumed code to them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     /// <exception cref="InvalidOperationException">Another wait is already pending.</exception>
     /// <remarks>
     /// If <paramref name="timers"/> is disposed while the wait is pending, the wait completes as canceled, as the wheel's

@@ -61,6 +61,51 @@ internal abstract class Scheduler
         return s_default!;
     }
 
+    /// <summary>
+    /// Starts the default scheduler (the shared workers) now if nothing has: for a call that arranges for work to be
+    /// handed to the workers later, from another thread (a wheel's timer thread, a source that queues its
+    /// continuations), so that workers which cannot start (an invalid SPINDLE_WORKERS) fail that call, where its caller
+    /// sees why, and not the hand-off, where the work would be lost.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The workers had not started and SPINDLE_WORKERS is invalid.</exception>
+    public static void EnsureDefault()
+    {
+        if (Volatile.Read(ref s_default) is null)
+        {
+            InitDefault();
+        }
+    }
+
+    // 1 once the default scheduler failed to start at a hand-off (CanQueueToDefault): reported once, not per hand-off.
+    private static int s_failedAtHandOff;
+
+    /// <summary>
+    /// For a hand-off whose caller cannot be told (a continuation past the inline nesting bound): true if the default
+    /// scheduler runs, started now if nothing had started it; false if it cannot start (an invalid SPINDLE_WORKERS).
+    /// The first failure is reported to <see cref="Spindle.UnobservedException"/>; the caller then runs the work itself
+    /// rather than lose it. Every call that needs the workers goes on failing with the same exception.
+    /// </summary>
+    public static bool CanQueueToDefault()
+    {
+        if (Volatile.Read(ref s_default) is not null)
+        {
+            return true;
+        }
+        try
+        {
+            InitDefault();
+            return true;
+        }
+        catch (InvalidOperationException ex)
+        {
+            if (Interlocked.Exchange(ref s_failedAtHandOff, 1) == 0)
+            {
+                UnobservedExceptions.Report(ex);
+            }
+            return false;
+        }
+    }
+
     /// <summary>Makes the item visible to the workers (and wakes one if needed).</summary>
     public abstract void Queue(WorkItem item);
 

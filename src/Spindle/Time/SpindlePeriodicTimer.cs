@@ -51,6 +51,7 @@ public sealed class SpindlePeriodicTimer : IDisposable
     /// <param name="timers">The wheel that drives it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test deterministically.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="period"/> is shorter than 1 ms (zero or negative, other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">A timer is needed on a wheel of <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/> among them), the workers had not started (this starts them, as its timer thread hands the resumed code to them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     public SpindlePeriodicTimer(TimeSpan period, TimerWheel? timers = null)
     {
         if ((period < TimeSpan.FromMilliseconds(1) || period > TimerWheel.MaxDelay) && period != Timeout.InfiniteTimeSpan)

@@ -37,6 +37,7 @@ public readonly partial struct SpindleTask
     /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test timeouts deterministically.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">A timer is needed on a wheel of <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/> among them), the workers had not started (this starts them, as its timer thread hands the resumed code to them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     /// <param name="cancellationToken">
     /// Also ends the wait: if it is cancelled first, the returned task completes as canceled (an
     /// <see cref="OperationCanceledException"/> for this token) and lets go of this task as the timeout would. A task that
@@ -98,6 +99,7 @@ public readonly partial struct SpindleTask<T>
     /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">A timer is needed on a wheel of <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/> among them), the workers had not started (this starts them, as its timer thread hands the resumed code to them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     /// <param name="cancellationToken">Also ends the wait: if it is cancelled first, the returned task completes as canceled and lets go of this task.</param>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
     public SpindleTask<T> WithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)

@@ -7,9 +7,22 @@ namespace SpindleLib;
 /// <summary>What timeouts and periodic timers need from the wheel, kept apart from the wheel's own machinery.</summary>
 public sealed partial class TimerWheel
 {
-    /// <summary>The wheel a timeout or periodic timer runs on: <paramref name="timers"/>, or <see cref="Default"/>.</summary>
+    /// <summary>
+    /// The wheel a timeout or periodic timer runs on: <paramref name="timers"/>, or <see cref="Default"/>, with the
+    /// workers its timer thread hands continuations to started (<see cref="EnsureWorkers"/>).
+    /// </summary>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started and SPINDLE_WORKERS is invalid.</exception>
     internal static TimerWheel ForTimeouts(TimerWheel? timers)
+    {
+        TimerWheel wheel = NotDisposed(timers);
+        wheel.EnsureWorkers();
+        return wheel;
+    }
+
+    /// <summary><paramref name="timers"/>, or <see cref="Default"/>, checked.</summary>
+    /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    private static TimerWheel NotDisposed(TimerWheel? timers)
     {
         TimerWheel wheel = timers ?? Default;
         if (wheel._disposed)
@@ -42,11 +55,15 @@ public sealed partial class TimerWheel
     /// </summary>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is neither infinite nor zero to <see cref="MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">A finite <paramref name="timeout"/>, and the workers had not started and SPINDLE_WORKERS is invalid.</exception>
     internal static TimerWheel? ForTimeout(TimeSpan timeout, TimerWheel? timers, string paramName)
     {
-        bool finite = IsFiniteTimeout(timeout, paramName);
-        TimerWheel wheel = ForTimeouts(timers);
-        return finite ? wheel : null;
+        if (IsFiniteTimeout(timeout, paramName))
+        {
+            return ForTimeouts(timers);
+        }
+        NotDisposed(timers);
+        return null;
     }
 
     /// <summary>The exception a timed-out wait completes with: a <see cref="TimeoutException"/>, as <c>Task.WaitAsync</c>'s.</summary>

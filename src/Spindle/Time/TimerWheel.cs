@@ -70,6 +70,9 @@ public sealed partial class TimerWheel : IDisposable
     // worker, each owned by its worker (see WheelShard).
     private readonly WheelShard _main;
     private readonly bool _workerShards;
+
+    // True when the timer thread hands fired continuations to the workers (a wheel of the system clock): see EnsureWorkers.
+    private readonly bool _handsOffToWorkers;
     private readonly List<WheelShard> _workerShardList = new();
     // Invariant (producers' side of a Dekker store-load pair; E. W. Dijkstra, "Cooperating Sequential Processes", 1965,
     // crediting T. Dekker): a timer pushed to the main shard with a deadline earlier than _wakeAt lowers _wakeAt and
@@ -141,6 +144,7 @@ public sealed partial class TimerWheel : IDisposable
         // quiet spell pays no thread start there, while a wheel someone created and dropped is not rooted by its thread.
         _driver = system ? new ThreadTimerDriver(this, endsWhenIdle: !workerShards) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);
+        _handsOffToWorkers = _driver.DispatchesContinuations;
         _workerShards = workerShards && system;
         SpindleMetrics.EnsureCreated();
     }
@@ -279,7 +283,7 @@ public sealed partial class TimerWheel : IDisposable
     /// <param name="cancellationToken">Cancels the delay: the task completes as canceled and nothing stays registered. A token already cancelled completes the task as canceled at once.</param>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="delay"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
-    /// <exception cref="InvalidOperationException">On <see cref="Default"/>, as for <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/>: the workers had not started and the SPINDLE_WORKERS environment variable is invalid.</exception>
+    /// <exception cref="InvalidOperationException">On a wheel of <see cref="TimeProvider.System"/> (<see cref="Default"/>, or one made on that clock), whose timer thread hands the resumed code to the workers, as for <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/>: the workers had not started and the SPINDLE_WORKERS environment variable is invalid.</exception>
     public SpindleTask Delay(TimeSpan delay, CancellationToken cancellationToken = default) => Delay(delay, cancellationToken, asOwner: false);
 
     /// <summary>
@@ -301,6 +305,7 @@ public sealed partial class TimerWheel : IDisposable
         {
             return SpindleTask.CompletedTask;
         }
+        EnsureWorkers();
         if (!finite)
         {
             return InfiniteDelay(cancellationToken);
@@ -325,7 +330,7 @@ public sealed partial class TimerWheel : IDisposable
     /// <summary>As <see cref="Delay(TimeSpan, CancellationToken)"/>, in milliseconds; -1 (<see cref="Timeout.Infinite"/>) waits until cancelled.</summary>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="millisecondsDelay"/> is below -1.</exception>
     /// <exception cref="ObjectDisposedException">The wheel has been disposed.</exception>
-    /// <exception cref="InvalidOperationException">On <see cref="Default"/>, as for <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/>: the workers had not started and the SPINDLE_WORKERS environment variable is invalid.</exception>
+    /// <exception cref="InvalidOperationException">On a wheel of <see cref="TimeProvider.System"/> (<see cref="Default"/>, or one made on that clock), whose timer thread hands the resumed code to the workers, as for <see cref="Spindle.Delay(TimeSpan, CancellationToken)"/>: the workers had not started and the SPINDLE_WORKERS environment variable is invalid.</exception>
     public SpindleTask Delay(int millisecondsDelay, CancellationToken cancellationToken = default)
     {
         if (millisecondsDelay < -1)
@@ -334,6 +339,20 @@ public sealed partial class TimerWheel : IDisposable
                 "A delay cannot be negative. Pass 0 or more milliseconds, or Timeout.Infinite (-1) to wait until cancelled.");
         }
         return Delay(millisecondsDelay == -1 ? Timeout.InfiniteTimeSpan : TimeSpan.FromMilliseconds(millisecondsDelay), cancellationToken);
+    }
+
+    /// <summary>
+    /// Before a timer is armed: on a wheel whose timer thread hands the fired continuations to the workers, starts them
+    /// if nothing has, so that workers which cannot start (an invalid SPINDLE_WORKERS) fail the call that arms the timer,
+    /// and not the timer thread later, where the continuation would be lost. Nothing has been rented or registered yet.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The workers had not started and SPINDLE_WORKERS is invalid.</exception>
+    internal void EnsureWorkers()
+    {
+        if (_handsOffToWorkers)
+        {
+            Scheduler.EnsureDefault();
+        }
     }
 
     /// <summary>

@@ -31,17 +31,17 @@ public class NativeAotTests
             // publish (IlcTreatWarningsAsErrors). No node reuse and no shared compiler: nothing outlives the publish
             // holding its redirected output. The bound is for a hang: the publish takes about a minute on a quiet machine
             // and scales with the load like the rest of the suite, and .ci/run's own timeout caps the whole run.
-            (int published, string publishLog) = RunProcess(
-                DotNetHost(),
+            (int published, string publishLog) = ChildProcess.Run(
+                ChildProcess.DotNetHost(),
                 ["publish", project, "-c", "Release", "-r", rid, "--artifacts-path", artifacts, "-nodeReuse:false",
                     "-p:UseSharedCompilation=false", "-p:RunAnalyzers=false"],
                 TimeSpan.FromMinutes(10));
-            Assert.True(published == 0, "dotnet publish with NativeAOT failed (exit " + published + "):\n" + Tail(publishLog));
+            Assert.True(published == 0, "dotnet publish with NativeAOT failed (exit " + published + "):\n" + ChildProcess.Tail(publishLog));
 
             string program = Path.Combine(artifacts, "publish", "Spindle.AotSmoke", "release_" + rid,
                 "Spindle.AotSmoke" + (OperatingSystem.IsWindows() ? ".exe" : ""));
-            Assert.True(File.Exists(program), "no native program at " + program + ":\n" + Tail(publishLog));
-            (int exit, string output) = RunProcess(program, [], TimeSpan.FromMinutes(2));
+            Assert.True(File.Exists(program), "no native program at " + program + ":\n" + ChildProcess.Tail(publishLog));
+            (int exit, string output) = ChildProcess.Run(program, [], TimeSpan.FromMinutes(2));
             Assert.True(exit == 0 && output.Contains("all checks passed", StringComparison.Ordinal),
                 "the NativeAOT program failed (exit " + exit + "):\n" + output);
             Assert.DoesNotContain("FAIL", output, StringComparison.Ordinal);
@@ -57,52 +57,6 @@ public class NativeAotTests
                 // a temp folder left behind is harmless
             }
         }
-    }
-
-    /// <summary>The dotnet host running the tests (the SDK sets DOTNET_HOST_PATH), or the one on PATH.</summary>
-    private static string DotNetHost() => Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") is { Length: > 0 } host ? host : "dotnet";
-
-    private static (int ExitCode, string Output) RunProcess(string file, IEnumerable<string> arguments, TimeSpan timeout)
-    {
-        var start = new ProcessStartInfo(file)
-        {
-            RedirectStandardOutput = true,
-            RedirectStandardError = true,
-            UseShellExecute = false,
-        };
-        foreach (string argument in arguments)
-        {
-            start.ArgumentList.Add(argument);
-        }
-        // The test host inherits the outer `dotnet test`'s MSBuild settings; a nested build must find its own.
-        foreach (string name in start.Environment.Keys.Where(k => k.StartsWith("MSBuild", StringComparison.OrdinalIgnoreCase)).ToList())
-        {
-            start.Environment.Remove(name);
-        }
-        start.Environment["DOTNET_CLI_TELEMETRY_OPTOUT"] = "1";
-        start.Environment["DOTNET_NOLOGO"] = "1";
-        using Process process = Process.Start(start)!;
-        var output = new System.Text.StringBuilder();
-        process.OutputDataReceived += (_, e) => { lock (output) { output.AppendLine(e.Data); } };
-        process.ErrorDataReceived += (_, e) => { lock (output) { output.AppendLine(e.Data); } };
-        process.BeginOutputReadLine();
-        process.BeginErrorReadLine();
-        if (!process.WaitForExit(timeout))
-        {
-            process.Kill(entireProcessTree: true);
-            Assert.Fail($"{Path.GetFileName(file)} did not finish in {timeout.TotalMinutes} minutes:\n{Tail(output.ToString())}");
-        }
-        process.WaitForExit(); // drains the redirected streams
-        lock (output)
-        {
-            return (process.ExitCode, output.ToString());
-        }
-    }
-
-    private static string Tail(string log)
-    {
-        string[] lines = log.Split('\n');
-        return string.Join('\n', lines.Skip(Math.Max(0, lines.Length - 40)));
     }
 }
 
