@@ -59,6 +59,7 @@ public interface ISpindleSource : IValueTaskSource
     /// where your completions can chain, wrap a <see cref="Promise{T}"/> (whose completion keeps the bound) or queue
     /// the continuation (<c>ThreadPool.UnsafeQueueUserWorkItem(continuation, state, preferLocal: true)</c>).</para>
     /// </remarks>
+    /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null (Spindle's own sources check; an implementer should too).</exception>
     /// <exception cref="InvalidOperationException">The token is stale, or a continuation is already registered.</exception>
     void OnCompleted(Action<object?> continuation, object? state, short token);
 }

@@ -79,4 +79,50 @@ public sealed class ValueTaskSourceMisuseTests
         }
         Assert.True(reported.IsEmpty, "reported: " + string.Join(" | ", reported));
     }
+
+    private static async SpindleTask AwaitOnce(SpindleTask task) => await task;
+
+    [Fact]
+    public void NullContinuation_OnEveryKindOfSource_IsRefusedAtTheCall_ThroughBothInterfaces()
+    {
+        // ISpindleSource.OnCompleted documents the ArgumentNullException for Spindle's own sources: the sources behind a
+        // completed, faulted and canceled task, a preserved task, a combined task, an async method and a delay, as well
+        // as the promises and signals above (a faulted or canceled task's source ran the null continuation before).
+        foreach (ValueTaskSourceOnCompletedFlags flags in s_flags)
+        {
+            var promise = new Promise();
+            var preserved = new Promise();
+            var combined = new Promise();
+            var awaited = new Promise();
+            SpindleTask[] tasks =
+            [
+                SpindleTask.FromResult(1),
+                SpindleTask.FromException(new InvalidOperationException("expected")),
+                SpindleTask.FromCanceled(new CancellationToken(canceled: true)),
+                preserved.Task.Preserve(),
+                SpindleTask.WhenAll(combined.Task, promise.Task),
+                AwaitOnce(awaited.Task),
+                Spindle.Delay(TimeSpan.FromMinutes(1), new CancellationToken(canceled: false)),
+            ];
+            foreach (SpindleTask task in tasks)
+            {
+                ISpindleSource? source = task._source;
+                if (source is null)
+                {
+                    continue; // a completed task with no source: nothing to call
+                }
+                string kind = source.GetType().Name;
+                Assert.True("continuation" == Assert.Throws<ArgumentNullException>(() => source.OnCompleted(null!, null, task._token)).ParamName, kind);
+                Assert.True("continuation" == Assert.Throws<ArgumentNullException>(
+                    () => ((IValueTaskSource)source).OnCompleted(null!, null, task._token, flags)).ParamName, kind + " " + flags);
+            }
+            promise.SetResult();
+            preserved.SetResult();
+            combined.SetResult();
+            awaited.SetResult();
+            tasks[3].GetAwaiter().GetResult();
+            tasks[4].GetAwaiter().GetResult();
+            tasks[5].GetAwaiter().GetResult();
+        }
+    }
 }
