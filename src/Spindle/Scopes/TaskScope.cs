@@ -92,11 +92,31 @@ public sealed class TaskScope : IAsyncDisposable
         {
             ThrowHelper.ThrowArgumentNull(nameof(child));
         }
+        Run(s_runWithoutState, child);
+    }
+
+    private static readonly Func<Func<CancellationToken, SpindleTask>, CancellationToken, SpindleTask> s_runWithoutState = static (child, token) => child(token);
+
+    /// <summary>
+    /// Starts a child given <paramref name="state"/>, as <see cref="Run(Func{CancellationToken, SpindleTask})"/>: a
+    /// static lambda given its state (a session, a connection) allocates no closure, where a lambda that captures it
+    /// allocates one per child. The state is passed as it is, not boxed or stored.
+    /// </summary>
+    /// <param name="child">The child, given <paramref name="state"/> and the scope's <see cref="Token"/>.</param>
+    /// <param name="state">What the child is given.</param>
+    /// <exception cref="ArgumentNullException"><paramref name="child"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The scope has finished (every child had finished after <see cref="WaitAsync"/>), or is being disposed.</exception>
+    public void Run<TState>(Func<TState, CancellationToken, SpindleTask> child, TState state)
+    {
+        if (child is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(child));
+        }
         Enter();
         SpindleTask task;
         try
         {
-            task = child(Token);
+            task = child(state, Token);
         }
         catch (Exception ex)
         {

@@ -45,6 +45,8 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     private const int Canceled = 2;
 
     private Delegate? _delegate;
+    private object? _state;                // the state of a Run(action, state) use, given to the delegate
+    private bool _withState;               // the delegate takes _state (an Action<object?> or a Func<object?, TResult>)
     private ExecutionContext? _context;
     private SourceCore<TResult> _core;
     private RunItem<TResult>? _next;
@@ -66,9 +68,20 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     /// cancelled already.
     /// </summary>
     public static RunItem<TResult> Rent(Delegate work, CancellationToken cancellationToken = default)
+        => Rent(work, withState: false, null, cancellationToken);
+
+    /// <summary>As <see cref="Rent(Delegate, CancellationToken)"/>, for work that may take a state.</summary>
+    /// <param name="work">An <see cref="Action"/> or a <see cref="Func{TResult}"/>; with <paramref name="withState"/>, an
+    /// <see cref="Action{T}"/> or a <see cref="Func{T, TResult}"/> of <see cref="object"/>.</param>
+    /// <param name="withState">The work takes <paramref name="state"/>.</param>
+    /// <param name="state">What the work is given, if it takes a state; cleared (with <paramref name="withState"/>) when a worker takes the item.</param>
+    /// <param name="cancellationToken">Cancels the run until it starts.</param>
+    public static RunItem<TResult> Rent(Delegate work, bool withState, object? state, CancellationToken cancellationToken)
     {
         RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent() ?? new RunItem<TResult>();
         item._delegate = work;
+        item._withState = withState;
+        item._state = state;
         item._context = ExecutionContext.Capture();
         if (cancellationToken.CanBeCanceled)
         {
@@ -162,7 +175,11 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     private void RunDelegate()
     {
         Delegate work = _delegate!;
+        object? state = _state;
+        bool withState = _withState;
         _delegate = null;
+        _state = null;
+        _withState = false;
         if (_cancelable && !TryStart())
         {
             return; // cancelled while it waited: the delegate never runs
@@ -170,14 +187,15 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
         SynchronizationContext? sync = SynchronizationContext.Current;
         TResult result;
         Exception? error;
+        // Caught in a frame a trace shows: see UserWork.
         if (typeof(TResult) == typeof(VoidResult))
         {
-            error = UserWork.Run((Action)work); // caught in a frame a trace shows: see UserWork
+            error = withState ? UserWork.Run((Action<object?>)work, state) : UserWork.Run((Action)work);
             result = default!;
         }
         else
         {
-            error = UserWork.Run((Func<TResult>)work, out result);
+            error = withState ? UserWork.Run((Func<object?, TResult>)work, state, out result) : UserWork.Run((Func<TResult>)work, out result);
         }
         ContextFlow.RestoreSynchronizationContext(sync);
         if (error is not null)

@@ -80,18 +80,7 @@ public static partial class Spindle
     /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
     /// (see <see cref="WorkerCount"/>).</exception>
     public static SpindleTask Run(Action action, CancellationToken cancellationToken)
-    {
-        if (action is null)
-        {
-            ThrowHelper.ThrowArgumentNull(nameof(action));
-        }
-        if (cancellationToken.IsCancellationRequested)
-        {
-            return SpindleTask.FromCanceled(cancellationToken);
-        }
-        RunItem<VoidResult> item = Queue<VoidResult>(action, cancellationToken);
-        return new SpindleTask(item, item.Version);
-    }
+        => RunAction(action, withState: false, null, cancellationToken);
 
     /// <summary>Runs <paramref name="function"/> on a Spindle worker and returns its result.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
@@ -109,6 +98,57 @@ public static partial class Spindle
     /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
     /// (see <see cref="WorkerCount"/>).</exception>
     public static SpindleTask<T> Run<T>(Func<T> function, CancellationToken cancellationToken)
+        => RunFunction<T>(function, withState: false, null, cancellationToken);
+
+    /// <summary>
+    /// Runs <paramref name="action"/> with <paramref name="state"/> on a Spindle worker, as
+    /// <see cref="Run(Action, CancellationToken)"/> (and the BCL's <c>Task.Factory.StartNew(Action&lt;object?&gt;, object?)</c>):
+    /// a static lambda given its state, instead of a lambda that captures it, allocates nothing in steady state, where
+    /// the capture allocates a closure and a delegate per call.
+    /// </summary>
+    /// <remarks>A value-type state is boxed: pass an object the work needs anyway (a session, a message).</remarks>
+    /// <param name="action">The work, given <paramref name="state"/>.</param>
+    /// <param name="state">What the work is given: its <c>object?</c> argument.</param>
+    /// <param name="cancellationToken">Cancels the run if the action has not started (see <see cref="Run(Action, CancellationToken)"/>).</param>
+    /// <exception cref="ArgumentNullException"><paramref name="action"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>).</exception>
+    public static SpindleTask Run(Action<object?> action, object? state, CancellationToken cancellationToken = default)
+        => RunAction(action, withState: true, state, cancellationToken);
+
+    /// <summary>
+    /// Runs <paramref name="function"/> with <paramref name="state"/> on a Spindle worker and returns its result, as
+    /// <see cref="Run{T}(Func{T}, CancellationToken)"/>; see <see cref="Run(Action{object}, object, CancellationToken)"/>
+    /// for why a state.
+    /// </summary>
+    /// <param name="function">The work, given <paramref name="state"/>.</param>
+    /// <param name="state">What the work is given: its <c>object?</c> argument.</param>
+    /// <param name="cancellationToken">Cancels the run if the function has not started (see <see cref="Run(Action, CancellationToken)"/>).</param>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>).</exception>
+    public static SpindleTask<T> Run<T>(Func<object?, T> function, object? state, CancellationToken cancellationToken = default)
+        => RunFunction<T>(function, withState: true, state, cancellationToken);
+
+    /// <summary>The forms of Run given an action, with a state or without (see <see cref="RunItem{TResult}.Rent(Delegate, bool, object, CancellationToken)"/>).</summary>
+    private static SpindleTask RunAction(Delegate action, bool withState, object? state, CancellationToken cancellationToken)
+    {
+        if (action is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(action));
+        }
+        if (cancellationToken.IsCancellationRequested)
+        {
+            return SpindleTask.FromCanceled(cancellationToken);
+        }
+        RunItem<VoidResult> item = Queue<VoidResult>(action, withState, state, cancellationToken);
+        return new SpindleTask(item, item.Version);
+    }
+
+    /// <summary>The forms of Run given a function, with a state or without.</summary>
+    private static SpindleTask<T> RunFunction<T>(Delegate function, bool withState, object? state, CancellationToken cancellationToken)
     {
         if (function is null)
         {
@@ -118,7 +158,7 @@ public static partial class Spindle
         {
             return SpindleTask.FromCanceled<T>(cancellationToken);
         }
-        RunItem<T> item = Queue<T>(function, cancellationToken);
+        RunItem<T> item = Queue<T>(function, withState, state, cancellationToken);
         return new SpindleTask<T>(item, item.Version);
     }
 
@@ -127,10 +167,10 @@ public static partial class Spindle
     /// workers are reached first: starting them may throw, and then nothing is rented or registered. The item's version
     /// may be read afterwards: only the consumer of the task moves it on, and there is none yet.
     /// </summary>
-    private static RunItem<TResult> Queue<TResult>(Delegate work, CancellationToken cancellationToken)
+    private static RunItem<TResult> Queue<TResult>(Delegate work, bool withState, object? state, CancellationToken cancellationToken)
     {
         Scheduler scheduler = Scheduler.Default;
-        RunItem<TResult> item = RunItem<TResult>.Rent(work, cancellationToken);
+        RunItem<TResult> item = RunItem<TResult>.Rent(work, withState, state, cancellationToken);
         scheduler.Queue(item);
         return item;
     }
@@ -198,6 +238,62 @@ public static partial class Spindle
     {
         await QueueToWorker();
         return await function();
+    }
+
+    /// <summary>
+    /// Starts the asynchronous <paramref name="function"/> with <paramref name="state"/> on a Spindle worker, as
+    /// <see cref="Run(Func{SpindleTask}, CancellationToken)"/>; see <see cref="Run(Action{object}, object, CancellationToken)"/>
+    /// for why a state.
+    /// </summary>
+    /// <param name="function">The work, given <paramref name="state"/>.</param>
+    /// <param name="state">What the work is given: its <c>object?</c> argument.</param>
+    /// <param name="cancellationToken">Cancels the run if the function has not started (see <see cref="Run(Func{SpindleTask}, CancellationToken)"/>).</param>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>): thrown here with a token that can be cancelled, else the returned task fails with
+    /// it.</exception>
+    public static SpindleTask Run(Func<object?, SpindleTask> function, object? state, CancellationToken cancellationToken = default)
+    {
+        if (function is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(function));
+        }
+        return cancellationToken.CanBeCanceled ? Unwrap(Run<SpindleTask>(function, state, cancellationToken)) : RunAsync(function, state);
+    }
+
+    /// <summary>
+    /// Starts the asynchronous <paramref name="function"/> with <paramref name="state"/> on a Spindle worker and returns
+    /// its result, as <see cref="Run{T}(Func{SpindleTask{T}}, CancellationToken)"/>; see
+    /// <see cref="Run(Action{object}, object, CancellationToken)"/> for why a state.
+    /// </summary>
+    /// <param name="function">The work, given <paramref name="state"/>.</param>
+    /// <param name="state">What the work is given: its <c>object?</c> argument.</param>
+    /// <param name="cancellationToken">Cancels the run if the function has not started (see <see cref="Run(Func{SpindleTask}, CancellationToken)"/>).</param>
+    /// <exception cref="ArgumentNullException"><paramref name="function"/> is null.</exception>
+    /// <exception cref="InvalidOperationException">The workers had not started, <see cref="ConfigureWorkers"/> was not
+    /// called, and the SPINDLE_WORKERS environment variable is set to something other than a whole number from 1 to 1024
+    /// (see <see cref="WorkerCount"/>): thrown here with a token that can be cancelled, else the returned task fails with
+    /// it.</exception>
+    public static SpindleTask<T> Run<T>(Func<object?, SpindleTask<T>> function, object? state, CancellationToken cancellationToken = default)
+    {
+        if (function is null)
+        {
+            ThrowHelper.ThrowArgumentNull(nameof(function));
+        }
+        return cancellationToken.CanBeCanceled ? Unwrap(Run<SpindleTask<T>>(function, state, cancellationToken)) : RunAsync(function, state);
+    }
+
+    private static async SpindleTask RunAsync(Func<object?, SpindleTask> function, object? state)
+    {
+        await QueueToWorker();
+        await function(state);
+    }
+
+    private static async SpindleTask<T> RunAsync<T>(Func<object?, SpindleTask<T>> function, object? state)
+    {
+        await QueueToWorker();
+        return await function(state);
     }
 
     /// <summary>

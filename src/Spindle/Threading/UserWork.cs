@@ -44,6 +44,37 @@ internal static class UserWork
         }
     }
 
+    /// <summary>As <see cref="Run(Action)"/>, for work given a state (<c>Spindle.Run(action, state)</c>).</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static Exception? Run(Action<object?> work, object? state)
+    {
+        try
+        {
+            work(state);
+            return null;
+        }
+        catch (Exception ex)
+        {
+            return ex;
+        }
+    }
+
+    /// <summary>As <see cref="Run{TResult}(Func{TResult}, out TResult)"/>, for work given a state.</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static Exception? Run<TResult>(Func<object?, TResult> work, object? state, out TResult result)
+    {
+        try
+        {
+            result = work(state);
+            return null;
+        }
+        catch (Exception ex)
+        {
+            result = default!;
+            return ex;
+        }
+    }
+
     /// <summary>Runs a job struct in place (a constrained call, specialised per job type: no boxing, no copy).</summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
     public static Exception? Execute<TJob>(ref TJob job) where TJob : struct, IJob

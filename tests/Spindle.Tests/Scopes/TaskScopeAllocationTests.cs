@@ -39,6 +39,57 @@ public sealed class TaskScopeAllocationTests
         await scope.DisposeAsync();
     }
 
+    private sealed class Session
+    {
+        public readonly Promise Inbox = new();
+        public CancellationToken Seen;
+    }
+
+    private static async SpindleTask AwaitInbox(Session session, CancellationToken token)
+    {
+        session.Seen = token;
+        await session.Inbox.Task;
+    }
+
+    [Fact]
+    public async Task Run_WithAState_GivesTheChildItsStateAndToken_AndAllocatesNothingInSteadyState()
+    {
+        // A child per session, started by a static lambda given the session: no closure per child, where
+        // `scope.Run(ct => AwaitInbox(session, ct))` allocates one for each.
+        var sessions = new[] { new Session(), new Session(), new Session() };
+        var scope = new TaskScope();
+        TestUtil.AssertSteadyStateAllocatesNothing(i =>
+        {
+            Session session = sessions[i % sessions.Length];
+            session.Inbox.Reset();
+            scope.Run(static (s, ct) => AwaitInbox(s, ct), session);
+            if (scope.RunningChildren != 1 || session.Seen != scope.Token)
+            {
+                throw new InvalidOperationException("the child did not start with its state and the scope's token, or did not stay pending");
+            }
+            session.Inbox.SetResult();
+            if (scope.RunningChildren != 0)
+            {
+                throw new InvalidOperationException("the child was not counted out");
+            }
+        }, 1_000);
+        await TestUtil.WithTimeout(scope.WaitAsync());
+        await scope.DisposeAsync();
+    }
+
+    [Fact]
+    public async Task Run_WithAState_NullChild_IsRefused_AndAThrowingChildFailsTheScope()
+    {
+        var scope = new TaskScope();
+        Assert.Equal("child", Assert.Throws<ArgumentNullException>(() => scope.Run((Func<int, CancellationToken, SpindleTask>)null!, 1)).ParamName);
+        Assert.Equal(0, scope.RunningChildren);
+        scope.Run(static (int code, CancellationToken _) => throw new InvalidOperationException("child " + code), 7);
+        InvalidOperationException ex = await Assert.ThrowsAsync<InvalidOperationException>(async () => await TestUtil.WithTimeout(scope.WaitAsync()));
+        Assert.Equal("child 7", ex.Message);
+        Assert.True(scope.Token.IsCancellationRequested);
+        await scope.DisposeAsync();
+    }
+
     [Fact]
     public async Task ADisposalThatWaits_StillWaitsForEveryChild()
     {

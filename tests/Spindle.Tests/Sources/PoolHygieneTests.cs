@@ -502,6 +502,15 @@ public sealed class PoolHygieneTests
             Assert.Equal("r run", (await Spindle.Run(() => SuspendOn(SpindleTask.FromResult(new Payload("r")), "run"))).Name);
             await SwallowAsync(async () => await Spindle.Run(() => throw new PayloadException("run fault")));
             await SwallowAsync(async () => await Spindle.Run(new Func<Payload>(() => throw new PayloadException("run fault"))));
+            // The forms given a state: the item holds the state until the work starts.
+            await Spindle.Run(static s => { _ = ((Payload)s!).Name; }, new Payload("state"));
+            Assert.Equal("state", (await Spindle.Run(static s => (Payload)s!, new Payload("state"))).Name);
+            await SwallowAsync(async () => await Spindle.Run(new Func<object?, Payload>(static s => throw new PayloadException(((Payload)s!).Name)), new Payload("state fault")));
+            using (var live = new CancellationTokenSource())
+            {
+                await Spindle.Run(static s => { _ = ((Payload)s!).Name; }, new Payload("state"), live.Token);
+                Assert.Equal("state", (await Spindle.Run(static s => (Payload)s!, new Payload("state"), live.Token)).Name);
+            }
             using (var live = new CancellationTokenSource())
             {
                 await Spindle.Run(() => { _ = captured.Name; }, live.Token);
