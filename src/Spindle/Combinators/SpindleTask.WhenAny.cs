@@ -8,7 +8,9 @@ namespace SpindleLib;
 public readonly partial struct SpindleTask
 {
     /// <summary>
-    /// A task that completes when the first input does, with that input's index. If the first input to finish failed,
+    /// A task that completes when the first input does, with that input's index: among inputs already finished at the
+    /// call, the lowest index (as <c>Task.WhenAny</c>); otherwise the first to finish, whatever its index (on a frame
+    /// loop, of waits due in one frame the first queued or started). If the first input to finish failed,
     /// awaiting rethrows its exception (the input itself is consumed, so there is nowhere else to see it). The other
     /// inputs are let go of as soon as the race is decided (see the remarks); a failure among them goes to
     /// <see cref="Spindle.UnobservedException"/>, once. Allocates nothing in steady state, for any count.

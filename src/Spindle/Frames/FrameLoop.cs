@@ -59,7 +59,13 @@ namespace SpindleLib;
 /// predicate that throws faults the wait.</para>
 /// <para><b>Other awaits.</b> A job handle, a <see cref="Promise"/>, or a WhenAll/WhenAny of tasks that are not the
 /// loop's resume on the thread that completes them; add <c>await loop.SwitchTo()</c> to come back. A WhenAll or WhenAny
-/// of the loop's own awaits resumes on the loop thread.</para>
+/// of the loop's own awaits resumes on the loop thread. Loop code that completes such a source (a promise, a signal, an
+/// async method it awaits) runs the awaiting code inline, inside that call, on the loop thread, and so on down a chain
+/// of completions however deep it goes: past 32 nested continuations, where Spindle stops running them inline to bound
+/// the stack, the rest of the chain is queued to the loop and runs as soon as the phase's current item returns, before
+/// its next item, in the same frame and phase (not on the workers). Code that runs between steps on the thread that
+/// runs them (a host's code between <see cref="RunPhase"/> calls) is not inside the loop: there a chain deeper than 32
+/// goes on on the workers, so complete sources that start long chains from loop code.</para>
 /// <para><b>Memory.</b> An await with no cancelable token queues the awaiting method's own state-machine box (Spindle
 /// async methods); other awaits rent a pooled source. The queues are arrays reused from frame to frame. In steady state
 /// a frame allocates nothing.</para>
@@ -534,6 +540,61 @@ public sealed partial class FrameLoop
     }
 
     private object? _outerStep; // written and read by the one thread inside this loop's step
+
+    // Continuations past the nesting bound queued inside a step (DeferNested), first queued first run; the one thread
+    // inside the step reads and writes them. A phase runs them as its items (FramePhase.RunItems): right after the item
+    // that queued them, before the next. Reused from frame to frame.
+    private WorkItem?[] _nested = new WorkItem?[16];
+    private int _nestedHead;
+    private int _nestedCount;
+
+    /// <summary>
+    /// Queues a continuation that <see cref="Continuations"/> would have run past its nesting bound on this thread, inside
+    /// this loop's step: a chain of completions deeper than the bound (a relay of promises, an async call chain) that
+    /// loop code started. The phase running runs it when the current item returns, before its next item, so the chain
+    /// goes on on the loop thread, in this frame and phase, in a fixed order, on a bounded stack; sent to the workers, it
+    /// ran there at the same time as the loop. Called only by the thread inside the step.
+    /// </summary>
+    internal void DeferNested(WorkItem item)
+    {
+        int tail = _nestedHead + _nestedCount;
+        if (tail == _nested.Length)
+        {
+            if (_nestedHead > 0)
+            {
+                Array.Copy(_nested, _nestedHead, _nested, 0, _nestedCount);
+                Array.Clear(_nested, _nestedCount, _nestedHead);
+            }
+            else
+            {
+                Array.Resize(ref _nested, _nested.Length * 2);
+            }
+            _nestedHead = 0;
+            tail = _nestedCount;
+        }
+        _nested[tail] = item;
+        _nestedCount++;
+    }
+
+    /// <summary>Continuations queued by <see cref="DeferNested"/> and not yet run (the thread inside the step only).</summary>
+    internal bool HasNested => _nestedCount != 0;
+
+    /// <summary>The first continuation queued by <see cref="DeferNested"/>; call only when <see cref="HasNested"/>.</summary>
+    internal WorkItem TakeNested()
+    {
+        int head = _nestedHead;
+        WorkItem item = _nested[head]!;
+        _nested[head] = null;
+        if (--_nestedCount == 0)
+        {
+            _nestedHead = 0;
+        }
+        else
+        {
+            _nestedHead = head + 1;
+        }
+        return item;
+    }
 
     /// <summary>
     /// The loop whose step (a frame, BeginFrame or RunPhase) the calling thread is inside, or null: the task tracker

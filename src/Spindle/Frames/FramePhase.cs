@@ -190,7 +190,7 @@ public sealed class FramePhase
         _running = batch;
         _runningCount = count;
         _runningNext = 0;
-        while (_runningNext < count)
+        while (_runningNext < count || Loop.HasNested)
         {
             ContextFlow.RunRestoring(s_runSome, this);
         }
@@ -278,15 +278,30 @@ public sealed class FramePhase
         System.Threading.ExecutionContext? entered = System.Threading.ExecutionContext.Capture();
 #endif
         System.Threading.SynchronizationContext? sync = System.Threading.SynchronizationContext.Current;
-        while (i < count)
+        FrameLoop loop = Loop;
+        while (i < count || loop.HasNested)
         {
             try
             {
-                while (i < count)
+                while (true)
                 {
-                    WorkItem item = batch[i].Item!;
-                    batch[i].Item = null; // the slot is in cache now; clearing it here saves a second pass
-                    i++;
+                    WorkItem item;
+                    if (loop.HasNested)
+                    {
+                        // A chain of completions an item started went past the nesting bound (FrameLoop.DeferNested): it
+                        // goes on here, before the next item.
+                        item = loop.TakeNested();
+                    }
+                    else if (i < count)
+                    {
+                        item = batch[i].Item!;
+                        batch[i].Item = null; // the slot is in cache now; clearing it here saves a second pass
+                        i++;
+                    }
+                    else
+                    {
+                        break;
+                    }
                     if (onDefault)
                     {
                         item.ExecuteOnDefaultContext();

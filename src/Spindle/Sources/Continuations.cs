@@ -7,12 +7,22 @@ namespace SpindleLib;
 /// <summary>
 /// Runs continuations on the completing thread, up to a bounded nesting depth. A chain of sources that each complete
 /// the next from inside a continuation would otherwise dive the stack without limit; past
-/// <see cref="MaxInlineDepth"/> nested continuations, the next one is dispatched to the workers instead.
+/// <see cref="MaxInlineDepth"/> nested continuations, the next one is dispatched to the workers instead, or, on a thread
+/// inside a <see cref="FrameLoop"/>'s step, queued to that step (<see cref="FrameLoop.DeferNested"/>): it runs on the loop
+/// thread once the item that started the chain returns, before the phase's next item, so loop code never continues on
+/// a worker.
 /// </summary>
 internal static class Continuations
 {
     /// <summary>How many continuations may run nested inside each other on one thread before Spindle dispatches.</summary>
     public const int MaxInlineDepth = 32;
+
+    /// <summary>
+    /// The depth <see cref="BeginQueueing"/> sets: past it every continuation goes to the workers, a frame loop's step
+    /// included (a job finished inside a blocking Complete() on the loop thread resumes its awaiters on a worker, not
+    /// inside the frame). Far above any depth <see cref="Invoke"/> reaches by nesting, which stops at the bound.
+    /// </summary>
+    private const int QueueingDepth = 1 << 20;
 
     [ThreadStatic]
     private static int t_depth;
@@ -46,7 +56,7 @@ internal static class Continuations
     {
         ref int slot = ref t_depth;
         int saved = slot;
-        slot = Math.Max(saved, MaxInlineDepth);
+        slot = Math.Max(saved, QueueingDepth);
         return saved;
     }
 
@@ -65,7 +75,7 @@ internal static class Continuations
         // had started them from): the waiter runs here, deeper, rather than be lost (CanQueueToDefault reports why).
         if (depth >= MaxInlineDepth && !NeverQueued(continuation) && Scheduler.CanQueueToDefault())
         {
-            Dispatch(continuation, state);
+            PastTheBound(continuation, state, depth);
             return;
         }
         slot = depth + 1;
@@ -108,20 +118,37 @@ internal static class Continuations
         }
     }
 
+    /// <summary>
+    /// A continuation past the nesting bound: queued to the frame loop whose step this thread is inside, which runs it on
+    /// this thread when the item that began the chain returns (loop code stays on the loop thread, in that frame and
+    /// phase, in a fixed order), unless <see cref="BeginQueueing"/> asked for the workers; else dispatched to the workers.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static void PastTheBound(object continuation, object? state, int depth)
+    {
+        if (depth < QueueingDepth && FrameLoop.InStepOnThisThread is { } loop)
+        {
+            loop.DeferNested(AsWorkItem(continuation, state));
+            return;
+        }
+        Dispatch(continuation, state);
+    }
+
     /// <summary>Queues the continuation to the default scheduler. A direct waiter is queued as itself, allocation-free.</summary>
-    public static void Dispatch(object continuation, object? state)
+    public static void Dispatch(object continuation, object? state) => Scheduler.Default.Queue(AsWorkItem(continuation, state));
+
+    /// <summary>The continuation as a work item: a direct waiter is itself, allocation-free; a delegate is wrapped in a pooled item.</summary>
+    private static WorkItem AsWorkItem(object continuation, object? state)
     {
         if (continuation.GetType() != typeof(Action<object?>))
         {
-            Scheduler.Default.Queue(Unsafe.As<DirectWaiter>(continuation));
-            return;
+            return Unsafe.As<DirectWaiter>(continuation);
         }
         if (continuation == (object)DirectWaiter.s_moveNext && state is DirectWaiter target)
         {
-            Scheduler.Default.Queue(target);
-            return;
+            return target;
         }
-        Scheduler.Default.Queue(ContinuationWorkItem.Rent((Action<object?>)continuation, state));
+        return ContinuationWorkItem.Rent((Action<object?>)continuation, state);
     }
 }
 

@@ -40,7 +40,8 @@ public interface ISpindleSource : IValueTaskSource
     /// <summary>
     /// Schedules <paramref name="continuation"/> to run with <paramref name="state"/> when the operation completes.
     /// The continuation runs on the thread that completes the source (after a bounded nesting depth it is
-    /// dispatched to the workers instead). No <see cref="System.Threading.ExecutionContext"/> or
+    /// dispatched to the workers instead, or, when that thread is running a <see cref="FrameLoop"/>'s frame or phase,
+    /// queued to it: it runs on the loop thread as soon as the phase's current item returns, before the next). No <see cref="System.Threading.ExecutionContext"/> or
     /// <see cref="System.Threading.SynchronizationContext"/> is captured.
     /// </summary>
     /// <remarks>
