@@ -746,7 +746,7 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
         int idleRounds = 0;
         while (!waiter.IsSet)
         {
-            if (scheduler.TryRunOne())
+            if (TryRunNestedOfThisLoop() || scheduler.TryRunOne())
             {
                 idleRounds = 0;
                 continue;
@@ -761,6 +761,29 @@ internal sealed class BlockingWait : IPoolNode<BlockingWait>
             waiter.Wait(scheduler.IsWorkerThread ? 1 : Timeout.Infinite);
         }
         waiter.Return();
+    }
+
+    /// <summary>
+    /// On a thread inside a frame loop's step, runs one continuation that a chain of completions queued to the loop past
+    /// the nesting bound (<see cref="FrameLoop.DeferNested"/>): loop code blocked in GetResult on a task that such a chain
+    /// completes would otherwise wait for ever, since the queue runs only once the blocked item returns (the chain used to
+    /// go on on the workers). Its exception, if it throws, is reported, as a phase reports it.
+    /// </summary>
+    private static bool TryRunNestedOfThisLoop()
+    {
+        if (FrameLoop.InStepOnThisThread is not { HasNested: true } loop)
+        {
+            return false;
+        }
+        try
+        {
+            loop.TakeNested().Execute();
+        }
+        catch (Exception ex)
+        {
+            UnobservedExceptions.Report(ex);
+        }
+        return true;
     }
 
 #if DEBUG

@@ -156,4 +156,53 @@ public sealed class FrameNestedContinuationTests
             chain[i + 1].SetResult();
         }
     }
+    [Fact]
+    public void LoopCodeBlockedOnATaskThatADeepRelayCompletes_RunsTheRestOfTheRelay_AndReturns()
+    {
+        // Sync over async on the loop thread: the links past the bound wait for the blocked item to return, so the
+        // blocking wait runs them itself (before, a worker ran them); without that it would wait for ever.
+        const int Length = 40;
+        var loop = new FrameLoop();
+        var chain = new Promise[Length + 1];
+        for (int i = 0; i <= Length; i++)
+        {
+            chain[i] = new Promise();
+        }
+        int loopThread = 0;
+        int offLoop = 0;
+        bool returned = false;
+        var frames = new Thread(() =>
+        {
+            loopThread = Environment.CurrentManagedThreadId;
+            loop.RunFrame();
+            for (int i = 0; i < Length; i++)
+            {
+                RelayLink(i).Forget();
+            }
+            Blocker().Forget();
+            loop.RunFrame();
+        }) { IsBackground = true, Name = "loop blocked on a relay" };
+        frames.Start();
+        Assert.True(frames.Join(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)), "the loop thread stayed blocked on the relay's last promise");
+        Assert.True(returned);
+        Assert.Equal(0, offLoop);
+
+        async SpindleTask Blocker()
+        {
+            await loop.NextFrame();
+            chain[0].SetResult();
+            chain[Length].Task.GetAwaiter().GetResult(); // blocks: the tail is past the bound
+            returned = true;
+        }
+
+        async SpindleTask RelayLink(int i)
+        {
+            await chain[i].Task;
+            if (Environment.CurrentManagedThreadId != loopThread)
+            {
+                Interlocked.Increment(ref offLoop);
+            }
+            chain[i + 1].SetResult();
+        }
+    }
 }
