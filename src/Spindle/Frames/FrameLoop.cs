@@ -63,7 +63,8 @@ namespace SpindleLib;
 /// async method it awaits) runs the awaiting code inline, inside that call, on the loop thread, and so on down a chain
 /// of completions however deep it goes: past 32 nested continuations, where Spindle stops running them inline to bound
 /// the stack, the rest of the chain is queued to the loop and runs as soon as the phase's current item returns, before
-/// its next item, in the same frame and phase (not on the workers). Code that runs between steps on the thread that
+/// its next item, in the same frame and phase (not on the workers), or inside a blocking <c>GetResult()</c> that the item
+/// makes meanwhile. Code that runs between steps on the thread that
 /// runs them (a host's code between <see cref="RunPhase"/> calls) is not inside the loop: there a chain deeper than 32
 /// goes on on the workers, so complete sources that start long chains from loop code.</para>
 /// <para><b>Memory.</b> An await with no cancelable token queues the awaiting method's own state-machine box (Spindle
