@@ -69,13 +69,13 @@ internal static class Continuations
         // One thread-static lookup (a runtime call on some platforms) for the read, the increment and the restore.
         ref int slot = ref t_depth;
         int depth = slot;
-        // Past the bound, queue: except the waiters that are never queued (NeverQueued), which run no further
-        // continuation, so running them here cannot dive the stack. The compares cost nothing below the bound. Nor
-        // when the workers cannot start (an invalid SPINDLE_WORKERS, met first here, on a thread no call of Spindle's
-        // had started them from): the waiter runs here, deeper, rather than be lost (CanQueueToDefault reports why).
-        if (depth >= MaxInlineDepth && !NeverQueued(continuation) && Scheduler.CanQueueToDefault())
+        // Past the bound, queue (to the frame loop whose step this thread is inside, else to the workers): except the
+        // waiters that are never queued (NeverQueued), which run no further continuation, so running them here cannot
+        // dive the stack. The compares cost nothing below the bound. Nor when the workers cannot start (an invalid
+        // SPINDLE_WORKERS, met first here, on a thread no call of Spindle's had started them from): the waiter runs
+        // here, deeper, rather than be lost (CanQueueToDefault reports why).
+        if (depth >= MaxInlineDepth && !NeverQueued(continuation) && QueuedPastTheBound(continuation, state, depth))
         {
-            PastTheBound(continuation, state, depth);
             return;
         }
         slot = depth + 1;
@@ -121,17 +121,23 @@ internal static class Continuations
     /// <summary>
     /// A continuation past the nesting bound: queued to the frame loop whose step this thread is inside, which runs it on
     /// this thread when the item that began the chain returns (loop code stays on the loop thread, in that frame and
-    /// phase, in a fixed order), unless <see cref="BeginQueueing"/> asked for the workers; else dispatched to the workers.
+    /// phase, in a fixed order, and starts no worker), unless <see cref="BeginQueueing"/> asked for the workers; else
+    /// dispatched to the workers. False, with nothing queued, when the workers cannot start: the caller runs it.
     /// </summary>
     [MethodImpl(MethodImplOptions.NoInlining)]
-    private static void PastTheBound(object continuation, object? state, int depth)
+    private static bool QueuedPastTheBound(object continuation, object? state, int depth)
     {
         if (depth < QueueingDepth && FrameLoop.InStepOnThisThread is { } loop)
         {
             loop.DeferNested(AsWorkItem(continuation, state));
-            return;
+            return true;
+        }
+        if (!Scheduler.CanQueueToDefault())
+        {
+            return false;
         }
         Dispatch(continuation, state);
+        return true;
     }
 
     /// <summary>Queues the continuation to the default scheduler. A direct waiter is queued as itself, allocation-free.</summary>
