@@ -32,6 +32,8 @@ public readonly partial struct SpindleTask
     /// The timeout's two sides may race from any threads: exactly one outcome wins.</para>
     /// <para>To time out a combination, time out the combined task: <c>SpindleTask.WhenAny(a, b).WithTimeout(t)</c>
     /// (WhenAll also takes <see cref="WhenAllOptions.Timeout"/>).</para>
+    /// <para>A timeout that fires builds its <see cref="TimeoutException"/>; where timeouts are frequent (an actor's asks),
+    /// <see cref="TryWithTimeout(TimeSpan, TimerWheel, CancellationToken)"/> returns false instead, and builds nothing.</para>
     /// </remarks>
     /// <param name="timeout">How long to wait: <see cref="TimeSpan.Zero"/> to <see cref="TimerWheel.MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> for no timeout.</param>
     /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test timeouts deterministically.</param>

@@ -1,9 +1,6 @@
 using System;
-using System.Collections.Concurrent;
 using System.Threading;
 using System.Threading.Tasks;
-using static SpindleLib.Tests.Combinators.CombinatorTestSupport;
-using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Time;
 
@@ -207,86 +204,5 @@ public class TryWithTimeoutTests
         Assert.Equal(replyBeforeTheClaim ? 42 : 0, value);
         Assert.False(reply.TrySetResult(token, 43)); // later replies complete nothing
         reply.Reset();
-    }
-}
-
-/// <summary>TryWithTimeout's races from threads: sequential, as <see cref="WithTimeoutSequentialTests"/>.</summary>
-[Collection(SequentialCollection.Name)]
-public class TryWithTimeoutRaceTests
-{
-    /// <summary>
-    /// The clock reaching the deadline, the token's cancellation and the input's completion race from three threads:
-    /// exactly one outcome and one continuation a round, no timer left, and the input let go of whenever it lost (its
-    /// promise is reset at once in the next round).
-    /// </summary>
-    [Fact]
-    public async Task TryWithTimeout_TimeoutTokenAndCompletion_HaveExactlyOneOutcome()
-    {
-        var clock = new ManualClock();
-        using var wheel = new TimerWheel(clock);
-        int rounds = TestUtil.Stress(3_000);
-        var input = new Promise<int>();
-        input.SetResult(0);
-        CancellationTokenSource cts = new();
-        SpindleTask<(bool Completed, int Result)> timed = default;
-        int continuations = 0;
-        int inTime = 0;
-        int timedOut = 0;
-        int canceled = 0;
-        ConcurrentQueue<Exception> reported;
-        int ran;
-        using (UnobservedReports watch = UnobservedReports.Start(Own.ReportedOnTestThreads()))
-        {
-            reported = watch.Reports;
-            ran = await Race.Run(
-                rounds,
-                before: _ =>
-                {
-                    input.Reset();
-                    cts.Dispose();
-                    cts = new CancellationTokenSource();
-                    timed = input.Task.TryWithTimeout(TimeSpan.FromMilliseconds(1), wheel, cts.Token);
-                    continuations = 0;
-                    timed.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref continuations));
-                },
-                after: round =>
-                {
-                    TestUtil.SpinUntil(() => Volatile.Read(ref continuations) > 0);
-                    Assert.Equal(1, continuations);
-                    try
-                    {
-                        (bool completed, int result) = timed.GetAwaiter().GetResult();
-                        Assert.Equal(completed ? round : 0, result);
-                        if (completed)
-                        {
-                            inTime++;
-                        }
-                        else
-                        {
-                            timedOut++;
-                        }
-                    }
-                    catch (OperationCanceledException e)
-                    {
-                        Assert.Equal(cts.Token, e.CancellationToken);
-                        canceled++;
-                    }
-                    Assert.Equal(0, wheel.PendingCount);
-                },
-                round =>
-                {
-                    RaceJitter.Delay(round, 0);
-                    clock.Advance(TimeSpan.FromMilliseconds(1));
-                },
-                round =>
-                {
-                    RaceJitter.Delay(round, 1);
-                    input.SetResult(round);
-                },
-                _ => cts.Cancel());
-        }
-        cts.Dispose();
-        Assert.Equal(ran, inTime + timedOut + canceled);
-        Assert.Empty(reported);
     }
 }

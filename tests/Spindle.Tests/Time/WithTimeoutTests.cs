@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Concurrent;
+using System.Collections.Generic;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
@@ -481,28 +482,41 @@ public class WithTimeoutSequentialTests
     }
 
     /// <summary>
-    /// The clock reaching the deadline races the input finishing (half the rounds with a fault): exactly one outcome,
-    /// one continuation, every input fault either rethrown or reported (never both, never neither), no timer left.
+    /// The clock reaching the deadline races the input finishing (half the rounds with a fault), and, with
+    /// <paramref name="tokenRaces"/>, the token's cancellation from a third thread: exactly one outcome, one continuation,
+    /// every input fault either rethrown or reported (never both, never neither), no timer left.
     /// </summary>
     [Theory]
-    [InlineData(TimeoutForm.Throwing)]
-    [InlineData(TimeoutForm.Quiet)]
-    public async Task WithTimeout_TimeoutVersusCompletion_HasExactlyOneOutcome(TimeoutForm form)
+    [InlineData(TimeoutForm.Throwing, false)]
+    [InlineData(TimeoutForm.Quiet, false)]
+    [InlineData(TimeoutForm.Throwing, true)]
+    [InlineData(TimeoutForm.Quiet, true)]
+    public async Task WithTimeout_TimeoutVersusCompletion_HasExactlyOneOutcome(TimeoutForm form, bool tokenRaces)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         int rounds = TestUtil.Stress(3_000);
         var input = new Promise<int>();
         input.SetResult(0);
+        var cts = new CancellationTokenSource();
         TimedWait timed = default;
         int continuations = 0;
         int succeeded = 0;
         int timedOut = 0;
+        int canceled = 0;
         int faultsRethrown = 0;
-        int faultRounds = 0;
         var made = new ConcurrentQueue<Exception>(); // each round's fault, added before it is set
         var watch = UnobservedReports.Start(Own.Any(Own.InstancesIn(made), Own.ReportedOnTestThreads()));
         ConcurrentQueue<Exception> reported = watch.Reports;
+        var racers = new List<Action<int>>
+        {
+            RaceJitter.AdvancesTheClock(clock, TimeSpan.FromMilliseconds(1)),
+            RaceJitter.FinishesTheInput(round => input.SetResult(round), fault => input.SetException(fault), made),
+        };
+        if (tokenRaces)
+        {
+            racers.Add(_ => cts.Cancel());
+        }
         int ran;
         using (watch)
         {
@@ -511,7 +525,12 @@ public class WithTimeoutSequentialTests
                 before: _ =>
                 {
                     input.Reset();
-                    timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(1), wheel);
+                    if (tokenRaces)
+                    {
+                        cts.Dispose();
+                        cts = new CancellationTokenSource();
+                    }
+                    timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(1), wheel, tokenRaces ? cts.Token : default);
                     continuations = 0;
                     timed.OnCompleted(() => Interlocked.Increment(ref continuations));
                 },
@@ -535,33 +554,20 @@ public class WithTimeoutSequentialTests
                     {
                         faultsRethrown++;
                     }
+                    catch (OperationCanceledException e) when (tokenRaces)
+                    {
+                        Assert.Equal(cts.Token, e.CancellationToken);
+                        canceled++;
+                    }
                     Assert.Equal(0, wheel.PendingCount);
                 },
-                round =>
-                {
-                    RaceJitter.Delay(round, 0);
-                    clock.Advance(TimeSpan.FromMilliseconds(1));
-                },
-                round =>
-                {
-                    RaceJitter.Delay(round, 1);
-                    if (round / 2 % 2 == 0)
-                    {
-                        input.SetResult(round);
-                    }
-                    else
-                    {
-                        Interlocked.Increment(ref faultRounds);
-                        var fault = new FormatException("round " + round);
-                        made.Enqueue(fault);
-                        input.SetException(fault);
-                    }
-                });
+                racers.ToArray());
         }
-        Assert.Equal(ran, succeeded + timedOut + faultsRethrown);
-        Assert.Equal(faultRounds, faultsRethrown + reported.Count);
+        cts.Dispose();
+        Assert.Equal(ran, succeeded + timedOut + canceled + faultsRethrown);
+        Assert.Equal(made.Count, faultsRethrown + reported.Count);
         Assert.All(reported, e => Assert.IsType<FormatException>(e));
         // Every other pair of rounds: each racer is delayed in both kinds.
-        Assert.Equal(Enumerable.Range(0, ran).Count(r => r / 2 % 2 == 1), faultRounds);
+        Assert.Equal(Enumerable.Range(0, ran).Count(r => r / 2 % 2 == 1), made.Count);
     }
 }
