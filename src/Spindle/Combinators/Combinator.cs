@@ -966,7 +966,9 @@ internal struct WhenAllFailures
 /// (<see cref="TimeoutTimer"/>), armed in <see cref="Start"/>. The timer holds a reference of its own until its
 /// continuation has run, or until whoever cancelled it drops it for it; so the last input is found by a separate count,
 /// <see cref="_inputsLeft"/>. The timer's expiry competes for the core like the token's cancellation does, and the last
-/// input and the token take the timer out of the wheel before they complete the combined task.</para>
+/// input and the token take the timer out of the wheel before they complete the combined task. A WhenAll of one rented
+/// by <see cref="RentTimeoutAsResult"/> (<c>TryWithTimeout</c>) differs in one thing: a timeout that wins completes the
+/// combined task successfully, with <see cref="TimedOut"/> set for its compose, and builds no exception.</para>
 /// </remarks>
 [StackTraceHidden]
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>, IQuietSource<TResult>, ILazyCanceledSource
@@ -988,6 +990,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private int _inputsLeft;
     private Exception? _abandonedWith; // see AbandonAfterFailedRegistration; kept until Recycle: never reported, the caller got it
     private bool _decidedEarly; // a WhenAll's token or timeout completed the core (its outcome is no input's failure)
+    private bool _timeoutIsResult; // TryWithTimeout: the timeout succeeds with TimedOut set, instead of failing
+    private bool _timedOut; // the timeout decided a use whose timeout is a result; written before the publication
 
     private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
     // No callback outlives its use (see RunCancel), so the callback needs no check of which token fired: it is this use's.
@@ -1030,6 +1034,26 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         c._timeout = timeout.GetValueOrDefault();
         return c;
     }
+
+    /// <summary>
+    /// Rents a WhenAll of one input whose timeout is an outcome, not a failure (<c>TryWithTimeout</c>): when the timeout
+    /// wins, the combined task succeeds, with <see cref="TimedOut"/> set for <paramref name="compose"/>, instead of failing
+    /// with a <see cref="TimeoutException"/>. Everything else is a timed WhenAll's (<see cref="RentAll"/>): the token, the
+    /// input's own failure, a disposed wheel (canceled), letting go of the input.
+    /// </summary>
+    /// <exception cref="ObjectDisposedException">The options ask for a timeout on a disposed wheel.</exception>
+    public static Combinator<TResult> RentTimeoutAsResult(WhenAllOptions options, Func<Combinator<TResult>, TResult> compose)
+    {
+        Combinator<TResult> c = RentAll(1, options, compose);
+        c._timeoutIsResult = true;
+        return c;
+    }
+
+    /// <summary>
+    /// The timeout decided this use (one rented by <see cref="RentTimeoutAsResult"/>): the input was let go of, and its
+    /// result is not there to read. Read by the compose, after the publication.
+    /// </summary>
+    public bool TimedOut => _timedOut;
 
     /// <summary>Rents a WhenAny over <paramref name="count"/> inputs; <paramref name="compose"/> builds the result from the winner.</summary>
     public static Combinator<TResult> RentAny(int count, Func<Combinator<TResult>, TResult> compose)
@@ -1096,7 +1120,15 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (_timeout == TimeSpan.Zero)
         {
             _decidedEarly = true;
-            _core.TrySetException(TimerWheel.NewTimeoutException(_timeout));
+            if (_timeoutIsResult)
+            {
+                _timedOut = true; // nothing else can complete the core yet: no input is registered, no token registered
+                _core.TrySetResult(default);
+            }
+            else
+            {
+                _core.TrySetException(TimerWheel.NewTimeoutException(_timeout));
+            }
             return;
         }
         _timed = true;
@@ -1109,8 +1141,15 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // The IsCompleted check only saves allocating an exception that would lose; the core's CAS still decides.
         if (_timer.OnFired(out Exception? stopped) && !_core.IsCompleted)
         {
-            // stopped: the wheel was disposed, and the wait completes as canceled, as the wheel's pending delays do.
-            DecideAllEarly(ExceptionDispatchInfo.Capture(stopped ?? TimerWheel.NewTimeoutException(_timeout)));
+            if (stopped is null && _timeoutIsResult)
+            {
+                DecideAllEarly(null, timedOut: true); // a result: no exception is built
+            }
+            else
+            {
+                // stopped: the wheel was disposed, and the wait completes as canceled, as the wheel's pending delays do.
+                DecideAllEarly(ExceptionDispatchInfo.Capture(stopped ?? TimerWheel.NewTimeoutException(_timeout)));
+            }
         }
         Release();
     }
@@ -1122,9 +1161,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// once), and a late read can never meet their next use. An input detached here never calls back: its count and its
     /// reference are dropped now. One that had finished meanwhile is read now (and its fault reported); the rest (BCL
     /// tasks, ValueTasks) are still read when they finish. The failure is captured before the claim; null stands for a
-    /// cancellation by the token, stored lazily (its exception is built for a reader that throws it).
+    /// cancellation by the token, stored lazily (its exception is built for a reader that throws it), unless
+    /// <paramref name="timedOut"/>: a timeout that is a result (<see cref="RentTimeoutAsResult"/>) succeeds, with
+    /// <see cref="TimedOut"/> set under the claim, so never by a timeout that lost.
     /// </summary>
-    private void DecideAllEarly(ExceptionDispatchInfo? outcome)
+    private void DecideAllEarly(ExceptionDispatchInfo? outcome, bool timedOut = false)
     {
         if (!_core.TryBeginCompletion(out object? waiter))
         {
@@ -1146,7 +1187,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             Interlocked.Add(ref _references, -detached);
             InputsLetGo(detached);
         }
-        if (outcome is null)
+        if (timedOut)
+        {
+            _timedOut = true;
+            _core.EndCompletion(waiter, null);
+        }
+        else if (outcome is null)
         {
             _core.EndCompletionCanceledLazily(waiter);
         }
@@ -1675,6 +1721,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         _winnerFaultOrigin = null;
         _abandonedWith = null;
         _decidedEarly = false;
+        _timeoutIsResult = false;
+        _timedOut = false;
         _timed = false;
         _countsInputs = false;
         _letsGoOfLosers = false;

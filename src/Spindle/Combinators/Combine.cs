@@ -3,6 +3,7 @@ using System.Buffers;
 using System.Collections.Generic;
 using System.Runtime.CompilerServices;
 using System.Runtime.ExceptionServices;
+using System.Runtime.InteropServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -64,6 +65,26 @@ internal static class Combine
         }
         var c = Combinator<Memory<T>>.RentAll(tasks.Length, options, CombinedResults<T>.Into, destination);
         return c.ToVoidTask(AddAll<TInput, T, TKind, Memory<T>>(c, tasks, cancellationToken));
+    }
+
+    /// <summary>
+    /// <c>TryWithTimeout</c>: a WhenAll of the one input <paramref name="task"/> on a combinator whose timeout is an outcome,
+    /// not a failure (<see cref="Combinator{TResult}.RentTimeoutAsResult"/>), its result built by <paramref name="compose"/>.
+    /// A pending input is bounded by the timeout in <paramref name="options"/> (none: no timer) and by the token; one that
+    /// has already finished is read with neither, so its own outcome is the result whatever the token, as
+    /// <c>WithTimeout</c> returns such a task as it is.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The input was already awaited (the await-once error: before anything is rented), or is being awaited elsewhere.</exception>
+    public static SpindleTask<TResult> OneTimeoutAsResult<TInput, TValue, TKind, TResult>(
+        TInput task,
+        WhenAllOptions options,
+        CancellationToken cancellationToken,
+        Func<Combinator<TResult>, TResult> compose)
+        where TKind : struct, IInputKind<TInput, TValue>
+    {
+        bool pending = !default(TKind).IsCompleted(task);
+        var c = Combinator<TResult>.RentTimeoutAsResult(pending ? options : default, compose);
+        return c.ToTask(AddAll<TInput, TValue, TKind, TResult>(c, MemoryMarshal.CreateReadOnlySpan(ref task, 1), pending ? cancellationToken : default));
     }
 
     /// <summary>WhenAny whose result is the winner's index.</summary>
@@ -461,6 +482,9 @@ internal static class CombinedResults
     public static readonly Func<int, VoidResult, int> WinnerOnly = static (index, _) => index;
 
     public static readonly Func<Combinator<int>, int> Winner = static c => c.Winner;
+
+    /// <summary><c>TryWithTimeout</c> of an untyped task: true when the input finished in time.</summary>
+    public static readonly Func<Combinator<bool>, bool> InTime = static c => !c.TimedOut;
 }
 
 /// <summary>As <see cref="CombinedResults"/>, for inputs with a <typeparamref name="T"/> result.</summary>
@@ -469,6 +493,9 @@ internal static class CombinedResults<T>
     public static readonly Func<int, T, (int, T)> FromWinner = static (index, value) => (index, value);
 
     public static readonly Func<Combinator<(int, T)>, (int, T)> WinnerAndValue = static c => (c.Winner, c.Value<T>(c.Winner));
+
+    /// <summary><c>TryWithTimeout</c> of a typed task: (true, its result) when it finished in time; (false, default) when the timeout won.</summary>
+    public static readonly Func<Combinator<(bool, T)>, (bool, T)> InTimeWithValue = static c => c.TimedOut ? default : (true, c.Value<T>(0));
 
     /// <summary>The BCL's shape: a new array (the one allocation of a typed WhenAll).</summary>
     public static readonly Func<Combinator<T[]>, T[]> Array = static c => c.ValuesToArray<T>();

@@ -68,6 +68,18 @@ public readonly struct WhenAllOptions
     /// </summary>
     public TimerWheel? Timers { get; init; }
 
+    /// <summary>
+    /// A single task's timeout (<c>WithTimeout</c>, <c>TryWithTimeout</c>) as WhenAll options: checked, on
+    /// <paramref name="timers"/> (null: <see cref="TimerWheel.Default"/>); none for <see cref="System.Threading.Timeout.InfiniteTimeSpan"/>.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="System.Threading.Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    internal static WhenAllOptions ForTimeout(TimeSpan timeout, TimerWheel? timers, string paramName)
+    {
+        TimerWheel? wheel = TimerWheel.ForTimeout(timeout, timers, paramName);
+        return wheel is null ? default : new WhenAllOptions { Timeout = timeout, Timers = wheel };
+    }
+
     /// <summary>The finite timeout, if any: null for none (null or infinite).</summary>
     internal TimeSpan? FiniteTimeout => _timeout is { } t && t != System.Threading.Timeout.InfiniteTimeSpan ? t : null;
 }

@@ -32,6 +32,8 @@ public readonly partial struct SpindleTask
     /// The timeout's two sides may race from any threads: exactly one outcome wins.</para>
     /// <para>To time out a combination, time out the combined task: <c>SpindleTask.WhenAny(a, b).WithTimeout(t)</c>
     /// (WhenAll also takes <see cref="WhenAllOptions.Timeout"/>).</para>
+    /// <para>A timeout that fires builds its <see cref="TimeoutException"/>; where timeouts are frequent (an actor's asks),
+    /// <see cref="TryWithTimeout(TimeSpan, TimerWheel, CancellationToken)"/> returns false instead, and builds nothing.</para>
     /// </remarks>
     /// <param name="timeout">How long to wait: <see cref="TimeSpan.Zero"/> to <see cref="TimerWheel.MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> for no timeout.</param>
     /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test timeouts deterministically.</param>
@@ -45,9 +47,59 @@ public readonly partial struct SpindleTask
     /// </param>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
     public SpindleTask WithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
+        => Bounded(WhenAllOptions.ForTimeout(timeout, timers, nameof(timeout)), cancellationToken);
+
+    /// <summary>
+    /// As <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>, but a timeout is a result, not an exception:
+    /// the returned task's result is true if this task finished within <paramref name="timeout"/>, false if the timeout
+    /// passed first. Nothing is thrown or built for a timeout, and nothing is allocated in steady state, whichever wins:
+    /// the form for a wait that often times out (an actor's ask), where each <see cref="TimeoutException"/> and its
+    /// <c>catch</c> cost more than the wait.
+    /// </summary>
+    /// <remarks>
+    /// <para>Only the timeout becomes a value, as <see cref="Signal.WaitAsync(TimeSpan, CancellationToken)"/> returns
+    /// false (and <c>SemaphoreSlim.WaitAsync(TimeSpan)</c> does): a fault or cancellation of this task still throws at the
+    /// await, as its own, and so does the token's cancellation (an <see cref="OperationCanceledException"/> for that
+    /// token; add <see cref="SuppressCancellationThrow"/> to have that as a value too).</para>
+    /// <para>The rest is <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>'s. <b>Consumes this task</b>;
+    /// when the timeout or the token wins, the wait lets go of it before the returned task completes (a promise's task can
+    /// be awaited again or the promise reset, a signal's wait ends and a later set is kept for the next wait, a delay
+    /// leaves its wheel, an async method runs on, forgotten), and a late fault of it goes to
+    /// <see cref="Spindle.UnobservedException"/>, once. The deadline is rounded up to the wheel's 1 ms tick (never early);
+    /// when this task wins, the timer is taken out of the wheel at once. A wheel disposed while the timeout is pending
+    /// completes the returned task as canceled, as its delays. A task that has already completed arms no timer and
+    /// ignores the token: the returned task has its outcome at once (true, or its fault). <see cref="Timeout.InfiniteTimeSpan"/>
+    /// arms no timer (the result is true unless the token ends the wait); <see cref="TimeSpan.Zero"/> on a pending task
+    /// is false at once (and lets go of it), unless the token is already cancelled: the token is checked first.</para>
+    /// <para><b>Threads.</b> The returned task completes on the thread that decides it: the one that completes this task,
+    /// or the wheel's (a worker for <see cref="TimerWheel.Default"/>; the thread that advances a <see cref="ManualClock"/>).
+    /// The task, the timeout and the token may race from any threads: exactly one outcome wins.</para>
+    /// <para>UniTask's <c>TimeoutWithoutException</c> is the same wait with the opposite flag (true there means timed out).</para>
+    /// </remarks>
+    /// <example>
+    /// <code>
+    /// if (!await reply.Task.TryWithTimeout(TimeSpan.FromMilliseconds(20)))
+    /// {
+    ///     // timed out: no exception thrown
+    /// }
+    /// </code>
+    /// </example>
+    /// <param name="timeout">How long to wait: <see cref="TimeSpan.Zero"/> to <see cref="TimerWheel.MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> for no timeout.</param>
+    /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>. Pass a wheel on a <see cref="ManualClock"/> to test timeouts deterministically.</param>
+    /// <param name="cancellationToken">
+    /// Also ends the wait: if it is cancelled first, the returned task completes as canceled (an
+    /// <see cref="OperationCanceledException"/> for this token) and lets go of this task as the timeout would.
+    /// </param>
+    /// <returns>A task whose result is true if this task succeeded in time, false if the timeout passed first.</returns>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
+    public SpindleTask<bool> TryWithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {
-        TimerWheel? wheel = TimerWheel.ForTimeout(timeout, timers, nameof(timeout));
-        return Bounded(wheel is null ? default : new WhenAllOptions { Timeout = timeout, Timers = wheel }, cancellationToken);
+        WhenAllOptions options = WhenAllOptions.ForTimeout(timeout, timers, nameof(timeout));
+        return _source is null
+            ? new SpindleTask<bool>(true)
+            : Combine.OneTimeoutAsResult<SpindleTask, VoidResult, SpindleInput, bool>(this, options, cancellationToken, CombinedResults.InTime);
     }
 
     /// <summary>
@@ -103,9 +155,36 @@ public readonly partial struct SpindleTask<T>
     /// <param name="cancellationToken">Also ends the wait: if it is cancelled first, the returned task completes as canceled and lets go of this task.</param>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
     public SpindleTask<T> WithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
+        => Bounded(WhenAllOptions.ForTimeout(timeout, timers, nameof(timeout)), cancellationToken);
+
+    /// <summary>
+    /// As <see cref="WithTimeout(TimeSpan, TimerWheel, CancellationToken)"/>, but a timeout is a result, not an exception:
+    /// <c>(true, result)</c> if this task finished within <paramref name="timeout"/>, <c>(false, default)</c> if the
+    /// timeout passed first. Nothing is thrown or built for a timeout, and nothing is allocated in steady state, whichever
+    /// wins. A fault or cancellation of this task, and the token's cancellation, still throw at the await. See
+    /// <see cref="SpindleTask.TryWithTimeout(TimeSpan, TimerWheel, CancellationToken)"/> for the rules: this task is
+    /// consumed and let go of when the timeout or the token wins, a late fault of it is reported to
+    /// <see cref="Spindle.UnobservedException"/>, the timer never fires early and is taken out of the wheel at once when
+    /// this task wins, and a task that has already completed arms no timer.
+    /// </summary>
+    /// <example>
+    /// <code>
+    /// var (answered, value) = await reply.Task.TryWithTimeout(TimeSpan.FromMilliseconds(20));
+    /// </code>
+    /// </example>
+    /// <param name="timeout">How long to wait: <see cref="TimeSpan.Zero"/> to <see cref="TimerWheel.MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> for no timeout.</param>
+    /// <param name="timers">The wheel that times it; null for <see cref="TimerWheel.Default"/>.</param>
+    /// <param name="cancellationToken">Also ends the wait: if it is cancelled first, the returned task completes as canceled and lets go of this task.</param>
+    /// <returns>A task whose result is <c>(true, result)</c> if this task succeeded in time, <c>(false, default)</c> if the timeout passed first.</returns>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
+    public SpindleTask<(bool Completed, T Result)> TryWithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {
-        TimerWheel? wheel = TimerWheel.ForTimeout(timeout, timers, nameof(timeout));
-        return Bounded(wheel is null ? default : new WhenAllOptions { Timeout = timeout, Timers = wheel }, cancellationToken);
+        WhenAllOptions options = WhenAllOptions.ForTimeout(timeout, timers, nameof(timeout));
+        return _source is null
+            ? new SpindleTask<(bool, T)>((true, _result))
+            : Combine.OneTimeoutAsResult<SpindleTask<T>, T, SpindleInput<T>, (bool, T)>(this, options, cancellationToken, CombinedResults<T>.InTimeWithValue);
     }
 
     /// <summary>

@@ -293,7 +293,6 @@ public sealed class WhenAllTimeoutTests
         int succeeded = 0;
         int timedOut = 0;
         int faultsRethrown = 0;
-        int faultRounds = 0;
         var made = new ConcurrentQueue<Exception>(); // each round's fault, added before it is set
         var watch = UnobservedReports.Start(Own.Any(Own.InstancesIn(made), Own.ReportedOnTestThreads()));
         ConcurrentQueue<Exception> reported = watch.Reports;
@@ -330,28 +329,10 @@ public sealed class WhenAllTimeoutTests
                     }
                     Assert.Equal(0, wheel.PendingCount);
                 },
-                round =>
-                {
-                    RaceJitter.Delay(round, 0);
-                    clock.Advance(TimeSpan.FromMilliseconds(1));
-                },
-                round =>
-                {
-                    RaceJitter.Delay(round, 1);
-                    if (round / 2 % 2 == 0)
-                    {
-                        promises[1].SetResult();
-                    }
-                    else
-                    {
-                        Interlocked.Increment(ref faultRounds);
-                        var fault = new FormatException("round " + round);
-                        made.Enqueue(fault);
-                        promises[1].SetException(fault);
-                    }
-                });
+                RaceJitter.AdvancesTheClock(clock, TimeSpan.FromMilliseconds(1)),
+                RaceJitter.FinishesTheInput(_ => promises[1].SetResult(), fault => promises[1].SetException(fault), made));
         }
         Assert.Equal(ran, succeeded + timedOut + faultsRethrown);
-        Assert.Equal(faultRounds, faultsRethrown + reported.Count);
+        Assert.Equal(made.Count, faultsRethrown + reported.Count);
     }
 }

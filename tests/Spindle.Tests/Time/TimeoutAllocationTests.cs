@@ -49,6 +49,63 @@ public class TimeoutAllocationTests
         Assert.Equal(0, wheel.PendingCount);
     }
 
+    /// <summary>
+    /// TryWithTimeout allocates nothing in steady state whichever wins: the input, or the timeout (which builds no
+    /// exception, where WithTimeout's builds a TimeoutException), typed or not.
+    /// </summary>
+    [Theory]
+    [InlineData(true, false)]
+    [InlineData(true, true)]
+    [InlineData(false, false)]
+    [InlineData(false, true)]
+    public void TryWithTimeout_InputWinsOrTimesOut_SteadyStateAllocatesNothing(bool typed, bool timesOut)
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var input = new Promise<int>();
+        var untyped = new Promise();
+        TimeSpan timeout = TimeSpan.FromMilliseconds(3);
+        TestUtil.AssertSteadyStateAllocatesNothing(i =>
+        {
+            input.Reset();
+            untyped.Reset();
+            bool completed;
+            if (typed)
+            {
+                SpindleTask<(bool, int)> timed = input.Task.TryWithTimeout(timeout, wheel);
+                Finish(i);
+                (completed, int result) = timed.GetAwaiter().GetResult();
+                completed &= result == i;
+            }
+            else
+            {
+                SpindleTask<bool> timed = untyped.Task.TryWithTimeout(timeout, wheel);
+                Finish(i);
+                completed = timed.GetAwaiter().GetResult();
+            }
+            if (completed == timesOut || wheel.PendingCount != 0)
+            {
+                throw new InvalidOperationException("wrong outcome, or a timer left behind");
+            }
+        }, Iterations);
+
+        void Finish(int i)
+        {
+            if (timesOut)
+            {
+                clock.Advance(timeout);
+            }
+            else if (typed)
+            {
+                input.SetResult(i);
+            }
+            else
+            {
+                untyped.SetResult();
+            }
+        }
+    }
+
     /// <summary>A token bounding the wait (WithCancellation, and WithTimeout with a token) that the input beats: 0 B.</summary>
     [Fact]
     public void WithCancellation_InputWins_SteadyStateAllocatesNothing()
@@ -128,26 +185,54 @@ public class TimeoutAllocationTests
     /// <summary>Timer nodes in this thread's pool stack and the shared one (a return may move a chunk between them).</summary>
     private static int PooledNodes() => ObjectPool<TimerNode>.LocalCount + ObjectPool<TimerNode>.Count;
 
-    [Fact]
-    public void WithTimeout_InputWins_ReturnsTheTimerNodeAndTheCombinatorToTheirPools()
+    /// <summary>Combinators that serve a timed wait of <paramref name="form"/> on a typed task, in this thread's pool stack and the shared one.</summary>
+    private static int PooledCombinators(TimeoutForm form) => form == TimeoutForm.Throwing
+        ? ObjectPool<Combinator<int>>.LocalCount + ObjectPool<Combinator<int>>.Count
+        : ObjectPool<Combinator<(bool, int)>>.LocalCount + ObjectPool<Combinator<(bool, int)>>.Count;
+
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_InputWins_ReturnsTheTimerNodeAndTheCombinatorToTheirPools(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
         // Warm both pools on this thread, so that the measured use rents and returns objects that already exist.
-        SpindleTask<int> warm = input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel);
+        TimedWait warm = TimedWait.Start(form, input.Task, TimeSpan.FromSeconds(1), wheel);
         input.SetResult(0);
-        warm.GetAwaiter().GetResult();
+        warm.Read();
         int nodes = PooledNodes();
-        int sources = ObjectPool<Combinator<int>>.LocalCount + ObjectPool<Combinator<int>>.Count;
+        int sources = PooledCombinators(form);
 
         input.Reset();
-        SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel);
+        TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromSeconds(1), wheel);
         Assert.Equal(nodes - 1, PooledNodes());
         input.SetResult(1);
         Assert.Equal(nodes, PooledNodes()); // back as soon as the input won: nothing waits for the deadline
-        Assert.Equal(1, timed.GetAwaiter().GetResult());
-        Assert.Equal(sources, ObjectPool<Combinator<int>>.LocalCount + ObjectPool<Combinator<int>>.Count);
+        Assert.Equal(1, timed.Read());
+        Assert.Equal(sources, PooledCombinators(form));
         Assert.Equal(0, wheel.PendingCount);
+    }
+
+    [Fact]
+    public void TryWithTimeout_TimedOut_ReturnsTheTimerNodeAndTheCombinatorToTheirPools()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var input = new Promise<int>();
+        TimedWait warm = TimedWait.Start(TimeoutForm.Quiet, input.Task, TimeSpan.FromSeconds(1), wheel);
+        clock.Advance(TimeSpan.FromSeconds(1));
+        Assert.Null(warm.Read());
+        int nodes = PooledNodes();
+        int sources = PooledCombinators(TimeoutForm.Quiet);
+
+        input.Reset();
+        TimedWait timed = TimedWait.Start(TimeoutForm.Quiet, input.Task, TimeSpan.FromSeconds(1), wheel);
+        clock.Advance(TimeSpan.FromSeconds(1));
+        Assert.Equal(nodes, PooledNodes());
+        Assert.Null(timed.Read());
+        Assert.Equal(sources, PooledCombinators(TimeoutForm.Quiet)); // the promise was let go of: nothing holds the combinator
+        input.Reset();
     }
 }

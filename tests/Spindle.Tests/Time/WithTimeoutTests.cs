@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Concurrent;
+using System.Collections.Generic;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
@@ -8,178 +9,202 @@ using static SpindleLib.Tests.UnobservedReports;
 
 namespace SpindleLib.Tests.Time;
 
-/// <summary>WithTimeout on a manual clock: the timeout fires exactly at its deadline, the input wins before it, one outcome.</summary>
+/// <summary>
+/// WithTimeout, and the rules TryWithTimeout shares with it (each theory runs both forms: <see cref="TimeoutForm"/>), on a
+/// manual clock: the timeout fires exactly at its deadline, the input wins before it, one outcome.
+/// </summary>
 public class WithTimeoutTests
 {
     private static readonly TimeSpan OneTick = TimeSpan.FromTicks(1);
 
-    private static async SpindleTask<int> AwaitValue(Promise<int> promise) => await promise.Task;
+    private static readonly TimeSpan OneSecond = TimeSpan.FromSeconds(1);
 
     [Theory]
-    [InlineData(1)]
-    [InlineData(17)]
-    [InlineData(64)]
-    [InlineData(1000)]
-    public void WithTimeout_InputPending_FailsWithTimeoutExactlyAtTheDeadlineAndNotBefore(int ms)
+    [InlineData(TimeoutForm.Throwing, 1)]
+    [InlineData(TimeoutForm.Throwing, 17)]
+    [InlineData(TimeoutForm.Throwing, 64)]
+    [InlineData(TimeoutForm.Throwing, 1000)]
+    [InlineData(TimeoutForm.Quiet, 1)]
+    [InlineData(TimeoutForm.Quiet, 17)]
+    [InlineData(TimeoutForm.Quiet, 64)]
+    [InlineData(TimeoutForm.Quiet, 1000)]
+    public void WithTimeout_InputPending_TimesOutExactlyAtTheDeadlineAndNotBefore(TimeoutForm form, int ms)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
-        SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(ms), wheel);
+        TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(ms), wheel);
         Assert.Equal(1, wheel.PendingCount);
         clock.Advance(TimeSpan.FromMilliseconds(ms) - OneTick);
         Assert.False(timed.IsCompleted, "timed out early");
         clock.Advance(OneTick);
-        Assert.Equal(SpindleTaskStatus.Faulted, timed.Status);
-        TimeoutException e = Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
-        Assert.Contains("timeout", e.Message, StringComparison.Ordinal);
+        Assert.Equal(timed.TimedOutStatus, timed.Status);
+        Assert.Null(timed.Read()); // the throwing form's TimeoutException names the timeout (TimedWait.Read)
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_UntypedInputPending_FailsWithTimeoutAtTheDeadline()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_UntypedInputPending_TimesOutAtTheDeadline(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise();
-        SpindleTask timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(5), wheel);
+        TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(5), wheel);
         clock.Advance(TimeSpan.FromMilliseconds(5) - OneTick);
         Assert.False(timed.IsCompleted);
         clock.Advance(OneTick);
-        Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
+        Assert.Null(timed.Read());
         input.SetResult(); // the late success is read and dropped
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_ADeadlineBetweenTicks_IsRoundedUpSoItNeverFiresEarly()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_ADeadlineBetweenTicks_IsRoundedUpSoItNeverFiresEarly(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         clock.Advance(TimeSpan.FromMilliseconds(0.4));
         var input = new Promise();
-        SpindleTask timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(2.3), wheel); // due at 2.7 ms: fires at 3 ms
+        TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(2.3), wheel); // due at 2.7 ms: fires at 3 ms
         clock.Advance(TimeSpan.FromMilliseconds(2.3) - OneTick);
         Assert.False(timed.IsCompleted, "timed out before the timeout had passed");
         clock.Advance(TimeSpan.FromMilliseconds(3) - clock.Elapsed - OneTick);
         Assert.False(timed.IsCompleted);
         clock.Advance(OneTick);
-        Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
+        Assert.Null(timed.Read());
     }
 
-    [Fact]
-    public void WithTimeout_InputFinishesFirst_CompletesWithItsResultAndCancelsTheTimerAtOnce()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_InputFinishesFirst_CompletesWithItsResultAndCancelsTheTimerAtOnce(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
-        SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromSeconds(10), wheel);
+        TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromSeconds(10), wheel);
         clock.Advance(TimeSpan.FromSeconds(9));
         Assert.False(timed.IsCompleted);
         Assert.Equal(1, wheel.PendingCount);
         input.SetResult(42);
         Assert.Equal(0, wheel.PendingCount); // cancelled at once, not left to expire
-        Assert.Equal(42, timed.GetAwaiter().GetResult());
+        Assert.Equal(42, timed.Read());
         clock.Advance(TimeSpan.FromSeconds(5));
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_InputFailsFirst_RethrowsItsException()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_InputFailsFirst_RethrowsItsException(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
-        SpindleTask<int> timed = AwaitValue(input).WithTimeout(TimeSpan.FromSeconds(1), wheel);
+        TimedWait timed = TimedWait.Start(form, Await(input), OneSecond, wheel);
         var failure = new FormatException("input failed");
         input.SetException(failure);
         Assert.Equal(SpindleTaskStatus.Faulted, timed.Status);
-        Assert.Same(failure, Assert.Throws<FormatException>(() => timed.GetAwaiter().GetResult()));
+        Assert.Same(failure, Assert.Throws<FormatException>(() => timed.Read()));
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_InputCanceledFirst_CompletesAsCanceled()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_InputCanceledFirst_CompletesAsCanceled(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         using var cts = new CancellationTokenSource();
-        SpindleTask timed = wheel.Delay(TimeSpan.FromSeconds(5), cts.Token).WithTimeout(TimeSpan.FromSeconds(1), wheel);
+        TimedWait timed = TimedWait.Start(form, wheel.Delay(TimeSpan.FromSeconds(5), cts.Token), OneSecond, wheel);
         Assert.Equal(2, wheel.PendingCount);
         cts.Cancel();
         Assert.Equal(SpindleTaskStatus.Canceled, timed.Status);
-        OperationCanceledException oce = Assert.ThrowsAny<OperationCanceledException>(() => timed.GetAwaiter().GetResult());
+        OperationCanceledException oce = Assert.ThrowsAny<OperationCanceledException>(() => timed.Read());
         Assert.Equal(cts.Token, oce.CancellationToken);
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_ADelayShorterThanTheTimeout_Wins()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_ADelayShorterThanTheTimeout_Wins(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        SpindleTask timed = wheel.Delay(TimeSpan.FromMilliseconds(10)).WithTimeout(TimeSpan.FromMilliseconds(11), wheel);
+        TimedWait timed = TimedWait.Start(form, wheel.Delay(TimeSpan.FromMilliseconds(10)), TimeSpan.FromMilliseconds(11), wheel);
         clock.Advance(TimeSpan.FromMilliseconds(10));
         Assert.Equal(SpindleTaskStatus.Succeeded, timed.Status);
-        timed.GetAwaiter().GetResult();
+        Assert.Equal(0, timed.Read());
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_ConsumesTheInput_WhetherItWinsOrLoses()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_ConsumesTheInput_WhetherItWinsOrLoses(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var first = new Promise<int>();
-        SpindleTask<int> winner = AwaitValue(first);
-        SpindleTask<int> timedWin = winner.WithTimeout(TimeSpan.FromSeconds(1), wheel);
+        SpindleTask<int> winner = Await(first);
+        TimedWait timedWin = TimedWait.Start(form, winner, OneSecond, wheel);
         first.SetResult(1);
-        Assert.Equal(1, timedWin.GetAwaiter().GetResult());
+        Assert.Equal(1, timedWin.Read());
         Assert.Throws<InvalidOperationException>(() => winner.GetAwaiter().GetResult());
 
         var second = new Promise<int>();
-        SpindleTask<int> loser = AwaitValue(second);
-        SpindleTask<int> timedLose = loser.WithTimeout(TimeSpan.FromSeconds(1), wheel);
-        clock.Advance(TimeSpan.FromSeconds(1));
-        Assert.Throws<TimeoutException>(() => timedLose.GetAwaiter().GetResult());
+        SpindleTask<int> loser = Await(second);
+        TimedWait timedLose = TimedWait.Start(form, loser, OneSecond, wheel);
+        clock.Advance(OneSecond);
+        Assert.Null(timedLose.Read());
         second.SetResult(2);
         Assert.Throws<InvalidOperationException>(() => loser.GetAwaiter().GetResult()); // read by the timeout when it finished
     }
 
-    [Fact]
-    public void WithTimeout_ResultAwaitedTwice_IsTheAwaitOnceError()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_ResultAwaitedTwice_IsTheAwaitOnceError(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
-        SpindleTask<int> won = input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel);
+        TimedWait won = TimedWait.Start(form, input.Task, OneSecond, wheel);
         input.SetResult(7);
-        Assert.Equal(7, won.GetAwaiter().GetResult());
-        InvalidOperationException e = Assert.Throws<InvalidOperationException>(() => won.GetAwaiter().GetResult());
+        Assert.Equal(7, won.Read());
+        InvalidOperationException e = Assert.Throws<InvalidOperationException>(() => won.Read());
         Assert.Contains("Preserve()", e.Message, StringComparison.Ordinal);
 
         input.Reset();
-        SpindleTask<int> lost = input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel);
-        clock.Advance(TimeSpan.FromSeconds(1));
-        Assert.Throws<TimeoutException>(() => lost.GetAwaiter().GetResult());
-        Assert.Throws<InvalidOperationException>(() => lost.GetAwaiter().GetResult());
+        TimedWait lost = TimedWait.Start(form, input.Task, OneSecond, wheel);
+        clock.Advance(OneSecond);
+        Assert.Null(lost.Read());
+        Assert.Throws<InvalidOperationException>(() => lost.Read());
         input.SetResult(0);
     }
 
-    [Fact]
-    public async Task WithTimeout_AwaitedFromAnAsyncMethod_ResumesWithTheOutcome()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public async Task WithTimeout_AwaitedFromAnAsyncMethod_ResumesWithTheOutcome(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
-        Task<int> awaiting = TestUtil.AwaitAsync(input.Task.WithTimeout(TimeSpan.FromMilliseconds(50), wheel));
+        Task<int?> awaiting = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(50), wheel).ReadAsync();
         input.SetResult(3);
         Assert.Equal(3, await TestUtil.WithTimeout(awaiting));
 
         input.Reset();
-        Task<int> timingOut = TestUtil.AwaitAsync(input.Task.WithTimeout(TimeSpan.FromMilliseconds(50), wheel));
+        Task<int?> timingOut = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(50), wheel).ReadAsync();
         clock.Advance(TimeSpan.FromMilliseconds(50));
-        await Assert.ThrowsAsync<TimeoutException>(() => TestUtil.WithTimeout(timingOut));
+        Assert.Null(await TestUtil.WithTimeout(timingOut));
         input.SetResult(0);
     }
 
@@ -218,109 +243,125 @@ public class WithTimeoutTests
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_ZeroOnAPendingInput_TimesOutAtOnceAndStillConsumesTheInput()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_ZeroOnAPendingInput_TimesOutAtOnceAndStillConsumesTheInput(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
-        SpindleTask<int> pending = AwaitValue(input);
-        SpindleTask<int> timed = pending.WithTimeout(TimeSpan.Zero, wheel);
-        Assert.Equal(SpindleTaskStatus.Faulted, timed.Status);
-        Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
+        SpindleTask<int> pending = Await(input);
+        TimedWait timed = TimedWait.Start(form, pending, TimeSpan.Zero, wheel);
+        Assert.Equal(timed.TimedOutStatus, timed.Status);
+        Assert.Null(timed.Read());
         Assert.Equal(0, wheel.PendingCount);
         input.SetResult(1);
         Assert.Throws<InvalidOperationException>(() => pending.GetAwaiter().GetResult()); // forgotten, so read when it finished
     }
 
-    [Fact]
-    public void WithTimeout_BadTimeouts_ThrowNamingTheParameterAndTheFix()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_BadTimeouts_ThrowNamingTheParameterAndTheFix(TimeoutForm form)
     {
         using var wheel = new TimerWheel(new ManualClock());
         var input = new Promise<int>();
         foreach (TimeSpan bad in new[] { TimeSpan.FromTicks(-1), TimeSpan.FromMilliseconds(-2), TimeSpan.MinValue, TimerWheel.MaxDelay + TimeSpan.FromTicks(1), TimeSpan.MaxValue })
         {
-            ArgumentOutOfRangeException e = Assert.Throws<ArgumentOutOfRangeException>(() => input.Task.WithTimeout(bad, wheel));
+            ArgumentOutOfRangeException e = Assert.Throws<ArgumentOutOfRangeException>(() => TimedWait.Start(form, input.Task, bad, wheel));
             Assert.Equal("timeout", e.ParamName);
             Assert.Contains("Timeout.InfiniteTimeSpan", e.Message, StringComparison.Ordinal);
-            Assert.Throws<ArgumentOutOfRangeException>(() => new Promise().Task.WithTimeout(bad, wheel));
+            Assert.Throws<ArgumentOutOfRangeException>(() => TimedWait.Start(form, new Promise().Task, bad, wheel));
         }
         Assert.Equal(0, wheel.PendingCount);
         // The input was not consumed by the rejected calls.
         input.SetResult(3);
-        Assert.Equal(3, input.Task.WithTimeout(TimerWheel.MaxDelay, wheel).GetAwaiter().GetResult());
+        Assert.Equal(3, TimedWait.Start(form, input.Task, TimerWheel.MaxDelay, wheel).Read());
     }
 
-    [Fact]
-    public void WithTimeout_OnADisposedWheel_ThrowsObjectDisposed()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_OnADisposedWheel_ThrowsObjectDisposed(TimeoutForm form)
     {
         var wheel = new TimerWheel(new ManualClock());
         wheel.Dispose();
         var input = new Promise();
-        ObjectDisposedException e = Assert.Throws<ObjectDisposedException>(() => input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel));
+        ObjectDisposedException e = Assert.Throws<ObjectDisposedException>(() => TimedWait.Start(form, input.Task, OneSecond, wheel));
         Assert.Contains("TimerWheel", e.Message, StringComparison.Ordinal);
-        Assert.Throws<ObjectDisposedException>(() => new Promise<int>().Task.WithTimeout(TimeSpan.FromSeconds(1), wheel));
+        Assert.Throws<ObjectDisposedException>(() => TimedWait.Start(form, new Promise<int>().Task, OneSecond, wheel));
     }
 
-    [Fact]
-    public void WithTimeout_AnAlreadyAwaitedInput_IsTheAwaitOnceError()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_AnAlreadyAwaitedInput_IsTheAwaitOnceError(TimeoutForm form)
     {
         using var wheel = new TimerWheel(new ManualClock());
         var input = new Promise<int>();
-        SpindleTask<int> task = AwaitValue(input);
+        SpindleTask<int> task = Await(input);
         input.SetResult(1);
         task.GetAwaiter().GetResult();
-        Assert.Throws<InvalidOperationException>(() => task.WithTimeout(TimeSpan.FromSeconds(1), wheel));
+        Assert.Throws<InvalidOperationException>(() => TimedWait.Start(form, task, OneSecond, wheel));
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_AnInputAwaitedElsewhere_ThrowsAndLeavesNoTimerBehind()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_AnInputAwaitedElsewhere_ThrowsAndLeavesNoTimerBehind(TimeoutForm form)
     {
         using var wheel = new TimerWheel(new ManualClock());
         var input = new Promise();
         SpindleTask task = input.Task;
         task.GetAwaiter().UnsafeOnCompleted(() => { });
-        Assert.Throws<InvalidOperationException>(() => task.WithTimeout(TimeSpan.FromSeconds(1), wheel));
+        Assert.Throws<InvalidOperationException>(() => TimedWait.Start(form, task, OneSecond, wheel));
         Assert.Equal(0, wheel.PendingCount);
         input.SetResult();
     }
 
-    [Fact]
-    public void WithTimeout_WheelDisposedWhilePending_CompletesAsCanceled()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_WheelDisposedWhilePending_CompletesAsCanceled(TimeoutForm form)
     {
         var wheel = new TimerWheel(new ManualClock());
         var input = new Promise<int>();
-        SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromSeconds(1), wheel);
+        TimedWait timed = TimedWait.Start(form, input.Task, OneSecond, wheel);
         wheel.Dispose();
         Assert.Equal(SpindleTaskStatus.Canceled, timed.Status);
-        Assert.ThrowsAny<OperationCanceledException>(() => timed.GetAwaiter().GetResult());
+        Assert.ThrowsAny<OperationCanceledException>(() => timed.Read());
         input.SetResult(1);
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void WithTimeout_OnTheDefaultWheel_TheInputWinsAndNothingStaysPending()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_OnTheDefaultWheel_TheInputWinsAndNothingStaysPending(TimeoutForm form)
     {
         var input = new Promise<int>();
-        SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromMinutes(5));
+        TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromMinutes(5), null);
         Assert.False(timed.IsCompleted);
         input.SetResult(11);
-        Assert.Equal(11, timed.GetAwaiter().GetResult());
+        Assert.Equal(11, timed.Read());
     }
 
-    [Fact]
-    public void WithTimeout_ContinuationRunsOnTheAdvancingThread()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_ContinuationRunsOnTheAdvancingThread(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise();
-        SpindleTask timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(3), wheel);
+        TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(3), wheel);
         int ranOn = -1;
-        timed.GetAwaiter().UnsafeOnCompleted(() => ranOn = Environment.CurrentManagedThreadId);
+        timed.OnCompleted(() => ranOn = Environment.CurrentManagedThreadId);
         clock.Advance(TimeSpan.FromMilliseconds(3));
         Assert.Equal(Environment.CurrentManagedThreadId, ranOn);
-        Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
+        Assert.Null(timed.Read());
         input.SetResult();
     }
 }
@@ -331,10 +372,10 @@ public class WithTimeoutTests
 [Collection(SequentialCollection.Name)]
 public class WithTimeoutSequentialTests
 {
-    private static async SpindleTask AwaitVoid(Promise promise) => await promise.Task;
-
-    [Fact]
-    public void WithTimeout_LateInputFault_IsReportedExactlyOnce()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_LateInputFault_IsReportedExactlyOnce(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
@@ -342,16 +383,18 @@ public class WithTimeoutSequentialTests
         var late = new FormatException("late");
         ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(late), () =>
         {
-            SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(10), wheel);
+            TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(10), wheel);
             clock.Advance(TimeSpan.FromMilliseconds(10));
-            Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
+            Assert.Null(timed.Read());
             input.SetException(late);
         });
         Assert.Equal(new Exception[] { late }, reported.ToArray());
     }
 
-    [Fact]
-    public async Task WithTimeout_OnASignalWait_TheTimedOutWaitEnds_SoTheSignalCanBeWaitedOnAgainInALoop()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public async Task WithTimeout_OnASignalWait_TheTimedOutWaitEnds_SoTheSignalCanBeWaitedOnAgainInALoop(TimeoutForm form)
     {
         // The everyday pattern: wait for a signal with a timeout, again and again. A wait that timed out used to stay
         // pending (the next WaitAsync threw "a wait is already pending"); it is let go of, as a WhenAny's loser is.
@@ -362,40 +405,44 @@ public class WithTimeoutSequentialTests
         {
             for (int round = 0; round < 20; round++)
             {
-                SpindleTask timed = signal.WaitAsync().WithTimeout(TimeSpan.FromMilliseconds(5), wheel);
+                TimedWait timed = TimedWait.Start(form, signal.WaitAsync(), TimeSpan.FromMilliseconds(5), wheel);
                 clock.Advance(TimeSpan.FromMilliseconds(5));
-                await Assert.ThrowsAsync<TimeoutException>(() => TestUtil.AwaitAsync(timed));
+                Assert.Null(await timed.ReadAsync());
                 Assert.False(signal.HasWaiter);
             }
             signal.Set(); // kept for the next wait: nobody waits now
-            SpindleTask next = signal.WaitAsync().WithTimeout(TimeSpan.FromMilliseconds(5), wheel);
-            await TestUtil.AwaitAsync(next);
+            TimedWait next = TimedWait.Start(form, signal.WaitAsync(), TimeSpan.FromMilliseconds(5), wheel);
+            Assert.Equal(0, await next.ReadAsync());
             Assert.Equal(0, wheel.PendingCount);
         });
         Assert.Empty(reported);
     }
 
-    [Fact]
-    public void WithTimeout_OnAPromise_ThePromiseCanBeResetAsSoonAsItTimedOut()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_OnAPromise_ThePromiseCanBeResetAsSoonAsItTimedOut(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var input = new Promise<int>();
         ConcurrentQueue<Exception> reported = Observe(Own.ReportedOnTestThreads(), () =>
         {
-            SpindleTask<int> timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(3), wheel);
+            TimedWait timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(3), wheel);
             clock.Advance(TimeSpan.FromMilliseconds(3));
-            Assert.Throws<TimeoutException>(() => timed.GetAwaiter().GetResult());
+            Assert.Null(timed.Read());
             input.Reset(); // let go of: before, "an await on it is still pending" until its producer completed it
-            SpindleTask<int> again = input.Task.WithTimeout(TimeSpan.FromMilliseconds(3), wheel);
+            TimedWait again = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(3), wheel);
             input.SetResult(7);
-            Assert.Equal(7, again.GetAwaiter().GetResult());
+            Assert.Equal(7, again.Read());
         });
         Assert.Empty(reported);
     }
 
-    [Fact]
-    public void WithTimeout_LateInputCancellationOrSuccess_IsNotReported()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_LateInputCancellationOrSuccess_IsNotReported(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
@@ -403,20 +450,22 @@ public class WithTimeoutSequentialTests
         ConcurrentQueue<Exception> reported = Observe(Own.Any(Own.ReportedOnTestThreads(), Own.Cancellations()), () =>
         {
             var canceled = new Promise();
-            SpindleTask a = AwaitVoid(canceled).WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
+            TimedWait a = TimedWait.Start(form, Await(canceled), TimeSpan.FromMilliseconds(1), wheel);
             var succeeded = new Promise<int>();
-            SpindleTask<int> b = succeeded.Task.WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
+            TimedWait b = TimedWait.Start(form, succeeded.Task, TimeSpan.FromMilliseconds(1), wheel);
             clock.Advance(TimeSpan.FromMilliseconds(1));
-            Assert.Throws<TimeoutException>(() => a.GetAwaiter().GetResult());
-            Assert.Throws<TimeoutException>(() => b.GetAwaiter().GetResult());
+            Assert.Null(a.Read());
+            Assert.Null(b.Read());
             canceled.SetCanceled();
             succeeded.SetResult(1);
         });
         Assert.Empty(reported);
     }
 
-    [Fact]
-    public void WithTimeout_InputFaultBeforeTheTimeout_IsRethrownAndNotReported()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing)]
+    [InlineData(TimeoutForm.Quiet)]
+    public void WithTimeout_InputFaultBeforeTheTimeout_IsRethrownAndNotReported(TimeoutForm form)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
@@ -424,35 +473,50 @@ public class WithTimeoutSequentialTests
         ConcurrentQueue<Exception> reported = Observe(Own.InstancesOrOnTestThreads(fault), () =>
         {
             var input = new Promise();
-            SpindleTask timed = AwaitVoid(input).WithTimeout(TimeSpan.FromMilliseconds(5), wheel);
+            TimedWait timed = TimedWait.Start(form, Await(input), TimeSpan.FromMilliseconds(5), wheel);
             input.SetException(fault);
-            Assert.Throws<FormatException>(() => timed.GetAwaiter().GetResult());
+            Assert.Throws<FormatException>(() => timed.Read());
             clock.Advance(TimeSpan.FromMilliseconds(10));
         });
         Assert.Empty(reported);
     }
 
     /// <summary>
-    /// The clock reaching the deadline races the input finishing (half the rounds with a fault): exactly one outcome,
-    /// one continuation, every input fault either rethrown or reported (never both, never neither), no timer left.
+    /// The clock reaching the deadline races the input finishing (half the rounds with a fault), and, with
+    /// <paramref name="tokenRaces"/>, the token's cancellation from a third thread: exactly one outcome, one continuation,
+    /// every input fault either rethrown or reported (never both, never neither), no timer left.
     /// </summary>
-    [Fact]
-    public async Task WithTimeout_TimeoutVersusCompletion_HasExactlyOneOutcome()
+    [Theory]
+    [InlineData(TimeoutForm.Throwing, false)]
+    [InlineData(TimeoutForm.Quiet, false)]
+    [InlineData(TimeoutForm.Throwing, true)]
+    [InlineData(TimeoutForm.Quiet, true)]
+    public async Task WithTimeout_TimeoutVersusCompletion_HasExactlyOneOutcome(TimeoutForm form, bool tokenRaces)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         int rounds = TestUtil.Stress(3_000);
         var input = new Promise<int>();
         input.SetResult(0);
-        SpindleTask<int> timed = default;
+        var cts = new CancellationTokenSource();
+        TimedWait timed = default;
         int continuations = 0;
         int succeeded = 0;
         int timedOut = 0;
+        int canceled = 0;
         int faultsRethrown = 0;
-        int faultRounds = 0;
         var made = new ConcurrentQueue<Exception>(); // each round's fault, added before it is set
         var watch = UnobservedReports.Start(Own.Any(Own.InstancesIn(made), Own.ReportedOnTestThreads()));
         ConcurrentQueue<Exception> reported = watch.Reports;
+        var racers = new List<Action<int>>
+        {
+            RaceJitter.AdvancesTheClock(clock, TimeSpan.FromMilliseconds(1)),
+            RaceJitter.FinishesTheInput(round => input.SetResult(round), fault => input.SetException(fault), made),
+        };
+        if (tokenRaces)
+        {
+            racers.Add(_ => cts.Cancel());
+        }
         int ran;
         using (watch)
         {
@@ -461,9 +525,14 @@ public class WithTimeoutSequentialTests
                 before: _ =>
                 {
                     input.Reset();
-                    timed = input.Task.WithTimeout(TimeSpan.FromMilliseconds(1), wheel);
+                    if (tokenRaces)
+                    {
+                        cts.Dispose();
+                        cts = new CancellationTokenSource();
+                    }
+                    timed = TimedWait.Start(form, input.Task, TimeSpan.FromMilliseconds(1), wheel, tokenRaces ? cts.Token : default);
                     continuations = 0;
-                    timed.GetAwaiter().UnsafeOnCompleted(() => Interlocked.Increment(ref continuations));
+                    timed.OnCompleted(() => Interlocked.Increment(ref continuations));
                 },
                 after: round =>
                 {
@@ -471,44 +540,34 @@ public class WithTimeoutSequentialTests
                     Assert.Equal(1, continuations);
                     try
                     {
-                        Assert.Equal(round, timed.GetAwaiter().GetResult());
-                        succeeded++;
-                    }
-                    catch (TimeoutException)
-                    {
-                        timedOut++;
+                        if (timed.Read() is { } result)
+                        {
+                            Assert.Equal(round, result);
+                            succeeded++;
+                        }
+                        else
+                        {
+                            timedOut++;
+                        }
                     }
                     catch (FormatException)
                     {
                         faultsRethrown++;
                     }
+                    catch (OperationCanceledException e) when (tokenRaces)
+                    {
+                        Assert.Equal(cts.Token, e.CancellationToken);
+                        canceled++;
+                    }
                     Assert.Equal(0, wheel.PendingCount);
                 },
-                round =>
-                {
-                    RaceJitter.Delay(round, 0);
-                    clock.Advance(TimeSpan.FromMilliseconds(1));
-                },
-                round =>
-                {
-                    RaceJitter.Delay(round, 1);
-                    if (round / 2 % 2 == 0)
-                    {
-                        input.SetResult(round);
-                    }
-                    else
-                    {
-                        Interlocked.Increment(ref faultRounds);
-                        var fault = new FormatException("round " + round);
-                        made.Enqueue(fault);
-                        input.SetException(fault);
-                    }
-                });
+                racers.ToArray());
         }
-        Assert.Equal(ran, succeeded + timedOut + faultsRethrown);
-        Assert.Equal(faultRounds, faultsRethrown + reported.Count);
+        cts.Dispose();
+        Assert.Equal(ran, succeeded + timedOut + canceled + faultsRethrown);
+        Assert.Equal(made.Count, faultsRethrown + reported.Count);
         Assert.All(reported, e => Assert.IsType<FormatException>(e));
         // Every other pair of rounds: each racer is delayed in both kinds.
-        Assert.Equal(Enumerable.Range(0, ran).Count(r => r / 2 % 2 == 1), faultRounds);
+        Assert.Equal(Enumerable.Range(0, ran).Count(r => r / 2 % 2 == 1), made.Count);
     }
 }
