@@ -93,6 +93,7 @@ public readonly partial struct SpindleTask
     /// <returns>A task whose result is true if this task succeeded in time, false if the timeout passed first.</returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">A timer is needed on a wheel of <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/> among them), the workers had not started (this starts them, as its timer thread hands the resumed code to them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
     public SpindleTask<bool> TryWithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {
@@ -178,6 +179,7 @@ public readonly partial struct SpindleTask<T>
     /// <returns>A task whose result is <c>(true, result)</c> if this task succeeded in time, <c>(false, default)</c> if the timeout passed first.</returns>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException"><paramref name="timers"/> has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">A timer is needed on a wheel of <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/> among them), the workers had not started (this starts them, as its timer thread hands the resumed code to them), and the SPINDLE_WORKERS environment variable is invalid (see <see cref="Spindle.WorkerCount"/>).</exception>
     /// <exception cref="InvalidOperationException">This task was already awaited (the await-once error), or is being awaited elsewhere.</exception>
     public SpindleTask<(bool Completed, T Result)> TryWithTimeout(TimeSpan timeout, TimerWheel? timers = null, CancellationToken cancellationToken = default)
     {

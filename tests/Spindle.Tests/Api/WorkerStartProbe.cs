@@ -77,6 +77,7 @@ internal static class WorkerStartProbe
         var promise = new Promise<int>();
         SpindleTask<int> pending = promise.Task;
         check(Refused(() => pending.WithTimeout(TimeSpan.FromMilliseconds(5), wheel)), "WithTimeout refuses at the call");
+        check(Refused(() => pending.TryWithTimeout(TimeSpan.FromMilliseconds(5), wheel)), "TryWithTimeout refuses at the call");
         check(Refused(() => SpindleTask.WhenAll([pending.AsSpindleTask()], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(5), Timers = wheel })),
             "WhenAll with a timeout refuses at the call");
         promise.SetResult(42);
