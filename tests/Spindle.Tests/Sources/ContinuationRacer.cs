@@ -10,9 +10,11 @@ namespace SpindleLib.Tests.Sources;
 /// Barrier met too seldom to find a claim made of a read and a store, mutation testing mut51 and mut52), and one of the
 /// two runs, in turn, first spins for a few iterations that sweep through the rounds, so that the runs meet at every
 /// small offset: a claim's window is a few instructions. On one processor a spin never lets the other thread run, so
-/// there every wait yields instead: the rounds still check their outcome, though the race itself is rare. Used by
-/// <c>ChildObserverClaimRaceTests</c> and <see cref="BoxRunClaimRaceTests"/>; a test that uses it runs in the
-/// sequential collection, since its two threads must run at once, on the two cores a small machine has.
+/// there every wait yields instead: the rounds still check their outcome, though the race itself is rare. Or
+/// (<see cref="RunOnceRegistered"/>) the second thread alone runs the continuation, the moment the source is handed it.
+/// Used by <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/> and <c>ForgetObserverClaimRaceTests</c>;
+/// a test that uses it runs in the sequential collection, since its two threads must run at once, on the two cores a
+/// small machine has.
 /// </summary>
 internal sealed class ContinuationRacer : IDisposable
 {
@@ -22,6 +24,7 @@ internal sealed class ContinuationRacer : IDisposable
     private int _ran = -1;       // the last round run
     private RerunningSource? _source;
     private int _spins;
+    private bool _whenRegistered; // the round's run waits for the source to be handed its continuation, then completes it
     private Exception? _error;
 
     public ContinuationRacer(string name)
@@ -39,6 +42,7 @@ internal sealed class ContinuationRacer : IDisposable
         int jitter = round % 16; // spins before this round's run, on one side or the other
         _source = source;
         _spins = jitter % 2 == 1 ? jitter / 2 : 0;
+        _whenRegistered = false;
         Volatile.Write(ref _round, round); // publishes the two fields above
         Spin(jitter % 2 == 0 ? jitter / 2 : 0);
         Exception? mine = null;
@@ -51,6 +55,25 @@ internal sealed class ContinuationRacer : IDisposable
             mine = ex;
         }
         return (mine, WaitForRun(round));
+    }
+
+    /// <summary>
+    /// Calls <paramref name="register"/> on this thread, which hands <paramref name="source"/> a continuation, while the
+    /// racing thread waits for that continuation and, the moment it sees it, completes the source and runs it: a source
+    /// completed on another thread while its registrant is still between the registration and what follows it. The source
+    /// spins after keeping the continuation for a number of iterations that sweeps through the rounds
+    /// (<see cref="RerunningSource.SpinsAfterRegistration"/>), so that the run meets the registrant at every small offset.
+    /// Returns what the run threw.
+    /// </summary>
+    public Exception? RunOnceRegistered(int round, RerunningSource source, Action register)
+    {
+        source.SpinsAfterRegistration = round % 32;
+        _source = source;
+        _spins = 0;
+        _whenRegistered = true;
+        Volatile.Write(ref _round, round); // publishes the fields above
+        register();
+        return WaitForRun(round);
     }
 
     /// <summary>How many of <paramref name="errors"/> are the refusal of a second run (the misuse's error); null counts as a run that went through.</summary>
@@ -135,6 +158,14 @@ internal sealed class ContinuationRacer : IDisposable
             Exception? error = null;
             try
             {
+                if (_whenRegistered)
+                {
+                    while (!_source!.IsRegistered)
+                    {
+                        Pause();
+                    }
+                    _source.MarkCompleted();
+                }
                 _source!.RunAgain();
             }
             catch (Exception ex)
