@@ -4,17 +4,18 @@ using System.Threading;
 namespace SpindleLib.Tests.Sources;
 
 /// <summary>
-/// Runs a <see cref="RerunningSource"/>'s kept continuation from the calling thread and from a second thread at the same
-/// moment, round after round: the misuse of a user's source that completes from two threads at once. The second thread is
-/// kept for every round and spins between them, so that neither run is woken from a wait late (two threads released by a
-/// Barrier met too seldom to find a claim made of a read and a store, mutation testing mut51 and mut52), and one of the
-/// two runs, in turn, first spins for a few iterations that sweep through the rounds, so that the runs meet at every
-/// small offset: a claim's window is a few instructions. On one processor a spin never lets the other thread run, so
-/// there every wait yields instead: the rounds still check their outcome, though the race itself is rare. Or
-/// (<see cref="RunOnceRegistered"/>) the second thread alone runs the continuation, the moment the source is handed it.
-/// Used by <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/> and <c>ForgetObserverClaimRaceTests</c>;
-/// a test that uses it runs in the sequential collection, since its two threads must run at once, on the two cores a
-/// small machine has.
+/// Runs two steps at the same moment, one on the calling thread and one on a second thread, round after round: for races
+/// whose window is a few instructions (a claim made of one atomic step). The second thread is kept for every round and
+/// spins between them, so that its step is never woken from a wait late (two threads released by a Barrier met too
+/// seldom to find a claim made of a read and a store, mutation testing mut51 and mut52), and one of the two steps, in
+/// turn, first spins for a few iterations that sweep through the rounds, so that the steps meet at every small offset. Or
+/// (<see cref="RunOnceReady"/>) the second thread's step waits for a condition the first thread's step makes true, and
+/// follows it at once. On one processor a spin never lets the other thread run (two taskset -c 1 runs hung until their
+/// timeout, mut51), so there every wait yields instead: the rounds still check their outcome, though the race itself is
+/// rare. The forms for a <see cref="RerunningSource"/> race its continuation's runs. Used by
+/// <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/>, <c>ForgetObserverClaimRaceTests</c> and
+/// <c>RunStartClaimRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
+/// at once, on the two cores a small machine has.
 /// </summary>
 internal sealed class ContinuationRacer : IDisposable
 {
@@ -22,9 +23,9 @@ internal sealed class ContinuationRacer : IDisposable
     private readonly Thread _thread;
     private int _round = -1;     // the round posted to run; Stopped to end
     private int _ran = -1;       // the last round run
-    private RerunningSource? _source;
+    private Func<bool>? _ready;  // the round's step waits for this first, if set
+    private Action? _step;
     private int _spins;
-    private bool _whenRegistered; // the round's run waits for the source to be handed its continuation, then completes it
     private Exception? _error;
 
     public ContinuationRacer(string name)
@@ -34,27 +35,49 @@ internal sealed class ContinuationRacer : IDisposable
     }
 
     /// <summary>
-    /// Runs <paramref name="source"/>'s continuation on this thread and on the racing one at once (round
-    /// <paramref name="round"/>, numbered from 0 and never repeated), and returns what each run threw.
+    /// Runs <paramref name="mine"/> on this thread and <paramref name="theirs"/> on the racing one at once (round
+    /// <paramref name="round"/>, numbered from 0 and never repeated), and returns what each threw.
     /// </summary>
-    public (Exception? Mine, Exception? Theirs) RunBothAtOnce(int round, RerunningSource source)
+    public (Exception? Mine, Exception? Theirs) RunBothAtOnce(int round, Action mine, Action theirs)
     {
-        int jitter = round % 16; // spins before this round's run, on one side or the other
-        _source = source;
-        _spins = jitter % 2 == 1 ? jitter / 2 : 0;
-        _whenRegistered = false;
-        Volatile.Write(ref _round, round); // publishes the two fields above
+        int jitter = round % 16; // spins before this round's step, on one side or the other
+        Post(round, ready: null, theirs, jitter % 2 == 1 ? jitter / 2 : 0);
         Spin(jitter % 2 == 0 ? jitter / 2 : 0);
-        Exception? mine = null;
+        Exception? error = null;
         try
         {
-            source.RunAgain();
+            mine();
         }
         catch (Exception ex)
         {
-            mine = ex;
+            error = ex;
         }
-        return (mine, WaitForRun(round));
+        return (error, WaitForRun(round));
+    }
+
+    /// <summary>Runs <paramref name="source"/>'s continuation on this thread and on the racing one at once, and returns what each run threw.</summary>
+    public (Exception? Mine, Exception? Theirs) RunBothAtOnce(int round, RerunningSource source)
+        => RunBothAtOnce(round, source.RunAgain, source.RunAgain);
+
+    /// <summary>
+    /// Runs <paramref name="mine"/> on this thread while the racing one waits for <paramref name="ready"/>, then spins
+    /// <paramref name="spins"/> iterations and runs <paramref name="theirs"/>. Returns what <paramref name="mine"/> threw,
+    /// and what <paramref name="theirs"/> threw once it has run. <paramref name="mine"/> must make <paramref name="ready"/>
+    /// true (the racing thread waits for it without a bound).
+    /// </summary>
+    public (Exception? Mine, Exception? Theirs) RunOnceReady(int round, Func<bool> ready, int spins, Action theirs, Action mine)
+    {
+        Post(round, ready, theirs, spins);
+        Exception? error = null;
+        try
+        {
+            mine();
+        }
+        catch (Exception ex)
+        {
+            error = ex;
+        }
+        return (error, WaitForRun(round));
     }
 
     /// <summary>
@@ -68,12 +91,16 @@ internal sealed class ContinuationRacer : IDisposable
     public Exception? RunOnceRegistered(int round, RerunningSource source, Action register)
     {
         source.SpinsAfterRegistration = round % 32;
-        _source = source;
-        _spins = 0;
-        _whenRegistered = true;
-        Volatile.Write(ref _round, round); // publishes the fields above
-        register();
-        return WaitForRun(round);
+        (Exception? mine, Exception? theirs) = RunOnceReady(round, () => source.IsRegistered, spins: 0, () =>
+        {
+            source.MarkCompleted();
+            source.RunAgain();
+        }, register);
+        if (mine is not null)
+        {
+            throw new InvalidOperationException($"round {round}: the registration threw", mine);
+        }
+        return theirs;
     }
 
     /// <summary>How many of <paramref name="errors"/> are the refusal of a second run (the misuse's error); null counts as a run that went through.</summary>
@@ -102,6 +129,14 @@ internal sealed class ContinuationRacer : IDisposable
         Assert.True(_thread.Join(TimeSpan.FromSeconds(30)), "the racing thread did not end");
     }
 
+    private void Post(int round, Func<bool>? ready, Action step, int spins)
+    {
+        _ready = ready;
+        _step = step;
+        _spins = spins;
+        Volatile.Write(ref _round, round); // publishes the fields above
+    }
+
     private Exception? WaitForRun(int round)
     {
         long until = Environment.TickCount64 + 30_000;
@@ -124,8 +159,6 @@ internal sealed class ContinuationRacer : IDisposable
         }
     }
 
-    // On one processor a spin never lets the other thread run (two taskset -c 1 runs hung until their timeout, mut51), so
-    // there each wait yields.
     private static void Pause()
     {
         if (Spinning.Helps)
@@ -154,19 +187,18 @@ internal sealed class ContinuationRacer : IDisposable
                 continue;
             }
             last = round;
-            Spin(_spins);
             Exception? error = null;
             try
             {
-                if (_whenRegistered)
+                if (_ready is { } ready)
                 {
-                    while (!_source!.IsRegistered)
+                    while (!ready())
                     {
                         Pause();
                     }
-                    _source.MarkCompleted();
                 }
-                _source!.RunAgain();
+                Spin(_spins);
+                _step!();
             }
             catch (Exception ex)
             {
