@@ -43,16 +43,7 @@ internal sealed class ContinuationRacer : IDisposable
         int jitter = round % 16; // spins before this round's step, on one side or the other
         Post(round, ready: null, theirs, jitter % 2 == 1 ? jitter / 2 : 0);
         Spin(jitter % 2 == 0 ? jitter / 2 : 0);
-        Exception? error = null;
-        try
-        {
-            mine();
-        }
-        catch (Exception ex)
-        {
-            error = ex;
-        }
-        return (error, WaitForRun(round));
+        return (Run(mine), WaitForRun(round));
     }
 
     /// <summary>Runs <paramref name="source"/>'s continuation on this thread and on the racing one at once, and returns what each run threw.</summary>
@@ -68,16 +59,7 @@ internal sealed class ContinuationRacer : IDisposable
     public (Exception? Mine, Exception? Theirs) RunOnceReady(int round, Func<bool> ready, int spins, Action theirs, Action mine)
     {
         Post(round, ready, theirs, spins);
-        Exception? error = null;
-        try
-        {
-            mine();
-        }
-        catch (Exception ex)
-        {
-            error = ex;
-        }
-        return (error, WaitForRun(round));
+        return (Run(mine), WaitForRun(round));
     }
 
     /// <summary>
@@ -151,6 +133,20 @@ internal sealed class ContinuationRacer : IDisposable
         return _error;
     }
 
+    /// <summary>Runs <paramref name="step"/>; returns what it threw.</summary>
+    private static Exception? Run(Action step)
+    {
+        try
+        {
+            step();
+            return null;
+        }
+        catch (Exception ex)
+        {
+            return ex;
+        }
+    }
+
     private static void Spin(int iterations)
     {
         if (iterations > 0)
@@ -187,8 +183,7 @@ internal sealed class ContinuationRacer : IDisposable
                 continue;
             }
             last = round;
-            Exception? error = null;
-            try
+            _error = Run(() =>
             {
                 if (_ready is { } ready)
                 {
@@ -199,12 +194,7 @@ internal sealed class ContinuationRacer : IDisposable
                 }
                 Spin(_spins);
                 _step!();
-            }
-            catch (Exception ex)
-            {
-                error = ex;
-            }
-            _error = error;
+            });
             Volatile.Write(ref _ran, round); // publishes _error
         }
     }
