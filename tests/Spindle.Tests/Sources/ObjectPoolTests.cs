@@ -55,6 +55,8 @@ public class ObjectPoolTests
 
     private sealed class IdleRenterNode : Node<IdleRenterNode>;
 
+    private sealed class GateRaceCapNode : Node<GateRaceCapNode>;
+
     /// <summary>Returns <paramref name="count"/> new nodes on a thread of its own (not a loop's): its stack keeps LocalMax, the rest go to the shared stack.</summary>
     private static void ReturnOnAnotherThread<T>(int count)
         where T : Node<T>, new()
@@ -357,6 +359,72 @@ public class ObjectPoolTests
             Drain<ZeroCapNode>();
         }
     }
+
+#if DEBUG // the two hooks exist only in a Debug build
+    /// <summary>
+    /// Two threads give a chunk back at once to a shared stack with room for one: the second passes the look at the room
+    /// made outside the gate, then waits for the gate while the first fills the stack. Under the gate it must look again
+    /// and drop its chunk. Without that second look it linked its chunk too, and the stack held twice its cap, as many
+    /// threads returning at once could make it hold many times over (mutation testing, mut52: no test failed with the
+    /// look under the gate removed). The hooks hold the first thread in the gate until the second has split its chunk off,
+    /// then a little longer, for the second to pass the first look and reach the gate; each waits with a bound.
+    /// </summary>
+    [Fact]
+    public void TwoChunksGivenBackAtOnce_ToAStackWithRoomForOne_LeaveItWithinItsCap()
+    {
+        const string Holder = "gate-race holder", Second = "gate-race second";
+        int chunk = ObjectPool<GateRaceCapNode>.Chunk, localMax = ObjectPool<GateRaceCapNode>.LocalMax;
+        Drain<GateRaceCapNode>();
+        int saved = SpindlePool.MaxRetainedPerType;
+        using var holding = new ManualResetEventSlim();
+        using var secondSplit = new ManualResetEventSlim();
+        bool secondCameInTime = true;
+        try
+        {
+            SpindlePool.MaxRetainedPerType = chunk; // room for one chunk
+            PoolTestHooks.GateHeld = () =>
+            {
+                if (Thread.CurrentThread.Name == Holder)
+                {
+                    holding.Set();
+                    secondCameInTime = secondSplit.Wait(TimeSpan.FromSeconds(30));
+                    Thread.Sleep(100); // the second thread looks at the room (still empty) and spins on the gate
+                }
+            };
+            PoolTestHooks.ChunkSplitOff = () =>
+            {
+                if (Thread.CurrentThread.Name == Second)
+                {
+                    secondSplit.Set();
+                }
+            };
+            // Each thread's stack keeps LocalMax; the return after that gives a chunk back.
+            Task holder = TestUtil.RunOnThread(() => ReturnNew(localMax + 1), Holder);
+            Assert.True(holding.Wait(TimeSpan.FromSeconds(30)), "the first thread never held the gate");
+            Task second = TestUtil.RunOnThread(() => ReturnNew(localMax + 1), Second);
+            Assert.True(Task.WaitAll(new[] { holder, second }, TimeSpan.FromSeconds(30)), "a returning thread did not finish");
+            Assert.True(secondCameInTime, "the second thread never split its chunk off");
+            int shared = ObjectPool<GateRaceCapNode>.Count;
+            Assert.True(shared <= chunk, $"the shared stack holds {shared}, over its cap of {chunk}: the second chunk was linked without a look at the room under the gate");
+        }
+        finally
+        {
+            PoolTestHooks.GateHeld = null;
+            PoolTestHooks.ChunkSplitOff = null;
+            secondSplit.Set();
+            SpindlePool.MaxRetainedPerType = saved;
+            Drain<GateRaceCapNode>();
+        }
+
+        static void ReturnNew(int count)
+        {
+            for (int i = 0; i < count; i++)
+            {
+                ObjectPool<GateRaceCapNode>.Return(new GateRaceCapNode());
+            }
+        }
+    }
+#endif
 
     [Fact]
     public void MaxRetainedPerType_Negative_ThrowsArgumentOutOfRangeAndKeepsTheCap()

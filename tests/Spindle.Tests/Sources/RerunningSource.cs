@@ -1,17 +1,29 @@
 using System;
+using System.Threading;
 using System.Threading.Tasks.Sources;
 
 namespace SpindleLib.Tests.Sources;
 
 /// <summary>
 /// A user's source that keeps the one continuation it is handed and can run it any number of times: the misuse its
-/// <c>OnCompleted</c> contract forbids (<see cref="ContinuationRunTwiceTests"/>, <c>ChildObserverClaimRaceTests</c>).
+/// <c>OnCompleted</c> contract forbids (<see cref="ContinuationRunTwiceTests"/>, <c>ChildObserverClaimRaceTests</c>), or
+/// run it from another thread the moment it is handed over (<see cref="ContinuationRacer.RunOnceRegistered"/>).
 /// </summary>
 internal sealed class RerunningSource : ISpindleSource<int>
 {
     private Action<object?>? _continuation;
     private object? _state;
     private volatile bool _completed;
+    private int _reads;
+
+    /// <summary>How many times the result was read (<c>GetResult</c>).</summary>
+    public int Reads => Volatile.Read(ref _reads);
+
+    /// <summary>True once a continuation was handed over.</summary>
+    public bool IsRegistered => Volatile.Read(ref _continuation) is not null;
+
+    /// <summary>Iterations <c>OnCompleted</c> spins after keeping the continuation, before it returns to the registrant.</summary>
+    public int SpinsAfterRegistration { get; set; }
 
     public SpindleTask<int> Task => new(this, 3);
 
@@ -33,13 +45,21 @@ internal sealed class RerunningSource : ISpindleSource<int>
     public void OnCompleted(Action<object?> continuation, object? state, short token)
     {
         Assert.Equal(3, token);
-        _continuation = continuation;
         _state = state;
+        Volatile.Write(ref _continuation, continuation); // publishes the state to a thread that waits for it (IsRegistered)
+        if (SpinsAfterRegistration > 0)
+        {
+            Thread.SpinWait(SpinsAfterRegistration);
+        }
     }
 
     public SpindleTaskStatus GetStatus(short token) => _completed ? SpindleTaskStatus.Succeeded : SpindleTaskStatus.Pending;
 
-    public int GetResult(short token) => _completed ? 42 : throw new InvalidOperationException("read before completion");
+    public int GetResult(short token)
+    {
+        Interlocked.Increment(ref _reads);
+        return _completed ? 42 : throw new InvalidOperationException("read before completion");
+    }
 
     void IValueTaskSource.GetResult(short token) => GetResult(token);
 

@@ -1,0 +1,83 @@
+using System;
+using System.Collections.Generic;
+using System.Threading;
+
+using SpindleLib.Tests.Sources;
+
+namespace SpindleLib.Tests.Threading;
+
+/// <summary>
+/// A run given a token is claimed once, by whichever comes first with a compare-exchange: the worker that starts it or
+/// the token's callback that ends it as cancelled. A worker's claim made of a read and a store let a cancellation that
+/// came between the two end the task as cancelled and still run the work. <c>RunCancellationTests</c>' race cancels
+/// against a run queued from outside the workers, which a worker starts a wake-up later: it met that window too seldom to
+/// fail (mutation testing, mut52). Here the run is handed off on a worker, which starts it as soon as the item that
+/// queued it returns, and the cancellation follows the hand-off by a few iterations that sweep through the rounds. Run
+/// alone: its threads must run at once.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class RunStartClaimRaceTests
+{
+    [Fact]
+    public void ACancellationAsAWorkerStartsAHandedOffRun_EndsItOneWayOnly()
+    {
+        int rounds = TestUtil.Stress(20_000);
+        var ranFor = new int[rounds];
+        var cancelled = new bool[rounds];
+        int queued = -1;
+        var failures = new List<string>();
+        using (var racer = new ContinuationRacer("RunStartClaimRaceTests racer"))
+        {
+            for (int round = 0; round < rounds && failures.Count < 10; round++)
+            {
+                int r = round;
+                using var cts = new CancellationTokenSource();
+                SpindleTask<int> run = default;
+                SpindleTask outer = default;
+                (Exception? mine, Exception? theirs) = racer.RunOnceReady(round, () => Volatile.Read(ref queued) == r, spins: round % 128, cts.Cancel, () =>
+                {
+                    outer = Spindle.Run(() =>
+                    {
+                        // The cancellation takes longer to arrive than the hand-off to start: the racer sets out now.
+                        Volatile.Write(ref queued, r);
+                        // On a worker: into its run-next slot, started as soon as this item returns.
+                        run = Spindle.Run(() =>
+                        {
+                            Interlocked.Increment(ref ranFor[r]);
+                            return r;
+                        }, cts.Token);
+                    });
+                });
+                Assert.Null(mine);
+                Assert.Null(theirs);
+                TestUtil.WithTimeout(outer).GetAwaiter().GetResult(); // publishes the run's task
+                try
+                {
+                    Assert.Equal(r, TestUtil.WithTimeout(run).GetAwaiter().GetResult());
+                }
+                catch (OperationCanceledException)
+                {
+                    cancelled[r] = true;
+                }
+            }
+        }
+        Thread.Sleep(100); // a run started after its cancellation would have run its work by now
+        int ranAndCancelled = 0, ranNot = 0, cancels = 0;
+        for (int r = 0; r < rounds; r++)
+        {
+            int ran = Volatile.Read(ref ranFor[r]);
+            cancels += cancelled[r] ? 1 : 0;
+            if (cancelled[r] && ran != 0)
+            {
+                ranAndCancelled++;
+                failures.Add($"round {r}: cancelled, and its work ran {ran} times");
+            }
+            else if (!cancelled[r] && ran != 1)
+            {
+                ranNot++;
+                failures.Add($"round {r}: succeeded, and its work ran {ran} times");
+            }
+        }
+        Assert.True(failures.Count == 0, $"{ranAndCancelled} cancelled runs ran their work, {ranNot} runs that succeeded did not run it once ({cancels} of {rounds} cancelled): {string.Join("; ", failures.GetRange(0, Math.Min(10, failures.Count)))}");
+    }
+}
