@@ -90,6 +90,9 @@ public sealed class ValueTaskSourceMisuseTests
         // as the promises and signals above (a faulted or canceled task's source ran the null continuation before).
         foreach (ValueTaskSourceOnCompletedFlags flags in s_flags)
         {
+            // The delay is cancelled at the end: a timer left in the default wheel would hold up the sequential tests
+            // that wait for it to be empty (three timed out at 30 s in a CI run when this left a minute's delay there).
+            using var delayCancel = new CancellationTokenSource();
             var promise = new Promise();
             var preserved = new Promise();
             var combined = new Promise();
@@ -102,7 +105,7 @@ public sealed class ValueTaskSourceMisuseTests
                 preserved.Task.Preserve(),
                 SpindleTask.WhenAll(combined.Task, promise.Task),
                 AwaitOnce(awaited.Task),
-                Spindle.Delay(TimeSpan.FromMinutes(1), new CancellationToken(canceled: false)),
+                Spindle.Delay(TimeSpan.FromMinutes(1), delayCancel.Token),
             ];
             foreach (SpindleTask task in tasks)
             {
@@ -120,9 +123,12 @@ public sealed class ValueTaskSourceMisuseTests
             preserved.SetResult();
             combined.SetResult();
             awaited.SetResult();
+            delayCancel.Cancel();
             tasks[3].GetAwaiter().GetResult();
             tasks[4].GetAwaiter().GetResult();
             tasks[5].GetAwaiter().GetResult();
+            Assert.ThrowsAny<OperationCanceledException>(() => tasks[6].GetAwaiter().GetResult());
         }
+        TestUtil.SpinUntil(() => TimerWheel.Default.PendingCount == 0, () => TimerWheel.Default.PendingCount + " timers left in the default wheel");
     }
 }
