@@ -1,0 +1,66 @@
+using System;
+using System.Collections.Generic;
+using SpindleLib.Tests.Sources;
+
+namespace SpindleLib.Tests.Combinators;
+
+/// <summary>
+/// A WhenAny of producers decides its winner with one compare-and-swap, and only the winner completes the combined task:
+/// its index and result are the winner's. Two producers finishing on two threads at once, one failed and one with a
+/// result, must give either the failure or the other's index and result, never the failed one's index with a result.
+/// A claim made of a read and a store let both finishers through: one completed the task and the other overwrote the
+/// winner's index, so a WhenAny that succeeded named the failed producer with a default result, and that failure was
+/// neither thrown nor reported; mutation testing (mut52, mutant C3) found no test that failed with it. Run alone: its two
+/// threads must run at once.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class WhenAnyProducerWinnerRaceTests
+{
+    [Fact]
+    public void AFailedAndASucceededProducerFinishingAtOnce_GiveOneWinnersOutcome()
+    {
+        // On one processor the racer yields where it would spin, and a round takes a time slice: fewer rounds there.
+        int rounds = TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000);
+        var failures = new List<string>();
+        var thrown = new InvalidOperationException("producer 0 failed");
+        int failedWins = 0;
+        int ran = 0;
+        using UnobservedReports watch = UnobservedReports.Start(UnobservedReports.Own.Instances(thrown));
+        using (var racer = new ContinuationRacer("WhenAnyProducerWinnerRaceTests racer"))
+        {
+            for (int round = 0; round < rounds && failures.Count < 10; round++, ran++)
+            {
+                var failing = new Promise<int>();
+                var succeeding = new Promise<int>();
+                SpindleTask<(int Index, int Result)> any = SpindleTask.WhenAny<int>(
+                [
+                    _ => failing.Task,
+                    _ => succeeding.Task,
+                ]);
+                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () => failing.TrySetException(thrown), () => succeeding.TrySetResult(7));
+                Assert.Null(mine);
+                Assert.Null(theirs);
+                if (!any.IsCompleted)
+                {
+                    failures.Add($"round {round}: both producers finished, and the WhenAny is still pending");
+                    continue;
+                }
+                try
+                {
+                    (int index, int result) = any.GetAwaiter().GetResult();
+                    if (index != 1 || result != 7)
+                    {
+                        failures.Add($"round {round}: the WhenAny succeeded with ({index}, {result}), not the succeeding producer's (1, 7)");
+                    }
+                }
+                catch (InvalidOperationException ex) when (ex == thrown)
+                {
+                    failedWins++;
+                }
+            }
+        }
+        Assert.True(failures.Count == 0, $"two producers finishing at once gave a mixed outcome: {string.Join("; ", failures)}");
+        // The failure was thrown where its producer won, and reported, once, where it lost: never both, never neither.
+        Assert.Equal(ran - failedWins, watch.Reports.Count);
+    }
+}
