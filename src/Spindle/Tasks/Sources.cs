@@ -80,21 +80,12 @@ internal sealed class CompletedSource<T> : ISpindleSource<T>, IQuietSource<T>, I
 
     bool IRereadableSource.TryClaimFaultReport(short token) => _faultReport.TryTake();
 
+    // ContextContinuation.Apply refuses a null continuation (and, with no flags, wraps nothing).
     public void OnCompleted(Action<object?> continuation, object? state, short token)
-    {
-        if (continuation is null)
-        {
-            ThrowHelper.ThrowArgumentNull(nameof(continuation));
-        }
-        Continuations.Invoke(continuation, state);
-    }
+        => OnCompleted(continuation, state, token, ValueTaskSourceOnCompletedFlags.None);
 
     public void OnCompleted(Action<object?> continuation, object? state, short token, ValueTaskSourceOnCompletedFlags flags)
     {
-        if (continuation is null)
-        {
-            ThrowHelper.ThrowArgumentNull(nameof(continuation)); // before the context wraps it
-        }
         ContextContinuation.Apply(ref continuation, ref state, flags);
         Continuations.Invoke(continuation, state);
     }

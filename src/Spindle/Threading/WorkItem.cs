@@ -87,13 +87,9 @@ internal abstract class Scheduler
     /// </summary>
     public static bool CanQueueToDefault()
     {
-        if (Volatile.Read(ref s_default) is not null)
-        {
-            return true;
-        }
         try
         {
-            InitDefault();
+            EnsureDefault();
             return true;
         }
         catch (InvalidOperationException ex)

@@ -70,9 +70,6 @@ public sealed partial class TimerWheel : IDisposable
     // worker, each owned by its worker (see WheelShard).
     private readonly WheelShard _main;
     private readonly bool _workerShards;
-
-    // True when the timer thread hands fired continuations to the workers (a wheel of the system clock): see EnsureWorkers.
-    private readonly bool _handsOffToWorkers;
     private readonly List<WheelShard> _workerShardList = new();
     // Invariant (producers' side of a Dekker store-load pair; E. W. Dijkstra, "Cooperating Sequential Processes", 1965,
     // crediting T. Dekker): a timer pushed to the main shard with a deadline earlier than _wakeAt lowers _wakeAt and
@@ -144,7 +141,6 @@ public sealed partial class TimerWheel : IDisposable
         // quiet spell pays no thread start there, while a wheel someone created and dropped is not rooted by its thread.
         _driver = system ? new ThreadTimerDriver(this, endsWhenIdle: !workerShards) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);
-        _handsOffToWorkers = _driver.DispatchesContinuations;
         _workerShards = workerShards && system;
         SpindleMetrics.EnsureCreated();
     }
@@ -349,7 +345,7 @@ public sealed partial class TimerWheel : IDisposable
     /// <exception cref="InvalidOperationException">The workers had not started and SPINDLE_WORKERS is invalid.</exception>
     internal void EnsureWorkers()
     {
-        if (_handsOffToWorkers)
+        if (_main.Dispatches)
         {
             Scheduler.EnsureDefault();
         }

@@ -25,6 +25,9 @@ internal sealed class WheelShard : WorkerTimers
 {
     private readonly TimerWheel _wheel;
     private readonly bool _dispatch;
+
+    /// <summary>True when fired continuations are handed to the workers rather than run inline (a timer thread's shard).</summary>
+    public bool Dispatches => _dispatch;
     private readonly bool _lendsContinuations; // a worker's shard: lent around each continuation its passes run inline
     // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
     // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
