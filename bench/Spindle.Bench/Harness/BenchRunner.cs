@@ -25,6 +25,7 @@ public static class BenchRunner
         new CountersDelayScenario(),
         new CountersIdleScenario(),
         new FrameScenario(),
+        new FrameDelayScenario(),
         new CodegenScenario(),
     };
 
