@@ -95,7 +95,9 @@ public sealed partial class FrameLoop
     /// Resumes in <paramref name="phase"/> of frame <see cref="FrameCount"/> + <paramref name="frameCount"/>, counted from
     /// the frame the call is made in (or the last frame begun, between frames or from another thread). 0 is
     /// <see cref="Yield(FramePhase, CancellationToken)"/> and 1 is <see cref="NextFrame(FramePhase, CancellationToken)"/>.
-    /// Longer waits sit in a timer wheel that counts frames, so waiting frames are never polled.
+    /// Longer waits are never polled: one of fewer than 64 frames started in loop code (inside a frame or phase) sits in
+    /// the bucket of the frame it falls due in, any other in a timer wheel that counts frames. Waits due in the same
+    /// frame resume in the order they were started, with the loop's delays due then.
     /// </summary>
     /// <param name="frameCount">How many frames to wait.</param>
     /// <param name="phase">The phase to resume in.</param>
@@ -118,6 +120,8 @@ public sealed partial class FrameLoop
         {
             0 => StartWaiter(phase, FrameAwaitKind.Yield, cancellationToken),
             1 => StartWaiter(phase, FrameAwaitKind.NextFrame, cancellationToken),
+            // Inside a step, a wait shorter than the ring goes in the bucket of its frame (FrameLoop.FrameRing.cs).
+            _ when frameCount < FrameRingSize && IsInsideStep => StartFrameDelay(phase, frameCount, cancellationToken),
             // The frame clock reads one millisecond per frame, so the wheel's ticks are frames.
             _ => StartTimer(phase, Wheel(_frameClock, ref _frameWheel), TimeSpan.FromTicks(frameCount * TimeSpan.TicksPerMillisecond), cancellationToken),
         };

@@ -297,11 +297,11 @@ public sealed partial class FrameLoop
     }
 
     /// <summary>
-    /// Timers pending on the loop's wheels, and delays held for their exact deadline (for tests: a cancelled delay leaves
-    /// none once a frame has run).
+    /// Timers pending on the loop's wheels, delays held for their exact deadline, and frame delays pending in the frame
+    /// ring (for tests: a cancelled delay leaves none once a frame has run).
     /// </summary>
     internal long PendingTimers => (_frameWheel?.PendingCount ?? 0) + (_unscaledWheel?.PendingCount ?? 0) + (_scaledWheel?.PendingCount ?? 0) +
-        Volatile.Read(ref _notYetDueCount);
+        Volatile.Read(ref _notYetDueCount) + FrameRingPending;
 
     /// <summary>Adds a phase at the end of the frame, after every existing one.</summary>
     /// <returns>The new phase.</returns>
@@ -697,11 +697,13 @@ public sealed partial class FrameLoop
         Volatile.Write(ref _timeTicks, scaled);
 
         // The delays held for their exact deadline first, then each wheel's pass, if something on it is due (or it asked
-        // for one); expired waits land in _expired, and QueueExpired puts them all in start order.
+        // for one), then the frame ring's bucket for this frame; expired waits land in _expired, and QueueExpired puts
+        // them all in start order.
         ReleaseDue();
         _frameClock.FireIfDue();
         _unscaledClock.FireIfDue();
         _scaledClock.FireIfDue();
+        TakeFrameBucket(frame);
         QueueExpired();
     }
 
@@ -734,7 +736,10 @@ public sealed partial class FrameLoop
     }
 
     /// <summary>Adds a wait to this frame's expired list (the thread inside the step only).</summary>
-    private void AppendExpired(FrameWaiter waiter)
+    private void AppendExpired(FrameWaiter waiter) => AppendExpired(waiter, waiter.Sequence);
+
+    /// <summary>As <see cref="AppendExpired(FrameWaiter)"/>, with the wait's start sequence read beforehand.</summary>
+    private void AppendExpired(FrameWaiter waiter, long sequence)
     {
         int n = _expiredCount;
         if (n == _expired.Length)
@@ -743,7 +748,7 @@ public sealed partial class FrameLoop
             Array.Resize(ref _expiredOrder, n * 2);
         }
         _expired[n] = waiter;
-        _expiredOrder[n] = waiter.Sequence;
+        _expiredOrder[n] = sequence;
         _expiredCount = n + 1;
     }
 

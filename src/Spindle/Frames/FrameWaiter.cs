@@ -17,7 +17,7 @@ namespace SpindleLib;
 /// a cancellation with TrySetCanceled, a predicate that throws with TrySetException; the core's single CAS picks one.
 /// A cancellation completes the await at once, on the thread that cancels, and runs the awaiting code there.</para>
 /// <para><b>Who holds it.</b> The consumer (whoever reads the result, or a combinator that lets go of it) and, while the
-/// waiter sits in a queue (a phase's, the inbox, or the frame's list of expired timers) or waits on its timer, that queue
+/// waiter sits in a queue (a phase's, the inbox, the loop's frame ring, or the frame's list of expired timers) or waits on its timer, that queue
 /// or timer (the timer's hold becomes the queue's when the timer expires). <see cref="_holds"/> counts them; the last to
 /// let go recycles it. A waiter cancelled or let go of while queued therefore stays valid until its phase reaches it and
 /// drops it, and a queue never holds a waiter that has been recycled into another use.</para>
@@ -37,14 +37,18 @@ namespace SpindleLib;
 /// token itself; on cancellation, the waiter completes as cancelled at once. The timer node is read (and so recycled)
 /// when the phase reaches the waiter, not when it expires: many timers expiring in one frame would otherwise flood
 /// their pool before the awaiting code could rent them again.</para>
+/// <para><b>Short frame delays.</b> A <see cref="FrameLoop.DelayFrame(int, CancellationToken)"/> of fewer frames than the
+/// loop's frame ring covers, started inside a step of the loop, has no timer: the waiter itself sits in the bucket of its
+/// frame, holding the queue's hold and listening to its token from the start, and the frame that begins takes it to its
+/// phase with the expired timers (see <c>FrameLoop.FrameRing.cs</c>).</para>
 /// </remarks>
 [StackTraceHidden]
 internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSource, IQuietSource, ILazyCanceledSource
 {
 #if NET
-    private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((FrameWaiter)o!)._core.TrySetCanceledLazily();
+    private static readonly Action<object?, CancellationToken> s_onCanceled = static (o, ct) => ((FrameWaiter)o!).OnCanceled();
 #else
-    private static readonly Action<object?> s_onCanceled = static o => ((FrameWaiter)o!).OnCanceledPortable();
+    private static readonly Action<object?> s_onCanceled = static o => ((FrameWaiter)o!).OnCanceled();
 #endif
 
     /// <summary>The continuation a waiter registers on its timer: the timer expired, or was cancelled.</summary>
@@ -84,6 +88,16 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
     /// <summary>The loop clock <see cref="DueTicks"/> is read on (scaled or unscaled loop time), or null.</summary>
     internal LoopClock? DueClock;
 
+    /// <summary>
+    /// The loop whose frame ring holds this waiter (a short <see cref="FrameLoop.DelayFrame(int, FramePhase, CancellationToken)"/>
+    /// started inside a step), or null: a cancellation or a combinator letting go tells it, so that the loop can sweep the
+    /// finished waits out of its ring (<c>FrameLoop.NoteFrameRingDone</c>) rather than hold them until their frame.
+    /// </summary>
+    internal FrameLoop? RingLoop;
+
+    /// <summary>The next wait in the same bucket of <see cref="RingLoop"/>'s frame ring; read and written by the thread inside the loop's step only.</summary>
+    internal FrameWaiter? NextInRing;
+
     /// <summary>True once the use has completed (cancelled while the loop held it): the loop lets go of it at once.</summary>
     internal bool IsDone => _core.IsCompleted;
 
@@ -109,9 +123,16 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
         _registration = CancellationRegistrations.Register(token, s_onCanceled, this);
     }
 
-#if !NET
-    private void OnCanceledPortable() => _core.TrySetCanceledLazily();
-#endif
+    /// <summary>The token fired: completes the use as cancelled, and tells a frame ring holding the waiter (see <see cref="RingLoop"/>).</summary>
+    private void OnCanceled()
+    {
+        // Read before completing: the completion runs the awaiting code, and the waiter may be recycled once the ring lets go.
+        FrameLoop? ring = RingLoop;
+        if (_core.TrySetCanceledLazily())
+        {
+            ring?.NoteFrameRingDone();
+        }
+    }
 
     /// <summary>
     /// Makes the waiter complete only once its continuation is registered: a wait started on another thread then always
@@ -122,6 +143,13 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
 
     /// <summary>A queue takes the waiter: it is not recycled until the queue lets go (see <see cref="Execute"/>).</summary>
     internal void HoldForQueue() => Interlocked.Increment(ref _holds);
+
+    /// <summary>A queue that holds the waiter after its use completed (cancelled, or let go of) drops it without running it.</summary>
+    internal void LetGoOfCompleted()
+    {
+        Debug.Assert(IsDone, "only a completed use leaves its queue unrun");
+        Release();
+    }
 
     private void Release()
     {
@@ -137,6 +165,8 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
         Sequence = 0;
         DueTicks = 0;
         DueClock = null;
+        RingLoop = null;
+        NextInRing = null;
         _cancellationToken = default;
         _registration = default;
         _timer = null;
@@ -300,6 +330,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
 #if DEBUG
         TestHookAfterAbandoned?.Invoke(this);
 #endif
+        FrameLoop? ring = RingLoop; // read while the consumer's hold keeps this use
         bool dropRegistration = true;
         bool timerStopped = false;
         if (Volatile.Read(ref _timerState) != 0)
@@ -329,6 +360,7 @@ internal abstract class FrameWaiter : WorkItem, ISpindleSource, IDetachableSourc
             Release(); // the timer's hold, never the last: the consumer's is let go of next
         }
         Release();
+        ring?.NoteFrameRingDone(); // a hint only: the ring checks each waiter it sweeps
     }
 
 #if DEBUG

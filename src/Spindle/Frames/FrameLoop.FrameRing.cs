@@ -1,0 +1,189 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// The loop's frame ring: short frame delays kept in a bucket per frame, a timer wheel of one level whose tick is a frame.
+/// </summary>
+/// <remarks>
+/// <para>A <see cref="DelayFrame(int, FramePhase, CancellationToken)"/> of 2 to <see cref="FrameRingSize"/> - 1 frames
+/// started inside a step of the loop went through the frame wheel: a waiter, a timer node linked into a wheel slot, the
+/// node's continuation, and at expiry the node fired in the wheel's pass, its callback run, the waiter listed as expired,
+/// then the node read (and recycled) when the phase reached the waiter. Three objects, each touched two or three times
+/// at moments far apart, so most touches missed the cache: with 20,000 units each waiting 1–8 ticks this cost 3–6 times
+/// a countdown of <see cref="NextFrame(CancellationToken)"/>s (decisions 48, user20). Here the waiter goes straight into
+/// the bucket of frame <see cref="FrameCount"/> + n, a list linked through the waiters themselves, and the frame that
+/// begins queues each for its phase: one object and no timer, nothing allocated once the waiters are pooled.</para>
+/// <para><b>Invariants.</b> Only the thread inside a step of the loop reads or writes the buckets and
+/// <see cref="_frameRingCount"/>: the waits are added inside a step (<see cref="DelayFrame(int, FramePhase, CancellationToken)"/>
+/// sends every other caller to the frame wheel), and <see cref="BeginFrameCore"/> and the sweep run inside one. A wait is
+/// due at frame F = <see cref="CurrentFrame"/> + n with 2 &lt;= n &lt; <see cref="FrameRingSize"/>, and its bucket is
+/// F mod <see cref="FrameRingSize"/>: every bucket holds waits of one frame only, since frame F's bucket is emptied as
+/// F begins, before any wait due in F + <see cref="FrameRingSize"/> could be added. A bucket holds its waits in start
+/// order: each is appended at its tail and takes its sequence from the loop's counter as it is added, on the one thread
+/// adding. A waiter's link (<see cref="FrameWaiter.NextInRing"/>) is read and cleared before the waiter leaves the ring. The bucket holds the
+/// waiter's queue hold (<see cref="FrameWaiter.HoldForQueue"/>): a waiter cancelled or let go of stays valid until the
+/// frame takes it to its phase, which drops it, or until a sweep drops it.</para>
+/// <para><b>Cancellation.</b> The waiter listens to its token from the start and completes at once when it fires, as
+/// every frame wait does; only its queue hold stays in the bucket. A cancellation, or a combinator letting go, adds to
+/// <see cref="_frameRingDone"/> (any thread, a hint: it may count a wait that has already left the ring), and a frame
+/// that begins with that count at a quarter or more of the waits in the ring sweeps the finished ones out, so that a
+/// scene unload returns its waiters to their pool at the next frame, and a trickle of cancellations costs O(1) each.</para>
+/// </remarks>
+public sealed partial class FrameLoop
+{
+    /// <summary>The frames the ring covers: a <see cref="DelayFrame(int, FramePhase, CancellationToken)"/> of fewer frames, started inside a step, uses it.</summary>
+    internal const int FrameRingSize = 64;
+
+    // Each frame's bucket is a singly linked list through its waiters (FrameWaiter.NextInRing), oldest first: appending
+    // and taking allocate nothing, and need no array sized for the busiest frame in each of the ring's buckets.
+    private FrameWaiter?[]? _ringHead;
+    private FrameWaiter?[]? _ringTail;
+    private int _frameRingCount;
+    private int _frameRingDone;
+
+    /// <summary>
+    /// Starts a frame delay of <paramref name="frameCount"/> frames (2 to <see cref="FrameRingSize"/> - 1) in the ring.
+    /// The thread inside a step of the loop only.
+    /// </summary>
+    private SpindleTask StartFrameDelay(FramePhase phase, int frameCount, CancellationToken cancellationToken)
+    {
+        Debug.Assert(IsInsideStep && frameCount >= 2 && frameCount < FrameRingSize, "a short frame delay inside a step");
+        PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
+        waiter.Sequence = NextSequence();
+        waiter.RingLoop = this;
+        short token = waiter.Version;
+        waiter.HoldForQueue();
+        FrameWaiter?[] heads = _ringHead ??= new FrameWaiter?[FrameRingSize];
+        FrameWaiter?[] tails = _ringTail ??= new FrameWaiter?[FrameRingSize];
+        int bucket = (int)((_frameCount + frameCount) & (FrameRingSize - 1));
+        if (tails[bucket] is { } tail)
+        {
+            tail.NextInRing = waiter;
+        }
+        else
+        {
+            heads[bucket] = waiter;
+        }
+        tails[bucket] = waiter;
+        _frameRingCount++;
+        waiter.RegisterCancellation();
+        return new SpindleTask(waiter, token);
+    }
+
+    /// <summary>A ring wait was cancelled or let go of (any thread): a hint for <see cref="TakeFrameBucket"/>'s sweep.</summary>
+    internal void NoteFrameRingDone() => Interlocked.Increment(ref _frameRingDone);
+
+    /// <summary>
+    /// Takes the bucket of <paramref name="frame"/>, which is beginning, after the wheels' passes: straight to the waits'
+    /// phases when nothing else expired in this frame (a bucket is in start order), else into the expired list, which
+    /// <see cref="QueueExpired"/> merges by start order. Sweeps the ring first if enough of its waits have finished.
+    /// </summary>
+    private void TakeFrameBucket(long frame)
+    {
+        FrameWaiter?[]? heads = _ringHead;
+        if (heads is null)
+        {
+            return;
+        }
+        int done = Volatile.Read(ref _frameRingDone);
+        if (done != 0 && (long)done * 4 >= _frameRingCount)
+        {
+            SweepFrameRing(heads);
+        }
+        int bucket = (int)(frame & (FrameRingSize - 1));
+        FrameWaiter? waiter = heads[bucket];
+        if (waiter is null)
+        {
+            return;
+        }
+        heads[bucket] = null;
+        _ringTail![bucket] = null;
+        bool direct = _expiredCount == 0;
+        int n = 0;
+        do
+        {
+            // The link is read and cleared before the waiter is queued: once queued, it may be recycled and rented again.
+            FrameWaiter? next = waiter.NextInRing;
+            waiter.NextInRing = null;
+            if (direct)
+            {
+                waiter.Phase!.AddBack(waiter);
+            }
+            else
+            {
+                AppendExpired(waiter);
+            }
+            n++;
+            waiter = next;
+        }
+        while (waiter is not null);
+        _frameRingCount -= n;
+    }
+
+    /// <summary>Drops the ring's finished waits (cancelled, or let go of), keeping the rest in order. Inside a step only.</summary>
+    private void SweepFrameRing(FrameWaiter?[] heads)
+    {
+        // Cleared first: a wait that finishes during the sweep counts towards the next one.
+        Interlocked.Exchange(ref _frameRingDone, 0);
+        FrameWaiter?[] tails = _ringTail!;
+        for (int bucket = 0; bucket < heads.Length; bucket++)
+        {
+            FrameWaiter? kept = null;
+            FrameWaiter? waiter = heads[bucket];
+            heads[bucket] = null;
+            while (waiter is not null)
+            {
+                FrameWaiter? next = waiter.NextInRing;
+                waiter.NextInRing = null;
+                if (waiter.IsDone)
+                {
+                    _frameRingCount--;
+                    waiter.LetGoOfCompleted(); // may recycle it: its link was read and cleared first
+                }
+                else
+                {
+                    if (kept is null)
+                    {
+                        heads[bucket] = waiter;
+                    }
+                    else
+                    {
+                        kept.NextInRing = waiter;
+                    }
+                    kept = waiter;
+                }
+                waiter = next;
+            }
+            tails[bucket] = kept;
+        }
+    }
+
+    /// <summary>Waits the ring holds, pending or finished and not yet swept (for tests). The thread running the loop only.</summary>
+    internal int FrameRingHeld => _frameRingCount;
+
+    /// <summary>Waits in the ring still pending (for tests: <see cref="PendingTimers"/>). Reads another thread's ring: tests only.</summary>
+    private int FrameRingPending
+    {
+        get
+        {
+            int pending = 0;
+            if (_ringHead is { } heads)
+            {
+                foreach (FrameWaiter? head in heads)
+                {
+                    for (FrameWaiter? w = head; w is not null; w = w.NextInRing)
+                    {
+                        if (!w.IsDone)
+                        {
+                            pending++;
+                        }
+                    }
+                }
+            }
+            return pending;
+        }
+    }
+}
