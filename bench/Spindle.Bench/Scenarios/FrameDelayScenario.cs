@@ -27,7 +27,8 @@ public sealed class FrameDelayScenario : Scenario
         "staggered (unit i first waits 1 + i % k ticks) so that about N/k resume each tick. k=mix: unit i's j-th wait is 1 + (i + 3j) % 8 ticks " +
         "(the review's 1–8). cpu_us_per_tick: the loop thread's CPU time (CLOCK_THREAD_CPUTIME_ID on Linux; wall time elsewhere) per tick over " +
         "the measured ticks, after " + WarmTicks + " warm ticks; wall_us_per_tick: Stopwatch; bytes_per_tick: all threads. A fresh loop per round, " +
-        "on the thread that runs it.";
+        "on the thread that runs it. The two systems' rounds alternate; cpu_ratio_in_pair: DelayFrame's CPU time over the Countdown round run " +
+        "right after it, median of the pairs (the figure to quote on a loaded machine).";
 
     public override void Run(BenchContext context)
     {
@@ -36,30 +37,43 @@ public sealed class FrameDelayScenario : Scenario
             int measured = context.Pick(2, units > 50_000 ? 20 : 60, units > 50_000 ? 60 : 200);
             foreach (int k in new[] { 1, 2, 4, 8, 0 })
             {
-                string caseName = $"units={units} k={(k == 0 ? "mix" : k.ToString())}";
-                Measure(context, caseName, "DelayFrame", units, k, measured, delayFrame: true);
-                Measure(context, caseName, "Countdown", units, k, measured, delayFrame: false);
+                Measure(context, $"units={units} k={(k == 0 ? "mix" : k.ToString())}", units, k, measured);
             }
         }
     }
 
-    private static void Measure(BenchContext context, string caseName, string system, int units, int k, int measured, bool delayFrame)
+    /// <summary>
+    /// Warms both systems up, then alternates their rounds (DelayFrame, Countdown, DelayFrame, ...), so that a loaded
+    /// machine's slow spells fall on both, and records each pair's ratio as well as each system's figures.
+    /// </summary>
+    private static void Measure(BenchContext context, string caseName, int units, int k, int measured)
     {
-        context.Progress($"{caseName} › {system}: warm-up");
-        context.Warmup(() => Round(units, k, measured, delayFrame));
+        context.Progress($"{caseName}: warm-up");
+        context.Warmup(() => Round(units, k, measured, delayFrame: true));
+        context.Warmup(() => Round(units, k, measured, delayFrame: false));
         int rounds = context.Rounds;
-        var cpu = new double[rounds];
-        var wall = new double[rounds];
-        var bytes = new double[rounds];
+        var cpu = new double[2][] { new double[rounds], new double[rounds] };
+        var wall = new double[2][] { new double[rounds], new double[rounds] };
+        var bytes = new double[2][] { new double[rounds], new double[rounds] };
+        var ratio = new double[rounds];
         for (int r = 0; r < rounds; r++)
         {
-            context.Progress($"{caseName} › {system}: round {r + 1}/{rounds}");
-            BenchContext.Settle();
-            (cpu[r], wall[r], bytes[r]) = Round(units, k, measured, delayFrame);
+            context.Progress($"{caseName}: round {r + 1}/{rounds}");
+            for (int s = 0; s < 2; s++)
+            {
+                BenchContext.Settle();
+                (cpu[s][r], wall[s][r], bytes[s][r]) = Round(units, k, measured, delayFrame: s == 0);
+            }
+            ratio[r] = cpu[0][r] / cpu[1][r];
         }
-        context.Add(caseName, system, "cpu_us_per_tick", cpu);
-        context.Add(caseName, system, "wall_us_per_tick", wall);
-        context.Add(caseName, system, "bytes_per_tick", bytes);
+        for (int s = 0; s < 2; s++)
+        {
+            string system = s == 0 ? "DelayFrame" : "Countdown";
+            context.Add(caseName, system, "cpu_us_per_tick", cpu[s]);
+            context.Add(caseName, system, "wall_us_per_tick", wall[s]);
+            context.Add(caseName, system, "bytes_per_tick", bytes[s]);
+            context.Add(caseName, system, "cpu_ratio_in_pair", s == 0 ? ratio : Array.ConvertAll(ratio, _ => 1.0));
+        }
     }
 
     private sealed class UnitState
