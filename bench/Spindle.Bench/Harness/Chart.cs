@@ -51,6 +51,7 @@ public static class Chart
         "counters-idle" => ["cpu_percent", "mb"],
         "frame" => ["ms_per_frame", "startup_bytes"],
         "codegen" => ["il_bytes_per_method"],
+        "framedelay" => ["cpu_us_per_tick"],
         _ => ["ns_per_op"],
     };
 

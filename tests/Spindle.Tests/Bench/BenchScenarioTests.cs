@@ -37,6 +37,7 @@ public sealed class BenchScenarioTests
         ["counters-idle"] = (new[] { "rate=1000", "rate=10000", "rate=100000" }, new[] { "Task", "Threads", "Spindle" }, new[] { "cpu_percent", "mb" }),
         ["frame"] = (new[] { "tasks=100", "tasks=500", "tasks=50000" }, new[] { "Task", "Spindle" }, new[] { "startup_bytes", "bytes_per_frame", "ms_per_frame" }),
         ["asyncawait"] = (new[] { "completed", "pending", "nested" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "ns_per_op", "bytes_per_op" }),
+        ["framedelay"] = (new[] { "units=20000 k=1", "units=20000 k=mix", "units=100000 k=8" }, new[] { "DelayFrame", "Countdown" }, new[] { "cpu_us_per_tick", "wall_us_per_tick", "bytes_per_tick", "cpu_ratio_in_pair" }),
         ["codegen"] = (new[] { "methods=50" }, new[] { "Task", "ValueTask", "Spindle" }, new[] { "il_bytes_per_method", "state_machines" }),
     };
 
