@@ -281,7 +281,10 @@ internal static class LazyCancellation
             t_asValue = false;
             return CanceledValue;
         }
-        ExceptionDispatchInfo built = ExceptionDispatchInfo.Capture(ThrowHelper.Canceled(lazy.CanceledBy));
+        CancellationToken canceledBy = lazy.CanceledBy;
+        ExceptionDispatchInfo built = ExceptionDispatchInfo.Capture(canceledBy == TimerWheel.DisposalToken
+            ? TimerWheel.NewDisposedCancellation()
+            : ThrowHelper.Canceled(canceledBy));
         t_built = built;
         return built;
     }

@@ -95,15 +95,16 @@ internal sealed class NeverDueTimers
     }
 
     /// <summary>
-    /// The wheel's Dispose: closes the list to new timers and cancels, with <paramref name="disposed"/>'s exceptions, every
-    /// never-due timer still pending that somebody can reach. Continuations run on the calling thread; one that throws is
+    /// The wheel's Dispose: closes the list to new timers and cancels, as canceled by the disposal (building no
+    /// exception: <see cref="TimerWheel.DisposalToken"/>), every never-due timer still pending that somebody can reach. Continuations run on the calling thread; one that throws is
     /// reported, as the disposing pass reports its own.
     /// </summary>
-    public void Close(Func<Exception> disposed)
+    public void Close()
     {
-        List<(TimerNode Node, short Use)> pending = new();
+        List<(TimerNode Node, short Use)> pending;
         lock (_lock)
         {
+            pending = new(_count);
             _closed = true;
             for (int i = 0; i < _count; i++)
             {
@@ -120,7 +121,7 @@ internal sealed class NeverDueTimers
         {
             try
             {
-                node.TryCancelNeverDue(_wheel, use, disposed());
+                node.TryCancelNeverDue(_wheel, use);
             }
             catch (Exception ex)
             {

@@ -98,11 +98,12 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     public bool IsNeverDueOf(TimerWheel wheel, short use) => NeverDueOn == wheel && _core.Version == use && !_core.IsCompleted;
 
     /// <summary>
-    /// The wheel's Dispose cancels its never-due timer: completes use <paramref name="use"/> with <paramref name="exception"/>
-    /// (running its continuation) if the node is still that use of a never-due timer of <paramref name="wheel"/> and
-    /// pending. Such a node is in no wheel, so nothing else is to do: its consumer recycles it when it reads it.
+    /// The wheel's Dispose cancels its never-due timer: completes use <paramref name="use"/> as canceled by the disposal,
+    /// lazily (<see cref="TimerWheel.DisposalToken"/>), running its continuation, if the node is still that use of a
+    /// never-due timer of <paramref name="wheel"/> and pending. Such a node is in no wheel, so nothing else is to do: its
+    /// consumer recycles it when it reads it.
     /// </summary>
-    public bool TryCancelNeverDue(TimerWheel wheel, short use, Exception exception)
+    public bool TryCancelNeverDue(TimerWheel wheel, short use)
     {
         if (NeverDueOn != wheel)
         {
@@ -111,12 +112,12 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
 #if DEBUG
         TestHookBeforeNeverDueClaim?.Invoke(this);
 #endif
-        ExceptionDispatchInfo error = ExceptionDispatchInfo.Capture(exception); // before the claim, as TrySetException does
         if (!_core.TryBeginCompletionOfUse(use, out object? waiter))
         {
             return false; // ended meanwhile (its token, a combinator letting go of it), or a later use
         }
-        _core.EndCompletion(waiter, error);
+        _token = TimerWheel.DisposalToken; // only the claim's winner writes it, before the outcome is published
+        _core.EndCompletionCanceledLazily(waiter);
         return true;
     }
 
@@ -138,10 +139,17 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         return new SpindleTask(node, use);
     }
 
-    /// <summary>Registers the cancellation of this use. Called after the node is in the insert inbox (see remarks).</summary>
+    /// <summary>
+    /// Keeps the token of this use, before the node is published (inserted): a wheel's Dispose may end the use as soon as
+    /// it is, and writes <see cref="TimerWheel.DisposalToken"/> here then, which a later write would hide (a read then
+    /// said "A task was canceled." instead of naming the disposal).
+    /// </summary>
+    public void KeepToken(CancellationToken cancellationToken) => _token = cancellationToken;
+
+    /// <summary>Registers the cancellation of this use by <paramref name="cancellationToken"/>, the token <see cref="KeepToken"/> kept. Called after the node is in the insert inbox (see remarks).</summary>
     public void RegisterCancellation(CancellationToken cancellationToken)
     {
-        _token = cancellationToken;
+        Debug.Assert(_token == cancellationToken || _token == TimerWheel.DisposalToken, "KeepToken first: a callback for another token is ignored");
         _registration = CancellationRegistrations.Register(cancellationToken, s_onTokenCanceled, this);
     }
 
@@ -155,24 +163,25 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
         {
             return;
         }
-        Cancel(null); // lazily: the exception is built only for a reader that throws it (LazyCancellation)
+        Cancel(byDisposal: false); // lazily: the exception is built only for a reader that throws it (LazyCancellation)
     }
 
     /// <summary>The token that canceled this use (<see cref="ILazyCanceledSource"/>): it stays until the node is recycled.</summary>
     CancellationToken ILazyCanceledSource.CanceledBy => _token;
 
     /// <summary>
-    /// Cancels the delay if it is still pending: completes it with <paramref name="exception"/> (or, for null, as
-    /// canceled by its token, lazily) (running its continuation) and hands the node to the wheel's cancel inbox. Returns
-    /// false if the delay had already fired or been cancelled.
+    /// Cancels the delay if it is still pending: completes it as canceled by its token, or by its wheel's disposal
+    /// (<paramref name="byDisposal"/>: <see cref="TimerWheel.DisposalToken"/> replaces the token), lazily either way, so
+    /// the exception is built only for a reader that throws it (running its continuation), and hands the node to the
+    /// wheel's cancel inbox. Returns false if the delay had already fired or been cancelled.
     /// </summary>
-    public bool Cancel(Exception? exception)
+    public bool Cancel(bool byDisposal)
     {
         WheelShard? shard = Shard;
         bool won = false;
         try
         {
-            won = exception is null ? _core.TrySetCanceledLazily() : _core.TrySetException(exception);
+            won = byDisposal ? _core.TrySetCanceledKeepingToken(ref _token, TimerWheel.DisposalToken) : _core.TrySetCanceledLazily();
         }
         catch
         {

@@ -909,7 +909,7 @@ internal sealed class WheelShard : WorkerTimers
                 // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
                 try
                 {
-                    node.Cancel(TimerWheel.NewDisposedCancellation());
+                    node.Cancel(byDisposal: true);
                 }
                 catch (Exception ex)
                 {

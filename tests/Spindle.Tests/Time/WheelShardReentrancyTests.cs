@@ -29,6 +29,7 @@ public class WheelShardReentrancyTests
         TimerNode node = TimerNode.Rent(wheel);
         short version = node.Version;
         node.Deadline = deadlineTick;
+        node.KeepToken(token);
         shard.AddOwned(node, wheel.NowTick());
         if (token.CanBeCanceled)
         {
