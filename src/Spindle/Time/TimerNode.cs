@@ -365,11 +365,20 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
     /// another timer here.
     /// </summary>
     internal static Action<TimerNode>? TestHookBeforeNeverDueClaim;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs in <see cref="ReleaseFromWheel"/> before the count, on the thread letting go (the
+    /// wheel's owner, or the consumer of a node it stopped): where the two meet when they let go at once.
+    /// </summary>
+    internal static Action<TimerNode>? TestHookBeforeReleaseFromWheel;
 #endif
 
     /// <summary>The wheel's owner lets go of a cancelled node, or its consumer of one it stopped unread. The second of owner and consumer recycles it.</summary>
     public void ReleaseFromWheel()
     {
+#if DEBUG
+        TestHookBeforeReleaseFromWheel?.Invoke(this);
+#endif
         if (Interlocked.Increment(ref _releases) == 2)
         {
             Recycle();

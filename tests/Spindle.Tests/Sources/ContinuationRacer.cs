@@ -14,7 +14,8 @@ namespace SpindleLib.Tests.Sources;
 /// timeout, mut51), so there every wait yields instead: the rounds still check their outcome, though the race itself is
 /// rare. The forms for a <see cref="RerunningSource"/> race its continuation's runs. Used by
 /// <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/>, <c>ForgetObserverClaimRaceTests</c> and
-/// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c> and <c>WhenAnyProducerWinnerRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
+/// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>, and with
+/// <see cref="HookMeeting"/> <c>FrameWaiterReleaseRaceTests</c> and <c>LoopDelayLetGoRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
 /// at once, on the two cores a small machine has.
 /// </summary>
 internal sealed class ContinuationRacer : IDisposable
@@ -147,7 +148,7 @@ internal sealed class ContinuationRacer : IDisposable
         }
     }
 
-    private static void Spin(int iterations)
+    internal static void Spin(int iterations)
     {
         if (iterations > 0)
         {
@@ -155,7 +156,8 @@ internal sealed class ContinuationRacer : IDisposable
         }
     }
 
-    private static void Pause()
+    /// <summary>One iteration of a wait for another thread: a spin, or on one processor a yield (see the remarks above).</summary>
+    internal static void Pause()
     {
         if (Spinning.Helps)
         {
