@@ -1,0 +1,99 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Threading;
+
+using SpindleLib.Tests.Sources;
+
+namespace SpindleLib.Tests.Frames;
+
+/// <summary>
+/// A frame loop runs on one thread at a time: a step (a frame, BeginFrame, RunPhase) claims it with a compare-exchange
+/// (<c>FrameLoop.Claim</c>), and a second thread's call meanwhile is refused. A claim made of a read and a store let two
+/// threads that called at the same moment both run a frame, at once, over the same phases and wheels; mutation testing
+/// (mut52, F4) found no test that failed with it. Here two threads call <see cref="FrameLoop.RunFrame()"/> at once, round
+/// after round, and the frame that runs a hand-off posted before the round waits, inside its frame, for the other
+/// thread's call to end: that call must have been refused, since the loop was claimed all along (the first frame to
+/// begin after the post runs it, so a frame that ran wholly before it would have run the hand-off itself). Uses
+/// <see cref="ContinuationRacer"/>. Run alone: its threads must run at once.
+/// </summary>
+[Collection(SequentialCollection.Name)]
+public sealed class FrameLoopClaimRaceTests
+{
+    private const int Running = 0, Ran = 1, Refused = 2, Threw = 3;
+
+    [Fact]
+    public void TwoThreadsRunningAFrameAtOnce_OneIsRefusedWhileTheOtherRunsIt()
+    {
+        int rounds = TestUtil.Stress(20_000);
+        var cap = Stopwatch.StartNew();
+        var loop = new FrameLoop();
+        var outcomes = new int[2]; // this thread's call, the racer's
+        int me = Environment.CurrentManagedThreadId;
+        int refusals = 0, insideRefusals = 0;
+        var failures = new List<string>();
+        using (var racer = new ContinuationRacer("FrameLoopClaimRaceTests racer"))
+        {
+            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(3); round++)
+            {
+                int r = round;
+                outcomes[0] = outcomes[1] = Running;
+                string? seen = null;
+                // Runs in the Update of the first frame to begin after the post, on the thread running it.
+                loop.SynchronizationContext.Post(_ =>
+                {
+                    int other = Environment.CurrentManagedThreadId == me ? 1 : 0;
+                    var limit = Stopwatch.StartNew();
+                    int outcome;
+                    while ((outcome = Volatile.Read(ref outcomes[other])) == Running && limit.Elapsed < TimeSpan.FromSeconds(10))
+                    {
+                        Thread.Yield();
+                    }
+                    seen = outcome switch
+                    {
+                        Running => "the other thread's call had not ended after 10 s",
+                        Ran => "the other thread ran a whole frame meanwhile",
+                        Threw => "the other thread's call threw something other than the refusal",
+                        _ => null,
+                    };
+                }, null);
+                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () => RunFrame(loop, outcomes, 0, ref insideRefusals), () => RunFrame(loop, outcomes, 1, ref insideRefusals));
+                Assert.Null(mine);
+                Assert.Null(theirs);
+                refusals += outcomes[0] == Refused || outcomes[1] == Refused ? 1 : 0;
+                if (seen is not null)
+                {
+                    failures.Add($"round {r}: while a frame ran, {seen}");
+                }
+            }
+        }
+        Assert.True(failures.Count == 0, $"two threads ran frames of one loop at once ({refusals} rounds had a call refused, {insideRefusals} as if from inside a frame): {string.Join("; ", failures)}");
+    }
+
+    /// <summary>
+    /// Runs a frame, and records whether it ran or was refused as another thread's frame was running. A refusal that says
+    /// the call came from inside a frame is counted apart: the calling thread was not in one (the refused thread was the
+    /// loop thread of an earlier round, and the claimant had not yet taken the loop over).
+    /// </summary>
+    private static void RunFrame(FrameLoop loop, int[] outcomes, int side, ref int insideRefusals)
+    {
+        try
+        {
+            loop.RunFrame();
+            Volatile.Write(ref outcomes[side], Ran);
+        }
+        catch (InvalidOperationException ex) when (ex.Message.StartsWith("Another thread is running a frame", StringComparison.Ordinal))
+        {
+            Volatile.Write(ref outcomes[side], Refused);
+        }
+        catch (InvalidOperationException ex) when (ex.Message.Contains("from inside a frame", StringComparison.Ordinal))
+        {
+            Interlocked.Increment(ref insideRefusals);
+            Volatile.Write(ref outcomes[side], Refused);
+        }
+        finally
+        {
+            Interlocked.CompareExchange(ref outcomes[side], Threw, Running);
+        }
+    }
+}
