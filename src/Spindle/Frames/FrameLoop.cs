@@ -531,7 +531,9 @@ public sealed partial class FrameLoop
         }
         if (Interlocked.CompareExchange(ref _busy, 1, 0) != 0)
         {
-            ThrowHelper.ThrowInvalidOperation(Volatile.Read(ref _loopThread) == Thread.CurrentThread
+            // Inside a step only if this thread is its owner: the loop thread of an earlier step, refused because another
+            // thread has just claimed the loop and not yet taken it over, is in no frame (FrameLoopClaimRaceTests).
+            ThrowHelper.ThrowInvalidOperation(IsInsideStep
                 ? "RunFrame, BeginFrame or RunPhase was called from inside a frame (a continuation running on this loop). A frame cannot run another; await loop.NextFrame() instead."
                 : "Another thread is running a frame of this FrameLoop. A loop runs on one thread at a time.");
         }
