@@ -14,8 +14,9 @@ namespace SpindleLib.Tests.Sources;
 /// timeout, mut51), so there every wait yields instead: the rounds still check their outcome, though the race itself is
 /// rare. The forms for a <see cref="RerunningSource"/> race its continuation's runs. Used by
 /// <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/>, <c>ForgetObserverClaimRaceTests</c> and
-/// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>, and with
-/// <see cref="HookMeeting"/> <c>FrameWaiterReleaseRaceTests</c> and <c>LoopDelayLetGoRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
+/// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>,
+/// <c>DequePopStealRaceTests</c>, <c>ShardUnparkClaimRaceTests</c>, and with <see cref="HookMeeting"/>
+/// <c>FrameWaiterReleaseRaceTests</c>, <c>LoopDelayLetGoRaceTests</c> and <c>SignalTakeClaimRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
 /// at once, on the two cores a small machine has.
 /// </summary>
 internal sealed class ContinuationRacer : IDisposable
@@ -103,6 +104,28 @@ internal sealed class ContinuationRacer : IDisposable
             }
         }
         return refused;
+    }
+
+    /// <summary>
+    /// Two sets of 16 cache lines for <see cref="StoreToLines"/>: each round one side writes set <c>round &amp; 1</c> and
+    /// the other set <c>(round &amp; 1) ^ 1</c>, so that each writes lines the other wrote the round before.
+    /// </summary>
+    public static long[][] NewLinePair() => new[] { new long[8 * 16], new long[8 * 16] };
+
+    /// <summary>
+    /// Writes <paramref name="value"/> in each cache line of <paramref name="lines"/> (one of <see cref="NewLinePair"/>),
+    /// just before a side's step, on lines the other thread wrote last: on x64 the stores wait in the store buffer for the
+    /// lines to come over, and the step's own stores, queued behind them, reach the other thread later, while its loads
+    /// go ahead (as on a busy machine). A race between a store and a later load of this thread (a missing fence), or a
+    /// read and a store of two threads that only a compare-exchange keeps apart, then meets its window far more often.
+    /// Stores only: one that read the line first would wait for it here.
+    /// </summary>
+    public static void StoreToLines(long[] lines, long value)
+    {
+        for (int i = 0; i < lines.Length; i += 8)
+        {
+            lines[i] = value;
+        }
     }
 
     /// <summary>Ends the racing thread (30 s bound).</summary>
