@@ -681,6 +681,13 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     /// may arm and store its own.
     /// </summary>
     internal static Action<Signal>? TestHookBeforeEndingRead;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs on the thread of a read (or a combinator's or a forgotten wait's ending) that has
+    /// taken what the wait held (its registration, its timer), before it drops and stops them: a reader held up there
+    /// while the owner starts its next wait. What it took is its own, so that must change nothing.
+    /// </summary>
+    internal static Action<Signal>? TestHookAfterEndingReadTook;
 #endif
 
     bool IQuietSource<bool>.ReadQuietly(short token, out ExceptionDispatchInfo? error) => ReadWaitQuietly(token, out error);
@@ -703,6 +710,12 @@ public sealed class Signal : ISpindleSource<bool>, IDetachableSource, IQuietSour
     {
         if (state is not null && state.TryTake(onlyWait, this, out CancellationTokenRegistration registration, out SignalTimeout? timeout))
         {
+#if DEBUG
+            if (onlyWait != AnyWait)
+            {
+                TestHookAfterEndingReadTook?.Invoke(this);
+            }
+#endif
             CancellationRegistrations.Drop(ref registration);
             timeout?.Stop();
         }
