@@ -21,7 +21,9 @@ namespace SpindleLib;
 /// sends every other caller to the frame wheel), and <see cref="BeginFrameCore"/> and the sweep run inside one. A wait is
 /// due at frame F = <see cref="CurrentFrame"/> + n with 2 &lt;= n &lt; <see cref="FrameRingSize"/>, and its bucket is
 /// F mod <see cref="FrameRingSize"/>: every bucket holds waits of one frame only, since frame F's bucket is emptied as
-/// F begins, before any wait due in F + <see cref="FrameRingSize"/> could be added. A bucket holds its waits in start
+/// F begins, before any wait due in F + <see cref="FrameRingSize"/> could be added (detached as F's count is published,
+/// its waits are queued after the wheels' passes, or with the next frame's if F's begin fails in between: see
+/// <see cref="DetachFrameBucket"/>). A bucket holds its waits in start
 /// order: each is appended at its tail and takes its sequence from the loop's counter as it is added, on the one thread
 /// adding. A waiter's link (<see cref="FrameWaiter.NextInRing"/>) is read and cleared before the waiter leaves the ring. The bucket holds the
 /// waiter's queue hold (<see cref="FrameWaiter.HoldForQueue"/>): a waiter cancelled or let go of stays valid until the
@@ -43,6 +45,11 @@ public sealed partial class FrameLoop
     private FrameWaiter?[]? _ringTail;
     private int _frameRingCount;
     private int _frameRingDone;
+    // The waits of the frame beginning, detached from its bucket until the wheels' passes have run (DetachFrameBucket),
+    // in start order unless a failed begin left some before them (_dueInOrder false). The thread inside the step only.
+    private FrameWaiter? _dueHead;
+    private FrameWaiter? _dueTail;
+    private bool _dueInOrder = true;
 
     /// <summary>
     /// Starts a frame delay of <paramref name="frameCount"/> frames (2 to <see cref="FrameRingSize"/> - 1) in the ring.
@@ -77,11 +84,47 @@ public sealed partial class FrameLoop
     internal void NoteFrameRingDone() => Interlocked.Increment(ref _frameRingDone);
 
     /// <summary>
-    /// Takes the bucket of <paramref name="frame"/>, which is beginning, after the wheels' passes: straight to the waits'
-    /// phases when nothing else expired in this frame (a bucket is in start order), else into the expired list, which
-    /// <see cref="QueueExpired"/> merges by start order. Sweeps the ring first if enough of its waits have finished.
+    /// Detaches the bucket of <paramref name="frame"/>, which is beginning, as its count is published and before anything
+    /// of the begin that can fail (a wheel's pass, the lock of the held delays): <see cref="TakeFrameBucket"/> queues it
+    /// after the passes. A begin that failed in between left its frame's waits here, and they are queued with the next
+    /// frame's, one frame late, as a wheel's next pass fires what a failed pass left due; a bucket left in the ring
+    /// instead held them until the ring came round, 64 frames late (FrameRingFailedBeginTests).
     /// </summary>
-    private void TakeFrameBucket(long frame)
+    private void DetachFrameBucket(long frame)
+    {
+        FrameWaiter?[]? heads = _ringHead;
+        if (heads is null)
+        {
+            return;
+        }
+        int bucket = (int)(frame & (FrameRingSize - 1));
+        FrameWaiter? head = heads[bucket];
+        if (head is null)
+        {
+            return;
+        }
+        heads[bucket] = null;
+        FrameWaiter? tail = _ringTail![bucket];
+        _ringTail[bucket] = null;
+        if (_dueTail is { } last)
+        {
+            // Behind the waits of a frame whose begin failed: two runs in start order, which only the merge puts in order.
+            last.NextInRing = head;
+            _dueInOrder = false;
+        }
+        else
+        {
+            _dueHead = head;
+        }
+        _dueTail = tail;
+    }
+
+    /// <summary>
+    /// Queues the waits <see cref="DetachFrameBucket"/> took for the frame beginning, after the wheels' passes: straight to
+    /// their phases when nothing else expired in this frame (a bucket is in start order), else into the expired list,
+    /// which <see cref="QueueExpired"/> merges by start order. Sweeps the ring first if enough of its waits have finished.
+    /// </summary>
+    private void TakeFrameBucket()
     {
         FrameWaiter?[]? heads = _ringHead;
         if (heads is null)
@@ -93,15 +136,15 @@ public sealed partial class FrameLoop
         {
             SweepFrameRing(heads);
         }
-        int bucket = (int)(frame & (FrameRingSize - 1));
-        FrameWaiter? waiter = heads[bucket];
+        FrameWaiter? waiter = _dueHead;
         if (waiter is null)
         {
             return;
         }
-        heads[bucket] = null;
-        _ringTail![bucket] = null;
-        bool direct = _expiredCount == 0;
+        _dueHead = null;
+        _dueTail = null;
+        bool direct = _expiredCount == 0 && _dueInOrder;
+        _dueInOrder = true;
         int n = 0;
         do
         {
@@ -170,6 +213,10 @@ public sealed partial class FrameLoop
         get
         {
             int pending = 0;
+            for (FrameWaiter? w = _dueHead; w is not null; w = w.NextInRing)
+            {
+                pending += w.IsDone ? 0 : 1;
+            }
             if (_ringHead is { } heads)
             {
                 foreach (FrameWaiter? head in heads)

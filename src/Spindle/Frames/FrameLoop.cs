@@ -690,6 +690,7 @@ public sealed partial class FrameLoop
         _unscaledClock.Set(unscaled);
         _scaledClock.Set(scaled);
         Volatile.Write(ref _frameCount, frame);
+        DetachFrameBucket(frame); // before anything that can fail: a failed begin leaves its waits to the next frame
 #if DEBUG
         TestHookFramePublished?.Invoke(this);
 #endif
@@ -705,7 +706,7 @@ public sealed partial class FrameLoop
         _frameClock.FireIfDue();
         _unscaledClock.FireIfDue();
         _scaledClock.FireIfDue();
-        TakeFrameBucket(frame);
+        TakeFrameBucket();
         QueueExpired();
     }
 
