@@ -739,10 +739,7 @@ public sealed partial class FrameLoop
     }
 
     /// <summary>Adds a wait to this frame's expired list (the thread inside the step only).</summary>
-    private void AppendExpired(FrameWaiter waiter) => AppendExpired(waiter, waiter.Sequence);
-
-    /// <summary>As <see cref="AppendExpired(FrameWaiter)"/>, with the wait's start sequence read beforehand.</summary>
-    private void AppendExpired(FrameWaiter waiter, long sequence)
+    private void AppendExpired(FrameWaiter waiter)
     {
         int n = _expiredCount;
         if (n == _expired.Length)
@@ -751,7 +748,7 @@ public sealed partial class FrameLoop
             Array.Resize(ref _expiredOrder, n * 2);
         }
         _expired[n] = waiter;
-        _expiredOrder[n] = sequence;
+        _expiredOrder[n] = waiter.Sequence;
         _expiredCount = n + 1;
     }
 
