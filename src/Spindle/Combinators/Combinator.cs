@@ -46,6 +46,13 @@ internal abstract class CombinatorCore
     /// which the input has completed and the combinator has not read it yet, for a misused read of it elsewhere.
     /// </summary>
     internal static Action<int>? TestHookBeforeInputRead;
+
+    /// <summary>
+    /// Tests only (a Debug build): runs just before a WhenAny of producers claims its winner, with the combinator and
+    /// whether the claimant is its token's cancellation (else a producer that finished), standing in for a preemption
+    /// there, so that a test can line the two claims up.
+    /// </summary>
+    internal static Action<CombinatorCore, bool>? TestHookBeforeWinnerClaim;
 #endif
 
     private Slot[] _slots = Array.Empty<Slot>();
@@ -1264,6 +1271,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // For WhenAny over producers, cancellation takes the race like an input would: so the producers' own
         // cancellations, which complete their inputs on this thread below, lose to it, and the combined task is cancelled
         // by the caller's token.
+#if DEBUG
+        if (_isAny)
+        {
+            TestHookBeforeWinnerClaim?.Invoke(this, true);
+        }
+#endif
         if (_isAny && Interlocked.CompareExchange(ref _winner, CancelledRace, -1) != -1)
         {
             return; // an input won first: that is the outcome
@@ -1598,6 +1611,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     private void CompleteAnyOfProducers(int index, ExceptionDispatchInfo? error, Signal? takenSet)
     {
         Interlocked.Decrement(ref _unfinishedProducers);
+#if DEBUG
+        TestHookBeforeWinnerClaim?.Invoke(this, false);
+#endif
         if (Volatile.Read(ref _winner) != -1 || Interlocked.CompareExchange(ref _winner, index, -1) != -1)
         {
             ReportLoser(error);

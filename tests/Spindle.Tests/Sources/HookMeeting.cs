@@ -10,7 +10,7 @@ namespace SpindleLib.Tests.Sources;
 /// one) meets the other's at every small offset. For a race whose two sides a frame, a combinator's let-go or a wheel's
 /// pass reach at times too far apart for <see cref="ContinuationRacer"/>'s spins to line them up. Waits yield on one
 /// processor, as the racer's do (<see cref="ContinuationRacer.Pause"/>). Used by <c>FrameWaiterReleaseRaceTests</c> and
-/// <c>LoopDelayLetGoRaceTests</c>.
+/// <c>LoopDelayLetGoRaceTests</c>, and others (see <see cref="ContinuationRacer"/>).
 /// </summary>
 internal sealed class HookMeeting
 {
