@@ -125,7 +125,9 @@ public class LoopReuseMessageTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        using var release = new ManualResetEventSlim();
+        // Not disposed: on a loaded machine the worker may start the run only after the test has ended, and a wait on a
+        // disposed event there threw ObjectDisposedException to UnobservedException, which aborted the test host (mut53c).
+        var release = new ManualResetEventSlim();
         SpindleTask run = Spindle.Run(() => release.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
         try
         {
