@@ -14,7 +14,7 @@ namespace SpindleLib.Tests.Sources;
 /// timeout, mut51), so there every wait yields instead: the rounds still check their outcome, though the race itself is
 /// rare. The forms for a <see cref="RerunningSource"/> race its continuation's runs. Used by
 /// <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/>, <c>ForgetObserverClaimRaceTests</c> and
-/// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>, <c>ScopeDisposeClaimRaceTests</c>, <c>ConsumeClaimRaceTests</c>, <c>ResetClaimRaceTests</c>,
+/// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>, <c>ScopeDisposeClaimRaceTests</c>, <c>SourceCoreClaimRaceTests</c>,
 /// <c>DequePopStealRaceTests</c>, <c>ShardUnparkClaimRaceTests</c>, and with <see cref="HookMeeting"/>
 /// <c>FrameWaiterReleaseRaceTests</c>, <c>LoopDelayLetGoRaceTests</c>, <c>SignalTakeClaimRaceTests</c> and <c>WhenAnyProducerCancelRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
 /// at once, on the two cores a small machine has.
