@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.Threading;
 using SpindleLib.Tests.Sources;
 
 namespace SpindleLib.Tests.Tasks;
@@ -16,7 +17,9 @@ namespace SpindleLib.Tests.Tasks;
 /// timed out, resets for its next ask): either the reply completes the old use and the reset then starts the next, or
 /// the reset comes first and the reply completes nothing, and the next use is pending either way; with
 /// <c>ClaimForReset</c>'s claim made a read and a store (mutant A6) the completer's claim was overwritten and its
-/// publication landed on the next use. Run alone: its two threads must run at once.
+/// publication landed on the next use. Two forgets of one faulted promise's task at once: a read does not consume a
+/// promise's use, so both reads meet the fault, and its report is claimed once (<c>TryClaimFaultReport</c>); with that
+/// claim made a read and a store (mutant A5) both reported it. Run alone: its two threads must run at once.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public sealed class SourceCoreClaimRaceTests
@@ -84,5 +87,35 @@ public sealed class SourceCoreClaimRaceTests
             }
         }
         Assert.True(failures.Count == 0, $"a reset racing a late reply by token: {string.Join("; ", failures)}");
+    }
+
+    [Fact]
+    public void TwoForgetsAtOnce_OfAFaultedPromisesTask_ReportTheFaultOnce()
+    {
+        const string Marker = "SourceCoreClaimRaceTests: the fault two forgets report";
+        int rounds = TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000);
+        var cap = Stopwatch.StartNew();
+        var failures = new List<string>();
+        int reports = 0;
+        using (UnobservedReports.Start(e => e.Message == Marker, _ => Interlocked.Increment(ref reports)))
+        using (var racer = new ContinuationRacer("FaultReportClaimRaceTests racer"))
+        {
+            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            {
+                var promise = new Promise();
+                promise.SetException(new InvalidOperationException(Marker));
+                SpindleTask task = promise.Task;
+                int before = Volatile.Read(ref reports);
+                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, task.Forget, task.Forget);
+                Assert.Null(mine);
+                Assert.Null(theirs);
+                int reported = Volatile.Read(ref reports) - before;
+                if (reported != 1)
+                {
+                    failures.Add($"round {round}: the fault was reported {reported} times");
+                }
+            }
+        }
+        Assert.True(failures.Count == 0, $"two forgets of one faulted promise's task at once: {string.Join("; ", failures)}");
     }
 }
