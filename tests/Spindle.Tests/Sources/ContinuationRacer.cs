@@ -15,7 +15,7 @@ namespace SpindleLib.Tests.Sources;
 /// rare. The forms for a <see cref="RerunningSource"/> race its continuation's runs. Used by
 /// <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/>, <c>ForgetObserverClaimRaceTests</c> and
 /// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>, <c>ScopeDisposeClaimRaceTests</c>, <c>SourceCoreClaimRaceTests</c>,
-/// <c>DequePopStealRaceTests</c>, <c>ShardUnparkClaimRaceTests</c>, and with <see cref="HookMeeting"/>
+/// <c>DequePopStealRaceTests</c>, <c>ShardUnparkClaimRaceTests</c>, <c>PoolTrimRaceTests</c>, and with <see cref="HookMeeting"/>
 /// <c>FrameWaiterReleaseRaceTests</c>, <c>LoopDelayLetGoRaceTests</c>, <c>SignalTakeClaimRaceTests</c> and <c>WhenAnyProducerCancelRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
 /// at once, on the two cores a small machine has.
 /// </summary>
