@@ -46,6 +46,14 @@ public sealed class TaskScope : IAsyncDisposable
 {
     private static readonly Action<object?> s_childDone = static o => ((ChildObserver)o!).Done();
 
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs just before a child's observer drops one of its two holds (the registration's or
+    /// the continuation's), standing in for a preemption there, so that a test can line the two drops up.
+    /// </summary>
+    internal static Action? TestHookBeforeObserverRelease;
+#endif
+
     private readonly CancellationTokenSource _cts;
     private readonly CancellationToken _token; // kept: CancellationTokenSource.Token throws once the source is disposed
     private readonly CancellationToken _outer; // the token given at creation
@@ -603,6 +611,9 @@ public sealed class TaskScope : IAsyncDisposable
 
         public void Release()
         {
+#if DEBUG
+            TestHookBeforeObserverRelease?.Invoke();
+#endif
             if (Interlocked.Decrement(ref _holds) == 0)
             {
                 _scope = null;

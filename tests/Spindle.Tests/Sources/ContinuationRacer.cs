@@ -16,7 +16,7 @@ namespace SpindleLib.Tests.Sources;
 /// <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/>, <c>ForgetObserverClaimRaceTests</c> and
 /// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>, <c>ScopeDisposeClaimRaceTests</c>, <c>SourceCoreClaimRaceTests</c>,
 /// <c>DequePopStealRaceTests</c>, <c>ShardUnparkClaimRaceTests</c>, <c>PoolTrimRaceTests</c>, and with <see cref="HookMeeting"/>
-/// <c>FrameWaiterReleaseRaceTests</c>, <c>LoopDelayLetGoRaceTests</c>, <c>SignalTakeClaimRaceTests</c> and <c>WhenAnyProducerCancelRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
+/// <c>FrameWaiterReleaseRaceTests</c>, <c>LoopDelayLetGoRaceTests</c>, <c>SignalTakeClaimRaceTests</c>, <c>WhenAnyProducerCancelRaceTests</c> and <c>ScopeChildObserverReleaseRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
 /// at once, on the two cores a small machine has.
 /// </summary>
 internal sealed class ContinuationRacer : IDisposable
