@@ -26,7 +26,7 @@ namespace SpindleLib;
 /// before its insert snapshot, so it never releases a node that is still waiting to be linked.</para>
 /// </remarks>
 [StackTraceHidden]
-internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<TimerNode>, IQuietSource, ILazyCanceledSource
+internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, IPoolNode<TimerNode>, IQuietSource, ILazyCanceledSource
 {
 #if NET
     private static readonly Action<object?, CancellationToken> s_onTokenCanceled = static (o, ct) => ((TimerNode)o!).OnTokenCanceled(ct);
@@ -36,26 +36,14 @@ internal sealed class TimerNode : ISpindleSource, IDetachableSource, IPoolNode<T
 
     private SourceCore<VoidResult> _core;
 
-    /// <summary>Next node in the insert inbox, then in the slot list (owner only once linked).</summary>
-    internal TimerNode? Next;
-
-    /// <summary>Previous node in the slot list (owner only).</summary>
-    internal TimerNode? Prev;
-
     /// <summary>Next node in the cancel inbox; also the pool's link (a pooled node is in no inbox).</summary>
     internal TimerNode? NextCancel;
-
-    /// <summary>The deadline, in wheel ticks (milliseconds since the wheel's origin, rounded up).</summary>
-    internal long Deadline;
 
     /// <summary>
     /// How many nodes the insert inbox held with this one on top (written before the push; read only for PendingCount,
     /// which it may leave wrong until the next drain: see <see cref="WheelShard.PendingCount"/>).
     /// </summary>
     internal int InboxDepth;
-
-    /// <summary>The slot (level * 64 + index) the node is linked in, or -1 (owner only).</summary>
-    internal int Slot = -1;
 
     // Invariant: how many of the node's two holders (the wheel's owner, the consumer) have let go; exactly one of them
     // moves it to 2, and that one recycles the node, once (a reference count of two, as COM's or Linux's kref, counted up).

@@ -1,5 +1,6 @@
 using System;
 using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -31,8 +32,8 @@ internal sealed class WheelShard : WorkerTimers
     private readonly bool _lendsContinuations; // a worker's shard: lent around each continuation its passes run inline
     // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
     // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
-    private readonly TimerNode?[] _slots = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
-    private readonly TimerNode?[] _tails = new TimerNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
+    private readonly WheelNode?[] _slots = new WheelNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
+    private readonly WheelNode?[] _tails = new WheelNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
     private readonly ulong[] _occupied = new ulong[TimerWheel.Levels];
     private long _elapsed;
     private TimerBatch? _batch;
@@ -66,6 +67,12 @@ internal sealed class WheelShard : WorkerTimers
     // before its CAS publishes them.
     private TimerNode? _inbox;
     private TimerNode? _cancelInbox;
+    // The callback timers' change inbox (main shard only), the same kind of Treiber stack through NextChange: a node is
+    // in it at most once, pushed by the one CAS that set its Queued flag (CallbackTimerNode's remarks).
+    private CallbackTimerNode? _changeInbox;
+    // The clock's tick the running pass expires up to (owner only): a periodic callback timer's ticks that it covers
+    // coalesce into the one it fires (CallbackTimerNode.NextTick), however late the pass is or far the clock jumped.
+    private long _passNow;
     private long _linked;
 
     /// <param name="wheel">The wheel whose clock this shard reads.</param>
@@ -112,13 +119,22 @@ internal sealed class WheelShard : WorkerTimers
         => "count=" + PendingCount + " linked=" + _linkedOwner
             + (Volatile.Read(ref _inbox) is null ? "" : " inbox")
             + (Volatile.Read(ref _cancelInbox) is null ? "" : " cancel-inbox")
+            + (Volatile.Read(ref _changeInbox) is null ? "" : " change-inbox")
             + (Volatile.Read(ref _park) switch { Parked => " parked", Tidying => " tidying", _ => "" });
 
-    /// <summary>True when a producer has added a timer, or cancelled one, and the owner has not taken it yet.</summary>
-    public bool HasInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _cancelInbox) is not null;
+    /// <summary>True when a producer has added a timer, cancelled one, or changed a callback timer, and the owner has not taken it yet.</summary>
+    public bool HasInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _cancelInbox) is not null || Volatile.Read(ref _changeInbox) is not null;
 
-    /// <summary>True when a producer has added a timer that the owner has not taken yet.</summary>
-    public bool HasInsertInbox => Volatile.Read(ref _inbox) is not null;
+    /// <summary>True when a producer has added a timer, or changed a callback timer, that the owner has not taken yet.</summary>
+    public bool HasInsertInbox => Volatile.Read(ref _inbox) is not null || Volatile.Read(ref _changeInbox) is not null;
+
+    /// <summary>The next node of an insert-inbox walk: the insert inbox holds delays' nodes only.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private static TimerNode? AsTimerNode(WheelNode? node)
+    {
+        Debug.Assert(node is null or TimerNode, "the insert inbox holds delays' nodes only");
+        return Unsafe.As<TimerNode>(node!); // null stays null (As does not look at it)
+    }
 
     /// <summary>
     /// Adds <paramref name="node"/> from any thread: one CAS onto the insert inbox. The depth it records is the head's plus
@@ -253,6 +269,92 @@ internal sealed class WheelShard : WorkerTimers
                 return;
             }
             head = seen;
+        }
+    }
+
+    /// <summary>
+    /// Hands a callback timer whose Change (or Dispose) needs the owner to it (one CAS; the caller's CAS on the node's word
+    /// set its Queued flag, so it is in this inbox once). True when the inbox was empty.
+    /// </summary>
+    public bool PushChange(CallbackTimerNode node)
+    {
+        CallbackTimerNode? head = Volatile.Read(ref _changeInbox);
+        while (true)
+        {
+            node.NextChange = head;
+            CallbackTimerNode? seen = Interlocked.CompareExchange(ref _changeInbox, node, head);
+            if (seen == head)
+            {
+                return head is null;
+            }
+            head = seen;
+        }
+    }
+
+    /// <summary>
+    /// Settles every callback timer of a change-inbox snapshot (<paramref name="changed"/>): unlinked if linked, then linked
+    /// at its due tick, fired if that has passed, left out if stopped, or recycled if disposed (see
+    /// <see cref="CallbackTimerNode.Settle"/>). Owner only.
+    /// </summary>
+    private void SettleChanged(CallbackTimerNode? changed, long now)
+    {
+        if (_linkedOwner == 0 && now > _elapsed)
+        {
+            _elapsed = now; // an empty shard may jump ahead (as LinkAsOwner): nothing in it can be skipped
+        }
+        while (changed is not null)
+        {
+            CallbackTimerNode node = changed;
+            changed = node.NextChange; // read before the settlement: it may recycle the node, or its callback push it again
+            node.NextChange = null;
+            if (node.Slot >= 0)
+            {
+                Unlink(node);
+            }
+            Settle(node, fromInbox: true);
+        }
+    }
+
+    /// <summary>Carries out the owner's settlement of a callback timer it holds, unlinked (<see cref="CallbackTimerNode.Settle"/>). Owner only.</summary>
+    private void Settle(CallbackTimerNode node, bool fromInbox)
+    {
+        switch (node.Settle(fromInbox, _elapsed, Math.Max(_elapsed, _passNow), out long linkAt, out Action<object?>? callback, out object? state))
+        {
+            case CallbackTimerNode.Settlement.Link:
+                node.Deadline = linkAt;
+                Link(node);
+                break;
+            case CallbackTimerNode.Settlement.FireAndLink:
+                _fired++;
+                _budget--;
+                node.Deadline = linkAt;
+                Link(node); // linked before its callback runs, which may change or dispose it
+                Deliver(callback!, state);
+                break;
+            case CallbackTimerNode.Settlement.Fire:
+                _fired++;
+                _budget--;
+                Deliver(callback!, state); // the node may already be another timer's: only the copies are used
+                break;
+            case CallbackTimerNode.Settlement.Recycle:
+                node.Recycle();
+                break;
+        }
+    }
+
+    /// <summary>The wheel's Dispose ends every callback timer of a change-inbox snapshot. Owner only.</summary>
+    private void DisposeChanged(CallbackTimerNode? changed)
+    {
+        while (changed is not null)
+        {
+            CallbackTimerNode node = changed;
+            changed = node.NextChange;
+            node.NextChange = null;
+            if (node.Slot >= 0)
+            {
+                Unlink(node);
+            }
+            node.DisposeByWheel(fromInbox: true);
         }
     }
 
@@ -464,12 +566,19 @@ internal sealed class WheelShard : WorkerTimers
 
     private void DrainInboxesWithinBudget(long now)
     {
+        _passNow = now;
         if (now < _elapsed)
         {
             Rewind(now); // the clock went back: rare, and only on a provider whose timestamp is not monotonic
         }
         TimerNode? cancelled = Interlocked.Exchange(ref _cancelInbox, null);
         TimerNode? added = Interlocked.Exchange(ref _inbox, null);
+        if (Volatile.Read(ref _changeInbox) is not null)
+        {
+            // Before the due delays join: a callback timer moved to a tick this pass covers is linked, and the pass fires
+            // it in deadline order (one whose tick the wheel's time has passed fires here).
+            SettleChanged(Interlocked.Exchange(ref _changeInbox, null), now);
+        }
         if (added is not null)
         {
             // Taken out of the inbox, the new timers are linked only after this pass has fired what is due, and the code
@@ -483,7 +592,7 @@ internal sealed class WheelShard : WorkerTimers
         for (int newer = 0; added is not null; newer++)
         {
             TimerNode node = added;
-            added = node.Next;
+            added = AsTimerNode(node.Next);
             if (node.Deadline > now)
             {
                 node.Next = later;
@@ -508,7 +617,7 @@ internal sealed class WheelShard : WorkerTimers
         while (later is not null)
         {
             TimerNode node = later;
-            later = node.Next;
+            later = AsTimerNode(node.Next);
             node.Next = null;
             if (!node.IsCompleted) // else cancelled before it was linked; its cancel-inbox entry releases it
             {
@@ -556,8 +665,8 @@ internal sealed class WheelShard : WorkerTimers
         {
             return;
         }
-        TimerNode? head = null;
-        TimerNode? tail = null;
+        WheelNode? head = null;
+        WheelNode? tail = null;
         for (int index = 0; index < _slots.Length; index++)
         {
             while (_slots[index] is { } node)
@@ -577,7 +686,7 @@ internal sealed class WheelShard : WorkerTimers
         _elapsed = to;
         while (head is not null)
         {
-            TimerNode node = head;
+            WheelNode node = head;
             head = node.Next;
             Link(node);
         }
@@ -683,7 +792,7 @@ internal sealed class WheelShard : WorkerTimers
     /// <remarks>
     /// <para><b>Re-entrancy.</b> A worker's shard runs continuations inline, and one that blocks makes its worker poll
     /// this shard again (<c>WorkerPool.TryRunOne</c>) while this call is still firing a slot. So whenever user code runs,
-    /// the slots must be consistent: the invariant is that a node with <see cref="TimerNode.Slot"/> &gt;= 0 is in the
+    /// the slots must be consistent: the invariant is that a node with <see cref="WheelNode.Slot"/> &gt;= 0 is in the
     /// list of that slot, and that every slot due before <see cref="_elapsed"/> is empty. A fine slot is therefore fired
     /// one node at a time, each unlinked before its continuation runs (a nested poll that releases a cancelled node of
     /// the same slot unlinks it properly, and finishes the slot itself); a coarse slot is cascaded without firing
@@ -775,7 +884,7 @@ internal sealed class WheelShard : WorkerTimers
         return significant / TimerWheel.SlotBits;
     }
 
-    private void Link(TimerNode node)
+    private void Link(WheelNode node)
     {
         Debug.Assert(node.Deadline != Never, "a timer that is never due is never linked (TimerWheel.Insert)");
         int level = LevelFor(_elapsed, node.Deadline);
@@ -783,7 +892,7 @@ internal sealed class WheelShard : WorkerTimers
         int index = level * TimerWheel.SlotsPerLevel + slot;
         _occupied[level] |= 1UL << slot;
         _linkedOwner++;
-        TimerNode? tail = _tails[index];
+        WheelNode? tail = _tails[index];
         node.Next = null;
         node.Prev = tail;
         if (tail is not null)
@@ -798,11 +907,11 @@ internal sealed class WheelShard : WorkerTimers
         node.Slot = index;
     }
 
-    public void Unlink(TimerNode node)
+    public void Unlink(WheelNode node)
     {
         int index = node.Slot;
-        TimerNode? prev = node.Prev;
-        TimerNode? next = node.Next;
+        WheelNode? prev = node.Prev;
+        WheelNode? next = node.Next;
         if (prev is not null)
         {
             prev.Next = next;
@@ -829,6 +938,23 @@ internal sealed class WheelShard : WorkerTimers
         _linkedOwner--;
     }
 
+    /// <summary>
+    /// A node found in the fine slot the pass has reached: a delay fires; a callback timer is settled, which fires it, or
+    /// links it again at the later tick a Change pushed it back to (the lazy re-insertion). Owner only.
+    /// </summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void Fire(WheelNode node)
+    {
+        if (node is TimerNode delay) // exact: both node types are sealed
+        {
+            Fire(delay);
+        }
+        else
+        {
+            Settle((CallbackTimerNode)node, fromInbox: false);
+        }
+    }
+
     /// <summary>Fires a node whose deadline has passed; its continuation runs inline or joins the batch. Owner only.</summary>
     private void Fire(TimerNode node)
     {
@@ -839,6 +965,13 @@ internal sealed class WheelShard : WorkerTimers
         {
             return;
         }
+        Deliver(waiter, state);
+    }
+
+    /// <summary>Runs a fired timer's continuation (or callback) inline, or adds it to the batch for the workers. Owner only.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private void Deliver(object waiter, object? state)
+    {
         if (!_dispatch && !_queueing)
         {
             // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
@@ -901,15 +1034,21 @@ internal sealed class WheelShard : WorkerTimers
         DrainInboxes(_elapsed);
         for (int index = 0; index < _slots.Length; index++)
         {
-            TimerNode? node = _slots[index];
+            WheelNode? node = _slots[index];
             while (node is not null)
             {
-                TimerNode? next = node.Next;
+                WheelNode? next = node.Next;
                 Unlink(node);
+                if (node is not TimerNode delay)
+                {
+                    ((CallbackTimerNode)node).DisposeByWheel(fromInbox: false); // stopped; recycled unless still in the change inbox
+                    node = next;
+                    continue;
+                }
                 // Whoever wins, the node is now in the cancel inbox (pushed by this call or by its token's callback).
                 try
                 {
-                    node.Cancel(byDisposal: true);
+                    delay.Cancel(byDisposal: true);
                 }
                 catch (Exception ex)
                 {
@@ -918,6 +1057,9 @@ internal sealed class WheelShard : WorkerTimers
                 node = next;
             }
         }
+        // Callback timers changed since the drain above (or during it, by callbacks it ran) end here; a Change racing this
+        // pass after it finds the wheel disposed and asks for another (TimerWheel.QueueChange).
+        DisposeChanged(Interlocked.Exchange(ref _changeInbox, null));
         ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
         PublishCount();
     }

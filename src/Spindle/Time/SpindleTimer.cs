@@ -1,0 +1,130 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+
+namespace SpindleLib;
+
+/// <summary>
+/// A callback timer on a <see cref="TimerWheel"/> (<see cref="TimerWheel.CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/>):
+/// Spindle's <c>System.Threading.Timer</c>, <c>ITimer</c>, Linux's <c>mod_timer</c>/<c>del_timer</c> or Netty's
+/// <c>Timeout</c>, for the server that holds a timer per session or the game that holds one per buff: a
+/// <see cref="Change"/> moves it from any thread, a <see cref="Dispose"/> ends it, and neither allocates.
+/// </summary>
+/// <example>
+/// <code>
+/// // An idle timeout that each message pushes back.
+/// SpindleTimer idle = TimerWheel.Default.CreateTimer(static s => ((Session)s!).Close(), session, TimeSpan.FromSeconds(30));
+/// void OnMessage() => idle.Change(TimeSpan.FromSeconds(30), Timeout.InfiniteTimeSpan);
+/// void OnClosed() => idle.Dispose();
+/// </code>
+/// </example>
+/// <remarks>
+/// <para><b>Cost.</b> The handle is a struct holding a pooled node (about 100 bytes, with the callback and state the
+/// caller's) and its version: creating, changing and disposing a timer allocate nothing once the pool is warm. A Change
+/// that pushes the timer back (a due time at or after the one it replaces, the common case of an idle timeout) is one
+/// CAS on the node and wakes nothing: the wheel finds the later time when it reaches the old one, and links the timer
+/// again there. A Change that pulls it forward, re-arms a timer that fired or was stopped, or stops it, goes to the
+/// wheel's owner through a lock-free inbox, as a new delay does.</para>
+/// <para><b>When it fires.</b> Never early: a due time is rounded up to the wheel's millisecond, and so is the period.
+/// A periodic timer's ticks fall at whole periods from the due time it was last given, so they do not drift; ticks
+/// missed while the callbacks' thread was late coalesce into one, as <see cref="SpindlePeriodicTimer"/>'s do.</para>
+/// <para><b>Where the callback runs.</b> For a wheel on <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/>
+/// included), on Spindle's workers, handed over in batches as awaited delays are: never on the wheel's timer thread, so
+/// a slow callback holds up no other timer. As with <c>System.Threading.Timer</c>, one periodic timer's callbacks may
+/// then overlap, if one runs longer than the period: guard shared state in the callback. For a wheel on any other
+/// provider (a <see cref="ManualClock"/>), on the thread that drives the clock, one at a time, in deadline order, inside
+/// its <c>Advance</c> (or inside the Change or create that made the timer due at once). The
+/// <see cref="ExecutionContext"/> is not captured (as <c>ThreadPool.UnsafeQueueUserWorkItem</c>): <c>AsyncLocal</c>
+/// values of the creating code are not seen by the callback. An exception the callback throws goes to
+/// <see cref="Spindle.UnobservedException"/>, and the timer carries on (a periodic timer keeps firing).</para>
+/// <para><b>Races.</b> A callback the wheel has already taken when a Change or Dispose lands still runs, once (as with
+/// <c>System.Threading.Timer</c>, whose callbacks may run after Dispose returns); the Change then applies to the next
+/// firing. Each arming fires at most once. Two Change calls that race on one timer each take effect, the later one
+/// (in the order the timer saw them) deciding the due time; if they give different periods, the timer may end with the
+/// other one's period.</para>
+/// <para><b>Ending it.</b> <see cref="Dispose"/> stops the timer and returns its node to the pool; it is idempotent,
+/// and a copy of a disposed handle never acts on the timer that reuses the node (its <see cref="Change"/> throws
+/// <see cref="ObjectDisposedException"/>, its Dispose does nothing). Disposing the wheel ends every timer on it the
+/// same way. A timer that is never disposed is collected once nothing references it and it is stopped; while it is
+/// armed, the wheel holds it (and its state) until it fires, as a BCL timer is held.</para>
+/// <para><b>Thread-safety.</b> Every member may be called from any thread, at any time, including from the callback.</para>
+/// </remarks>
+[DebuggerDisplay("{DebuggerText,nq}")]
+public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
+{
+    private readonly CallbackTimerNode? _node;
+    private readonly short _version;
+
+    internal SpindleTimer(CallbackTimerNode node, short version)
+    {
+        _node = node;
+        _version = version;
+    }
+
+    /// <summary>
+    /// Moves the timer: it fires <paramref name="dueTime"/> from now, then every <paramref name="period"/>, whether it is
+    /// pending, has fired (a one-shot timer is armed again) or was stopped. <see cref="Timeout.InfiniteTimeSpan"/> as
+    /// <paramref name="dueTime"/> stops it without disposing it. As <c>ITimer.Change</c>.
+    /// </summary>
+    /// <param name="dueTime">How long until it fires: <see cref="TimeSpan.Zero"/> (at once) to <see cref="TimerWheel.MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> to stop it.</param>
+    /// <param name="period">The time between firings after that, rounded up to the millisecond: up to <see cref="TimerWheel.MaxDelay"/>; <see cref="TimeSpan.Zero"/> or <see cref="Timeout.InfiniteTimeSpan"/> for one firing.</param>
+    /// <returns>True: the timer was changed (failures throw).</returns>
+    /// <remarks>A due time at or after the one it replaces costs one CAS; see the remarks on <see cref="SpindleTimer"/>. A callback already taken when this lands still runs once.</remarks>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="dueTime"/> or <paramref name="period"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException">The timer, or its wheel, has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
+    public bool Change(TimeSpan dueTime, TimeSpan period)
+    {
+        CallbackTimerNode node = NodeOrThrow();
+        TimerWheel? wheel = node.Wheel;
+        if (wheel is null)
+        {
+            CallbackTimerNode.ThrowDisposed(byWheel: false); // recycled: the node is between uses, so this one is over
+        }
+        wheel!.ChangeTimer(node, _version, dueTime, period); // a stale read of the wheel fails the version check there
+        return true;
+    }
+
+    /// <summary>
+    /// Stops the timer and returns its node to the pool (at once, or when the wheel's owner lets go of it, promptly).
+    /// Calling it again, or on a copy of this handle, does nothing. A callback already taken still runs once, maybe after
+    /// this returns.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
+    public void Dispose()
+    {
+        CallbackTimerNode node = NodeOrThrow();
+        TimerWheel? wheel = node.Wheel; // read before the node can be recycled: it cannot be while this use is live
+        if (node.Dispose(_version))
+        {
+            // This call set Queued: the owner cannot let go of the node before the push below, so the wheel read is this use's.
+            wheel!.QueueChange(node, CallbackTimerNode.NeverDue);
+        }
+    }
+
+    private CallbackTimerNode NodeOrThrow()
+    {
+        if (_node is null)
+        {
+            ThrowHelper.ThrowInvalidOperation("This SpindleTimer is default: no timer backs it. Create one with TimerWheel.CreateTimer (for example TimerWheel.Default.CreateTimer(callback, state, dueTime)).");
+        }
+        return _node!;
+    }
+
+    private string DebuggerText => _node is null ? "default" : _node.IsLive(_version) ? "live" : "disposed";
+
+    /// <inheritdoc/>
+    public bool Equals(SpindleTimer other) => ReferenceEquals(_node, other._node) && _version == other._version;
+
+    /// <inheritdoc/>
+    public override bool Equals(object? obj) => obj is SpindleTimer other && Equals(other);
+
+    /// <inheritdoc/>
+    public override int GetHashCode() => _node is null ? 0 : (System.Runtime.CompilerServices.RuntimeHelpers.GetHashCode(_node) * 397) ^ _version;
+
+    /// <summary>True when both handles are the same use of the same timer (or both default).</summary>
+    public static bool operator ==(SpindleTimer left, SpindleTimer right) => left.Equals(right);
+
+    /// <summary>True unless both handles are the same use of the same timer (or both default).</summary>
+    public static bool operator !=(SpindleTimer left, SpindleTimer right) => !left.Equals(right);
+}
