@@ -26,6 +26,7 @@ public static class BenchRunner
         new CountersIdleScenario(),
         new FrameScenario(),
         new FrameDelayScenario(),
+        new TimerChangeScenario(),
         new CodegenScenario(),
     };
 

@@ -52,6 +52,7 @@ public static class Chart
         "frame" => ["ms_per_frame", "startup_bytes"],
         "codegen" => ["il_bytes_per_method"],
         "framedelay" => ["cpu_us_per_tick"],
+        "timer-change" => ["ns_per_op", "bytes_per_timer"],
         _ => ["ns_per_op"],
     };
 

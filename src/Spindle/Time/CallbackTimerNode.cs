@@ -116,7 +116,7 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
     internal bool Change(short version, long due, long periodMs)
     {
         long period = Volatile.Read(ref _periodWord);
-        while (true)
+        while ((period & PeriodMask) != periodMs || (short)(period >> PeriodVersionShift) != version) // the same period: no write
         {
             if ((short)(period >> PeriodVersionShift) != version)
             {
@@ -124,12 +124,9 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
                 ThrowIfEnded(Volatile.Read(ref _word), version);
                 ThrowDisposed(byWheel: false);
             }
-            long seen = Interlocked.CompareExchange(ref _periodWord, (period & ~PeriodMask) | periodMs, period);
-            if (seen == period)
-            {
-                break;
-            }
-            period = seen;
+            period = Interlocked.CompareExchange(ref _periodWord, (period & ~PeriodMask) | periodMs, period) is var seen && seen == period
+                ? (period & ~PeriodMask) | periodMs
+                : seen;
         }
         long word = Volatile.Read(ref _word);
         while (true)

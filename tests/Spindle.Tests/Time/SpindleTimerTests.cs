@@ -512,3 +512,39 @@ public class SpindleTimerTests
         }
     }
 }
+
+/// <summary>A timer's due tick, worked out with one division, is the tick a delay's three divisions give, on clocks of several frequencies.</summary>
+public class SpindleTimerDeadlineTests
+{
+    private sealed class SteppedClock(long frequency) : TimeProvider
+    {
+        public long Now;
+
+        public override long GetTimestamp() => Now;
+
+        public override long TimestampFrequency => frequency;
+    }
+
+    [Theory]
+    [InlineData(10_000_000L)]
+    [InlineData(1_000_000_000L)]
+    [InlineData(3_000_000L)] // not a multiple of 10 MHz: the delay's own arithmetic
+    public void TimerDeadlineAfter_MatchesDeadlineAfter(long frequency)
+    {
+        var clock = new SteppedClock(frequency);
+        using var wheel = new TimerWheel(clock);
+        var random = new Random(54);
+        for (int i = 0; i < 200_000; i++)
+        {
+            clock.Now = i < 1000 ? i : (long)(random.NextDouble() * frequency * 86_400 * 30);
+            TimeSpan delay = (i % 4) switch
+            {
+                0 => TimeSpan.FromTicks(random.Next(0, 30_000)),
+                1 => TimeSpan.FromMilliseconds(random.Next(0, 100_000)),
+                2 => TimerWheel.MaxDelay,
+                _ => TimeSpan.FromTicks((long)(random.NextDouble() * TimerWheel.MaxDelay.Ticks)),
+            };
+            Assert.Equal(wheel.DeadlineAfter(delay), wheel.TimerDeadlineAfter(delay));
+        }
+    }
+}

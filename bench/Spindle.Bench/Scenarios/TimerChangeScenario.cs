@@ -1,0 +1,254 @@
+using System;
+using System.Diagnostics;
+using System.Threading;
+using SpindleLib.Bench.Harness;
+
+namespace SpindleLib.Bench.Scenarios;
+
+/// <summary>
+/// The server's and the MMO zone's timers (docs/decisions.md section 49, user21): N pending timers, each pushed back K
+/// times (an idle timeout reset by each message, a buff refreshed), then disposed. <c>Task</c>: a
+/// <see cref="System.Threading.Timer"/> and its <c>Change</c>; <c>Spindle</c>: a <see cref="SpindleTimer"/> on
+/// <see cref="TimerWheel.Default"/> and its <c>Change</c>; <c>SpindleDelay</c>: what Spindle offered before, a loop
+/// awaiting <c>Spindle.Delay</c> with a <see cref="CancellationTokenSource"/> cancelled and replaced for each re-arm.
+/// </summary>
+public sealed class TimerChangeScenario : Scenario
+{
+    private static readonly TimeSpan Far = TimeSpan.FromSeconds(600); // never reached in a round: every Change is a push back
+    private static readonly TimeSpan Infinite = Timeout.InfiniteTimeSpan;
+    private static readonly TimerCallback s_timerCallback = static _ => { };
+    private static readonly Action<object?> s_spindleCallback = static _ => { };
+
+    public override string Id => "timer-change";
+
+    public override string Title => "N pending timers, each pushed back K times (Change), then disposed";
+
+    public override string Seed => "decisions 49 (user21)";
+
+    public override string Baseline => "Task";
+
+    public override string Notes =>
+        "One thread. Per round: create N timers due in 600 s, K passes over them each pushing every timer back by 1 ms more " +
+        "(Change, timed: ns_per_op and bytes_per_op are per Change, all threads), then dispose them (create and dispose timed together: " +
+        "ns_per_create_dispose, bytes_per_create_dispose, per timer). Task: System.Threading.Timer, Change, Dispose. Spindle: " +
+        "TimerWheel.Default.CreateTimer, SpindleTimer.Change, Dispose. SpindleDelay: an async SpindleTask loop per timer awaiting " +
+        "Spindle.Delay(600 s, source.Token).SuppressCancellationThrow(); a re-arm swaps in a new CancellationTokenSource and cancels the old " +
+        "one (the loop wakes inline and waits again), Dispose cancels without a replacement. The systems' rounds alternate (side by side). " +
+        "bytes_per_timer: GC heap (after a full collection, pools trimmed) with the N timers pending, less before, over N, measured once " +
+        "per system outside the timed rounds.";
+
+    public override void Run(BenchContext context)
+    {
+        int n = context.Pick(2_000, 100_000, 1_000_000);
+        int k = context.Pick(2, 2, 4);
+        string caseName = $"n={(n >= 1000 ? n / 1000 + "k" : n.ToString())},k={k}";
+        var systems = new ISystem[] { new TaskTimers(n), new SpindleTimers(n), new DelayTimers(n) };
+        foreach (ISystem system in systems)
+        {
+            context.Progress($"{caseName} › {system.Name}: warm-up");
+            context.Warmup(() => Round(system, n, k));
+        }
+        int rounds = context.Rounds;
+        var change = new double[systems.Length][];
+        var changeBytes = new double[systems.Length][];
+        var life = new double[systems.Length][];
+        var lifeBytes = new double[systems.Length][];
+        for (int s = 0; s < systems.Length; s++)
+        {
+            change[s] = new double[rounds];
+            changeBytes[s] = new double[rounds];
+            life[s] = new double[rounds];
+            lifeBytes[s] = new double[rounds];
+        }
+        for (int r = 0; r < rounds; r++)
+        {
+            for (int j = 0; j < systems.Length; j++)
+            {
+                int s = (r + j) % systems.Length;
+                context.Progress($"{caseName} › {systems[s].Name}: round {r + 1}/{rounds} (side by side)");
+                BenchContext.Settle();
+                RoundFigures f = Round(systems[s], n, k);
+                change[s][r] = f.ChangeNanos / ((double)n * k);
+                changeBytes[s][r] = f.ChangeBytes / ((double)n * k);
+                life[s][r] = f.LifeNanos / n;
+                lifeBytes[s][r] = f.LifeBytes / (double)n;
+            }
+        }
+        for (int s = 0; s < systems.Length; s++)
+        {
+            string name = systems[s].Name;
+            context.Add(caseName, name, "ns_per_op", change[s]);
+            context.Add(caseName, name, "bytes_per_op", changeBytes[s]);
+            context.Add(caseName, name, "ns_per_create_dispose", life[s]);
+            context.Add(caseName, name, "bytes_per_create_dispose", lifeBytes[s]);
+        }
+        foreach (ISystem system in systems)
+        {
+            context.Progress($"{caseName} › {system.Name}: live heap");
+            SpindlePool.Trim();
+            long before = Counters.Heap();
+            system.Create();
+            long after = Counters.Heap();
+            system.Dispose();
+            context.Add(caseName, system.Name, "bytes_per_timer", Math.Max(0, after - before) / (double)n);
+        }
+    }
+
+    private readonly record struct RoundFigures(double ChangeNanos, long ChangeBytes, double LifeNanos, long LifeBytes);
+
+    private static RoundFigures Round(ISystem system, int n, int k)
+    {
+        long a0 = GC.GetTotalAllocatedBytes(true);
+        long t0 = Stopwatch.GetTimestamp();
+        system.Create();
+        long t1 = Stopwatch.GetTimestamp();
+        long a1 = GC.GetTotalAllocatedBytes(true);
+        for (int pass = 1; pass <= k; pass++)
+        {
+            system.PushBack(Far + TimeSpan.FromMilliseconds(pass));
+        }
+        long t2 = Stopwatch.GetTimestamp();
+        long a2 = GC.GetTotalAllocatedBytes(true);
+        system.Dispose();
+        long t3 = Stopwatch.GetTimestamp();
+        long a3 = GC.GetTotalAllocatedBytes(true);
+        double perTick = 1e9 / Stopwatch.Frequency;
+        return new RoundFigures((t2 - t1) * perTick, a2 - a1, ((t1 - t0) + (t3 - t2)) * perTick, (a1 - a0) + (a3 - a2));
+    }
+
+    private interface ISystem
+    {
+        string Name { get; }
+
+        void Create();
+
+        void PushBack(TimeSpan due);
+
+        void Dispose();
+    }
+
+    private sealed class TaskTimers(int n) : ISystem
+    {
+        private readonly Timer?[] _timers = new Timer?[n];
+
+        public string Name => "Task";
+
+        public void Create()
+        {
+            for (int i = 0; i < _timers.Length; i++)
+            {
+                _timers[i] = new Timer(s_timerCallback, null, Far, Infinite);
+            }
+        }
+
+        public void PushBack(TimeSpan due)
+        {
+            foreach (Timer? timer in _timers)
+            {
+                timer!.Change(due, Infinite);
+            }
+        }
+
+        public void Dispose()
+        {
+            for (int i = 0; i < _timers.Length; i++)
+            {
+                _timers[i]!.Dispose();
+                _timers[i] = null;
+            }
+        }
+    }
+
+    private sealed class SpindleTimers(int n) : ISystem
+    {
+        private readonly SpindleTimer[] _timers = new SpindleTimer[n];
+
+        public string Name => "Spindle";
+
+        public void Create()
+        {
+            TimerWheel wheel = TimerWheel.Default;
+            for (int i = 0; i < _timers.Length; i++)
+            {
+                _timers[i] = wheel.CreateTimer(s_spindleCallback, null, Far);
+            }
+        }
+
+        public void PushBack(TimeSpan due)
+        {
+            foreach (SpindleTimer timer in _timers)
+            {
+                timer.Change(due, Infinite);
+            }
+        }
+
+        public void Dispose()
+        {
+            for (int i = 0; i < _timers.Length; i++)
+            {
+                _timers[i].Dispose();
+                _timers[i] = default;
+            }
+        }
+    }
+
+    /// <summary>The user21 pattern: a timer is a loop awaiting a delay, moved by cancelling its source and giving it a new one.</summary>
+    private sealed class DelayTimers(int n) : ISystem
+    {
+        private readonly Entry?[] _entries = new Entry?[n];
+
+        public string Name => "SpindleDelay";
+
+        private sealed class Entry
+        {
+            public CancellationTokenSource? Source = new();
+            public TimeSpan Due = Far;
+            public int Fired;
+        }
+
+        private static async SpindleTask Loop(Entry entry)
+        {
+            while (entry.Source is { } source)
+            {
+                if (!await Spindle.Delay(entry.Due, source.Token).SuppressCancellationThrow())
+                {
+                    entry.Fired++;
+                    return;
+                }
+            }
+        }
+
+        public void Create()
+        {
+            for (int i = 0; i < _entries.Length; i++)
+            {
+                var entry = new Entry();
+                _entries[i] = entry;
+                Loop(entry).Forget();
+            }
+        }
+
+        public void PushBack(TimeSpan due)
+        {
+            foreach (Entry? entry in _entries)
+            {
+                CancellationTokenSource old = entry!.Source!;
+                entry.Due = due;
+                entry.Source = new CancellationTokenSource();
+                old.Cancel(); // the loop wakes here, inline, and waits again on the new source
+            }
+        }
+
+        public void Dispose()
+        {
+            for (int i = 0; i < _entries.Length; i++)
+            {
+                Entry entry = _entries[i]!;
+                CancellationTokenSource old = entry.Source!;
+                entry.Source = null;
+                old.Cancel();
+                _entries[i] = null;
+            }
+        }
+    }
+}
