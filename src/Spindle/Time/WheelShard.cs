@@ -294,9 +294,9 @@ internal sealed class WheelShard : WorkerTimers
     /// <summary>
     /// Settles every callback timer of a change-inbox snapshot (<paramref name="changed"/>): unlinked if linked, then linked
     /// at its due tick, fired if that has passed, left out if stopped, or recycled if disposed (see
-    /// <see cref="CallbackTimerNode.Settle"/>). Owner only.
+    /// <see cref="CallbackTimerNode.Settle"/>); or, for the wheel's Dispose (<paramref name="disposing"/>), ended. Owner only.
     /// </summary>
-    private void SettleChanged(CallbackTimerNode? changed, long now)
+    private void SettleChanged(CallbackTimerNode? changed, long now, bool disposing = false)
     {
         if (_linkedOwner == 0 && now > _elapsed)
         {
@@ -311,7 +311,14 @@ internal sealed class WheelShard : WorkerTimers
             {
                 Unlink(node);
             }
-            Settle(node, fromInbox: true);
+            if (disposing)
+            {
+                node.DisposeByWheel(fromInbox: true);
+            }
+            else
+            {
+                Settle(node, fromInbox: true);
+            }
         }
     }
 
@@ -339,22 +346,6 @@ internal sealed class WheelShard : WorkerTimers
             case CallbackTimerNode.Settlement.Recycle:
                 node.Recycle();
                 break;
-        }
-    }
-
-    /// <summary>The wheel's Dispose ends every callback timer of a change-inbox snapshot. Owner only.</summary>
-    private void DisposeChanged(CallbackTimerNode? changed)
-    {
-        while (changed is not null)
-        {
-            CallbackTimerNode node = changed;
-            changed = node.NextChange;
-            node.NextChange = null;
-            if (node.Slot >= 0)
-            {
-                Unlink(node);
-            }
-            node.DisposeByWheel(fromInbox: true);
         }
     }
 
@@ -1059,7 +1050,7 @@ internal sealed class WheelShard : WorkerTimers
         }
         // Callback timers changed since the drain above (or during it, by callbacks it ran) end here; a Change racing this
         // pass after it finds the wheel disposed and asks for another (TimerWheel.QueueChange).
-        DisposeChanged(Interlocked.Exchange(ref _changeInbox, null));
+        SettleChanged(Interlocked.Exchange(ref _changeInbox, null), _elapsed, disposing: true);
         ReleaseCancelled(Interlocked.Exchange(ref _cancelInbox, null));
         PublishCount();
     }

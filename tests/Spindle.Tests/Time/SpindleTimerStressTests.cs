@@ -175,6 +175,68 @@ public class SpindleTimerStressTests
         Assert.True(fires > 0 && armings >= fires, $"fires {fires}, armings {armings}");
     }
 
+    /// <summary>
+    /// Threads keep moving their timers (Change pulls forward and re-arms go through the change inbox) while the wheel is
+    /// disposed: every thread's next Change throws <see cref="ObjectDisposedException"/>, nothing fires once the disposal
+    /// has settled, and nothing is left in the wheel, whether a Change landed before the disposing pass, in it, or after.
+    /// </summary>
+    [Fact]
+    public void WheelDispose_WhileThreadsChangeTimers_EndsThemAll()
+    {
+        for (int round = 0; round < TestUtil.Stress(20); round++)
+        {
+            var wheel = new TimerWheel(TimeProvider.System);
+            int fires = 0;
+            var threads = new Thread[4];
+            var ended = new bool[threads.Length];
+            using var started = new CountdownEvent(threads.Length);
+            for (int t = 0; t < threads.Length; t++)
+            {
+                int index = t;
+                threads[t] = new Thread(() =>
+                {
+                    var timers = new SpindleTimer[8];
+                    for (int i = 0; i < timers.Length; i++)
+                    {
+                        timers[i] = wheel.CreateTimer(_ => Interlocked.Increment(ref fires), null, TimeSpan.FromMilliseconds(i % 3));
+                    }
+                    started.Signal();
+                    try
+                    {
+                        for (int n = 0; ; n++)
+                        {
+                            timers[n % timers.Length].Change(TimeSpan.FromMilliseconds(n % 3), Timeout.InfiniteTimeSpan);
+                        }
+                    }
+                    catch (ObjectDisposedException)
+                    {
+                        ended[index] = true;
+                    }
+                    foreach (SpindleTimer timer in timers)
+                    {
+                        timer.Dispose(); // quiet after the wheel's Dispose
+                    }
+                });
+                threads[t].Start();
+            }
+            started.Wait();
+            Thread.Sleep(5);
+            wheel.Dispose();
+            foreach (Thread t in threads)
+            {
+                Assert.True(t.Join(TimeSpan.FromSeconds(TestUtil.StressTimeout(30))), "a thread's Change never saw the disposal");
+            }
+            Assert.All(ended, Assert.True);
+            // A Change that raced the disposing pass asked for another (QueueChange); the thread holding the wheel's drive
+            // (maybe its timer thread, finishing a pass it began) runs it, and may not have finished when the changers return.
+            Assert.True(SpinWait.SpinUntil(() => wheel.PendingCount == 0, TimeSpan.FromSeconds(10)), $"{wheel.PendingCount} timers left in a disposed wheel");
+            Thread.Sleep(20); // callbacks the wheel had taken before its Dispose may still be running on the workers
+            int settled = Volatile.Read(ref fires);
+            Thread.Sleep(30);
+            Assert.Equal(settled, Volatile.Read(ref fires));
+        }
+    }
+
     private static bool AllFiredOnce(Cell[] cells, int[] before)
     {
         for (int i = 0; i < cells.Length; i++)
