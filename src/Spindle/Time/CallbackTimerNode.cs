@@ -21,9 +21,11 @@ namespace SpindleLib;
 /// <para><b>Pushing back is lazy.</b> Invariant: while Armed and not Queued, the node is linked at a tick at or before
 /// the due tick in the word (<see cref="WheelNode.Deadline"/> &lt;= due). So a Change to a due tick at or after the
 /// word's only stores it (one CAS, no inbox, no wake): when the wheel reaches the old slot it finds the later due tick and
-/// links the node again there. This is the lazy re-insertion of Kafka's <c>TimingWheel</c> (a bucket's expiry re-adds
-/// its entries, which land in a later bucket when their expiration moved) and of the Linux kernel's timer wheel since
-/// 4.8 (Gleixner, "timers: Switch to a non-cascading wheel", where a re-armed timer is often left where it is). Any
+/// links the node again there. The re-insertion is Kafka's (its <c>TimingWheel</c>'s expired bucket hands each entry back
+/// to <c>addTimerTaskEntry</c>, which places it by its expiration again, a finer bucket or a run); here the expiration
+/// may also have moved later meanwhile, so a timer pushed back many times moves once per tick it reaches, not once per
+/// push (Linux's <c>mod_timer</c> likewise leaves a re-armed timer where it is when the new expiry falls in its bucket,
+/// since the non-cascading wheel of 4.8). Any
 /// other Change (earlier than the word's due, a re-arm of a timer that is not Armed, a stop, a Dispose) sets Queued and
 /// hands the node to the owner through the inbox, as a delay's insert and cancel do: the owner unlinks it and settles it
 /// from the word as it then reads it (<see cref="Settle"/>).</para>
