@@ -181,6 +181,41 @@ public sealed partial class ReadmeTests : IDisposable
     // README cancellation end
 
     [Fact]
+    public void TimerExample_IsTheCodeBelow_AndClosesAnIdleSession()
+    {
+        string body = MarkedCode("    // README timer begin\n", "    // README timer end\n", indent: 4);
+        Assert.Equal(CSharpBlocks()[4], body);
+
+        var clock = new ManualClock();
+        using var timers = new TimerWheel(clock);
+        var session = new Session(timers);
+        clock.Advance(TimeSpan.FromSeconds(29));
+        session.OnMessage(); // pushed back to 59 s
+        clock.Advance(TimeSpan.FromSeconds(29));
+        Assert.False(session.Closed);
+        clock.Advance(TimeSpan.FromSeconds(1));
+        Assert.True(session.Closed);
+        session.Dispose();
+        Assert.Equal(0, timers.PendingCount);
+    }
+
+    // README timer begin
+    sealed class Session : IDisposable
+    {
+        private readonly SpindleTimer _idle;
+
+        public Session(TimerWheel timers) =>
+            _idle = timers.CreateTimer(static s => ((Session)s!).Closed = true, this, TimeSpan.FromSeconds(30));
+
+        public bool Closed { get; private set; }
+
+        public void OnMessage() => _idle.Change(TimeSpan.FromSeconds(30), Timeout.InfiniteTimeSpan); // one CAS
+
+        public void Dispose() => _idle.Dispose(); // stopped; its node goes back to the pool
+    }
+    // README timer end
+
+    [Fact]
     public async Task UniTaskExample_IsTheCodeBelow_AndDoesWhatItsCommentsSay()
     {
         string body = MarkedCode("    // README unitask begin\n", "    // README unitask end\n", indent: 4);
