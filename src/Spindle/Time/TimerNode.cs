@@ -51,15 +51,36 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     private CancellationToken _token;
     private CancellationTokenRegistration _registration;
 
+    // Where this use lives: its shard (a timer that is due) or the wheel that holds it as never due; one field, since a
+    // never-due node never enters a shard (TimerWheel.InfiniteDelay leaves it out of the wheel), so the two are never both
+    // set. One field keeps a delay's node 8 B smaller (120 B; a million timed waits, 8 MB).
+    private object? _home;
+
     /// <summary>The shard the node was added to (set when it is pushed or linked); its cancellation goes there.</summary>
-    internal WheelShard? Shard;
+    internal WheelShard? Shard
+    {
+        get => _home as WheelShard;
+        set
+        {
+            Debug.Assert(_home is null or WheelShard, "a never-due node never enters a shard");
+            _home = value;
+        }
+    }
 
     /// <summary>
     /// The wheel that holds this use weakly as a timer that is never due (<see cref="NeverDueTimers"/>), or null: set when
     /// the wheel takes it, cleared when the node is recycled, so a stale entry of the wheel's never-due list never acts on
     /// the node's later uses.
     /// </summary>
-    internal TimerWheel? NeverDueOn;
+    internal TimerWheel? NeverDueOn
+    {
+        get => _home as TimerWheel;
+        set
+        {
+            Debug.Assert(_home is null or TimerWheel, "a node in a shard is never a never-due timer");
+            _home = value;
+        }
+    }
 
     ref TimerNode? IPoolNode<TimerNode>.Next => ref NextCancel;
 
@@ -397,8 +418,7 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     private void Recycle()
     {
         _token = default;
-        Shard = null;
-        NeverDueOn = null;
+        _home = null; // its shard, or the wheel that held it as never due
         Next = null;
         Prev = null;
         NextCancel = null;
