@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 using System.Threading;
 
 using SpindleLib.Tests.Sources;
@@ -18,27 +17,23 @@ public sealed class WhenAllInputCountRaceTests
     [Fact]
     public void TwoInputsFinishingAtOnce_OfAWhenAllWithAToken_AreBothCounted()
     {
-        int rounds = TestUtil.Stress(50_000);
-        var failures = new List<string>();
         using var cts = new CancellationTokenSource(); // never cancelled: it only makes the WhenAll count its inputs
-        using (var racer = new ContinuationRacer("WhenAllInputCountRaceTests racer"))
+        var race = new RaceRounds("WhenAllInputCountRaceTests", TestUtil.Stress(50_000));
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10; round++)
+            var first = new Promise();
+            var second = new Promise();
+            SpindleTask all = SpindleTask.WhenAll([first.Task, second.Task], cts.Token);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () => first.TrySetResult(), () => second.TrySetResult());
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            if (!all.IsCompleted)
             {
-                var first = new Promise();
-                var second = new Promise();
-                SpindleTask all = SpindleTask.WhenAll([first.Task, second.Task], cts.Token);
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () => first.TrySetResult(), () => second.TrySetResult());
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                if (!all.IsCompleted)
-                {
-                    failures.Add($"round {round}: both inputs finished, and the WhenAll is still pending");
-                    continue;
-                }
-                all.GetAwaiter().GetResult();
+                race.Fail("both inputs finished, and the WhenAll is still pending");
+                return;
             }
-        }
-        Assert.True(failures.Count == 0, $"an input finishing at the same moment as another was not counted: {string.Join("; ", failures)}");
+            all.GetAwaiter().GetResult();
+        });
+        race.AssertNone("an input finishing at the same moment as another was not counted");
     }
 }

@@ -1,6 +1,4 @@
 using System;
-using System.Collections.Generic;
-using System.Diagnostics;
 using System.Threading;
 using SpindleLib.Tests.Sources;
 
@@ -21,14 +19,15 @@ public sealed class WhenAnyProducerCancelRaceTests
     [Fact]
     public void AProducerFinishing_AsTheTokenIsCancelled_GivesTheCancellationOrTheProducersOutcome()
     {
-        int rounds = TestUtil.Stress(20_000);
-        var cap = Stopwatch.StartNew();
         var meeting = new HookMeeting();
         object? target = null;
         int current = -1;
-        var failures = new List<string>();
         int cancelled = 0;
-        int ran = 0;
+        var race = new RaceRounds("WhenAnyProducerCancelRaceTests", TestUtil.Stress(20_000))
+        {
+            TimeCap = TimeSpan.FromSeconds(5),
+            ClearHooks = () => CombinatorCore.TestHookBeforeWinnerClaim = null,
+        };
         CombinatorCore.TestHookBeforeWinnerClaim = (combinator, byCancellation) =>
         {
             if (combinator == Volatile.Read(ref target))
@@ -36,49 +35,41 @@ public sealed class WhenAnyProducerCancelRaceTests
                 meeting.Arrive(byCancellation ? 1 : 0, Volatile.Read(ref current));
             }
         };
-        try
+        race.Run(round =>
         {
-            using var racer = new ContinuationRacer("WhenAnyProducerCancelRaceTests racer");
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++, ran++)
+            var producer = new Promise<int>();
+            using var cts = new CancellationTokenSource();
+            SpindleTask<(int Index, int Result)> any = SpindleTask.WhenAny<int>([_ => producer.Task], cts.Token);
+            Volatile.Write(ref current, round);
+            Volatile.Write(ref target, any._source);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () => producer.TrySetResult(7), cts.Cancel);
+            Volatile.Write(ref target, null);
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            if (!any.IsCompleted)
             {
-                var producer = new Promise<int>();
-                using var cts = new CancellationTokenSource();
-                SpindleTask<(int Index, int Result)> any = SpindleTask.WhenAny<int>([_ => producer.Task], cts.Token);
-                Volatile.Write(ref current, round);
-                Volatile.Write(ref target, any._source);
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () => producer.TrySetResult(7), cts.Cancel);
-                Volatile.Write(ref target, null);
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                if (!any.IsCompleted)
+                race.Fail("the producer finished and the token was cancelled, and the WhenAny is still pending");
+                return;
+            }
+            try
+            {
+                (int index, int result) = any.GetAwaiter().GetResult();
+                if (index != 0 || result != 7)
                 {
-                    failures.Add($"round {round}: the producer finished and the token was cancelled, and the WhenAny is still pending");
-                    continue;
-                }
-                try
-                {
-                    (int index, int result) = any.GetAwaiter().GetResult();
-                    if (index != 0 || result != 7)
-                    {
-                        failures.Add($"round {round}: the WhenAny succeeded with ({index}, {result}), not the producer's (0, 7)");
-                    }
-                }
-                catch (OperationCanceledException ex) when (ex.CancellationToken == cts.Token)
-                {
-                    cancelled++;
-                }
-                catch (Exception ex)
-                {
-                    failures.Add($"round {round}: the WhenAny threw {ex.GetType().Name}: {ex.Message}");
+                    race.Fail($"the WhenAny succeeded with ({index}, {result}), not the producer's (0, 7)");
                 }
             }
-        }
-        finally
-        {
-            CombinatorCore.TestHookBeforeWinnerClaim = null;
-        }
+            catch (OperationCanceledException ex) when (ex.CancellationToken == cts.Token)
+            {
+                cancelled++;
+            }
+            catch (Exception ex)
+            {
+                race.Fail($"the WhenAny threw {ex.GetType().Name}: {ex.Message}");
+            }
+        });
         Assert.True(meeting.Missed == -1, $"round {meeting.Missed}: the producer and the cancellation did not both reach their claim within 10 s");
-        Assert.True(failures.Count == 0, $"a producer finishing as the token was cancelled gave neither outcome ({ran} rounds, {cancelled} cancelled): {string.Join("; ", failures)}");
+        race.AssertNone($"a producer finishing as the token was cancelled gave neither outcome ({race.Ran} rounds, {cancelled} cancelled)");
     }
 }
 #endif

@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 using SpindleLib.Tests.Sources;
 
 namespace SpindleLib.Tests.Combinators;
@@ -20,47 +19,42 @@ public sealed class WhenAnyProducerWinnerRaceTests
     public void AFailedAndASucceededProducerFinishingAtOnce_GiveOneWinnersOutcome()
     {
         // On one processor the racer yields where it would spin, and a round takes a time slice: fewer rounds there.
-        int rounds = TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000);
-        var failures = new List<string>();
         var thrown = new InvalidOperationException("producer 0 failed");
         int failedWins = 0;
-        int ran = 0;
         using UnobservedReports watch = UnobservedReports.Start(UnobservedReports.Own.Instances(thrown));
-        using (var racer = new ContinuationRacer("WhenAnyProducerWinnerRaceTests racer"))
+        var race = new RaceRounds("WhenAnyProducerWinnerRaceTests", TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000));
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10; round++, ran++)
+            var failing = new Promise<int>();
+            var succeeding = new Promise<int>();
+            SpindleTask<(int Index, int Result)> any = SpindleTask.WhenAny<int>(
+            [
+                _ => failing.Task,
+                _ => succeeding.Task,
+            ]);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () => failing.TrySetException(thrown), () => succeeding.TrySetResult(7));
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            if (!any.IsCompleted)
             {
-                var failing = new Promise<int>();
-                var succeeding = new Promise<int>();
-                SpindleTask<(int Index, int Result)> any = SpindleTask.WhenAny<int>(
-                [
-                    _ => failing.Task,
-                    _ => succeeding.Task,
-                ]);
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () => failing.TrySetException(thrown), () => succeeding.TrySetResult(7));
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                if (!any.IsCompleted)
+                race.Fail("both producers finished, and the WhenAny is still pending");
+                return;
+            }
+            try
+            {
+                (int index, int result) = any.GetAwaiter().GetResult();
+                if (index != 1 || result != 7)
                 {
-                    failures.Add($"round {round}: both producers finished, and the WhenAny is still pending");
-                    continue;
-                }
-                try
-                {
-                    (int index, int result) = any.GetAwaiter().GetResult();
-                    if (index != 1 || result != 7)
-                    {
-                        failures.Add($"round {round}: the WhenAny succeeded with ({index}, {result}), not the succeeding producer's (1, 7)");
-                    }
-                }
-                catch (InvalidOperationException ex) when (ex == thrown)
-                {
-                    failedWins++;
+                    race.Fail($"the WhenAny succeeded with ({index}, {result}), not the succeeding producer's (1, 7)");
                 }
             }
-        }
-        Assert.True(failures.Count == 0, $"two producers finishing at once gave a mixed outcome: {string.Join("; ", failures)}");
+            catch (InvalidOperationException ex) when (ex == thrown)
+            {
+                failedWins++;
+            }
+        });
+        race.AssertNone("two producers finishing at once gave a mixed outcome");
         // The failure was thrown where its producer won, and reported, once, where it lost: never both, never neither.
-        Assert.Equal(ran - failedWins, watch.Reports.Count);
+        Assert.Equal(race.Ran - failedWins, watch.Reports.Count);
     }
 }

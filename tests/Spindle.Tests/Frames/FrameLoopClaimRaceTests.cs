@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 using System.Diagnostics;
 using System.Threading;
 
@@ -25,48 +24,42 @@ public sealed class FrameLoopClaimRaceTests
     [Fact]
     public void TwoThreadsRunningAFrameAtOnce_OneIsRefusedWhileTheOtherRunsIt()
     {
-        int rounds = TestUtil.Stress(20_000);
-        var cap = Stopwatch.StartNew();
         var loop = new FrameLoop();
         var outcomes = new int[2]; // this thread's call, the racer's
         int me = Environment.CurrentManagedThreadId;
         int refusals = 0;
-        var failures = new List<string>();
-        using (var racer = new ContinuationRacer("FrameLoopClaimRaceTests racer"))
+        var race = new RaceRounds("FrameLoopClaimRaceTests", TestUtil.Stress(20_000)) { TimeCap = TimeSpan.FromSeconds(3) };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(3); round++)
+            outcomes[0] = outcomes[1] = Running;
+            string? seen = null;
+            // Runs in the Update of the first frame to begin after the post, on the thread running it.
+            loop.SynchronizationContext.Post(_ =>
             {
-                int r = round;
-                outcomes[0] = outcomes[1] = Running;
-                string? seen = null;
-                // Runs in the Update of the first frame to begin after the post, on the thread running it.
-                loop.SynchronizationContext.Post(_ =>
+                int other = Environment.CurrentManagedThreadId == me ? 1 : 0;
+                var limit = Stopwatch.StartNew();
+                int outcome;
+                while ((outcome = Volatile.Read(ref outcomes[other])) == Running && limit.Elapsed < TimeSpan.FromSeconds(10))
                 {
-                    int other = Environment.CurrentManagedThreadId == me ? 1 : 0;
-                    var limit = Stopwatch.StartNew();
-                    int outcome;
-                    while ((outcome = Volatile.Read(ref outcomes[other])) == Running && limit.Elapsed < TimeSpan.FromSeconds(10))
-                    {
-                        Thread.Yield();
-                    }
-                    seen = outcome switch
-                    {
-                        Running => "the other thread's call had not ended after 10 s",
-                        Ran => "the other thread ran a whole frame meanwhile",
-                        Threw => "the other thread's call threw something other than the refusal",
-                        _ => null,
-                    };
-                }, null);
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () => RunFrame(loop, outcomes, 0), () => RunFrame(loop, outcomes, 1));
-                Assert.True(mine is null && theirs is null, $"round {r}: a call threw something other than the refusal: {mine ?? theirs}");
-                refusals += outcomes[0] == Refused || outcomes[1] == Refused ? 1 : 0;
-                if (seen is not null)
-                {
-                    failures.Add($"round {r}: while a frame ran, {seen}");
+                    Thread.Yield();
                 }
+                seen = outcome switch
+                {
+                    Running => "the other thread's call had not ended after 10 s",
+                    Ran => "the other thread ran a whole frame meanwhile",
+                    Threw => "the other thread's call threw something other than the refusal",
+                    _ => null,
+                };
+            }, null);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () => RunFrame(loop, outcomes, 0), () => RunFrame(loop, outcomes, 1));
+            Assert.True(mine is null && theirs is null, $"round {round}: a call threw something other than the refusal: {mine ?? theirs}");
+            refusals += outcomes[0] == Refused || outcomes[1] == Refused ? 1 : 0;
+            if (seen is not null)
+            {
+                race.Fail($"while a frame ran, {seen}");
             }
-        }
-        Assert.True(failures.Count == 0, $"two threads ran frames of one loop at once ({refusals} rounds had a call refused): {string.Join("; ", failures)}");
+        });
+        race.AssertNone($"two threads ran frames of one loop at once ({refusals} rounds had a call refused)");
     }
 
     /// <summary>

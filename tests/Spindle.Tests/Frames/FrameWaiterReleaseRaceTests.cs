@@ -1,6 +1,4 @@
 using System;
-using System.Collections.Generic;
-using System.Diagnostics;
 using System.Threading;
 
 using SpindleLib.Tests.Sources;
@@ -26,45 +24,42 @@ public sealed class FrameWaiterReleaseRaceTests
     [Fact]
     public void AWaitLetGoOfByAWhenAnyAsItsPhaseReachesIt_GoesBackToItsPool()
     {
-        int rounds = TestUtil.Stress(10_000);
-        var cap = Stopwatch.StartNew();
         FrameLoop loop = FrameUtil.NewBoundLoop();
         var meeting = new HookMeeting();
         FrameWaiter? target = null;
         int current = -1;
-        var failures = new List<string>();
+        var race = new RaceRounds("FrameWaiterReleaseRaceTests", TestUtil.Stress(10_000))
+        {
+            TimeCap = TimeSpan.FromSeconds(5),
+            ClearHooks = () =>
+            {
+                FrameWaiter.TestHookBeforePoll = null;
+                FrameWaiter.TestHookAfterAbandoned = null;
+            },
+        };
         FrameWaiter.TestHookBeforePoll = w => Meet(w, 0);     // the loop thread, as the queue
         FrameWaiter.TestHookAfterAbandoned = w => Meet(w, 1); // the WhenAny's thread, as the consumer
-        try
+        race.Run(round =>
         {
-            using var racer = new ContinuationRacer("FrameWaiterReleaseRaceTests racer");
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            var work = new Promise();
+            // A yield that returns a task (frame count 0): a pooled waiter, queued for the next frame's Update.
+            SpindleTask wait = loop.DelayFrame(0);
+            FrameWaiter waiter = (FrameWaiter)wait._source!;
+            Volatile.Write(ref target, waiter);
+            Volatile.Write(ref current, round);
+            SpindleTask<int> any = SpindleTask.WhenAny(work.Task, wait);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, loop.RunFrame, work.SetResult);
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            Assert.Equal(0, any.GetAwaiter().GetResult()); // the promise won: the phase found the wait abandoned
+            // Both holders have let go: the last recycled the waiter, which clears its phase on the way to its pool.
+            if (waiter.Phase is not null)
             {
-                var work = new Promise();
-                // A yield that returns a task (frame count 0): a pooled waiter, queued for the next frame's Update.
-                SpindleTask wait = loop.DelayFrame(0);
-                FrameWaiter waiter = (FrameWaiter)wait._source!;
-                Volatile.Write(ref target, waiter);
-                Volatile.Write(ref current, round);
-                SpindleTask<int> any = SpindleTask.WhenAny(work.Task, wait);
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, loop.RunFrame, work.SetResult);
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                Assert.Equal(0, any.GetAwaiter().GetResult()); // the promise won: the phase found the wait abandoned
-                // Both holders have let go: the last recycled the waiter, which clears its phase on the way to its pool.
-                if (waiter.Phase is not null)
-                {
-                    failures.Add($"round {round}: the waiter was never recycled");
-                }
+                race.Fail("the waiter was never recycled");
             }
-        }
-        finally
-        {
-            FrameWaiter.TestHookBeforePoll = null;
-            FrameWaiter.TestHookAfterAbandoned = null;
-        }
+        });
         Assert.True(meeting.Missed == -1, $"round {meeting.Missed}: the queue and the consumer did not both reach their hook within 10 s");
-        Assert.True(failures.Count == 0, $"a frame waiter let go of on two threads at once leaked from its pool: {string.Join("; ", failures)}");
+        race.AssertNone("a frame waiter let go of on two threads at once leaked from its pool");
 
         void Meet(FrameWaiter w, int side)
         {

@@ -1,6 +1,4 @@
 using System;
-using System.Collections.Generic;
-using System.Diagnostics;
 using System.Reflection;
 using System.Threading;
 
@@ -29,14 +27,16 @@ public sealed class LoopDelayLetGoRaceTests
     [Fact]
     public void ALoopDelayLetGoOfAsAFramesPassDrainsItsWheel_ItsTimerNodeGoesBackToItsPool()
     {
-        int rounds = TestUtil.Stress(10_000);
-        var cap = Stopwatch.StartNew();
         FrameLoop loop = FrameUtil.NewBoundLoop();
         int loopThread = Environment.CurrentManagedThreadId;
         var meeting = new HookMeeting();
         TimerNode? target = null;
         int current = -1;
-        var failures = new List<string>();
+        var race = new RaceRounds("LoopDelayLetGoRaceTests", TestUtil.Stress(10_000))
+        {
+            TimeCap = TimeSpan.FromSeconds(5),
+            ClearHooks = () => TimerNode.TestHookBeforeReleaseFromWheel = null,
+        };
         // Side 0: the wheel's owner (this thread, in the frame's pass); side 1: the consumer (the WhenAny's thread).
         TimerNode.TestHookBeforeReleaseFromWheel = node =>
         {
@@ -45,44 +45,36 @@ public sealed class LoopDelayLetGoRaceTests
                 meeting.Arrive(Environment.CurrentManagedThreadId == loopThread ? 0 : 1, Volatile.Read(ref current));
             }
         };
-        try
+        race.Run(round =>
         {
-            using var racer = new ContinuationRacer("LoopDelayLetGoRaceTests racer");
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            int r = round;
+            var work = new Promise();
+            // A timer in the loop's frame wheel (its insert inbox: this thread is between frames).
+            SpindleTask delay = loop.DelayFrame(1000);
+            var node = (TimerNode)s_timer.GetValue(delay._source)!;
+            Volatile.Write(ref target, node);
+            Volatile.Write(ref current, round);
+            SpindleTask<int> any = SpindleTask.WhenAny(work.Task, delay);
+            // The WhenAny's thread stops the timer (pushed to the cancel inbox, which asks for a pass) and waits at the
+            // hook; this thread then runs the frame whose pass takes the node out and lets go of it too.
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () =>
             {
-                int r = round;
-                var work = new Promise();
-                // A timer in the loop's frame wheel (its insert inbox: this thread is between frames).
-                SpindleTask delay = loop.DelayFrame(1000);
-                var node = (TimerNode)s_timer.GetValue(delay._source)!;
-                Volatile.Write(ref target, node);
-                Volatile.Write(ref current, round);
-                SpindleTask<int> any = SpindleTask.WhenAny(work.Task, delay);
-                // The WhenAny's thread stops the timer (pushed to the cancel inbox, which asks for a pass) and waits at the
-                // hook; this thread then runs the frame whose pass takes the node out and lets go of it too.
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () =>
+                if (meeting.WaitFor(1, r))
                 {
-                    if (meeting.WaitFor(1, r))
-                    {
-                        loop.RunFrame();
-                    }
-                }, work.SetResult);
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                Assert.Equal(0, any.GetAwaiter().GetResult());
-                // Both holders have let go: the last recycled the node, which leaves it in no shard.
-                if (node.Shard is not null)
-                {
-                    failures.Add($"round {r}: the stopped timer's node was never recycled ({loop.PendingTimers} timers pending)");
+                    loop.RunFrame();
                 }
+            }, work.SetResult);
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            Assert.Equal(0, any.GetAwaiter().GetResult());
+            // Both holders have let go: the last recycled the node, which leaves it in no shard.
+            if (node.Shard is not null)
+            {
+                race.Fail($"the stopped timer's node was never recycled ({loop.PendingTimers} timers pending)");
             }
-        }
-        finally
-        {
-            TimerNode.TestHookBeforeReleaseFromWheel = null;
-        }
+        });
         Assert.True(meeting.Missed == -1, $"round {meeting.Missed}: the wheel's owner and the consumer did not both reach the hook within 10 s");
-        Assert.True(failures.Count == 0, $"a timer node let go of by its wheel and its consumer at once leaked from its pool: {string.Join("; ", failures)}");
+        race.AssertNone("a timer node let go of by its wheel and its consumer at once leaked from its pool");
     }
 }
 #endif

@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 
 using SpindleLib.Tests.Sources;
 
@@ -28,31 +27,27 @@ public sealed class ChildObserverClaimRaceTests
     [Fact]
     public void TwoRunsAtOnce_OfAChildsContinuation_CountTheChildOutOnce_AndRefuseTheOther()
     {
-        int rounds = TestUtil.Stress(100_000);
-        var failures = new List<string>();
-        using (var racer = new ContinuationRacer("ChildObserverClaimRaceTests racer"))
+        var race = new RaceRounds("ChildObserverClaimRaceTests", TestUtil.Stress(100_000));
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10; round++)
-            {
-                var scope = RerunningSource.ScopeWithChildAndSibling(out var source, out var sibling);
-                Assert.Equal(2, scope.RunningChildren);
-                source.MarkCompleted();
+            var scope = RerunningSource.ScopeWithChildAndSibling(out var source, out var sibling);
+            Assert.Equal(2, scope.RunningChildren);
+            source.MarkCompleted();
 
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, source);
-                int refused = ContinuationRacer.Refusals(round, mine, theirs);
-                int running = scope.RunningChildren;
-                if (refused != 1 || running != 1)
-                {
-                    // The scope's count is wrong: its wait would never complete, so it is left, not awaited.
-                    failures.Add($"round {round}: {refused} of the two runs refused, {running} children counted running (the sibling still runs: 1)");
-                    continue;
-                }
-                sibling.TrySetResult();
-                Assert.Equal(0, scope.RunningChildren);
-                scope.WaitAsync().GetAwaiter().GetResult(); // every child has finished: it has completed
-                scope.DisposeAsync().AsTask().GetAwaiter().GetResult();
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, source);
+            int refused = ContinuationRacer.Refusals(round, mine, theirs);
+            int running = scope.RunningChildren;
+            if (refused != 1 || running != 1)
+            {
+                // The scope's count is wrong: its wait would never complete, so it is left, not awaited.
+                race.Fail($"{refused} of the two runs refused, {running} children counted running (the sibling still runs: 1)");
+                return;
             }
-        }
-        Assert.True(failures.Count == 0, $"two runs of one child's continuation both counted it out: {string.Join("; ", failures)}");
+            sibling.TrySetResult();
+            Assert.Equal(0, scope.RunningChildren);
+            scope.WaitAsync().GetAwaiter().GetResult(); // every child has finished: it has completed
+            scope.DisposeAsync().AsTask().GetAwaiter().GetResult();
+        });
+        race.AssertNone("two runs of one child's continuation both counted it out");
     }
 }

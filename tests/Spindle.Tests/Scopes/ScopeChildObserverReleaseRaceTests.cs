@@ -1,7 +1,5 @@
 #if DEBUG
 using System;
-using System.Collections.Generic;
-using System.Diagnostics;
 using System.Reflection;
 using System.Threading;
 using SpindleLib.Tests.Sources;
@@ -25,11 +23,17 @@ public sealed class ScopeChildObserverReleaseRaceTests
     [Fact]
     public void AChildCompletedWhileItsObserverRegisters_ReturnsTheObserverToItsPoolOnce()
     {
-        int rounds = TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000);
-        var cap = Stopwatch.StartNew();
-        var failures = new List<string>();
         int returned = 0;
         Action<object>? saved = PoolTestHooks.Returning;
+        var race = new RaceRounds("ScopeChildObserverReleaseRaceTests", TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000))
+        {
+            TimeCap = TimeSpan.FromSeconds(5),
+            ClearHooks = () =>
+            {
+                PoolTestHooks.Returning = saved;
+                TaskScope.TestHookBeforeObserverRelease = null;
+            },
+        };
         PoolTestHooks.Returning = o =>
         {
             saved?.Invoke(o);
@@ -51,44 +55,35 @@ public sealed class ScopeChildObserverReleaseRaceTests
             }
         };
         var scope = new TaskScope();
-        try
+        race.Run(round =>
         {
-            using var racer = new ContinuationRacer("ScopeChildObserverReleaseRaceTests racer");
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
-            {
-                var child = new Promise();
-                int before = Volatile.Read(ref returned);
-                Volatile.Write(ref current, round);
-                // The racing thread completes the child once this thread, its observer registered, is at the drop of the
-                // registration's hold; the child's continuation then drops its own there too, and the two meet.
-                (Exception? mine, Exception? theirs) = racer.RunOnceReady(
-                    round,
-                    () => meeting.WaitFor(0, round),
-                    spins: 0,
-                    () =>
-                    {
-                        racing ??= Thread.CurrentThread;
-                        child.SetResult();
-                    },
-                    () => scope.Run(static (p, _) => p.Task, child));
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                Assert.True(meeting.Missed < 0, $"round {meeting.Missed}: the two drops of the observer's holds never met");
-                int returns = Volatile.Read(ref returned) - before;
-                if (returns != 1)
+            var child = new Promise();
+            int before = Volatile.Read(ref returned);
+            Volatile.Write(ref current, round);
+            // The racing thread completes the child once this thread, its observer registered, is at the drop of the
+            // registration's hold; the child's continuation then drops its own there too, and the two meet.
+            (Exception? mine, Exception? theirs) = race.Racer.RunOnceReady(
+                round,
+                () => meeting.WaitFor(0, round),
+                spins: 0,
+                () =>
                 {
-                    failures.Add($"round {round}: the child's observer went back to its pool {returns} times");
-                }
+                    racing ??= Thread.CurrentThread;
+                    child.SetResult();
+                },
+                () => scope.Run(static (p, _) => p.Task, child));
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            Assert.True(meeting.Missed < 0, $"round {meeting.Missed}: the two drops of the observer's holds never met");
+            int returns = Volatile.Read(ref returned) - before;
+            if (returns != 1)
+            {
+                race.Fail($"the child's observer went back to its pool {returns} times");
             }
-            Assert.Equal(0, scope.RunningChildren);
-        }
-        finally
-        {
-            PoolTestHooks.Returning = saved;
-            TaskScope.TestHookBeforeObserverRelease = null;
-            scope.DisposeAsync().AsTask().GetAwaiter().GetResult();
-        }
-        Assert.True(failures.Count == 0, $"a child completed while its observer registers: {string.Join("; ", failures)}");
+        });
+        Assert.Equal(0, scope.RunningChildren);
+        scope.DisposeAsync().AsTask().GetAwaiter().GetResult();
+        race.AssertNone("a child completed while its observer registers");
     }
 }
 #endif

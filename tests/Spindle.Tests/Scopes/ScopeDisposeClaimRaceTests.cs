@@ -1,6 +1,4 @@
 using System;
-using System.Collections.Generic;
-using System.Diagnostics;
 using System.Threading.Tasks;
 using SpindleLib.Tests.Sources;
 
@@ -19,53 +17,48 @@ public sealed class ScopeDisposeClaimRaceTests
     [Fact]
     public void TwoDisposalsAtOnce_BothEndOnceTheChildHas_AndOneRethrowsItsFailure()
     {
-        int rounds = TestUtil.Stress(Spinning.Helps ? 20_000 : 1_000);
-        var cap = Stopwatch.StartNew();
-        var failures = new List<string>();
         var thrown = new InvalidOperationException("the child failed");
-        using (var racer = new ContinuationRacer("ScopeDisposeClaimRaceTests racer"))
+        var race = new RaceRounds("ScopeDisposeClaimRaceTests", TestUtil.Stress(Spinning.Helps ? 20_000 : 1_000)) { MaxFailures = 1, TimeCap = TimeSpan.FromSeconds(5) };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count == 0 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            var scope = new TaskScope();
+            var child = new Promise();
+            scope.Run(_ => child.Task);
+            Task? first = null;
+            Task? second = null;
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(
+                round, () => first = scope.DisposeAsync().AsTask(), () => second = scope.DisposeAsync().AsTask());
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            child.SetException(thrown);
+            int rethrown = 0;
+            foreach (Task disposal in new[] { first!, second! })
             {
-                var scope = new TaskScope();
-                var child = new Promise();
-                scope.Run(_ => child.Task);
-                Task? first = null;
-                Task? second = null;
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(
-                    round, () => first = scope.DisposeAsync().AsTask(), () => second = scope.DisposeAsync().AsTask());
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                child.SetException(thrown);
-                int rethrown = 0;
-                foreach (Task disposal in new[] { first!, second! })
+                if (!((IAsyncResult)disposal).AsyncWaitHandle.WaitOne(TimeSpan.FromSeconds(2)))
                 {
-                    if (!((IAsyncResult)disposal).AsyncWaitHandle.WaitOne(TimeSpan.FromSeconds(2)))
-                    {
-                        failures.Add($"round {round}: a disposal never ended after the scope's child had");
-                    }
-                }
-                foreach (Task disposal in new[] { first!, second! })
-                {
-                    if (disposal.IsFaulted)
-                    {
-                        Exception? e = disposal.Exception!.InnerException;
-                        if (e == thrown)
-                        {
-                            rethrown++;
-                        }
-                        else
-                        {
-                            failures.Add($"round {round}: a disposal threw {e}");
-                        }
-                    }
-                }
-                if (rethrown != 1 && failures.Count == 0)
-                {
-                    failures.Add($"round {round}: {rethrown} of the two disposals rethrew the child's failure, not 1");
+                    race.Fail("a disposal never ended after the scope's child had");
                 }
             }
-        }
-        Assert.True(failures.Count == 0, $"two disposals of one scope at once: {string.Join("; ", failures)}");
+            foreach (Task disposal in new[] { first!, second! })
+            {
+                if (disposal.IsFaulted)
+                {
+                    Exception? e = disposal.Exception!.InnerException;
+                    if (e == thrown)
+                    {
+                        rethrown++;
+                    }
+                    else
+                    {
+                        race.Fail($"a disposal threw {e}");
+                    }
+                }
+            }
+            if (rethrown != 1 && race.Failures.Count == 0)
+            {
+                race.Fail($"{rethrown} of the two disposals rethrew the child's failure, not 1");
+            }
+        });
+        race.AssertNone("two disposals of one scope at once");
     }
 }

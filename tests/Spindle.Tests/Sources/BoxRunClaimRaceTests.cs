@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 using System.Threading;
 
 namespace SpindleLib.Tests.Sources;
@@ -36,38 +35,34 @@ public sealed class BoxRunClaimRaceTests
     [Fact]
     public void TwoRunsAtOnce_OfAMethodsContinuation_ResumeItOnce_AndRefuseTheOther()
     {
-        int rounds = TestUtil.Stress(100_000);
-        var failures = new List<string>();
-        using (var racer = new ContinuationRacer("BoxRunClaimRaceTests racer"))
+        var race = new RaceRounds("BoxRunClaimRaceTests", TestUtil.Stress(100_000));
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10; round++)
-            {
-                var source = new RerunningSource();
-                var resumed = new StrongBox();
-                SpindleTask<int> method = AwaitOnce(source.Task, resumed);
-                source.MarkCompleted();
+            var source = new RerunningSource();
+            var resumed = new StrongBox();
+            SpindleTask<int> method = AwaitOnce(source.Task, resumed);
+            source.MarkCompleted();
 
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, source);
-                int refused;
-                try
-                {
-                    refused = ContinuationRacer.Refusals(round, mine, theirs);
-                }
-                catch (InvalidOperationException ex)
-                {
-                    failures.Add(ex.Message + ": " + ex.InnerException); // two runs at once in the method's code
-                    continue;
-                }
-                int resumes = Volatile.Read(ref resumed.Count);
-                if (refused != 1 || resumes != 1)
-                {
-                    // The box ran twice: it is left, not read (its pool would take it back twice).
-                    failures.Add($"round {round}: {refused} of the two runs refused, the method resumed {resumes} times");
-                    continue;
-                }
-                Assert.Equal(43, method.GetAwaiter().GetResult());
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, source);
+            int refused;
+            try
+            {
+                refused = ContinuationRacer.Refusals(round, mine, theirs);
             }
-        }
-        Assert.True(failures.Count == 0, $"two runs of one method's continuation both resumed it: {string.Join("; ", failures)}");
+            catch (InvalidOperationException ex)
+            {
+                race.Fail("a run threw something other than the misuse's error: " + ex.InnerException); // two runs at once in the method's code
+                return;
+            }
+            int resumes = Volatile.Read(ref resumed.Count);
+            if (refused != 1 || resumes != 1)
+            {
+                // The box ran twice: it is left, not read (its pool would take it back twice).
+                race.Fail($"{refused} of the two runs refused, the method resumed {resumes} times");
+                return;
+            }
+            Assert.Equal(43, method.GetAwaiter().GetResult());
+        });
+        race.AssertNone("two runs of one method's continuation both resumed it");
     }
 }

@@ -12,12 +12,10 @@ namespace SpindleLib.Tests.Sources;
 /// (<see cref="RunOnceReady"/>) the second thread's step waits for a condition the first thread's step makes true, and
 /// follows it at once. On one processor a spin never lets the other thread run (two taskset -c 1 runs hung until their
 /// timeout, mut51), so there every wait yields instead: the rounds still check their outcome, though the race itself is
-/// rare. The forms for a <see cref="RerunningSource"/> race its continuation's runs. Used by
-/// <c>ChildObserverClaimRaceTests</c>, <see cref="BoxRunClaimRaceTests"/>, <c>ForgetObserverClaimRaceTests</c> and
-/// <c>RunStartClaimRaceTests</c>, <c>WhenAllInputCountRaceTests</c>, <c>WhenAnyProducerWinnerRaceTests</c>, <c>ScopeDisposeClaimRaceTests</c>, <c>SourceCoreClaimRaceTests</c>,
-/// <c>DequePopStealRaceTests</c>, <c>ShardUnparkClaimRaceTests</c>, <c>PoolTrimRaceTests</c>, and with <see cref="HookMeeting"/>
-/// <c>FrameWaiterReleaseRaceTests</c>, <c>LoopDelayLetGoRaceTests</c>, <c>SignalTakeClaimRaceTests</c>, <c>WhenAnyProducerCancelRaceTests</c> and <c>ScopeChildObserverReleaseRaceTests</c>; a test that uses it runs in the sequential collection, since its two threads must run
-/// at once, on the two cores a small machine has.
+/// rare. The forms for a <see cref="RerunningSource"/> race its continuation's runs. The race tests keep one for their
+/// whole run through <see cref="RaceRounds"/>, which runs their rounds; some also meet at a test hook through
+/// <see cref="HookMeeting"/> (<c>grep RaceRounds</c> lists them). A test that uses it runs in the sequential collection,
+/// since its two threads must run at once, on the two cores a small machine has.
 /// </summary>
 internal sealed class ContinuationRacer : IDisposable
 {

@@ -9,8 +9,8 @@ namespace SpindleLib.Tests.Sources;
 /// rounds, so that what follows the hook on each thread (a read, change and write of a shared count, if a mutant made it
 /// one) meets the other's at every small offset. For a race whose two sides a frame, a combinator's let-go or a wheel's
 /// pass reach at times too far apart for <see cref="ContinuationRacer"/>'s spins to line them up. Waits yield on one
-/// processor, as the racer's do (<see cref="ContinuationRacer.Pause"/>). Used by <c>FrameWaiterReleaseRaceTests</c> and
-/// <c>LoopDelayLetGoRaceTests</c>, and others (see <see cref="ContinuationRacer"/>).
+/// processor, as the racer's do (<see cref="ContinuationRacer.Pause"/>). Used with <see cref="RaceRounds"/> by
+/// <c>FrameWaiterReleaseRaceTests</c>, <c>LoopDelayLetGoRaceTests</c> and others (<c>grep HookMeeting</c>).
 /// </summary>
 internal sealed class HookMeeting
 {

@@ -1,6 +1,4 @@
 using System;
-using System.Collections.Generic;
-using System.Diagnostics;
 using System.Reflection;
 
 namespace SpindleLib.Tests.Sources;
@@ -30,43 +28,39 @@ public sealed class PoolTrimRaceTests
         // The type's own trim (SpindlePool.Trim trims every type, and the calling thread's stacks of each).
         var trim = (Action)Delegate.CreateDelegate(typeof(Action), typeof(ObjectPool<TrimRaceNode>).GetMethod("Trim", BindingFlags.NonPublic | BindingFlags.Static)!);
         int localMax = ObjectPool<TrimRaceNode>.LocalMax;
-        int rounds = TestUtil.Stress(Spinning.Helps ? 20_000 : 1_000);
-        var cap = Stopwatch.StartNew();
-        var failures = new List<string>();
         Drain();
-        using (var racer = new ContinuationRacer("PoolTrimRaceTests racer"))
+        // A failing round stops the run: the pool's state is not to be trusted for the next round.
+        var race = new RaceRounds("PoolTrimRaceTests", TestUtil.Stress(Spinning.Helps ? 20_000 : 1_000)) { MaxFailures = 1, TimeCap = TimeSpan.FromSeconds(5) };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            // This thread's stack full, and a chunk in the shared stack (given back by the first fill).
+            while (ObjectPool<TrimRaceNode>.Count == 0 || ObjectPool<TrimRaceNode>.LocalCount < localMax)
             {
-                // This thread's stack full, and a chunk in the shared stack (given back by the first fill).
-                while (ObjectPool<TrimRaceNode>.Count == 0 || ObjectPool<TrimRaceNode>.LocalCount < localMax)
-                {
-                    ObjectPool<TrimRaceNode>.Return(new TrimRaceNode());
-                }
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () => ObjectPool<TrimRaceNode>.Return(new TrimRaceNode()), trim);
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                int counted = ObjectPool<TrimRaceNode>.Count;
-                int local = ObjectPool<TrimRaceNode>.LocalCount;
-                int held;
-                try
-                {
-                    held = Drain() - local;
-                }
-                catch (NullReferenceException)
-                {
-                    failures.Add($"round {round}: the shared stack counted {counted}, and a rent walked off the end of its objects");
-                    break; // the pool's state is not to be trusted for the next round
-                }
-                if (held != counted)
-                {
-                    failures.Add($"round {round}: the shared stack counted {counted} but held {held}");
-                    break; // this thread's stack took the count the shared stack had: its own is off too
-                }
+                ObjectPool<TrimRaceNode>.Return(new TrimRaceNode());
             }
-        }
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () => ObjectPool<TrimRaceNode>.Return(new TrimRaceNode()), trim);
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            int counted = ObjectPool<TrimRaceNode>.Count;
+            int local = ObjectPool<TrimRaceNode>.LocalCount;
+            int held;
+            try
+            {
+                held = Drain() - local;
+            }
+            catch (NullReferenceException)
+            {
+                race.Fail($"the shared stack counted {counted}, and a rent walked off the end of its objects");
+                return;
+            }
+            if (held != counted)
+            {
+                race.Fail($"the shared stack counted {counted} but held {held}");
+                return; // this thread's stack took the count the shared stack had: its own is off too
+            }
+        });
         trim();
-        Assert.True(failures.Count == 0, $"a trim racing a give-back: {string.Join("; ", failures)}");
+        race.AssertNone("a trim racing a give-back");
     }
 
     /// <summary>Rents every object this thread's stack and the shared stack hold, and returns how many.</summary>

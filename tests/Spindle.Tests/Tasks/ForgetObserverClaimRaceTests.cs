@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 
 using SpindleLib.Tests.Sources;
 
@@ -25,25 +24,21 @@ public sealed class ForgetObserverClaimRaceTests
     [Fact]
     public void ATaskFinishingOnAnotherThread_WhileForgetRegistersItsObserver_IsReadOnce()
     {
-        int rounds = TestUtil.Stress(50_000);
-        var failures = new List<string>();
-        using (var racer = new ContinuationRacer("ForgetObserverClaimRaceTests racer"))
+        var race = new RaceRounds("ForgetObserverClaimRaceTests", TestUtil.Stress(50_000));
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10; round++)
+            var source = new RerunningSource();
+            Exception? error = race.Racer.RunOnceRegistered(round, source, () => source.UntypedTask.Forget());
+            if (error is not null)
             {
-                var source = new RerunningSource();
-                Exception? error = racer.RunOnceRegistered(round, source, () => source.UntypedTask.Forget());
-                if (error is not null)
-                {
-                    failures.Add($"round {round}: the observer's run threw {error}");
-                }
-                int reads = source.Reads; // both sides have returned: whichever reads has read
-                if (reads != 1)
-                {
-                    failures.Add($"round {round}: the forgotten task was read {reads} times");
-                }
+                race.Fail($"the observer's run threw {error}");
             }
-        }
-        Assert.True(failures.Count == 0, $"a forgotten task finishing during the registration: {string.Join("; ", failures)}");
+            int reads = source.Reads; // both sides have returned: whichever reads has read
+            if (reads != 1)
+            {
+                race.Fail($"the forgotten task was read {reads} times");
+            }
+        });
+        race.AssertNone("a forgotten task finishing during the registration");
     }
 }

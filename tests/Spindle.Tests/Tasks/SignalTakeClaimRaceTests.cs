@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 using System.Threading;
 
 using SpindleLib.Tests.Sources;
@@ -35,8 +34,6 @@ public sealed class SignalTakeClaimRaceTests
     [Fact]
     public void AForgottenWaitEndedAsTheNextWaitStarts_LeavesTheNextWaitsTimeoutToIt()
     {
-        int rounds = TestUtil.Stress(20_000);
-        long until = Environment.TickCount64 + 3_000; // fewer rounds on a loaded machine; each round checks its outcome
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var signal = new Signal();
@@ -45,8 +42,19 @@ public sealed class SignalTakeClaimRaceTests
         // Written by each side just before its claim: the claim's stores reach the other side later, while its reads go
         // ahead (ContinuationRacer.StoreToLines).
         long[][] lines = ContinuationRacer.NewLinePair();
-        var failures = new List<string>();
-        int ran = 0;
+        // Fewer rounds on a loaded machine (each round checks its outcome), never fewer than 200; the first failing round
+        // stops the run: its pooled timer may be another's now, so nothing after it is sound.
+        var race = new RaceRounds("SignalTakeClaimRaceTests", TestUtil.Stress(20_000))
+        {
+            MaxFailures = 1,
+            TimeCap = TimeSpan.FromSeconds(3),
+            MinRounds = 200,
+            ClearHooks = () =>
+            {
+                Signal.TestHookBeforeEndingRead = null;
+                Signal.TestHookAfterEndingReadTook = null;
+            },
+        };
         Signal.TestHookBeforeEndingRead = s =>
         {
             if (ReferenceEquals(s, signal))
@@ -64,57 +72,47 @@ public sealed class SignalTakeClaimRaceTests
                 TestUtil.SpinUntil(() => Volatile.Read(ref armedAt) == round, () => $"round {round}: the owner's next wait did not arm", Bound);
             }
         };
-        try
+        race.Run(round =>
         {
-            using var racer = new ContinuationRacer("SignalTakeClaimRaceTests racer");
-            for (int round = 0; round < rounds && failures.Count == 0 && (round < 200 || Environment.TickCount64 < until); round++)
+            Volatile.Write(ref current, round);
+            signal.WaitAsync(TimeSpan.FromMinutes(10), wheel).Forget();
+            SpindleTask<bool> next = default;
+            int r = round;
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () =>
             {
-                ran++;
-                Volatile.Write(ref current, round);
-                signal.WaitAsync(TimeSpan.FromMinutes(10), wheel).Forget();
-                SpindleTask<bool> next = default;
-                int r = round;
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () =>
+                Assert.True(meeting.WaitFor(0, r), $"round {r}: the observer did not reach its claim within 10 s");
+                Signal.TestHookUnderArmingMark = s =>
                 {
-                    Assert.True(meeting.WaitFor(0, r), $"round {r}: the observer did not reach its claim within 10 s");
-                    Signal.TestHookUnderArmingMark = s =>
+                    if (ReferenceEquals(s, signal))
                     {
-                        if (ReferenceEquals(s, signal))
-                        {
-                            meeting.Arrive(1, r);
-                            ContinuationRacer.StoreToLines(lines[(r & 1) ^ 1], r);
-                        }
-                    };
-                    try
-                    {
-                        next = signal.WaitAsync(TimeSpan.FromMilliseconds(50), wheel);
+                        meeting.Arrive(1, r);
+                        ContinuationRacer.StoreToLines(lines[(r & 1) ^ 1], r);
                     }
-                    finally
-                    {
-                        Signal.TestHookUnderArmingMark = null;
-                    }
-                    Volatile.Write(ref armedAt, r);
-                }, signal.Set); // completes the forgotten wait: its observer ends it on the racing thread
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                Assert.False(next.IsCompleted, $"round {round}: the next wait ended before its timeout");
-                clock.Advance(TimeSpan.FromMilliseconds(100));
-                if (!next.IsCompleted)
+                };
+                try
                 {
-                    failures.Add($"round {round}: the next wait did not time out 100 ms into its 50 ms timeout (the old wait's observer stopped its timer); {wheel.PendingCount} timers in the wheel");
-                    break; // its pooled timer may be another's now: nothing after this is sound
+                    next = signal.WaitAsync(TimeSpan.FromMilliseconds(50), wheel);
                 }
-                Assert.False(next.GetAwaiter().GetResult(), $"round {round}: the next wait did not time out");
-                Assert.Equal(0, wheel.PendingCount);
+                finally
+                {
+                    Signal.TestHookUnderArmingMark = null;
+                }
+                Volatile.Write(ref armedAt, r);
+            }, signal.Set); // completes the forgotten wait: its observer ends it on the racing thread
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            Assert.False(next.IsCompleted, $"round {round}: the next wait ended before its timeout");
+            clock.Advance(TimeSpan.FromMilliseconds(100));
+            if (!next.IsCompleted)
+            {
+                race.Fail($"the next wait did not time out 100 ms into its 50 ms timeout (the old wait's observer stopped its timer); {wheel.PendingCount} timers in the wheel");
+                return; // its pooled timer may be another's now: nothing after this is sound
             }
-        }
-        finally
-        {
-            Signal.TestHookBeforeEndingRead = null;
-            Signal.TestHookAfterEndingReadTook = null;
-        }
+            Assert.False(next.GetAwaiter().GetResult(), $"round {round}: the next wait did not time out");
+            Assert.Equal(0, wheel.PendingCount);
+        });
         Assert.True(meeting.Missed == -1, $"round {meeting.Missed}: the observer and the owner did not both reach their claims within 10 s");
-        Assert.True(failures.Count == 0, $"after {ran} rounds: {string.Join("; ", failures)}");
+        race.AssertNone($"after {race.Ran} rounds");
     }
 }
 #endif

@@ -1,6 +1,4 @@
 using System;
-using System.Collections.Generic;
-using System.Diagnostics;
 using System.Threading;
 using SpindleLib.Tests.Sources;
 
@@ -29,93 +27,78 @@ public sealed class SourceCoreClaimRaceTests
     [Fact]
     public void TwoReadsAtOnce_OfACompletedMethodsTask_OneGetsTheResult_TheOtherTheAwaitOnceError()
     {
-        int rounds = TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000);
-        var cap = Stopwatch.StartNew();
-        var failures = new List<string>();
-        using (var racer = new ContinuationRacer("ConsumeClaimRaceTests racer"))
+        var race = new RaceRounds("ConsumeClaimRaceTests", TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000)) { TimeCap = TimeSpan.FromSeconds(5) };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            var p = new Promise<int>();
+            SpindleTask<int> task = Suspends(p);
+            p.SetResult(41);
+            int mine = 0;
+            int theirs = 0;
+            (Exception? myError, Exception? theirError) = race.Racer.RunBothAtOnce(
+                round, () => mine = task.GetAwaiter().GetResult(), () => theirs = task.GetAwaiter().GetResult());
+            int reads = (myError is null ? 1 : 0) + (theirError is null ? 1 : 0);
+            foreach (Exception? e in new[] { myError, theirError })
             {
-                var p = new Promise<int>();
-                SpindleTask<int> task = Suspends(p);
-                p.SetResult(41);
-                int mine = 0;
-                int theirs = 0;
-                (Exception? myError, Exception? theirError) = racer.RunBothAtOnce(
-                    round, () => mine = task.GetAwaiter().GetResult(), () => theirs = task.GetAwaiter().GetResult());
-                int reads = (myError is null ? 1 : 0) + (theirError is null ? 1 : 0);
-                foreach (Exception? e in new[] { myError, theirError })
+                if (e is not null and not InvalidOperationException)
                 {
-                    if (e is not null and not InvalidOperationException)
-                    {
-                        failures.Add($"round {round}: a read threw {e.GetType().Name}: {e.Message}");
-                    }
-                }
-                if (reads != 1)
-                {
-                    failures.Add($"round {round}: {reads} of the two reads got the result ({mine}, {theirs})");
-                }
-                else if (mine + theirs != 42)
-                {
-                    failures.Add($"round {round}: the read got {mine + theirs}, not 42");
+                    race.Fail($"a read threw {e.GetType().Name}: {e.Message}");
                 }
             }
-        }
-        Assert.True(failures.Count == 0, $"two reads of one completed task at once: {string.Join("; ", failures)}");
+            if (reads != 1)
+            {
+                race.Fail($"{reads} of the two reads got the result ({mine}, {theirs})");
+            }
+            else if (mine + theirs != 42)
+            {
+                race.Fail($"the read got {mine + theirs}, not 42");
+            }
+        });
+        race.AssertNone("two reads of one completed task at once");
     }
 
     [Fact]
     public void AResetRacingALateReplyByToken_LeavesTheNextUsePending()
     {
-        int rounds = TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000);
-        var cap = Stopwatch.StartNew();
-        var failures = new List<string>();
         var promise = new Promise<int>();
-        using (var racer = new ContinuationRacer("ResetClaimRaceTests racer"))
+        // A failing round stops the run: the promise's state is not to be trusted for the next round.
+        var race = new RaceRounds("ResetClaimRaceTests", TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000)) { MaxFailures = 1, TimeCap = TimeSpan.FromSeconds(5) };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            short old = promise.Token;
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, promise.Reset, () => promise.TrySetResult(old, round));
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            if (promise.Token == old || promise.IsCompleted)
             {
-                short old = promise.Token;
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, promise.Reset, () => promise.TrySetResult(old, round));
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                if (promise.Token == old || promise.IsCompleted)
-                {
-                    failures.Add($"round {round}: after the reset the promise is on token {promise.Token} (was {old}), completed: {promise.IsCompleted}");
-                    break; // the promise's state is not to be trusted for the next round
-                }
+                race.Fail($"after the reset the promise is on token {promise.Token} (was {old}), completed: {promise.IsCompleted}");
             }
-        }
-        Assert.True(failures.Count == 0, $"a reset racing a late reply by token: {string.Join("; ", failures)}");
+        });
+        race.AssertNone("a reset racing a late reply by token");
     }
 
     [Fact]
     public void TwoForgetsAtOnce_OfAFaultedPromisesTask_ReportTheFaultOnce()
     {
         const string Marker = "SourceCoreClaimRaceTests: the fault two forgets report";
-        int rounds = TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000);
-        var cap = Stopwatch.StartNew();
-        var failures = new List<string>();
         int reports = 0;
-        using (UnobservedReports.Start(e => e.Message == Marker, _ => Interlocked.Increment(ref reports)))
-        using (var racer = new ContinuationRacer("FaultReportClaimRaceTests racer"))
+        using var watch = UnobservedReports.Start(e => e.Message == Marker, _ => Interlocked.Increment(ref reports));
+        var race = new RaceRounds("FaultReportClaimRaceTests", TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000)) { TimeCap = TimeSpan.FromSeconds(5) };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10 && cap.Elapsed < TimeSpan.FromSeconds(5); round++)
+            var promise = new Promise();
+            promise.SetException(new InvalidOperationException(Marker));
+            SpindleTask task = promise.Task;
+            int before = Volatile.Read(ref reports);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, task.Forget, task.Forget);
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            int reported = Volatile.Read(ref reports) - before;
+            if (reported != 1)
             {
-                var promise = new Promise();
-                promise.SetException(new InvalidOperationException(Marker));
-                SpindleTask task = promise.Task;
-                int before = Volatile.Read(ref reports);
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, task.Forget, task.Forget);
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                int reported = Volatile.Read(ref reports) - before;
-                if (reported != 1)
-                {
-                    failures.Add($"round {round}: the fault was reported {reported} times");
-                }
+                race.Fail($"the fault was reported {reported} times");
             }
-        }
-        Assert.True(failures.Count == 0, $"two forgets of one faulted promise's task at once: {string.Join("; ", failures)}");
+        });
+        race.AssertNone("two forgets of one faulted promise's task at once");
     }
 }

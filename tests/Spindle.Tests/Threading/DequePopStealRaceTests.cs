@@ -31,8 +31,6 @@ public sealed class DequePopStealRaceTests
     [Fact]
     public void OwnerPoppingWhileAThiefSteals_TakesEachItemOnce()
     {
-        int rounds = TestUtil.Stress(200_000);
-        long until = Environment.TickCount64 + 3_000; // fewer rounds on a loaded machine; each round checks its outcome
         var deque = new WorkStealingDeque<WorkStealingDequeTests.Item>();
         var items = new WorkStealingDequeTests.Item[Items];
         for (int i = 0; i < Items; i++)
@@ -42,60 +40,56 @@ public sealed class DequePopStealRaceTests
         var taken = new int[Items];
         var popped = new List<WorkStealingDequeTests.Item>(Items);
         var stolen = new List<WorkStealingDequeTests.Item>(Items);
-        var failures = new List<string>();
-        int ran = 0;
         // Written by the owner just before it pops, and by the thief after its steals: the pop's store of bottom reaches
         // the thief later, while its read of top goes ahead (ContinuationRacer.StoreToLines).
         long[][] lines = ContinuationRacer.NewLinePair();
-        using (var racer = new ContinuationRacer("DequePopStealRaceTests racer"))
+        // Fewer rounds on a loaded machine (each round checks its outcome), never fewer than 200.
+        var race = new RaceRounds("DequePopStealRaceTests", TestUtil.Stress(200_000)) { TimeCap = TimeSpan.FromSeconds(3), MinRounds = 200 };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10 && (round < 200 || Environment.TickCount64 < until); round++)
+            popped.Clear();
+            stolen.Clear();
+            foreach (WorkStealingDequeTests.Item item in items)
             {
-                ran++;
-                popped.Clear();
-                stolen.Clear();
-                foreach (WorkStealingDequeTests.Item item in items)
-                {
-                    deque.Push(item);
-                }
-                // The owner sets out 4-11 spins later than the racer's own sweep would have it: the thief, a steal ahead, meets its pops.
-                int lead = 4 + ((round >> 4) & 7);
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () =>
-                {
-                    Thread.SpinWait(lead);
-                    ContinuationRacer.StoreToLines(lines[round & 1], round);
-                    while (deque.TryPop() is { } item)
-                    {
-                        popped.Add(item);
-                    }
-                }, () =>
-                {
-                    for (int i = 0; i < Items; i++)
-                    {
-                        if (deque.TrySteal() is { } item)
-                        {
-                            stolen.Add(item);
-                        }
-                    }
-                    ContinuationRacer.StoreToLines(lines[(round & 1) ^ 1], round); // the owner's lines next round
-                });
-                // What the thief left (it lost a race with the owner for the last item, or came after the owner's pops).
-                while (deque.TryPop() is { } rest)
-                {
-                    popped.Add(rest);
-                }
-                Array.Clear(taken, 0, Items);
-                popped.ForEach(item => taken[item.Id]++);
-                stolen.ForEach(item => taken[item.Id]++);
-                if (mine is not null || theirs is not null || Array.Exists(taken, count => count != 1) || !deque.IsEmpty || deque.TrySteal() is not null)
-                {
-                    // A Debug build's assert that a won steal found an item comes here as the thief's exception.
-                    failures.Add($"round {round}: items taken [{string.Join(", ", taken)}] times (popped {popped.Count}, stolen {stolen.Count}), {deque.Count} left"
-                        + (mine is null ? "" : $", the owner threw {mine.Message}") + (theirs is null ? "" : $", the thief threw {theirs.Message}"));
-                    deque = new WorkStealingDeque<WorkStealingDequeTests.Item>(); // top may have passed bottom: start over
-                }
+                deque.Push(item);
             }
-        }
-        Assert.True(failures.Count == 0, $"{failures.Count} of {ran} rounds took an item other than once: {string.Join("; ", failures)}");
+            // The owner sets out 4-11 spins later than the racer's own sweep would have it: the thief, a steal ahead, meets its pops.
+            int lead = 4 + ((round >> 4) & 7);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () =>
+            {
+                Thread.SpinWait(lead);
+                ContinuationRacer.StoreToLines(lines[round & 1], round);
+                while (deque.TryPop() is { } item)
+                {
+                    popped.Add(item);
+                }
+            }, () =>
+            {
+                for (int i = 0; i < Items; i++)
+                {
+                    if (deque.TrySteal() is { } item)
+                    {
+                        stolen.Add(item);
+                    }
+                }
+                ContinuationRacer.StoreToLines(lines[(round & 1) ^ 1], round); // the owner's lines next round
+            });
+            // What the thief left (it lost a race with the owner for the last item, or came after the owner's pops).
+            while (deque.TryPop() is { } rest)
+            {
+                popped.Add(rest);
+            }
+            Array.Clear(taken, 0, Items);
+            popped.ForEach(item => taken[item.Id]++);
+            stolen.ForEach(item => taken[item.Id]++);
+            if (mine is not null || theirs is not null || Array.Exists(taken, count => count != 1) || !deque.IsEmpty || deque.TrySteal() is not null)
+            {
+                // A Debug build's assert that a won steal found an item comes here as the thief's exception.
+                race.Fail($"items taken [{string.Join(", ", taken)}] times (popped {popped.Count}, stolen {stolen.Count}), {deque.Count} left"
+                    + (mine is null ? "" : $", the owner threw {mine.Message}") + (theirs is null ? "" : $", the thief threw {theirs.Message}"));
+                deque = new WorkStealingDeque<WorkStealingDequeTests.Item>(); // top may have passed bottom: start over
+            }
+        });
+        race.AssertNone($"{race.Failures.Count} of {race.Ran} rounds took an item other than once");
     }
 }

@@ -1,5 +1,5 @@
 using System;
-using System.Collections.Generic;
+using System.Linq;
 using System.Threading;
 
 using SpindleLib.Tests.Sources;
@@ -25,59 +25,57 @@ public sealed class RunStartClaimRaceTests
         var ranFor = new int[rounds];
         var cancelled = new bool[rounds];
         int queued = -1;
-        var failures = new List<string>();
-        using (var racer = new ContinuationRacer("RunStartClaimRaceTests racer"))
+        // Each round's outcome is checked after the run (a cancelled run's work could start late).
+        var race = new RaceRounds("RunStartClaimRaceTests", rounds);
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10; round++)
+            int r = round;
+            using var cts = new CancellationTokenSource();
+            SpindleTask<int> run = default;
+            SpindleTask outer = default;
+            (Exception? mine, Exception? theirs) = race.Racer.RunOnceReady(round, () => Volatile.Read(ref queued) == r, spins: round % 128, cts.Cancel, () =>
             {
-                int r = round;
-                using var cts = new CancellationTokenSource();
-                SpindleTask<int> run = default;
-                SpindleTask outer = default;
-                (Exception? mine, Exception? theirs) = racer.RunOnceReady(round, () => Volatile.Read(ref queued) == r, spins: round % 128, cts.Cancel, () =>
+                outer = Spindle.Run(() =>
                 {
-                    outer = Spindle.Run(() =>
+                    // The cancellation takes longer to arrive than the hand-off to start: the racer sets out now.
+                    Volatile.Write(ref queued, r);
+                    // On a worker: into its run-next slot, started as soon as this item returns.
+                    run = Spindle.Run(() =>
                     {
-                        // The cancellation takes longer to arrive than the hand-off to start: the racer sets out now.
-                        Volatile.Write(ref queued, r);
-                        // On a worker: into its run-next slot, started as soon as this item returns.
-                        run = Spindle.Run(() =>
-                        {
-                            Interlocked.Increment(ref ranFor[r]);
-                            return r;
-                        }, cts.Token);
-                    });
+                        Interlocked.Increment(ref ranFor[r]);
+                        return r;
+                    }, cts.Token);
                 });
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                TestUtil.WithTimeout(outer).GetAwaiter().GetResult(); // publishes the run's task
-                try
-                {
-                    Assert.Equal(r, TestUtil.WithTimeout(run).GetAwaiter().GetResult());
-                }
-                catch (OperationCanceledException)
-                {
-                    cancelled[r] = true;
-                }
+            });
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            TestUtil.WithTimeout(outer).GetAwaiter().GetResult(); // publishes the run's task
+            try
+            {
+                Assert.Equal(r, TestUtil.WithTimeout(run).GetAwaiter().GetResult());
             }
-        }
+            catch (OperationCanceledException)
+            {
+                cancelled[r] = true;
+            }
+        });
         Thread.Sleep(100); // a run started after its cancellation would have run its work by now
         int ranAndCancelled = 0, ranNot = 0, cancels = 0;
-        for (int r = 0; r < rounds; r++)
+        for (int r = 0; r < race.Ran; r++)
         {
             int ran = Volatile.Read(ref ranFor[r]);
             cancels += cancelled[r] ? 1 : 0;
             if (cancelled[r] && ran != 0)
             {
                 ranAndCancelled++;
-                failures.Add($"round {r}: cancelled, and its work ran {ran} times");
+                race.Fail(r, $"cancelled, and its work ran {ran} times");
             }
             else if (!cancelled[r] && ran != 1)
             {
                 ranNot++;
-                failures.Add($"round {r}: succeeded, and its work ran {ran} times");
+                race.Fail(r, $"succeeded, and its work ran {ran} times");
             }
         }
-        Assert.True(failures.Count == 0, $"{ranAndCancelled} cancelled runs ran their work, {ranNot} runs that succeeded did not run it once ({cancels} of {rounds} cancelled): {string.Join("; ", failures.GetRange(0, Math.Min(10, failures.Count)))}");
+        Assert.True(race.Failures.Count == 0, $"{ranAndCancelled} cancelled runs ran their work, {ranNot} runs that succeeded did not run it once ({cancels} of {rounds} cancelled): {string.Join("; ", race.Failures.Take(10))}");
     }
 }

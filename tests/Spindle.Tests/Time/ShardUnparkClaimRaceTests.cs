@@ -1,5 +1,4 @@
 using System;
-using System.Collections.Generic;
 using System.Threading;
 
 using SpindleLib.Tests.Sources;
@@ -31,46 +30,41 @@ public sealed class ShardUnparkClaimRaceTests
     [Fact]
     public void ACancellationAsTheOwnerUnparks_LeavesTheShardToTheOwnerAlone()
     {
-        int rounds = TestUtil.Stress(100_000);
-        long until = Environment.TickCount64 + 3_000; // fewer rounds on a loaded machine; each round checks its outcome
         using var wheel = new TimerWheel(new ManualClock()); // never advanced: nothing fires
         var shard = new WheelShard(wheel, dispatch: false, worker: true);
-        var failures = new List<string>();
-        int ran = 0, tidiedFirst = 0;
-        using (var racer = new ContinuationRacer("ShardUnparkClaimRaceTests racer"))
+        int tidiedFirst = 0;
+        // Fewer rounds on a loaded machine (each round checks its outcome), never fewer than 200.
+        var race = new RaceRounds("ShardUnparkClaimRaceTests", TestUtil.Stress(100_000)) { TimeCap = TimeSpan.FromSeconds(3), MinRounds = 200 };
+        race.Run(round =>
         {
-            for (int round = 0; round < rounds && failures.Count < 10 && (round < 200 || Environment.TickCount64 < until); round++)
+            TimerNode first = Link(shard, wheel);
+            TimerNode second = Link(shard, wheel);
+            Assert.True(shard.TryPark(), $"round {round}: the shard did not park with nothing cancelled");
+            // The owner sets out 0-31 spins later than the racer's sweep would have it: a cancellation's path to its claim
+            // on the shard is longer than the owner's to its own.
+            int lead = (round >> 4) & 31;
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () =>
             {
-                ran++;
-                TimerNode first = Link(shard, wheel);
-                TimerNode second = Link(shard, wheel);
-                Assert.True(shard.TryPark(), $"round {round}: the shard did not park with nothing cancelled");
-                // The owner sets out 0-31 spins later than the racer's sweep would have it: a cancellation's path to its claim
-                // on the shard is longer than the owner's to its own.
-                int lead = (round >> 4) & 31;
-                (Exception? mine, Exception? theirs) = racer.RunBothAtOnce(round, () =>
-                {
-                    Thread.SpinWait(lead);
-                    shard.Unpark();
-                }, () => Assert.True(first.TryCancelQuietly()));
-                Assert.Null(mine);
-                Assert.Null(theirs);
-                tidiedFirst += shard.HasInbox ? 0 : 1; // the canceller found the shard parked, and released the first timer itself
-                Assert.True(second.TryCancelQuietly());
-                if (!shard.HasInbox)
-                {
-                    // The second cancellation's thread released it under the running owner: it found the shard marked parked.
-                    failures.Add($"round {round}: a timer cancelled after its owner unparked was released by its canceller ({shard.Describe()})");
-                    shard = new WheelShard(wheel, dispatch: false, worker: true); // left marked parked: start over
-                }
-                else
-                {
-                    shard.Poll(out _); // the owner's pass releases what was left to it
-                    Assert.Equal("count=0 linked=0", shard.Describe());
-                }
+                Thread.SpinWait(lead);
+                shard.Unpark();
+            }, () => Assert.True(first.TryCancelQuietly()));
+            Assert.Null(mine);
+            Assert.Null(theirs);
+            tidiedFirst += shard.HasInbox ? 0 : 1; // the canceller found the shard parked, and released the first timer itself
+            Assert.True(second.TryCancelQuietly());
+            if (!shard.HasInbox)
+            {
+                // The second cancellation's thread released it under the running owner: it found the shard marked parked.
+                race.Fail($"a timer cancelled after its owner unparked was released by its canceller ({shard.Describe()})");
+                shard = new WheelShard(wheel, dispatch: false, worker: true); // left marked parked: start over
             }
-        }
-        Assert.True(failures.Count == 0, $"{failures.Count} of {ran} rounds let a canceller into the shard of a running owner ({tidiedFirst} first timers released by their canceller while parked): {string.Join("; ", failures)}");
+            else
+            {
+                shard.Poll(out _); // the owner's pass releases what was left to it
+                Assert.Equal("count=0 linked=0", shard.Describe());
+            }
+        });
+        race.AssertNone($"{race.Failures.Count} of {race.Ran} rounds let a canceller into the shard of a running owner ({tidiedFirst} first timers released by their canceller while parked)");
     }
 
     /// <summary>Links a timer due in ten minutes into <paramref name="shard"/>, as its owner does for a delay started on its worker.</summary>
