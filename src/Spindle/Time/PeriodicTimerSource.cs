@@ -142,6 +142,9 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
 
     private void OnTick()
     {
+#if DEBUG
+        TestHookBeforeTickClaim?.Invoke(this);
+#endif
         if (!_timer.OnFired(out Exception? stopped))
         {
             ArriveLate(); // a cancellation or Dispose claimed the wait just after this node fired
@@ -161,6 +164,9 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
 
     private void OnCanceled(CancellationToken cancellationToken)
     {
+#if DEBUG
+        TestHookOnCanceled?.Invoke(this);
+#endif
         switch (_timer.TryCancel())
         {
             case TimerCancel.Cancelled:
@@ -282,6 +288,9 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
     /// <summary>The node's continuation, or a canceller that has recorded its outcome, arrives (see above).</summary>
     private void ArriveLate()
     {
+#if DEBUG
+        TestHookBeforeLateArrival?.Invoke(this);
+#endif
         // The canceller's outcome fields are written before its increment (a full fence), and read after the second one.
         if (Interlocked.Increment(ref _lateArrivals) != 2)
         {
@@ -299,6 +308,20 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
             _core.TrySetResult(false);
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): run by the node's continuation before it claims the wait (<c>PeriodicTimerLateArrivalRaceTests</c>
+    /// holds it there while a cancellation claims the wait after the node fired).
+    /// </summary>
+    internal static Action<PeriodicTimerSource>? TestHookBeforeTickClaim;
+
+    /// <summary>Tests only (a Debug build): run by the wait's token callback as it starts (<c>PeriodicTimerRegistrationTests</c> holds it in flight).</summary>
+    internal static Action<PeriodicTimerSource>? TestHookOnCanceled;
+
+    /// <summary>Tests only (a Debug build): run by each party of the late handshake just before its increment (<see cref="ArriveLate()"/>).</summary>
+    internal static Action<PeriodicTimerSource>? TestHookBeforeLateArrival;
+#endif
 
     public void Dispose()
     {
