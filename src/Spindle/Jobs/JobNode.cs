@@ -346,6 +346,12 @@ internal abstract class JobNode : WorkItem
     /// <inheritdoc cref="TestHookBeforeEdgePush"/>
     internal static Action<JobNode>? TestHookAfterEdgePush;
 
+    /// <summary>
+    /// Tests only (a Debug build): run by a finisher just before it claims a misplaced edge (<see cref="Edge.TryTake"/>),
+    /// so that a test can line it up with the pusher's revocation (<c>JobEdgeClaimRaceTests</c>).
+    /// </summary>
+    internal static Action? TestHookBeforeMisplacedClaim;
+
     /// <summary>Tests only (a Debug build): how many dependencies the job still waits for.</summary>
     internal int PendingDependenciesForTests => Volatile.Read(ref _pending);
 
@@ -855,6 +861,9 @@ internal abstract class JobNode : WorkItem
             }
             // Misplaced: its pusher may be revoking it. Its ticket cannot change meanwhile: the edge is reused only once
             // it has been settled.
+#if DEBUG
+            TestHookBeforeMisplacedClaim?.Invoke();
+#endif
             long ticket = Volatile.Read(ref Claim);
             return ticket > 0 && Interlocked.CompareExchange(ref Claim, Delivered, ticket) == ticket;
         }
