@@ -25,25 +25,6 @@ namespace SpindleLib.Tests.Jobs;
 [Collection(SequentialCollection.Name)]
 public sealed class JobEdgeClaimRaceTests
 {
-    private struct LogJob : IJob
-    {
-        public List<string> Log;
-        public string Name;
-        public Exception? Throw;
-
-        public readonly void Execute()
-        {
-            lock (Log)
-            {
-                Log.Add(Name);
-            }
-            if (Throw is not null)
-            {
-                throw Throw;
-            }
-        }
-    }
-
     [Fact]
     public void APusherRevokingAMisplacedEdge_AsTheLaterJobsFinishClaimsIt_LeavesTheDependentRunningOnce()
     {
@@ -80,7 +61,7 @@ public sealed class JobEdgeClaimRaceTests
             }
             // Between the push's read of the list and its CAS: the dependency finishes and a later job takes its node.
             a.Complete();
-            later = new LogJob { Log = log, Name = "C", Throw = laterFault }.Schedule();
+            later = new JobEdgePushRaceTests.OrderJob { Log = log, Name = "C", Throw = laterFault }.Schedule();
             if (later.Node != node)
             {
                 notReused++;
@@ -132,14 +113,14 @@ public sealed class JobEdgeClaimRaceTests
                 {
                     log.Clear();
                 }
-                a = new LogJob { Log = log, Name = "A" }.Schedule();
+                a = new JobEdgePushRaceTests.OrderJob { Log = log, Name = "A" }.Schedule();
                 JobHandle b = default;
                 Volatile.Write(ref current, round);
                 (Exception? mine, Exception? theirs) = race.Racer.RunOnceReady(round, () => Volatile.Read(ref laterAt) == round, spins: 0, () =>
                 {
                     finisher ??= Thread.CurrentThread;
                     Assert.Equal(laterFault, Assert.Throws<InvalidTimeZoneException>(() => later.Complete()));
-                }, () => b = new LogJob { Log = log, Name = "B" }.Schedule(a));
+                }, () => b = new JobEdgePushRaceTests.OrderJob { Log = log, Name = "B" }.Schedule(a));
                 Assert.Null(mine);
                 Assert.Null(theirs);
                 Assert.True(meeting.Missed < 0, $"round {meeting.Missed}: the pusher and the finisher did not both reach the edge within 10 s");

@@ -17,8 +17,8 @@ namespace SpindleLib.Tests.Jobs;
 public class JobEdgePushRaceTests
 {
 #if DEBUG
-    /// <summary>A job type used only here, so its pool holds only these nodes. Records the order it ran in.</summary>
-    private struct OrderJob : IJob
+    /// <summary>A job type used only here and in <see cref="JobEdgeClaimRaceTests"/>, so its pool holds only these nodes. Records the order it ran in.</summary>
+    internal struct OrderJob : IJob
     {
         public List<string> Log;
         public string Name;
