@@ -298,9 +298,28 @@ internal sealed class WheelShard : WorkerTimers
     /// </summary>
     private void SettleChanged(CallbackTimerNode? changed, long now, bool disposing = false)
     {
-        if (_linkedOwner == 0 && now > _elapsed)
+        // The inbox is a stack, newest first: settled oldest first, so timers changed to one tick are linked, and fire, in
+        // the order they were changed, as delays started for one tick do (the nodes are Queued: only this owner writes
+        // their NextChange until it settles them).
+        CallbackTimerNode? oldest = null;
+        long earliest = CallbackTimerNode.NeverDue;
+        while (changed is not null)
         {
-            _elapsed = now; // an empty shard may jump ahead (as LinkAsOwner): nothing in it can be skipped
+            CallbackTimerNode node = changed;
+            changed = node.NextChange;
+            node.NextChange = oldest;
+            oldest = node;
+            earliest = Math.Min(earliest, CallbackTimerNode.DueOf(node.Word));
+        }
+        changed = oldest;
+        // An empty shard may jump ahead (as LinkAsOwner), so that a link after a long idle stays within the wheel's span;
+        // but only to just before the earliest due tick it settles, not to now: a timer due by now is then linked, and the
+        // pass fires it in deadline order with the rest (a review found them all fired here at once, newest first, before
+        // the delays of the same pass). A Change that lowers a due tick after this read is late for the pass: it fires here.
+        long to = Math.Min(now, earliest - 1);
+        if (_linkedOwner == 0 && to > _elapsed)
+        {
+            _elapsed = to;
         }
         while (changed is not null)
         {
