@@ -17,7 +17,9 @@ namespace SpindleLib;
 /// since only the CAS that sets the flag pushes it and only the owner, taking the whole stack, clears it).
 /// <see cref="Disposed"/>: the user (or the wheel's Dispose) is done with it. Armed and Queued are the owner's holds, the
 /// user's handle is the third: the CAS that leaves the word Disposed with neither flag recycles the node, and exactly one
-/// CAS can (the owner only clears its flags, the user only sets Disposed).</para>
+/// CAS can (the owner only clears its flags, the user only sets Disposed). The wheel's Dispose sets Disposed with
+/// <see cref="ByWheel"/>, which keeps the handle's hold: the node stays with this use (so a Change names the wheel) until
+/// the user's Dispose clears ByWheel, a CAS that recycles it if the owner holds it no longer.</para>
 /// <para><b>Pushing back is lazy.</b> Invariant: while Armed and not Queued, the node is linked at a tick at or before
 /// the due tick in the word (<see cref="WheelNode.Deadline"/> &lt;= due). So a Change to a due tick at or after the
 /// word's only stores it (one CAS, no inbox, no wake): when the wheel reaches the old slot it finds the later due tick and
@@ -167,9 +169,29 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
         long word = Volatile.Read(ref _word);
         while (true)
         {
-            if (VersionOf(word) != version || (word & Disposed) != 0)
+            if (VersionOf(word) != version)
             {
                 return false;
+            }
+            if ((word & Disposed) != 0)
+            {
+                if ((word & ByWheel) == 0)
+                {
+                    return false;
+                }
+                // The wheel's Dispose ended it and left it to this handle: letting go of it is this call's.
+                long released = word & ~ByWheel;
+                long seen = Interlocked.CompareExchange(ref _word, released, word);
+                if (seen == word)
+                {
+                    if ((released & (Armed | Queued)) == 0)
+                    {
+                        Recycle();
+                    }
+                    return false;
+                }
+                word = seen;
+                continue;
             }
             long next = WithDue(word, NeverDue) | Disposed;
             bool push = (word & (Armed | Queued)) == Armed;
@@ -188,6 +210,13 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
             }
             word = witnessed;
         }
+    }
+
+    /// <summary>True while use <paramref name="version"/> is live, or was ended by its wheel's Dispose and its user has not disposed it yet.</summary>
+    internal bool IsLiveOrEndedByWheel(short version)
+    {
+        long word = Volatile.Read(ref _word);
+        return VersionOf(word) == version && ((word & Disposed) == 0 || (word & ByWheel) != 0);
     }
 
     /// <summary>True while use <paramref name="version"/> is neither disposed nor stale.</summary>
@@ -284,9 +313,16 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
         return periods > (NeverDue - 1 - due) / period ? NeverDue : due + periods * period;
     }
 
-    /// <summary>The wheel's Dispose ends the timer, which the owner holds (in a slot, or in the inbox: <paramref name="fromInbox"/>). Owner only.</summary>
+    /// <summary>
+    /// The wheel's Dispose ends the timer, which the owner holds (in a slot, or in the inbox: <paramref name="fromInbox"/>).
+    /// A timer its user had not disposed stays with its handle (<see cref="ByWheel"/>: its Change names the wheel), and
+    /// goes to the pool when the user disposes it; one the user had disposed is recycled by the owner's last let-go. Owner only.
+    /// </summary>
     internal void DisposeByWheel(bool fromInbox)
     {
+        // No pass settles it again: the callback and state go now, while the owner's hold keeps the node this use's.
+        _callback = null;
+        _state = null;
         long word = Volatile.Read(ref _word);
         while (true)
         {
@@ -299,9 +335,9 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
             long witnessed = Interlocked.CompareExchange(ref _word, next, word);
             if (witnessed == word)
             {
-                if ((next & Queued) == 0)
+                if ((next & (Queued | ByWheel)) == 0)
                 {
-                    Recycle();
+                    Recycle(); // the user had let go: the owner's hold was the last
                 }
                 return;
             }

@@ -44,8 +44,9 @@ namespace SpindleLib;
 /// other one's period.</para>
 /// <para><b>Ending it.</b> <see cref="Dispose"/> stops the timer and returns its node to the pool; it is idempotent,
 /// and a copy of a disposed handle never acts on the timer that reuses the node (its <see cref="Change"/> throws
-/// <see cref="ObjectDisposedException"/>, its Dispose does nothing). Disposing the wheel ends every timer on it the
-/// same way. A timer that is never disposed is collected once nothing references it and it is stopped; while it is
+/// <see cref="ObjectDisposedException"/>, its Dispose does nothing). Disposing the wheel stops every timer on it and
+/// lets go of its callback and state; a Change then throws <see cref="ObjectDisposedException"/> naming the wheel, and
+/// the handle's Dispose returns the node to the pool. A timer that is never disposed is collected once nothing references it and it is stopped; while it is
 /// armed, the wheel holds it (and its state) until it fires, as a BCL timer is held.</para>
 /// <para><b>Thread-safety.</b> Every member may be called from any thread, at any time, including from the callback.</para>
 /// </remarks>

@@ -100,8 +100,9 @@ public sealed partial class TimerWheel
         long periodMs = TimerPeriod(period, nameof(period));
         if (_disposed)
         {
-            // A timer stopped when the wheel was disposed is in no part of it, so nothing ended it: this call does.
-            CallbackTimerNode.ThrowDisposed(byWheel: node.IsLive(version));
+            // A timer stopped when the wheel was disposed is in no part of it, so nothing ended it: this call does. One the
+            // wheel's Dispose ended is kept for its handle until the user disposes it (CallbackTimerNode.DisposeByWheel).
+            CallbackTimerNode.ThrowDisposed(byWheel: node.IsLiveOrEndedByWheel(version));
         }
         if (node.Change(version, due, periodMs))
         {

@@ -60,4 +60,40 @@ public class SpindleTimerReviewTests
         clock.RunDue();
         Assert.Equal(new[] { "first", "second", "third" }, order);
     }
+
+    /// <summary>
+    /// A timer that the wheel's Dispose ended (armed, pushed back, or stopped) refuses a later Change with the message that
+    /// names the wheel, never with the one for a timer its user disposed (which tells the user to stop it with Change
+    /// instead of disposing it: advice for a mistake they did not make). The armed ones' nodes were recycled by the
+    /// wheel's Dispose, which lost what had ended them. The user's Dispose after that is quiet, and lets the node go to the
+    /// pool; a copy of the handle then acts on nothing.
+    /// </summary>
+    [Fact]
+    public void WheelDispose_ALaterChangeOfAnyOfItsTimers_NamesTheWheel_AndTheUsersDisposeLetsTheNodeGo()
+    {
+        var clock = new ManualClock();
+        var wheel = new TimerWheel(clock);
+        var order = new List<string>();
+        SpindleTimer armed = wheel.CreateTimer(Record, (order, "armed"), Ms(10), Ms(10));
+        SpindleTimer pushed = wheel.CreateTimer(Record, (order, "pushed"), Ms(10));
+        pushed.Change(Ms(500), Timeout.InfiniteTimeSpan);
+        SpindleTimer pulled = wheel.CreateTimer(Record, (order, "pulled"), Ms(500));
+        SpindleTimer stopped = wheel.CreateTimer(Record, (order, "stopped"), Timeout.InfiniteTimeSpan);
+        wheel.Dispose();
+        clock.Advance(Ms(1000));
+        Assert.Empty(order);
+        foreach (SpindleTimer timer in new[] { armed, pushed, pulled, stopped })
+        {
+            var ex = Assert.Throws<ObjectDisposedException>(() => timer.Change(Ms(1), Timeout.InfiniteTimeSpan));
+            Assert.Contains("TimerWheel has been disposed", ex.Message, StringComparison.Ordinal);
+        }
+        foreach (SpindleTimer timer in new[] { armed, pushed, pulled, stopped })
+        {
+            SpindleTimer copy = timer;
+            timer.Dispose();
+            copy.Dispose(); // idempotent
+            var ex = Assert.Throws<ObjectDisposedException>(() => copy.Change(Ms(1), Timeout.InfiniteTimeSpan));
+            Assert.DoesNotContain("TimerWheel has been disposed", ex.Message, StringComparison.Ordinal);
+        }
+    }
 }
