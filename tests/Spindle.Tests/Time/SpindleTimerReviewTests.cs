@@ -96,4 +96,122 @@ public class SpindleTimerReviewTests
             Assert.DoesNotContain("TimerWheel has been disposed", ex.Message, StringComparison.Ordinal);
         }
     }
+
+    /// <summary>
+    /// Users dispose (and create, and change) timers while their wheel is disposed: each node is recycled once, by whichever
+    /// of the user's Dispose and the wheel's last let-go comes second (a Debug build asserts a second recycle), so the
+    /// pool never hands one node to two timers: afterwards, 3,000 new timers on a fresh wheel each fire exactly once, with
+    /// their own state.
+    /// </summary>
+    [Fact]
+    public void UsersDisposeRacingTheWheelsDispose_RecyclesEachNodeOnce()
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(TestUtil.StressTimeout(8));
+        for (int round = 0; round < TestUtil.Stress(30) && DateTime.UtcNow < deadline; round++)
+        {
+            var wheel = new TimerWheel(TimeProvider.System);
+            var threads = new Thread[3];
+            int wrong = 0;
+            using var started = new CountdownEvent(threads.Length);
+            for (int t = 0; t < threads.Length; t++)
+            {
+                int seed = round * 7 + t;
+                threads[t] = new Thread(() =>
+                {
+                    var random = new Random(seed);
+                    var timers = new SpindleTimer[16];
+                    try
+                    {
+                        for (int i = 0; i < timers.Length; i++)
+                        {
+                            timers[i] = wheel.CreateTimer(static _ => { }, null, Ms(random.Next(3)));
+                        }
+                        started.Signal();
+                        for (int n = 0; ; n++)
+                        {
+                            int i = random.Next(timers.Length);
+                            switch (random.Next(4))
+                            {
+                                case 0:
+                                    timers[i].Dispose();
+                                    timers[i] = wheel.CreateTimer(static _ => { }, null, Ms(random.Next(3)));
+                                    break;
+                                case 1:
+                                    timers[i].Change(Ms(random.Next(3)), Timeout.InfiniteTimeSpan);
+                                    break;
+                                case 2:
+                                    timers[i].Change(Ms(1 + random.Next(3)), Ms(1));
+                                    break;
+                                default:
+                                    timers[i].Change(Ms(50_000), Timeout.InfiniteTimeSpan); // pushed back
+                                    break;
+                            }
+                        }
+                    }
+                    catch (ObjectDisposedException)
+                    {
+                    }
+                    foreach (SpindleTimer timer in timers)
+                    {
+                        if (timer != default)
+                        {
+                            timer.Dispose();
+                        }
+                    }
+                    // The nodes this thread's Dispose calls recycled are in its own pool: new timers get them, and each must
+                    // be this use's alone (a node recycled while the disposed wheel still held it would be ended by it).
+                    var clock = new ManualClock();
+                    using var fresh = new TimerWheel(clock);
+                    var fired = new int[timers.Length];
+                    for (int i = 0; i < timers.Length; i++)
+                    {
+                        timers[i] = fresh.CreateTimer(static s => Interlocked.Increment(ref ((int[])((object[])s!)[0])[(int)((object[])s!)[1]]), new object[] { fired, i }, Ms(1000));
+                    }
+                    Thread.Sleep(2); // the disposed wheel's last passes run meanwhile
+                    for (int i = 0; i < timers.Length; i++)
+                    {
+                        timers[i].Change(Ms(1 + i % 3), Timeout.InfiniteTimeSpan);
+                    }
+                    clock.Advance(Ms(5));
+                    if (Array.Exists(fired, f => f != 1))
+                    {
+                        Interlocked.Increment(ref wrong);
+                    }
+                    foreach (SpindleTimer timer in timers)
+                    {
+                        timer.Dispose();
+                    }
+                });
+                threads[t].Start();
+            }
+            started.Wait();
+            Thread.Sleep(random(round));
+            wheel.Dispose();
+            foreach (Thread t in threads)
+            {
+                Assert.True(t.Join(TimeSpan.FromSeconds(TestUtil.StressTimeout(30))), "a thread never saw the wheel's disposal");
+            }
+            Assert.True(SpinWait.SpinUntil(() => wheel.PendingCount == 0, TimeSpan.FromSeconds(10)), $"{wheel.PendingCount} timers left in a disposed wheel");
+            Assert.Equal(0, Volatile.Read(ref wrong));
+        }
+
+        var clock = new ManualClock();
+        using var fresh = new TimerWheel(clock);
+        const int Count = 3000;
+        var fires = new int[Count];
+        var handles = new SpindleTimer[Count];
+        for (int i = 0; i < Count; i++)
+        {
+            handles[i] = fresh.CreateTimer(static s => Interlocked.Increment(ref ((int[])((object[])s!)[0])[(int)((object[])s!)[1]]), new object[] { fires, i }, Ms(1 + i % 7));
+        }
+        clock.Advance(Ms(10));
+        Assert.All(fires, f => Assert.Equal(1, f));
+        Assert.Equal(Count, new HashSet<SpindleTimer>(handles).Count);
+        foreach (SpindleTimer handle in handles)
+        {
+            handle.Dispose();
+        }
+
+        static int random(int round) => round % 4;
+    }
 }
