@@ -214,4 +214,33 @@ public class SpindleTimerReviewTests
 
         static int random(int round) => round % 4;
     }
+
+    /// <summary>
+    /// On the system clock, a timer pulled forward to now from another thread while the wheel's thread sleeps towards the
+    /// timer's old deadline (60 s away) fires promptly, not then: the Change's push lowers the wheel's wake-up and kicks its
+    /// thread. Also when the timer was first stopped and the pull forward finds it still in the change inbox (its Change is
+    /// then one CAS that wakes nothing: the stop's own kick brings the pass).
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void SystemClock_PulledForwardWhileTheThreadSleeps_FiresPromptly(bool stoppedFirst)
+    {
+        using var wheel = new TimerWheel(TimeProvider.System);
+        using var fired = new ManualResetEventSlim();
+        using SpindleTimer timer = wheel.CreateTimer(static s => ((ManualResetEventSlim)s!).Set(), fired, TimeSpan.FromSeconds(60));
+        Assert.True(SpinWait.SpinUntil(() => wheel.PendingCount == 1, TimeSpan.FromSeconds(10)), "the timer was never linked");
+        Thread.Sleep(20); // the thread now sleeps towards the timer's deadline
+        var changer = new Thread(() =>
+        {
+            if (stoppedFirst)
+            {
+                timer.Change(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
+            }
+            timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+        });
+        changer.Start();
+        changer.Join();
+        Assert.True(fired.Wait(TimeSpan.FromSeconds(TestUtil.StressTimeout(5))), "a pull forward to now waited for the old deadline");
+    }
 }
