@@ -243,4 +243,28 @@ public class SpindleTimerReviewTests
         changer.Join();
         Assert.True(fired.Wait(TimeSpan.FromSeconds(TestUtil.StressTimeout(5))), "a pull forward to now waited for the old deadline");
     }
+
+    /// <summary>
+    /// A timer pushed back to <see cref="TimerWheel.MaxDelay"/> (one CAS) is re-linked when the wheel reaches its old
+    /// slot, stays counted, and fires at the new tick, not a millisecond before (held: kept as coverage of the lazy
+    /// re-link at the far end of the wheel's range).
+    /// </summary>
+    [Fact]
+    public void PushedBackToMaxDelay_IsRelinkedAtItsOldTick_AndFiresAtTheNewOne()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        int fired = 0;
+        using SpindleTimer timer = wheel.CreateTimer(_ => fired++, null, Ms(10));
+        clock.Advance(Ms(5));
+        timer.Change(TimerWheel.MaxDelay, Timeout.InfiniteTimeSpan); // due at 5 ms + MaxDelay
+        clock.Advance(Ms(5)); // the old tick: re-linked there
+        Assert.Equal(0, fired);
+        Assert.Equal(1, wheel.PendingCount);
+        clock.Advance(TimerWheel.MaxDelay - Ms(6));
+        Assert.Equal(0, fired);
+        clock.Advance(Ms(1));
+        Assert.Equal(1, fired);
+        Assert.Equal(0, wheel.PendingCount);
+    }
 }
