@@ -39,7 +39,8 @@ namespace SpindleLib;
 /// <see cref="Spindle.UnobservedException"/>, and the timer carries on (a periodic timer keeps firing).</para>
 /// <para><b>Races.</b> A callback the wheel has already taken when a Change or Dispose lands still runs, once (as with
 /// <c>System.Threading.Timer</c>, whose callbacks may run after Dispose returns); the Change then applies to the next
-/// firing. Each arming fires at most once. Two Change calls that race on one timer each take effect, the later one
+/// firing. On the workers that may be more than one callback of a periodic timer: each tick that fired while the workers
+/// were busy queued one, and every queued callback still runs. Each arming fires at most once. Two Change calls that race on one timer each take effect, the later one
 /// (in the order the timer saw them) deciding the due time; if they give different periods, the timer may end with the
 /// other one's period.</para>
 /// <para><b>Ending it.</b> <see cref="Dispose"/> stops the timer and returns its node to the pool; it is idempotent,
@@ -89,7 +90,7 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
     /// <summary>
     /// Stops the timer and returns its node to the pool (at once, or when the wheel's owner lets go of it, promptly).
     /// Calling it again, or on a copy of this handle, does nothing. A callback already taken still runs once, maybe after
-    /// this returns.
+    /// this returns (on the workers, every one a periodic timer's ticks queued while they were busy).
     /// </summary>
     /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
     public void Dispose()
