@@ -30,7 +30,9 @@ public sealed class TimerChangeScenario : Scenario
     public override string Notes =>
         "One thread. Per round: create N timers due in 600 s, K passes over them each pushing every timer back by 1 ms more " +
         "(Change, timed: ns_per_op and bytes_per_op are per Change, all threads), then dispose them (create and dispose timed together: " +
-        "ns_per_create_dispose, bytes_per_create_dispose, per timer). Task: System.Threading.Timer, Change, Dispose. Spindle: " +
+        "ns_per_create_dispose, bytes_per_create_dispose, per timer; ns_per_create_dispose_settled also waits, after the creates and after " +
+        "the disposes, until the wheel has linked and let go of them all, since Spindle's timer thread does that part after the calls return; " +
+        "that wait, outside the other timings, also keeps it out of the Change passes and the next system's round). Task: System.Threading.Timer, Change, Dispose. Spindle: " +
         "TimerWheel.Default.CreateTimer, SpindleTimer.Change, Dispose. SpindleDelay: an async SpindleTask loop per timer awaiting " +
         "Spindle.Delay(600 s, source.Token).SuppressCancellationThrow(); a re-arm swaps in a new CancellationTokenSource and cancels the old " +
         "one (the loop wakes inline and waits again), Dispose cancels without a replacement. The systems' rounds alternate (side by side). " +
@@ -66,12 +68,14 @@ public sealed class TimerChangeScenario : Scenario
         var changeBytes = new double[systems.Length][];
         var life = new double[systems.Length][];
         var lifeBytes = new double[systems.Length][];
+        var settled = new double[systems.Length][];
         for (int s = 0; s < systems.Length; s++)
         {
             change[s] = new double[rounds];
             changeBytes[s] = new double[rounds];
             life[s] = new double[rounds];
             lifeBytes[s] = new double[rounds];
+            settled[s] = new double[rounds];
         }
         for (int r = 0; r < rounds; r++)
         {
@@ -85,6 +89,7 @@ public sealed class TimerChangeScenario : Scenario
                 changeBytes[s][r] = f.ChangeBytes / ((double)n * k);
                 life[s][r] = f.LifeNanos / n;
                 lifeBytes[s][r] = f.LifeBytes / (double)n;
+                settled[s][r] = f.SettledLifeNanos / n;
             }
         }
         for (int s = 0; s < systems.Length; s++)
@@ -94,6 +99,7 @@ public sealed class TimerChangeScenario : Scenario
             context.Add(caseName, name, "bytes_per_op", changeBytes[s]);
             context.Add(caseName, name, "ns_per_create_dispose", life[s]);
             context.Add(caseName, name, "bytes_per_create_dispose", lifeBytes[s]);
+            context.Add(caseName, name, "ns_per_create_dispose_settled", settled[s]);
         }
         foreach (ISystem system in systems)
         {
@@ -107,15 +113,19 @@ public sealed class TimerChangeScenario : Scenario
         }
     }
 
-    private readonly record struct RoundFigures(double ChangeNanos, long ChangeBytes, double LifeNanos, long LifeBytes);
+    private readonly record struct RoundFigures(double ChangeNanos, long ChangeBytes, double LifeNanos, long LifeBytes, double SettledLifeNanos);
 
     private static RoundFigures Round(ISystem system, int n, int k)
     {
+        long baseline = system.Pending();
         long a0 = GC.GetTotalAllocatedBytes(true);
         long t0 = Stopwatch.GetTimestamp();
         system.Create();
         long t1 = Stopwatch.GetTimestamp();
+        WaitForPending(system, baseline < 0 ? -1 : baseline + n); // Spindle's timer thread links the new timers after CreateTimer returns
+        long t1Settled = Stopwatch.GetTimestamp();
         long a1 = GC.GetTotalAllocatedBytes(true);
+        long t1Change = Stopwatch.GetTimestamp();
         for (int pass = 1; pass <= k; pass++)
         {
             system.PushBack(Far + TimeSpan.FromMilliseconds(pass));
@@ -124,9 +134,31 @@ public sealed class TimerChangeScenario : Scenario
         long a2 = GC.GetTotalAllocatedBytes(true);
         system.Dispose();
         long t3 = Stopwatch.GetTimestamp();
+        WaitForPending(system, baseline); // and unlinks and recycles the disposed ones after Dispose returns
+        long t3Settled = Stopwatch.GetTimestamp();
         long a3 = GC.GetTotalAllocatedBytes(true);
         double perTick = 1e9 / Stopwatch.Frequency;
-        return new RoundFigures((t2 - t1) * perTick, a2 - a1, ((t1 - t0) + (t3 - t2)) * perTick, (a1 - a0) + (a3 - a2));
+        return new RoundFigures((t2 - t1Change) * perTick, a2 - a1, ((t1 - t0) + (t3 - t2)) * perTick, (a1 - a0) + (a3 - a2),
+            ((t1Settled - t0) + (t3Settled - t2)) * perTick);
+    }
+
+    /// <summary>Spins until the system counts <paramref name="target"/> pending timers (Spindle's wheel has settled its change inbox); at most 10 s.</summary>
+    private static void WaitForPending(ISystem system, long target)
+    {
+        if (target < 0 || system.Pending() < 0)
+        {
+            return;
+        }
+        var clock = Stopwatch.StartNew();
+        var spin = default(SpinWait);
+        while (system.Pending() != target)
+        {
+            if (clock.ElapsedMilliseconds > 10_000)
+            {
+                throw new InvalidOperationException($"{system.Name}: the wheel counts {system.Pending()} timers, not {target}, 10 s after the calls returned.");
+            }
+            spin.SpinOnce();
+        }
     }
 
     private interface ISystem
@@ -138,6 +170,9 @@ public sealed class TimerChangeScenario : Scenario
         void PushBack(TimeSpan due);
 
         void Dispose();
+
+        /// <summary>The timers the system's wheel holds, once it has settled; -1 where creates and disposes take effect inside the calls.</summary>
+        long Pending();
     }
 
     private sealed class TaskTimers(int n) : ISystem
@@ -145,6 +180,8 @@ public sealed class TimerChangeScenario : Scenario
         private readonly Timer?[] _timers = new Timer?[n];
 
         public string Name => "Task";
+
+        public long Pending() => -1;
 
         public void Create()
         {
@@ -177,6 +214,8 @@ public sealed class TimerChangeScenario : Scenario
         private readonly SpindleTimer[] _timers = new SpindleTimer[n];
 
         public string Name => "Spindle";
+
+        public long Pending() => TimerWheel.Default.PendingCount;
 
         public void Create()
         {
@@ -211,6 +250,8 @@ public sealed class TimerChangeScenario : Scenario
         private readonly Entry?[] _entries = new Entry?[n];
 
         public string Name => "SpindleDelay";
+
+        public long Pending() => -1;
 
         private sealed class Entry
         {
