@@ -29,15 +29,17 @@ public sealed class SampleTests
     }
 
     [Theory]
-    [InlineData(false)]
-    [InlineData(true)]
-    public void Sessions_HandlesEveryMessageSentOnce(bool whenAny)
+    [InlineData(null, "inbox.WaitAsync(idle)")]
+    [InlineData("--whenany", "WhenAny(inbox.WaitAsync(), Spindle.Delay(idle))")]
+    [InlineData("--timer", "a SpindleTimer that each message pushes back (Change)")]
+    public void Sessions_HandlesEveryMessageSentOnce(string? mode, string waitsOn)
     {
-        string[] args = ["--sessions", "2000", "--seconds", "1", "--rate", "20000", "--idle-ms", "50", .. (whenAny ? new[] { "--whenany" } : [])];
+        string[] args = ["--sessions", "2000", "--seconds", "1", "--rate", "20000", "--idle-ms", "50", .. (mode is null ? [] : new[] { mode })];
         (int exitCode, string output) = Run(SpindleLib.Samples.Sessions.Program.Main, args);
         Assert.True(exitCode == 0, output);
         Assert.Contains("handled, in", output, StringComparison.Ordinal);
-        Assert.Contains(whenAny ? "WhenAny(inbox.WaitAsync(), Spindle.Delay(idle))" : "inbox.WaitAsync(idle)", output, StringComparison.Ordinal);
+        Assert.Contains(waitsOn, output, StringComparison.Ordinal);
+        Assert.Contains("shut down: 0 sessions still running", output, StringComparison.Ordinal);
     }
 
     [Fact]
