@@ -30,7 +30,10 @@ namespace SpindleLib;
 /// missed while the callbacks' thread was late coalesce into one, as <see cref="SpindlePeriodicTimer"/>'s do.</para>
 /// <para><b>Where the callback runs.</b> For a wheel on <see cref="TimeProvider.System"/> (<see cref="TimerWheel.Default"/>
 /// included), on Spindle's workers, handed over in batches as awaited delays are: never on the wheel's timer thread, so
-/// a slow callback holds up no other timer. As with <c>System.Threading.Timer</c>, one periodic timer's callbacks may
+/// a slow callback holds up no firing of the wheel. The callbacks of one batch (up to 64 due together) run in turn on one
+/// worker: a slow one holds up the rest of its batch until an idle worker takes them over (after about 2 ms), and holds
+/// its worker, one of the few that run all Spindle continuations, while it runs. Keep callbacks short, as a
+/// <c>System.Threading.Timer</c>'s should be, and start blocking work elsewhere. As with <c>System.Threading.Timer</c>, one periodic timer's callbacks may
 /// then overlap, if one runs longer than the period: guard shared state in the callback. For a wheel on any other
 /// provider (a <see cref="ManualClock"/>), on the thread that drives the clock, one at a time, in deadline order, inside
 /// its <c>Advance</c> (or inside the Change or create that made the timer due at once). The
@@ -47,7 +50,10 @@ namespace SpindleLib;
 /// and a copy of a disposed handle never acts on the timer that reuses the node (its <see cref="Change"/> throws
 /// <see cref="ObjectDisposedException"/>, its Dispose does nothing). Disposing the wheel stops every timer on it and
 /// lets go of its callback and state; a Change then throws <see cref="ObjectDisposedException"/> naming the wheel, and
-/// the handle's Dispose returns the node to the pool. A timer that is never disposed is collected once nothing references it and it is stopped; while it is
+/// the handle's Dispose returns the node to the pool. So a Change that may race with the Dispose (a message handled as
+/// its session closes) catches that exception, or is ordered before the Dispose: .NET's <c>Timer.Change</c> and
+/// <c>ITimer.Change</c> return false there instead, and code ported from them that ignores the result meets an exception
+/// here. A timer that is never disposed is collected once nothing references it and it is stopped; while it is
 /// armed, the wheel holds it (and its state) until it fires, as a BCL timer is held.</para>
 /// <para><b>Thread-safety.</b> Every member may be called from any thread, at any time, including from the callback.</para>
 /// </remarks>
@@ -70,7 +76,9 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
     /// </summary>
     /// <param name="dueTime">How long until it fires: <see cref="TimeSpan.Zero"/> (at once) to <see cref="TimerWheel.MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> to stop it.</param>
     /// <param name="period">The time between firings after that, rounded up to the millisecond: up to <see cref="TimerWheel.MaxDelay"/>; <see cref="TimeSpan.Zero"/> or <see cref="Timeout.InfiniteTimeSpan"/> for one firing.</param>
-    /// <returns>True: the timer was changed (failures throw).</returns>
+    /// <returns>Always true: the timer was changed (failures throw). Unlike .NET's <c>Timer.Change</c> and
+    /// <c>ITimer.Change</c>, which return false for a disposed timer, this throws for one; it does not tell whether the
+    /// timer had fired, nor whether a callback already taken is still to run.</returns>
     /// <remarks>A due time at or after the one it replaces costs one CAS; see the remarks on <see cref="SpindleTimer"/>. A callback already taken when this lands still runs once.</remarks>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="dueTime"/> or <paramref name="period"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The timer, or its wheel, has been disposed.</exception>

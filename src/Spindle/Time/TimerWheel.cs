@@ -775,7 +775,11 @@ public sealed partial class TimerWheel : IDisposable
     /// Stops the wheel: every pending delay completes as canceled, and <see cref="Delay(TimeSpan, CancellationToken)"/>
     /// then throws <see cref="ObjectDisposedException"/>. As for a token's cancellation, the exception (an
     /// <see cref="OperationCanceledException"/> saying the wheel was disposed) is built only by a read that throws it, so
-    /// awaits with <see cref="SpindleTask.SuppressCancellationThrow"/> allocate nothing however many timers end. <see cref="Default"/> cannot be disposed. An infinite delay with
+    /// awaits with <see cref="SpindleTask.SuppressCancellationThrow"/> allocate nothing however many timers end. Every
+    /// callback timer on it (<see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/>) is ended as its own
+    /// <see cref="SpindleTimer.Dispose"/> would end it: it never fires again (a callback already handed to the workers
+    /// still runs once), its <see cref="SpindleTimer.Change"/> throws <see cref="ObjectDisposedException"/> and its
+    /// Dispose does nothing. <see cref="Default"/> cannot be disposed. An infinite delay with
     /// no token (or one whose token's source is gone) is held weakly, as <c>Task.Delay(-1)</c> holds nothing: code awaiting
     /// it that nothing else references may have been collected by then, and its <c>finally</c> blocks never run.
     /// </summary>
