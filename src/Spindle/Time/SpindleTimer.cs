@@ -43,7 +43,10 @@ namespace SpindleLib;
 /// <para><b>Races.</b> A callback the wheel has already taken when a Change or Dispose lands still runs, once (as with
 /// <c>System.Threading.Timer</c>, whose callbacks may run after Dispose returns); the Change then applies to the next
 /// firing. On the workers that may be more than one callback of a periodic timer: each tick that fired while the workers
-/// were busy queued one, and every queued callback still runs. Each arming fires at most once. Two Change calls that race on one timer each take effect, the later one
+/// were busy queued one, and every queued callback still runs. So a callback that must not act on a firing a Change has
+/// overtaken (an idle session closed just after its message) checks the state it guards itself, as Netty's
+/// <c>IdleStateHandler</c> compares the last read's time with now; the handle does not tell it. Each arming fires at
+/// most once. Two Change calls that race on one timer each take effect, the later one
 /// (in the order the timer saw them) deciding the due time; if they give different periods, the timer may end with the
 /// other one's period.</para>
 /// <para><b>Ending it.</b> <see cref="Dispose"/> stops the timer and returns its node to the pool; it is idempotent,
