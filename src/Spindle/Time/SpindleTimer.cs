@@ -40,7 +40,7 @@ namespace SpindleLib;
 /// <see cref="ExecutionContext"/> is not captured (as <c>ThreadPool.UnsafeQueueUserWorkItem</c>): <c>AsyncLocal</c>
 /// values of the creating code are not seen by the callback. An exception the callback throws goes to
 /// <see cref="Spindle.UnobservedException"/>, and the timer carries on (a periodic timer keeps firing).</para>
-/// <para><b>Races.</b> A callback the wheel has already taken when a Change or Dispose lands still runs, once (as with
+/// <para><b>Races.</b> A callback the wheel has already taken when a Change or Dispose lands still runs (as with
 /// <c>System.Threading.Timer</c>, whose callbacks may run after Dispose returns); the Change then applies to the next
 /// firing. On the workers that may be more than one callback of a periodic timer: each tick that fired while the workers
 /// were busy queued one, and every queued callback still runs. So a callback that must not act on a firing a Change has
