@@ -8,8 +8,9 @@ namespace SpindleLib.Bench.Scenarios;
 /// <summary>
 /// The server's and the MMO zone's timers (docs/decisions.md section 49, user21): N pending timers, each pushed back K
 /// times (an idle timeout reset by each message, a buff refreshed), then disposed. <c>Task</c>: a
-/// <see cref="System.Threading.Timer"/> and its <c>Change</c>; <c>Spindle</c>: a <see cref="SpindleTimer"/> on
-/// <see cref="TimerWheel.Default"/> and its <c>Change</c>; <c>SpindleDelay</c>: what Spindle offered before, a loop
+/// <see cref="System.Threading.Timer"/> and its <c>Change</c>; <c>Spindle</c>: a <see cref="SpindleTimer"/> on a
+/// wheel of the system clock of its own (so that its pending count, which the rounds wait on, counts its timers alone:
+/// the delays <c>SpindleDelay</c> cancelled on <see cref="TimerWheel.Default"/> leave it later) and its <c>Change</c>; <c>SpindleDelay</c>: what Spindle offered before, a loop
 /// awaiting <c>Spindle.Delay</c> with a <see cref="CancellationTokenSource"/> cancelled and replaced for each re-arm.
 /// </summary>
 public sealed class TimerChangeScenario : Scenario
@@ -33,7 +34,7 @@ public sealed class TimerChangeScenario : Scenario
         "ns_per_create_dispose, bytes_per_create_dispose, per timer; ns_per_create_dispose_settled also waits, after the creates and after " +
         "the disposes, until the wheel has linked and let go of them all, since Spindle's timer thread does that part after the calls return; " +
         "that wait, outside the other timings, also keeps it out of the Change passes and the next system's round). Task: System.Threading.Timer, Change, Dispose. Spindle: " +
-        "TimerWheel.Default.CreateTimer, SpindleTimer.Change, Dispose. SpindleDelay: an async SpindleTask loop per timer awaiting " +
+        "CreateTimer on a TimerWheel of the system clock of its own (its pending count holds its timers alone), SpindleTimer.Change, Dispose. SpindleDelay: an async SpindleTask loop per timer awaiting " +
         "Spindle.Delay(600 s, source.Token).SuppressCancellationThrow(); a re-arm swaps in a new CancellationTokenSource and cancels the old " +
         "one (the loop wakes inline and waits again), Dispose cancels without a replacement. The systems' rounds alternate (side by side). " +
         "bytes_per_timer: GC heap (after a full collection, pools trimmed) with the N timers pending, less before, over N, measured once " +
@@ -44,7 +45,8 @@ public sealed class TimerChangeScenario : Scenario
         int n = context.Pick(2_000, 100_000, 1_000_000);
         int k = context.Pick(2, 2, 4);
         string caseName = $"n={(n >= 1000 ? n / 1000 + "k" : n.ToString())},k={k}";
-        var systems = new ISystem[] { new TaskTimers(n), new SpindleTimers(n), new DelayTimers(n) };
+        using var spindle = new SpindleTimers(n);
+        var systems = new ISystem[] { new TaskTimers(n), spindle, new DelayTimers(n) };
         foreach (ISystem system in systems)
         {
             context.Progress($"{caseName} › {system.Name}: warm-up");
@@ -209,17 +211,23 @@ public sealed class TimerChangeScenario : Scenario
         }
     }
 
-    private sealed class SpindleTimers(int n) : ISystem
+    private sealed class SpindleTimers(int n) : ISystem, IDisposable
     {
         private readonly SpindleTimer[] _timers = new SpindleTimer[n];
 
+        // Not TimerWheel.Default: delays another system cancelled there leave its pending count at their own pace, so a
+        // wait for an exact count there could miss it (the main command's run threw at 107,294 against 100,000).
+        private readonly TimerWheel _wheel = new(TimeProvider.System);
+
         public string Name => "Spindle";
 
-        public long Pending() => TimerWheel.Default.PendingCount;
+        public long Pending() => _wheel.PendingCount;
+
+        void IDisposable.Dispose() => _wheel.Dispose();
 
         public void Create()
         {
-            TimerWheel wheel = TimerWheel.Default;
+            TimerWheel wheel = _wheel;
             for (int i = 0; i < _timers.Length; i++)
             {
                 _timers[i] = wheel.CreateTimer(s_spindleCallback, null, Far);
