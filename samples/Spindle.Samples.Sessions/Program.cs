@@ -148,7 +148,6 @@ public static class Program
     private sealed class Session
     {
         public readonly Signal Inbox = new();
-        public SpindleTimer Idle; // with --timer only
         public int Pending;
         public long Messages;
         public long Timeouts;
@@ -189,16 +188,17 @@ public static class Program
     private static async SpindleTask ServeWithTimer(Session session, TimeSpan idle, CancellationToken shutdown)
     {
         Interlocked.Increment(ref s_live);
-        session.Idle = TimerWheel.Default.CreateTimer(OnIdle, session, idle, idle);
+        // A local: the method's box keeps it, so the other modes' sessions do not carry a timer field they never use.
+        SpindleTimer idleTimer = TimerWheel.Default.CreateTimer(OnIdle, session, idle, idle);
         while (!shutdown.IsCancellationRequested)
         {
             await session.Inbox.WaitAsync();
             if (Handle(session, timedOut: false))
             {
-                session.Idle.Change(idle, idle); // a callback the wheel has already taken still runs once, as with Timer
+                idleTimer.Change(idle, idle); // a callback the wheel has already taken still runs, as with Timer
             }
         }
-        session.Idle.Dispose();
+        idleTimer.Dispose();
         Interlocked.Decrement(ref s_live);
     }
 
