@@ -82,7 +82,7 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
 
     /// <summary>
     /// Rents a node for a new timer on <paramref name="wheel"/>, due at <paramref name="due"/> (a tick, or
-    /// <see cref="NeverDue"/>), every <paramref name="periodMs"/> ms after (0: once), and returns its version. When due, the
+    /// <see cref="NeverDue"/>), every <paramref name="periodMs"/> ms after (0: once); returns the node, and its use's version in <paramref name="version"/>. When due, the
     /// node is Queued: the caller pushes it (<see cref="TimerWheel.QueueChange"/>). Nothing is published before that push.
     /// </summary>
     internal static CallbackTimerNode Rent(TimerWheel wheel, Action<object?> callback, object? state, long due, long periodMs, out short version)

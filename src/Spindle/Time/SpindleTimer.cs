@@ -19,7 +19,7 @@ namespace SpindleLib;
 /// </code>
 /// </example>
 /// <remarks>
-/// <para><b>Cost.</b> The handle is a struct holding a pooled node (about 100 bytes, with the callback and state the
+/// <para><b>Cost.</b> The handle is a struct holding a pooled node (96 B on 64-bit, with the callback and state the
 /// caller's) and its version: creating, changing and disposing a timer allocate nothing once the pool is warm. A Change
 /// that pushes the timer back (a due time at or after the one it replaces, the common case of an idle timeout) is one
 /// CAS on the node and wakes nothing: the wheel finds the later time when it reaches the old one, and links the timer
@@ -82,7 +82,7 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
     /// <returns>Always true: the timer was changed (failures throw). Unlike .NET's <c>Timer.Change</c> and
     /// <c>ITimer.Change</c>, which return false for a disposed timer, this throws for one; it does not tell whether the
     /// timer had fired, nor whether a callback already taken is still to run.</returns>
-    /// <remarks>A due time at or after the one it replaces costs one CAS; see the remarks on <see cref="SpindleTimer"/>. A callback already taken when this lands still runs once.</remarks>
+    /// <remarks>A due time at or after the one it replaces costs one CAS; see the remarks on <see cref="SpindleTimer"/>. Callbacks already taken when this lands still run (on the workers, one for each tick a periodic timer queued while they were busy); the Change applies to the next firing.</remarks>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="dueTime"/> or <paramref name="period"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
     /// <exception cref="ObjectDisposedException">The timer, or its wheel, has been disposed.</exception>
     /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
@@ -100,8 +100,9 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
 
     /// <summary>
     /// Stops the timer and returns its node to the pool (at once, or when the wheel's owner lets go of it, promptly).
-    /// Calling it again, or on a copy of this handle, does nothing. A callback already taken still runs once, maybe after
-    /// this returns (on the workers, every one a periodic timer's ticks queued while they were busy).
+    /// Calling it again, or on a copy of this handle, does nothing; after the wheel's Dispose, the first call still returns
+    /// the node. Callbacks already taken still run, maybe after this returns (on the workers, one for each tick a periodic
+    /// timer queued while they were busy).
     /// </summary>
     /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
     public void Dispose()
