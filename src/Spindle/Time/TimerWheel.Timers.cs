@@ -56,31 +56,8 @@ public sealed partial class TimerWheel
         {
             return CallbackTimerNode.NeverDue;
         }
-        long due = TimerDeadlineAfter(dueTime);
+        long due = DeadlineAfter(dueTime);
         return due >= CallbackTimerNode.NeverDue ? CallbackTimerNode.NeverDue : due; // past 34 years of the wheel's clock
-    }
-
-    /// <summary>
-    /// <see cref="DeadlineAfter(TimeSpan)"/> with one division instead of three, for a clock whose frequency is a multiple
-    /// of 10 MHz (the system clock's, a manual clock's): a Change is a clock read and a CAS, and the divisions were a
-    /// third of the rest. The same tick: with e the timestamps since the origin, p the timestamps per TimeSpan tick and d
-    /// the delay's TimeSpan ticks (an integer), ceil((ceil(e / p) + d) / 10^4) = ceil((e / p + d) / 10^4)
-    /// = ceil((e + d p) / (10^4 p)), since ceil(x) + d = ceil(x + d) and ceil(ceil(y) / m) = ceil(y / m) for a whole m.
-    /// </summary>
-    internal long TimerDeadlineAfter(TimeSpan delay)
-    {
-        long per = _timestampsPerTimeSpanTick;
-        if (per > 0 && delay.Ticks <= MaxDelay.Ticks)
-        {
-            long elapsed = _clock.GetTimestamp() - _origin;
-            long perTick = per * TimeSpan.TicksPerMillisecond;
-            long span = delay.Ticks * per; // at most MaxDelay (2^32 ms) in timestamps: far below 2^62 for any clock below 2^18 GHz
-            if (elapsed >= 0 && elapsed <= long.MaxValue / 2 - span)
-            {
-                return (elapsed + span + perTick - 1) / perTick;
-            }
-        }
-        return DeadlineAfter(delay);
     }
 
     /// <summary>A timer's period in whole milliseconds, rounded up (checked); 0 for a one-shot timer.</summary>
