@@ -29,6 +29,7 @@ public sealed class TimerChangeScenario : Scenario
     public override string Baseline => "Task";
 
     public override string Notes =>
+        "Case n=...: " +
         "One thread. Per round: create N timers due in 600 s, K passes over them each pushing every timer back by 1 ms more " +
         "(Change, timed: ns_per_op and bytes_per_op are per Change, all threads), then dispose them (create and dispose timed together: " +
         "ns_per_create_dispose, bytes_per_create_dispose, per timer; ns_per_create_dispose_settled also waits, after the creates and after " +
@@ -38,15 +39,29 @@ public sealed class TimerChangeScenario : Scenario
         "Spindle.Delay(600 s, source.Token).SuppressCancellationThrow(); a re-arm swaps in a new CancellationTokenSource and cancels the old " +
         "one (the loop wakes inline and waits again), Dispose cancels without a replacement. The systems' rounds alternate (side by side). " +
         "bytes_per_timer: GC heap (after a full collection, pools trimmed) with the N timers pending, less before, over N, measured once " +
-        "per system outside the timed rounds. Quick mode warms each system up with three rounds, not the harness's steady-state wait.";
+        "per system outside the timed rounds. Quick mode warms each system up with three rounds, not the harness's steady-state wait. " +
+        "SpindleTimeProvider: the same operations through ITimer, from TimerWheel.AsTimeProvider() of a wheel of its own (its CreateTimer, Change, Dispose). " +
+        "Case cts,n=...: the server's idle timeout written against TimeProvider: new CancellationTokenSource(600 s, provider), CancelAfter " +
+        "for each push back (ns_per_op), Dispose; Task: TimeProvider.System (the source's own timer), SpindleTimeProvider: the wheel's provider.";
 
     public override void Run(BenchContext context)
     {
         int n = context.Pick(2_000, 100_000, 1_000_000);
         int k = context.Pick(2, 2, 4);
         string caseName = $"n={(n >= 1000 ? n / 1000 + "k" : n.ToString())},k={k}";
-        using var spindle = new SpindleTimers(n);
-        var systems = new ISystem[] { new TaskTimers(n), spindle, new DelayTimers(n) };
+        using (var spindle = new SpindleTimers(n))
+        using (var provider = new ProviderTimers(n))
+        {
+            RunCase(context, caseName, n, k, [new TaskTimers(n), spindle, new DelayTimers(n), provider]);
+        }
+        using (var providerCts = new ProviderSources(n))
+        {
+            RunCase(context, "cts," + caseName, n, k, [new SystemSources(n), providerCts]);
+        }
+    }
+
+    private static void RunCase(BenchContext context, string caseName, int n, int k, ISystem[] systems)
+    {
         foreach (ISystem system in systems)
         {
             context.Progress($"{caseName} › {system.Name}: warm-up");
@@ -249,6 +264,110 @@ public sealed class TimerChangeScenario : Scenario
                 _timers[i].Dispose();
                 _timers[i] = default;
             }
+        }
+    }
+
+    /// <summary>The same timers through <see cref="TimerWheel.AsTimeProvider"/>'s <see cref="ITimer"/> (tp55): what code written against <see cref="TimeProvider"/> gets.</summary>
+    private sealed class ProviderTimers(int n) : ISystem, IDisposable
+    {
+        private readonly ITimer?[] _timers = new ITimer?[n];
+        private readonly TimerWheel _wheel = new(TimeProvider.System); // of its own, as SpindleTimers' (its pending count)
+
+        public string Name => "SpindleTimeProvider";
+
+        public long Pending() => _wheel.PendingCount;
+
+        void IDisposable.Dispose() => _wheel.Dispose();
+
+        public void Create()
+        {
+            TimeProvider provider = _wheel.AsTimeProvider();
+            for (int i = 0; i < _timers.Length; i++)
+            {
+                _timers[i] = provider.CreateTimer(s_timerCallback, null, Far, Infinite);
+            }
+        }
+
+        public void PushBack(TimeSpan due)
+        {
+            foreach (ITimer? timer in _timers)
+            {
+                timer!.Change(due, Infinite);
+            }
+        }
+
+        public void Dispose()
+        {
+            for (int i = 0; i < _timers.Length; i++)
+            {
+                _timers[i]!.Dispose();
+                _timers[i] = null;
+            }
+        }
+    }
+
+    /// <summary>A server's idle timeouts as a <see cref="CancellationTokenSource"/> each, on <see cref="TimeProvider.System"/>.</summary>
+    private sealed class SystemSources(int n) : ISystem
+    {
+        private readonly CancellationTokenSource?[] _sources = new CancellationTokenSource?[n];
+
+        public string Name => "Task";
+
+        public long Pending() => -1;
+
+        public void Create()
+        {
+            for (int i = 0; i < _sources.Length; i++)
+            {
+                _sources[i] = new CancellationTokenSource(Far, TimeProvider.System);
+            }
+        }
+
+        public void PushBack(TimeSpan due) => CancelAfterAll(_sources, due);
+
+        public void Dispose() => DisposeAll(_sources);
+    }
+
+    /// <summary>As <see cref="SystemSources"/>, with the sources' timers from <see cref="TimerWheel.AsTimeProvider"/> of a wheel of its own.</summary>
+    private sealed class ProviderSources(int n) : ISystem, IDisposable
+    {
+        private readonly CancellationTokenSource?[] _sources = new CancellationTokenSource?[n];
+        private readonly TimerWheel _wheel = new(TimeProvider.System);
+
+        public string Name => "SpindleTimeProvider";
+
+        public long Pending() => _wheel.PendingCount;
+
+        void IDisposable.Dispose() => _wheel.Dispose();
+
+        public void Create()
+        {
+            TimeProvider provider = _wheel.AsTimeProvider();
+            for (int i = 0; i < _sources.Length; i++)
+            {
+                _sources[i] = new CancellationTokenSource(Far, provider);
+            }
+        }
+
+        public void PushBack(TimeSpan due) => CancelAfterAll(_sources, due);
+
+        public void Dispose() => DisposeAll(_sources);
+    }
+
+    private static void CancelAfterAll(CancellationTokenSource?[] sources, TimeSpan due)
+    {
+        foreach (CancellationTokenSource? source in sources)
+        {
+            source!.CancelAfter(due);
+        }
+    }
+
+    private static void DisposeAll(CancellationTokenSource?[] sources)
+    {
+        for (int i = 0; i < sources.Length; i++)
+        {
+            sources[i]!.Dispose();
+            sources[i] = null;
         }
     }
 

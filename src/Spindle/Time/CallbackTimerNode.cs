@@ -1,5 +1,6 @@
 using System;
 using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -99,15 +100,6 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
         return node;
     }
 
-    /// <summary>Throws unless the word belongs to use <paramref name="version"/>, not disposed.</summary>
-    private static void ThrowIfEnded(long word, short version)
-    {
-        if (VersionOf(word) != version || (word & Disposed) != 0)
-        {
-            ThrowDisposed((word & ByWheel) != 0 && VersionOf(word) == version);
-        }
-    }
-
     internal static void ThrowDisposed(bool byWheel) => throw new ObjectDisposedException(nameof(SpindleTimer), byWheel
         ? "This SpindleTimer's TimerWheel has been disposed, which stopped the timer. Create timers on a wheel that is still in use (or on TimerWheel.Default)."
         : "This SpindleTimer has been disposed. Create a new one with TimerWheel.CreateTimer; a timer to stop and start again is stopped with Change(Timeout.InfiniteTimeSpan, ...), not disposed.");
@@ -119,14 +111,38 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
     /// </summary>
     internal bool Change(short version, long due, long periodMs)
     {
+        int result = ChangeCore(version, due, periodMs);
+        if (result == ChangeEnded)
+        {
+            ThrowEnded(version);
+        }
+        return result == ChangePush;
+    }
+
+    /// <summary>
+    /// As <see cref="Change"/>, for <c>ITimer.Change</c> (<see cref="WheelTimeProvider"/>), which returns false for a
+    /// disposed timer: <see cref="ChangeEnded"/> for a disposed or stale use, where <see cref="Change"/> throws;
+    /// <see cref="ChangePush"/> if the caller must push the node to the change inbox; <see cref="ChangeStored"/> otherwise.
+    /// </summary>
+    internal int TryChange(short version, long due, long periodMs) => ChangeCore(version, due, periodMs);
+
+    /// <summary><see cref="TryChange"/>: the use is disposed or stale, and nothing was changed.</summary>
+    internal const int ChangeEnded = -1;
+    /// <summary><see cref="TryChange"/>: the word holds the change, and the owner needs no word of it.</summary>
+    internal const int ChangeStored = 0;
+    /// <summary><see cref="TryChange"/>: this call set Queued; the caller pushes the node to the change inbox.</summary>
+    internal const int ChangePush = 1;
+
+    /// <summary>The change both <see cref="Change"/> and <see cref="TryChange"/> make (inlined into each, so the throwing one keeps its code).</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private int ChangeCore(short version, long due, long periodMs)
+    {
         long period = Volatile.Read(ref _periodWord);
         while ((period & PeriodMask) != periodMs || (short)(period >> PeriodVersionShift) != version) // the same period: no write
         {
             if ((short)(period >> PeriodVersionShift) != version)
             {
-                // A later use's period word (the main word may still show this use, being recycled): this use is over.
-                ThrowIfEnded(Volatile.Read(ref _word), version);
-                ThrowDisposed(byWheel: false);
+                return ChangeEnded; // a later use's period word (the main word may still show this use, being recycled): this use is over
             }
             period = Interlocked.CompareExchange(ref _periodWord, (period & ~PeriodMask) | periodMs, period) is var seen && seen == period
                 ? (period & ~PeriodMask) | periodMs
@@ -135,9 +151,12 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
         long word = Volatile.Read(ref _word);
         while (true)
         {
-            ThrowIfEnded(word, version);
+            if (VersionOf(word) != version || (word & Disposed) != 0)
+            {
+                return ChangeEnded;
+            }
             long next = WithDue(word, due);
-            bool push = false;
+            int push = ChangeStored;
             if ((word & Queued) != 0)
             {
                 // The owner has yet to settle it, and reads this word when it does (its CAS clearing Queued fails otherwise).
@@ -149,7 +168,7 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
             else if ((word & Armed) != 0 || due != NeverDue)
             {
                 next |= Queued; // earlier, a stop (left linked, it would hold the node until its old tick), or a re-arm
-                push = true;
+                push = ChangePush;
             }
             long witnessed = Interlocked.CompareExchange(ref _word, next, word);
             if (witnessed == word)
@@ -158,6 +177,13 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
             }
             word = witnessed;
         }
+    }
+
+    /// <summary>Throws for use <paramref name="version"/>, which <see cref="ChangeCore"/> found ended: naming the wheel if its Dispose ended it.</summary>
+    private void ThrowEnded(short version)
+    {
+        long word = Volatile.Read(ref _word);
+        ThrowDisposed(byWheel: (word & ByWheel) != 0 && (word & Disposed) != 0 && VersionOf(word) == version);
     }
 
     /// <summary>

@@ -99,6 +99,22 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
     }
 
     /// <summary>
+    /// As <see cref="Change"/>, but false where that throws <see cref="ObjectDisposedException"/> (the timer or its wheel
+    /// has been disposed), as <c>ITimer.Change</c> does: for <see cref="TimerWheel.AsTimeProvider"/>'s timers.
+    /// </summary>
+    internal bool TryChange(TimeSpan dueTime, TimeSpan period)
+    {
+        CallbackTimerNode node = NodeOrThrow();
+        TimerWheel? wheel = node.Wheel;
+        if (wheel is null)
+        {
+            TimerWheel.CheckTimerSpans(dueTime, period); // recycled, so this use is over; the arguments are still checked first
+            return false;
+        }
+        return wheel.TryChangeTimer(node, _version, dueTime, period); // a stale read of the wheel fails the version check there
+    }
+
+    /// <summary>
     /// Stops the timer and returns its node to the pool (at once, or when the wheel's owner lets go of it, promptly).
     /// Calling it again, or on a copy of this handle, does nothing; after the wheel's Dispose, the first call still returns
     /// the node. Callbacks already taken still run, maybe after this returns (on the workers, one for each tick a periodic

@@ -41,6 +41,44 @@ public sealed partial class TimerWheel
         return new SpindleTimer(node, version);
     }
 
+    /// <summary>
+    /// This wheel as a <see cref="System.TimeProvider"/>, for code written against one (<c>Task.Delay(delay, provider)</c>,
+    /// <c>new CancellationTokenSource(delay, provider)</c>, <c>new PeriodicTimer(period, provider)</c>,
+    /// <c>task.WaitAsync(timeout, provider)</c>, libraries that take a provider): its timers are this wheel's callback
+    /// timers, and its time is this wheel's clock's (<see cref="TimeProvider"/>). The same instance on every call.
+    /// </summary>
+    /// <remarks>
+    /// <para><b>Time.</b> <c>GetUtcNow</c>, <c>GetTimestamp</c>, <c>TimestampFrequency</c> and <c>LocalTimeZone</c> are
+    /// those of the clock the wheel was built on: a wheel on a <see cref="ManualClock"/> or on Microsoft's
+    /// <c>FakeTimeProvider</c> gives that clock's time, and its timers fire as that clock is advanced. This is not the
+    /// wheel's clock itself (<see cref="TimeProvider"/>): that one's timers are its own, not the wheel's.</para>
+    /// <para><b>Timers.</b> <c>CreateTimer</c> gives an <see cref="ITimer"/> with the contract of
+    /// <see cref="System.TimeProvider.System"/>'s: <c>Change</c> returns false once the timer (or this wheel) is disposed;
+    /// <c>Dispose</c> and <c>DisposeAsync</c> may be called again; <see cref="Timeout.InfiniteTimeSpan"/> as the due time
+    /// stops the timer, and as the period (or <see cref="TimeSpan.Zero"/>) makes it fire once; a due time or period
+    /// that is negative (other than infinite) or longer than <see cref="MaxDelay"/> throws
+    /// <see cref="ArgumentOutOfRangeException"/>, and a null callback <see cref="ArgumentNullException"/>. The callback
+    /// runs in the <see cref="ExecutionContext"/> of the code that created the timer (its <c>AsyncLocal</c> values), or
+    /// in none when that code suppressed the flow, as the BCL's own consumers do when they create timers; no callback
+    /// starts after <c>Dispose</c> returns, and <c>DisposeAsync</c> completes when the ones running have ended. The callbacks
+    /// run where this wheel's run (see <see cref="SpindleTimer"/>): on Spindle's workers for a wheel on the system clock,
+    /// on the thread that advances any other clock. A callback's exception goes to <see cref="Spindle.UnobservedException"/>.</para>
+    /// <para><b>Differences from <c>TimeProvider.System</c>.</b> Due times and periods are rounded up to the millisecond
+    /// (never early), where the BCL truncates them (so it takes 1.5 ms as 1 ms, −0.5 ms as 0 and −1.5 ms as infinite;
+    /// here −0.5 ms and −1.5 ms throw). A callback's exception does not end the process.</para>
+    /// <para><b>Cost.</b> Each timer is one object of 72 B (on 64-bit: the callback, its state, the captured context and
+    /// the wheel timer's handle) besides the wheel's pooled node, which goes back to the pool when the timer is disposed: a
+    /// <c>Change</c> allocates nothing, and a push back is one CAS, as for <see cref="SpindleTimer"/>. A timer that is
+    /// armed is held by the wheel, with its callback and state, until it fires or is disposed, as
+    /// <c>TimeProvider.System</c>'s timers are held by the runtime's timer queue: a periodic timer that is never disposed
+    /// keeps firing. One that is stopped, or a one-shot one that has fired, is collected once nothing references it.</para>
+    /// </remarks>
+    /// <returns>The wheel's <see cref="System.TimeProvider"/>.</returns>
+    public TimeProvider AsTimeProvider()
+        => Volatile.Read(ref _asTimeProvider) ?? Interlocked.CompareExchange(ref _asTimeProvider, new WheelTimeProvider(this), null) ?? _asTimeProvider!;
+
+    private WheelTimeProvider? _asTimeProvider;
+
     /// <summary>As <see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/>, for a one-shot timer: it fires once, <paramref name="dueTime"/> from now, and again only if a Change re-arms it.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="callback"/> is null.</exception>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="dueTime"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="MaxDelay"/>.</exception>
@@ -49,10 +87,21 @@ public sealed partial class TimerWheel
     public SpindleTimer CreateTimer(Action<object?> callback, object? state, TimeSpan dueTime)
         => CreateTimer(callback, state, dueTime, Timeout.InfiniteTimeSpan);
 
+    /// <summary>Checks a timer's due time and period as <see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/> and <see cref="SpindleTimer.Change"/> do, for a Change that then does nothing (its timer disposed).</summary>
+    /// <exception cref="ArgumentOutOfRangeException">Either is out of range.</exception>
+    internal static void CheckTimerSpans(TimeSpan dueTime, TimeSpan period)
+    {
+        IsFiniteSpan(dueTime, nameof(dueTime), DueTimeWhat, DueTimeInfinite);
+        TimerPeriod(period, nameof(period));
+    }
+
+    private const string DueTimeWhat = "A timer's due time";
+    private const string DueTimeInfinite = "to leave the timer stopped";
+
     /// <summary>A timer's due tick <paramref name="dueTime"/> from now (checked), or <see cref="CallbackTimerNode.NeverDue"/> for an infinite one.</summary>
     private long TimerDue(TimeSpan dueTime, string paramName)
     {
-        if (!IsFiniteSpan(dueTime, paramName, "A timer's due time", "to leave the timer stopped"))
+        if (!IsFiniteSpan(dueTime, paramName, DueTimeWhat, DueTimeInfinite))
         {
             return CallbackTimerNode.NeverDue;
         }
@@ -85,6 +134,27 @@ public sealed partial class TimerWheel
         {
             QueueChange(node, due);
         }
+    }
+
+    /// <summary>
+    /// As <see cref="ChangeTimer"/>, for <c>ITimer.Change</c> (<see cref="WheelTimeProvider"/>): false, changing nothing,
+    /// where that throws <see cref="ObjectDisposedException"/> (the use is disposed or stale, or the wheel is disposed).
+    /// Bad arguments still throw, before anything else, as <c>TimeProvider.System</c>'s timers check them.
+    /// </summary>
+    internal bool TryChangeTimer(CallbackTimerNode node, short version, TimeSpan dueTime, TimeSpan period)
+    {
+        long due = TimerDue(dueTime, nameof(dueTime));
+        long periodMs = TimerPeriod(period, nameof(period));
+        if (_disposed)
+        {
+            return false;
+        }
+        int result = node.TryChange(version, due, periodMs);
+        if (result == CallbackTimerNode.ChangePush)
+        {
+            QueueChange(node, due);
+        }
+        return result != CallbackTimerNode.ChangeEnded;
     }
 
     /// <summary>
