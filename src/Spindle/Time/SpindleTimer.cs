@@ -72,6 +72,12 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
         _version = version;
     }
 
+    /// <summary>The node (null for default): for a holder that keeps the node and version as two fields of its own, packed with others (<see cref="WheelTimeProvider"/>).</summary>
+    internal CallbackTimerNode? Node => _node;
+
+    /// <summary>The use's version: see <see cref="Node"/>.</summary>
+    internal short Version => _version;
+
     /// <summary>
     /// Moves the timer: it fires <paramref name="dueTime"/> from now, then every <paramref name="period"/>, whether it is
     /// pending, has fired (a one-shot timer is armed again) or was stopped. <see cref="Timeout.InfiniteTimeSpan"/> as

@@ -66,8 +66,8 @@ public sealed partial class TimerWheel
     /// <para><b>Differences from <c>TimeProvider.System</c>.</b> Due times and periods are rounded up to the millisecond
     /// (never early), where the BCL truncates them (so it takes 1.5 ms as 1 ms, −0.5 ms as 0 and −1.5 ms as infinite;
     /// here −0.5 ms and −1.5 ms throw). A callback's exception does not end the process.</para>
-    /// <para><b>Cost.</b> Each timer is one object of 72 B (on 64-bit: the callback, its state, the captured context and
-    /// the wheel timer's handle) besides the wheel's pooled node, which goes back to the pool when the timer is disposed: a
+    /// <para><b>Cost.</b> Each timer is one object of 64 B (on 64-bit: the callback, its state, the captured context and
+    /// the wheel timer's node and version) besides the wheel's pooled node, which goes back to the pool when the timer is disposed: a
     /// <c>Change</c> allocates nothing, and a push back is one CAS, as for <see cref="SpindleTimer"/>. A timer that is
     /// armed is held by the wheel, with its callback and state, until it fires or is disposed, as
     /// <c>TimeProvider.System</c>'s timers are held by the runtime's timer queue: a periodic timer that is never disposed

@@ -74,8 +74,10 @@ internal sealed class WheelTimeProvider : TimeProvider
         private readonly TimerCallback _callback;
         private readonly object? _state;
         private readonly ExecutionContext? _context;
-        private SpindleTimer _timer;
+        // The wheel timer's handle (SpindleTimer), as two fields packed with _running: 64 B in all, not 72.
+        private CallbackTimerNode? _node;
         private int _running;
+        private short _version;
         private TaskCompletionSource<bool>? _disposeWaiter;
 
         internal WheelTimer(TimerCallback callback, object? state, ExecutionContext? context)
@@ -87,7 +89,13 @@ internal sealed class WheelTimeProvider : TimeProvider
 
         /// <summary>Creates the wheel's timer. A due time of zero on a <see cref="ManualClock"/> fires it inside this call, before the handle is stored: the callback needs only the fields set in the constructor.</summary>
         internal void Start(TimerWheel wheel, TimeSpan dueTime, TimeSpan period)
-            => _timer = wheel.CreateTimer(s_fire, this, dueTime, period);
+        {
+            SpindleTimer timer = wheel.CreateTimer(s_fire, this, dueTime, period);
+            _node = timer.Node;
+            _version = timer.Version;
+        }
+
+        private SpindleTimer Timer => new(_node!, _version);
 
         public bool Change(TimeSpan dueTime, TimeSpan period)
         {
@@ -96,7 +104,7 @@ internal sealed class WheelTimeProvider : TimeProvider
                 TimerWheel.CheckTimerSpans(dueTime, period); // the arguments first, as for a live timer (and as TimeProvider.System's)
                 return false;
             }
-            return _timer.TryChange(dueTime, period); // false if a Dispose, or the wheel's, lands first
+            return Timer.TryChange(dueTime, period); // false if a Dispose, or the wheel's, lands first
         }
 
         public void Dispose()
@@ -107,7 +115,7 @@ internal sealed class WheelTimeProvider : TimeProvider
                 int seen = Interlocked.CompareExchange(ref _running, running | DisposedBit, running);
                 if (seen == running)
                 {
-                    _timer.Dispose(); // the node goes back to the pool, and the wheel lets go of this object
+                    Timer.Dispose(); // the node goes back to the pool, and the wheel lets go of this object
                     return;
                 }
                 running = seen;
