@@ -56,7 +56,8 @@ namespace SpindleLib;
 /// the handle's Dispose returns the node to the pool. So a Change that may race with the Dispose (a message handled as
 /// its session closes) catches that exception, or is ordered before the Dispose: .NET's <c>Timer.Change</c> and
 /// <c>ITimer.Change</c> return false there instead, and code ported from them that ignores the result meets an exception
-/// here. A timer that is never disposed is collected once nothing references it and it is stopped; while it is
+/// here. Code that needs that contract, or the creator's <see cref="ExecutionContext"/>, takes the wheel's timers through
+/// <see cref="TimerWheel.AsTimeProvider"/>, whose <see cref="ITimer"/> costs one object per timer. A timer that is never disposed is collected once nothing references it and it is stopped; while it is
 /// armed, the wheel holds it (and its state) until it fires, as a BCL timer is held.</para>
 /// <para><b>Thread-safety.</b> Every member may be called from any thread, at any time, including from the callback.</para>
 /// </remarks>

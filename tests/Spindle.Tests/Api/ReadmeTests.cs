@@ -216,6 +216,28 @@ public sealed partial class ReadmeTests : IDisposable
     // README timer end
 
     [Fact]
+    public void TimeProviderExample_IsTheCodeBelow_AndCancelsAnIdleSource()
+    {
+        string body = MarkedCode("        // README timeprovider begin\n", "        // README timeprovider end\n", indent: 8);
+        Assert.Equal(CSharpBlocks()[5], body);
+
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        // README timeprovider begin
+        TimeProvider timers = wheel.AsTimeProvider(); // TimerWheel.Default.AsTimeProvider() for real time
+        using var idle = new CancellationTokenSource(TimeSpan.FromSeconds(30), timers); // a session's idle timeout
+        idle.CancelAfter(TimeSpan.FromSeconds(30)); // a message pushes it back: one CAS on the wheel's timer
+        // README timeprovider end
+        clock.Advance(TimeSpan.FromSeconds(20));
+        idle.CancelAfter(TimeSpan.FromSeconds(30)); // pushed back to 50 s
+        clock.Advance(TimeSpan.FromSeconds(29));
+        Assert.False(idle.IsCancellationRequested);
+        clock.Advance(TimeSpan.FromSeconds(1));
+        Assert.True(idle.IsCancellationRequested);
+        Assert.Equal(0, wheel.PendingCount);
+    }
+
+    [Fact]
     public async Task UniTaskExample_IsTheCodeBelow_AndDoesWhatItsCommentsSay()
     {
         string body = MarkedCode("    // README unitask begin\n", "    // README unitask end\n", indent: 4);
