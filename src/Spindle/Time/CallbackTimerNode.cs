@@ -106,7 +106,7 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
 
     /// <summary>
     /// Use <paramref name="version"/>'s Change to due tick <paramref name="due"/> (<see cref="NeverDue"/>: stop) and
-    /// period <paramref name="periodMs"/>: true if the caller must push the node to the change inbox (this call set
+    /// period <paramref name="periodMs"/> (<see cref="KeepPeriod"/>: the one it has): true if the caller must push the node to the change inbox (this call set
     /// Queued). Throws <see cref="ObjectDisposedException"/> for a disposed or stale use.
     /// </summary>
     internal bool Change(short version, long due, long periodMs)
@@ -126,6 +126,9 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
     /// </summary>
     internal int TryChange(short version, long due, long periodMs) => ChangeCore(version, due, periodMs);
 
+    /// <summary>As the period of <see cref="Change"/>: keep the timer's period (<see cref="SpindleTimer.Change(TimeSpan)"/>).</summary>
+    internal const long KeepPeriod = -1;
+
     /// <summary><see cref="TryChange"/>: the use is disposed or stale, and nothing was changed.</summary>
     internal const int ChangeEnded = -1;
     /// <summary><see cref="TryChange"/>: the word holds the change, and the owner needs no word of it.</summary>
@@ -138,7 +141,7 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
     private int ChangeCore(short version, long due, long periodMs)
     {
         long period = Volatile.Read(ref _periodWord);
-        while ((period & PeriodMask) != periodMs || (short)(period >> PeriodVersionShift) != version) // the same period: no write
+        while (((period & PeriodMask) != periodMs && periodMs != KeepPeriod) || (short)(period >> PeriodVersionShift) != version) // the same period, or kept: no write
         {
             if ((short)(period >> PeriodVersionShift) != version)
             {

@@ -8,7 +8,7 @@ namespace SpindleLib;
 /// A callback timer on a <see cref="TimerWheel"/> (<see cref="TimerWheel.CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/>):
 /// Spindle's <c>System.Threading.Timer</c>, <c>ITimer</c>, Linux's <c>mod_timer</c>/<c>del_timer</c> or Netty's
 /// <c>Timeout</c>, for the server that holds a timer per session or the game that holds one per buff: a
-/// <see cref="Change"/> moves it from any thread, a <see cref="Dispose"/> ends it, and neither allocates.
+/// <see cref="Change(TimeSpan, TimeSpan)"/> moves it from any thread, a <see cref="Dispose"/> ends it, and neither allocates.
 /// </summary>
 /// <example>
 /// <code>
@@ -50,7 +50,7 @@ namespace SpindleLib;
 /// (in the order the timer saw them) deciding the due time; if they give different periods, the timer may end with the
 /// other one's period.</para>
 /// <para><b>Ending it.</b> <see cref="Dispose"/> stops the timer and returns its node to the pool; it is idempotent,
-/// and a copy of a disposed handle never acts on the timer that reuses the node (its <see cref="Change"/> throws
+/// and a copy of a disposed handle never acts on the timer that reuses the node (its <see cref="Change(TimeSpan, TimeSpan)"/> throws
 /// <see cref="ObjectDisposedException"/>, its Dispose does nothing). Disposing the wheel stops every timer on it and
 /// lets go of its callback and state; a Change then throws <see cref="ObjectDisposedException"/> naming the wheel, and
 /// the handle's Dispose returns the node to the pool. So a Change that may race with the Dispose (a message handled as
@@ -106,7 +106,31 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
     }
 
     /// <summary>
-    /// As <see cref="Change"/>, but false where that throws <see cref="ObjectDisposedException"/> (the timer or its wheel
+    /// Moves the timer as <see cref="Change(TimeSpan, TimeSpan)"/> does, keeping its period: it fires
+    /// <paramref name="dueTime"/> from now, then every period it was last given (once, for a one-shot timer).
+    /// <see cref="Timeout.InfiniteTimeSpan"/> stops it, and a later call re-arms it with the same period. For the common
+    /// push back of an idle timeout or a periodic heartbeat, without repeating the period at every call site.
+    /// </summary>
+    /// <param name="dueTime">How long until it fires: <see cref="TimeSpan.Zero"/> (at once) to <see cref="TimerWheel.MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> to stop it.</param>
+    /// <returns>Always true, as <see cref="Change(TimeSpan, TimeSpan)"/>.</returns>
+    /// <remarks>If another thread's <see cref="Change(TimeSpan, TimeSpan)"/> gives the timer a new period meanwhile, the timer keeps whichever period it holds when it next fires.</remarks>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="dueTime"/> is negative (other than <see cref="Timeout.InfiniteTimeSpan"/>) or longer than <see cref="TimerWheel.MaxDelay"/>.</exception>
+    /// <exception cref="ObjectDisposedException">The timer, or its wheel, has been disposed.</exception>
+    /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
+    public bool Change(TimeSpan dueTime)
+    {
+        CallbackTimerNode node = NodeOrThrow();
+        TimerWheel? wheel = node.Wheel;
+        if (wheel is null)
+        {
+            CallbackTimerNode.ThrowDisposed(byWheel: false); // recycled: the node is between uses, so this one is over
+        }
+        wheel!.ChangeTimer(node, _version, dueTime); // a stale read of the wheel fails the version check there
+        return true;
+    }
+
+    /// <summary>
+    /// As <see cref="Change(TimeSpan, TimeSpan)"/>, but false where that throws <see cref="ObjectDisposedException"/> (the timer or its wheel
     /// has been disposed), as <c>ITimer.Change</c> does: for <see cref="TimerWheel.AsTimeProvider"/>'s timers.
     /// </summary>
     internal bool TryChange(TimeSpan dueTime, TimeSpan period)

@@ -13,7 +13,7 @@ public sealed partial class TimerWheel
     /// </summary>
     /// <param name="callback">Runs each time the timer fires: on Spindle's workers for a wheel on <see cref="TimeProvider.System"/>, on the thread that drives the clock for any other provider (a <see cref="ManualClock"/>'s <c>Advance</c>).</param>
     /// <param name="state">Passed to <paramref name="callback"/>.</param>
-    /// <param name="dueTime">How long until the first firing: <see cref="TimeSpan.Zero"/> (at once) to <see cref="MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> to create it stopped (a later <see cref="SpindleTimer.Change"/> starts it).</param>
+    /// <param name="dueTime">How long until the first firing: <see cref="TimeSpan.Zero"/> (at once) to <see cref="MaxDelay"/>, or <see cref="Timeout.InfiniteTimeSpan"/> to create it stopped (a later <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/> starts it).</param>
     /// <param name="period">The time between firings after the first, rounded up to the millisecond: up to <see cref="MaxDelay"/>; <see cref="TimeSpan.Zero"/> or <see cref="Timeout.InfiniteTimeSpan"/> for a one-shot timer.</param>
     /// <returns>The timer's handle. Dispose it when done: that returns its node to the pool.</returns>
     /// <exception cref="ArgumentNullException"><paramref name="callback"/> is null.</exception>
@@ -87,7 +87,7 @@ public sealed partial class TimerWheel
     public SpindleTimer CreateTimer(Action<object?> callback, object? state, TimeSpan dueTime)
         => CreateTimer(callback, state, dueTime, Timeout.InfiniteTimeSpan);
 
-    /// <summary>Checks a timer's due time and period as <see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/> and <see cref="SpindleTimer.Change"/> do, for a Change that then does nothing (its timer disposed).</summary>
+    /// <summary>Checks a timer's due time and period as <see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/> and <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/> do, for a Change that then does nothing (its timer disposed).</summary>
     /// <exception cref="ArgumentOutOfRangeException">Either is out of range.</exception>
     internal static void CheckTimerSpans(TimeSpan dueTime, TimeSpan period)
     {
@@ -119,11 +119,18 @@ public sealed partial class TimerWheel
         return (period.Ticks + TimeSpan.TicksPerMillisecond - 1) / TimeSpan.TicksPerMillisecond;
     }
 
-    /// <summary>Use <paramref name="version"/> of <paramref name="node"/> (a timer of this wheel) is changed: see <see cref="SpindleTimer.Change"/>.</summary>
+    /// <summary>Use <paramref name="version"/> of <paramref name="node"/> (a timer of this wheel) is changed: see <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/>.</summary>
     internal void ChangeTimer(CallbackTimerNode node, short version, TimeSpan dueTime, TimeSpan period)
+        => ChangeTimer(node, version, TimerDue(dueTime, nameof(dueTime)), TimerPeriod(period, nameof(period)));
+
+    /// <summary>Use <paramref name="version"/> of <paramref name="node"/> is changed, keeping its period: see <see cref="SpindleTimer.Change(TimeSpan)"/>.</summary>
+    internal void ChangeTimer(CallbackTimerNode node, short version, TimeSpan dueTime)
+        => ChangeTimer(node, version, TimerDue(dueTime, nameof(dueTime)), CallbackTimerNode.KeepPeriod);
+
+    /// <summary>The change of both ChangeTimer overloads, with the due tick and period (or <see cref="CallbackTimerNode.KeepPeriod"/>) checked.</summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]
+    private void ChangeTimer(CallbackTimerNode node, short version, long due, long periodMs)
     {
-        long due = TimerDue(dueTime, nameof(dueTime));
-        long periodMs = TimerPeriod(period, nameof(period));
         if (_disposed)
         {
             // A timer stopped when the wheel was disposed is in no part of it, so nothing ended it: this call does. One the
@@ -137,7 +144,7 @@ public sealed partial class TimerWheel
     }
 
     /// <summary>
-    /// As <see cref="ChangeTimer"/>, for <c>ITimer.Change</c> (<see cref="WheelTimeProvider"/>): false, changing nothing,
+    /// As <see cref="ChangeTimer(CallbackTimerNode, short, TimeSpan, TimeSpan)"/>, for <c>ITimer.Change</c> (<see cref="WheelTimeProvider"/>): false, changing nothing,
     /// where that throws <see cref="ObjectDisposedException"/> (the use is disposed or stale, or the wheel is disposed).
     /// Bad arguments still throw, before anything else, as <c>TimeProvider.System</c>'s timers check them.
     /// </summary>

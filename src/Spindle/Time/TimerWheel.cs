@@ -800,7 +800,7 @@ public sealed partial class TimerWheel : IDisposable
     /// awaits with <see cref="SpindleTask.SuppressCancellationThrow"/> allocate nothing however many timers end. Every
     /// callback timer on it (<see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/>) is ended as its own
     /// <see cref="SpindleTimer.Dispose"/> would stop it: it never fires again (a callback already handed to the workers
-    /// still runs), its callback and state are let go of, its <see cref="SpindleTimer.Change"/> throws
+    /// still runs), its callback and state are let go of, its <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/> throws
     /// <see cref="ObjectDisposedException"/> naming the wheel, and its handle's Dispose returns its node to the pool. <see cref="Default"/> cannot be disposed. An infinite delay with
     /// no token (or one whose token's source is gone) is held weakly, as <c>Task.Delay(-1)</c> holds nothing: code awaiting
     /// it that nothing else references may have been collected by then, and its <c>finally</c> blocks never run.
