@@ -173,6 +173,9 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
                 next |= Queued; // earlier, a stop (left linked, it would hold the node until its old tick), or a re-arm
                 push = ChangePush;
             }
+#if DEBUG
+            TestHookBeforeChangeCas?.Invoke(this);
+#endif
             long witnessed = Interlocked.CompareExchange(ref _word, next, word);
             if (witnessed == word)
             {
@@ -189,6 +192,14 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
         ThrowDisposed(byWheel: (word & ByWheel) != 0 && (word & Disposed) != 0 && VersionOf(word) == version);
     }
 
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): run by <see cref="ChangeCore"/> (so by <see cref="Change"/> and <see cref="TryChange"/>) between its read of the word and its CAS, on the calling
+    /// thread (<c>SpindleTimerChangeRaceTests</c> fires the timer there, or disposes its wheel).
+    /// </summary>
+    internal static Action<CallbackTimerNode>? TestHookBeforeChangeCas;
+
+#endif
     /// <summary>
     /// Ends use <paramref name="version"/> (idempotent; a stale use does nothing). Returns true if the caller must push the
     /// node to the change inbox so that its owner unlinks and recycles it; a node its owner does not hold is recycled here.
