@@ -13,9 +13,16 @@ namespace SpindleLib;
 /// <remarks>
 /// <para>Timers created with <see cref="CreateTimer"/> fire in deadline order (ties in the order they were armed), each
 /// with the clock set to its own deadline, so a callback that arms another timer sees the time it expects. A timer
-/// armed with a due time of zero fires at once, on the thread that arms it.</para>
+/// armed with a due time of zero fires at once, on the thread that arms it, unless an <see cref="Advance"/> is under way
+/// on another thread: that Advance fires it, on its thread, before it returns.</para>
 /// <para>Thread-safety: every member may be called from any thread. Callbacks run outside the clock's lock, so they
 /// may read the clock and arm timers.</para>
+/// <para>Code under test that runs on another thread (a worker, a thread of its own): a timer it has started on a
+/// <see cref="TimerWheel"/> of this clock before <see cref="Advance"/> is called fires inside that Advance, on the
+/// advancing thread, if the Advance reaches its deadline; so does a timer due at once that another thread arms while an
+/// Advance runs (a wheel's wake-up). A test that has seen the timer counted (<see cref="TimerWheel.PendingCount"/>, or
+/// any sign from the code under test that it is waiting) can therefore advance and assert at once: the code resumed
+/// by the timer has run, up to its next await, before Advance returns.</para>
 /// </remarks>
 public sealed class ManualClock : TimeProvider
 {
@@ -24,6 +31,17 @@ public sealed class ManualClock : TimeProvider
     private readonly DateTimeOffset _start;
     private long _elapsedTicks;
     private long _sequence;
+    // Invariant: the number of Advance calls under way, changed under _lock; the last step of an Advance (finding nothing
+    // due) and its decrement are one lock hold. A timer due at once, armed while it is above zero by a thread that is not
+    // advancing this clock, is scheduled for now instead of fired on the arming thread, so an Advance under way fires it
+    // (its loop looks again under the lock before it returns).
+    private int _advancing;
+    // The wheels on this clock (weakly: a wheel dropped undisposed must still be collected), copied on write under _lock
+    // so that Advance reads them without allocating. Advance settles them before it moves time (TimerWheel.SettleForAdvance).
+    private WeakReference<TimerWheel>[] _wheels = Array.Empty<WeakReference<TimerWheel>>();
+    // The clock this thread is advancing (null: none), so that a timer its own callbacks arm keeps firing inline.
+    [ThreadStatic]
+    private static ManualClock? t_advancing;
 
     /// <summary>Creates a clock that starts at 2000-01-01 00:00 UTC.</summary>
     public ManualClock()
@@ -61,8 +79,16 @@ public sealed class ManualClock : TimeProvider
 
     /// <summary>
     /// Moves time forward by <paramref name="delta"/>, firing every timer that falls due on the way, in order, each at
-    /// its own deadline. Returns when time has reached its target and no timer is due.
+    /// its own deadline, on this thread. Returns when time has reached its target and no timer is due.
     /// </summary>
+    /// <remarks>
+    /// Before it moves time, it lets every <see cref="TimerWheel"/> on this clock take in the timers other threads have
+    /// started (it runs or waits for the wheel's pass), so a delay started on a worker before this call fires inside it,
+    /// here, like one started on this thread. A timer started on another thread while the Advance runs fires inside it if
+    /// its deadline is reached, here too; whether its start lands before the Advance's end is up to the two threads. Code
+    /// that a timer resumes and that advances this clock itself (inside a wheel's pass) does not wait for that pass: the
+    /// timers its Advance reaches on that wheel fire when the pass goes on.
+    /// </remarks>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="delta"/> is negative: a clock does not go back.</exception>
     public void Advance(TimeSpan delta)
     {
@@ -71,39 +97,94 @@ public sealed class ManualClock : TimeProvider
             throw new ArgumentOutOfRangeException(nameof(delta), delta, "A ManualClock only moves forward; pass a delta of zero or more.");
         }
         long target;
+        WeakReference<TimerWheel>[] wheels;
         lock (_lock)
         {
             target = SaturatingAdd(_elapsedTicks, delta.Ticks); // Advance(TimeSpan.MaxValue) must not wrap to the past
+            _advancing++;
+            wheels = _wheels;
         }
-        while (true)
+        ManualClock? outer = t_advancing;
+        t_advancing = this;
+        bool ended = false;
+        try
         {
-            ManualTimer? due = null;
-            lock (_lock)
+            foreach (WeakReference<TimerWheel> reference in wheels)
             {
-                foreach (ManualTimer t in _scheduled)
+                if (reference.TryGetTarget(out TimerWheel? wheel))
                 {
-                    if (t.DueAt <= target && (due is null || t.DueAt < due.DueAt || t.DueAt == due.DueAt && t.Sequence < due.Sequence))
-                    {
-                        due = t;
-                    }
+                    wheel.SettleForAdvance();
                 }
-                if (due is null)
-                {
-                    if (target > _elapsedTicks)
-                    {
-                        Volatile.Write(ref _elapsedTicks, target);
-                    }
-                    return;
-                }
-                if (due.DueAt > _elapsedTicks)
-                {
-                    Volatile.Write(ref _elapsedTicks, due.DueAt);
-                }
-                TakeForFiring(due);
             }
-            due.Fire();
+            while (true)
+            {
+                ManualTimer? due = null;
+                lock (_lock)
+                {
+                    foreach (ManualTimer t in _scheduled)
+                    {
+                        if (t.DueAt <= target && (due is null || t.DueAt < due.DueAt || t.DueAt == due.DueAt && t.Sequence < due.Sequence))
+                        {
+                            due = t;
+                        }
+                    }
+                    if (due is null)
+                    {
+                        if (target > _elapsedTicks)
+                        {
+                            Volatile.Write(ref _elapsedTicks, target);
+                        }
+                        _advancing--;
+                        ended = true;
+                        return;
+                    }
+                    if (due.DueAt > _elapsedTicks)
+                    {
+                        Volatile.Write(ref _elapsedTicks, due.DueAt);
+                    }
+                    TakeForFiring(due);
+                }
+                due.Fire();
+            }
+        }
+        finally
+        {
+            t_advancing = outer;
+            if (!ended)
+            {
+                // A callback threw: a timer deferred to this Advance meanwhile stays scheduled, due, for the next one.
+                lock (_lock)
+                {
+                    _advancing--;
+                }
+            }
         }
     }
+
+    /// <summary>Registers a wheel built on this clock, for <see cref="Advance"/> to settle (see <see cref="TimerWheel.SettleForAdvance"/>).</summary>
+    internal void Attach(TimerWheel wheel)
+    {
+        lock (_lock)
+        {
+            WeakReference<TimerWheel>[] old = _wheels;
+            var wheels = new List<WeakReference<TimerWheel>>(old.Length + 1);
+            foreach (WeakReference<TimerWheel> reference in old)
+            {
+                if (reference.TryGetTarget(out _))
+                {
+                    wheels.Add(reference); // a collected wheel's entry goes here, so a clock that sees many wheels stays small
+                }
+            }
+            wheels.Add(new WeakReference<TimerWheel>(wheel));
+            _wheels = wheels.ToArray();
+        }
+    }
+
+    /// <summary>
+    /// True when a timer due now, armed on this thread, must wait for the Advance under way on another thread instead of
+    /// firing here (see <see cref="_advancing"/>). Under the lock.
+    /// </summary>
+    private bool DefersToAdvance => _advancing > 0 && !ReferenceEquals(t_advancing, this);
 
     /// <summary>Creates a timer that fires when this clock is advanced past its due time.</summary>
     /// <exception cref="ArgumentNullException"><paramref name="callback"/> is null.</exception>
@@ -178,7 +259,7 @@ public sealed class ManualClock : TimeProvider
                 }
                 DueAt = SaturatingAdd(_clock._elapsedTicks, dueTime.Ticks);
                 Sequence = ++_clock._sequence;
-                fireNow = dueTime == TimeSpan.Zero;
+                fireNow = dueTime == TimeSpan.Zero && !_clock.DefersToAdvance; // deferred: scheduled for now, below
                 if (fireNow)
                 {
                     if (Period > 0)
@@ -215,9 +296,9 @@ public sealed class ManualClock : TimeProvider
                 _clock._scheduled.Remove(this);
                 Period = 0;
                 Sequence = ++_clock._sequence;
-                if (dueTimestamp > _clock._elapsedTicks)
+                if (dueTimestamp > _clock._elapsedTicks || _clock.DefersToAdvance)
                 {
-                    DueAt = dueTimestamp;
+                    DueAt = Math.Max(dueTimestamp, _clock._elapsedTicks);
                     _clock._scheduled.Add(this);
                     return;
                 }

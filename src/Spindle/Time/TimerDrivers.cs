@@ -358,10 +358,15 @@ internal sealed class ProviderTimerDriver : TimerDriver
     private long _probeFrom;   // the wheel's elapsed time when the probe was armed
     private long _probeUntil;  // and the time its due time (under a millisecond) ends
 
+    // Kicks under way, counted on a ManualClock only (see Kicking).
+    private readonly bool _countsKicks;
+    private int _kicksUnderWay;
+
     public ProviderTimerDriver(TimerWheel wheel, TimeProvider provider)
     {
         _wheel = wheel;
         _provider = provider;
+        _countsKicks = provider is ManualClock;
         _timer = ContextFlow.CreateTimerWithoutContext(provider, static o => ((ProviderTimerDriver)o!).OnFired(), this);
     }
 
@@ -373,8 +378,29 @@ internal sealed class ProviderTimerDriver : TimerDriver
     public override void Kick()
     {
         Volatile.Write(ref _kicked, 1);
-        _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+        if (!_countsKicks)
+        {
+            _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan);
+            return;
+        }
+        Interlocked.Increment(ref _kicksUnderWay);
+        try
+        {
+            _timer.Change(TimeSpan.Zero, Timeout.InfiniteTimeSpan); // a ManualClock fires it, and so runs the pass, in here
+        }
+        finally
+        {
+            Interlocked.Decrement(ref _kicksUnderWay);
+        }
     }
+
+    /// <summary>
+    /// True while a kick is under way on some thread, on a <see cref="ManualClock"/> (always false on other providers):
+    /// the clock fires a kick inline, so its pass runs inside the kick, and an Advance that began meanwhile waits for it
+    /// (<see cref="TimerWheel.SettleForAdvance"/>); a kick that began with the clock's Advance already under way is
+    /// deferred to that Advance and ends at once.
+    /// </summary>
+    public bool Kicking => _countsKicks && Volatile.Read(ref _kicksUnderWay) != 0;
 
     /// <summary>
     /// The provider's timer fired: runs a pass. A fire before the time the timer was armed for, by no more than the

@@ -82,6 +82,10 @@ public sealed partial class TimerWheel : IDisposable
     // back to 0 even when a pass throws (a provider whose clock or timer fails): a count left above 0 made every later
     // request return at once, and the wheel never ran a pass again.
     private int _driveRequests;
+    // The managed thread id of the thread that owns the drive (0: none), written by the owner only: set when it takes the
+    // drive, cleared before each attempt to hand it back. Read by SettleForAdvance, so that an Advance run by code inside
+    // this wheel's pass does not wait for that pass.
+    private int _driveOwner;
     private long _passes;
     private volatile bool _disposed;
 
@@ -142,6 +146,7 @@ public sealed partial class TimerWheel : IDisposable
         _driver = system ? new ThreadTimerDriver(this, endsWhenIdle: !workerShards) : new ProviderTimerDriver(this, timeProvider);
         _main = new WheelShard(this, dispatch: _driver.DispatchesContinuations);
         _workerShards = workerShards && system;
+        (timeProvider as ManualClock)?.Attach(this);
         SpindleMetrics.EnsureCreated();
     }
 
@@ -689,8 +694,10 @@ public sealed partial class TimerWheel : IDisposable
             return;
         }
         int seen = 1;
+        int self = Environment.CurrentManagedThreadId;
         while (true)
         {
+            Volatile.Write(ref _driveOwner, self);
             try
             {
                 if (_disposed)
@@ -709,6 +716,7 @@ public sealed partial class TimerWheel : IDisposable
                 // reported as they run): see OnDriverFailed. The drive is still handed back below.
                 OnDriverFailed(ex);
             }
+            Volatile.Write(ref _driveOwner, 0); // before the hand-back: the next owner's write must not be overwritten
             int left = Interlocked.Add(ref _driveRequests, -seen);
             if (left == 0)
             {
@@ -717,6 +725,64 @@ public sealed partial class TimerWheel : IDisposable
             seen = left;
         }
     }
+
+    /// <summary>
+    /// Called by <see cref="ManualClock.Advance"/> on the advancing thread, before it moves time: takes in the timers that
+    /// other threads have pushed and the passes they are running, so the Advance finds every timer started before it was
+    /// called armed on the clock, and fires it on its own thread. Runs a pass here if the inboxes hold anything, then waits
+    /// until no pass and no kick of another thread is under way (their kicks made from now on are due-now timers of the
+    /// clock, which the Advance fires instead: see <see cref="ManualClock"/>). Returns at once inside this wheel's own
+    /// pass (code a pass resumed, advancing the clock), which it must not wait for.
+    /// </summary>
+    /// <remarks>
+    /// A timer pushed before the Advance is either seen by the pass run here (its push came first), or its kick found
+    /// <see cref="_wakeAt"/> at or below its deadline and kicked nothing, or its kick is under way (counted by the
+    /// driver, <see cref="ProviderTimerDriver.Kicking"/>) or deferred to the Advance; a pass of another thread that took
+    /// it has armed the clock's timer for it by the time the wait ends. The wait is bounded by that thread's pass, which
+    /// runs only continuations due at the clock's current time, and by <see cref="SettleLimitMs"/> should one of them block.
+    /// </remarks>
+    internal void SettleForAdvance()
+    {
+        if (_disposed)
+        {
+            return;
+        }
+        int self = Environment.CurrentManagedThreadId;
+        if (Volatile.Read(ref _driveOwner) == self)
+        {
+            return;
+        }
+        if (_main.HasInbox)
+        {
+            RequestDrive();
+        }
+        SpinWait spin = default;
+        long start = 0;
+        while ((Volatile.Read(ref _driveRequests) != 0 || _driver is ProviderTimerDriver { Kicking: true }) && Volatile.Read(ref _driveOwner) != self)
+        {
+            if (spin.NextSpinWillYield)
+            {
+                long now = Stopwatch.GetTimestamp();
+                if (start == 0)
+                {
+                    start = now;
+                }
+                else if (now - start > Stopwatch.Frequency * SettleLimitMs / 1000)
+                {
+                    return; // that pass runs code that blocks (perhaps waiting for this thread): advance without it
+                }
+            }
+            spin.SpinOnce();
+        }
+    }
+
+    /// <summary>
+    /// How long <see cref="SettleForAdvance"/> waits for another thread's pass or kick: a continuation that blocks inside
+    /// it (on something the advancing thread does next, or on two threads advancing one clock from inside passes of two
+    /// wheels, each waiting for the other) must not hang the test; past the limit the Advance goes on as it did before it
+    /// waited, and that pass's timers fire on their own thread.
+    /// </summary>
+    internal const int SettleLimitMs = 1000;
 
     /// <summary>
     /// Asks the driver for a pass. A provider whose timer throws instead gets none: the pass then runs here, on the
