@@ -20,9 +20,11 @@ namespace SpindleLib;
 /// <para>Code under test that runs on another thread (a worker, a thread of its own): a timer it has started on a
 /// <see cref="TimerWheel"/> of this clock before <see cref="Advance"/> is called fires inside that Advance, on the
 /// advancing thread, if the Advance reaches its deadline; so does a timer due at once that another thread arms while an
-/// Advance runs (a wheel's wake-up). A test that has seen the timer counted (<see cref="TimerWheel.PendingCount"/>, or
-/// any sign from the code under test that it is waiting) can therefore advance and assert at once: the code resumed
-/// by the timer has run, up to its next await, before Advance returns.</para>
+/// Advance runs (a wheel's wake-up). A test that has seen the timer counted (<see cref="TimerWheel.PendingCount"/>) can
+/// therefore advance and know it has fired; code that was suspended at its await of it has run, up to its next await,
+/// before Advance returns. Code that had not reached that await yet (it started the timer a moment before) goes on on
+/// its own thread: call the code under test on the test's thread (an async method is suspended when its call returns),
+/// or wait for a sign it gives once suspended.</para>
 /// </remarks>
 public sealed class ManualClock : TimeProvider
 {
@@ -121,9 +123,12 @@ public sealed class ManualClock : TimeProvider
                 ManualTimer? due = null;
                 lock (_lock)
                 {
+                    // Due: what this Advance reaches, and what the clock has already reached (an Advance of another thread
+                    // took it further: a timer deferred to the Advances under way must not wait for a later one).
+                    long limit = Math.Max(target, _elapsedTicks);
                     foreach (ManualTimer t in _scheduled)
                     {
-                        if (t.DueAt <= target && (due is null || t.DueAt < due.DueAt || t.DueAt == due.DueAt && t.Sequence < due.Sequence))
+                        if (t.DueAt <= limit && (due is null || t.DueAt < due.DueAt || t.DueAt == due.DueAt && t.Sequence < due.Sequence))
                         {
                             due = t;
                         }
