@@ -15,6 +15,7 @@ public class ManualClockCrossThreadStressTests
     {
         public readonly int[] Count;
         public readonly long[] EarliestTicks;
+        public readonly long[] LatestTicks;
         public readonly long[] FiredAtTicks;
         public readonly ManualClock Clock;
 
@@ -23,6 +24,7 @@ public class ManualClockCrossThreadStressTests
             Clock = clock;
             Count = new int[n];
             EarliestTicks = new long[n];
+            LatestTicks = new long[n];
             FiredAtTicks = new long[n];
         }
     }
@@ -65,6 +67,8 @@ public class ManualClockCrossThreadStressTests
                         int dueMs = random.Next(4) == 0 ? 0 : random.Next(1, 20);
                         fired.EarliestTicks[i] = clock.Elapsed.Ticks + TimeSpan.FromMilliseconds(dueMs).Ticks;
                         timers[i] = wheel.CreateTimer(s_record, new Slot { Owner = fired, Index = i }, TimeSpan.FromMilliseconds(dueMs));
+                        // The wheel rounds a deadline up to its next millisecond tick: due by then at the latest.
+                        fired.LatestTicks[i] = clock.Elapsed.Ticks + TimeSpan.FromMilliseconds(dueMs + 1).Ticks;
                         if ((i & 15) == 0)
                         {
                             Thread.Yield();
@@ -92,6 +96,14 @@ public class ManualClockCrossThreadStressTests
             foreach (Thread thread in threads)
             {
                 Assert.True(thread.Join(TimeSpan.FromSeconds(TestUtil.StressTimeout(60))), "a producer or an advancer hung");
+            }
+            // No Advance is under way and no thread runs a pass: a timer whose deadline the clock has passed has fired (a
+            // timer deferred to the Advances under way, as a wake-up due at once is, was fired by one of them).
+            long reached = clock.Elapsed.Ticks;
+            for (int i = 0; i < fired.Count.Length; i++)
+            {
+                Assert.True(fired.LatestTicks[i] > reached || Volatile.Read(ref fired.Count[i]) == 1,
+                    $"round {round}: timer {i}, due by {fired.LatestTicks[i]} ticks, had not fired when the Advances ended at {reached}");
             }
             // Every producer has returned from CreateTimer: one more Advance past every deadline fires the rest, here.
             clock.Advance(TimeSpan.FromMilliseconds(50));
