@@ -25,7 +25,7 @@ namespace SpindleLib;
 /// its waits are queued after the wheels' passes, or with the next frame's if F's begin fails in between: see
 /// <see cref="DetachFrameBucket"/>). A bucket holds its waits in start
 /// order: each is appended at its tail and takes its sequence from the loop's counter as it is added, on the one thread
-/// adding. A waiter's link (<see cref="FrameWaiter.NextInRing"/>) is read and cleared before the waiter leaves the ring. The bucket holds the
+/// adding. A waiter's link (<see cref="PhaseWaiter.NextInRing"/>) is read and cleared before the waiter leaves the ring. The bucket holds the
 /// waiter's queue hold (<see cref="FrameWaiter.HoldForQueue"/>): a waiter cancelled or let go of stays valid until the
 /// frame takes it to its phase, which drops it, or until a sweep drops it.</para>
 /// <para><b>Cancellation.</b> The waiter listens to its token from the start and completes at once when it fires, as
@@ -39,16 +39,16 @@ public sealed partial class FrameLoop
     /// <summary>The frames the ring covers: a <see cref="DelayFrame(int, FramePhase, CancellationToken)"/> of fewer frames, started inside a step, uses it.</summary>
     internal const int FrameRingSize = 64;
 
-    // Each frame's bucket is a singly linked list through its waiters (FrameWaiter.NextInRing), oldest first: appending
+    // Each frame's bucket is a singly linked list through its waiters (PhaseWaiter.NextInRing), oldest first: appending
     // and taking allocate nothing, and need no array sized for the busiest frame in each of the ring's buckets.
-    private FrameWaiter?[]? _ringHead;
-    private FrameWaiter?[]? _ringTail;
+    private PhaseWaiter?[]? _ringHead;
+    private PhaseWaiter?[]? _ringTail;
     private int _frameRingCount;
     private int _frameRingDone;
     // The waits of the frame beginning, detached from its bucket until the wheels' passes have run (DetachFrameBucket),
     // in start order unless a failed begin left some before them (_dueInOrder false). The thread inside the step only.
-    private FrameWaiter? _dueHead;
-    private FrameWaiter? _dueTail;
+    private PhaseWaiter? _dueHead;
+    private PhaseWaiter? _dueTail;
     private bool _dueInOrder = true;
 
     /// <summary>
@@ -60,11 +60,12 @@ public sealed partial class FrameLoop
         Debug.Assert(IsInsideStep && frameCount >= 2 && frameCount < FrameRingSize, "a short frame delay inside a step");
         PhaseWaiter waiter = PhaseWaiter.Rent(phase, cancellationToken);
         waiter.Sequence = NextSequence();
-        waiter.RingLoop = this;
+        Debug.Assert(phase.Loop == this, "a frame delay waits in its phase's loop's ring");
+        waiter.EnterRing();
         short token = waiter.Version;
         waiter.HoldForQueue();
-        FrameWaiter?[] heads = _ringHead ??= new FrameWaiter?[FrameRingSize];
-        FrameWaiter?[] tails = _ringTail ??= new FrameWaiter?[FrameRingSize];
+        PhaseWaiter?[] heads = _ringHead ??= new PhaseWaiter?[FrameRingSize];
+        PhaseWaiter?[] tails = _ringTail ??= new PhaseWaiter?[FrameRingSize];
         int bucket = (int)((_frameCount + frameCount) & (FrameRingSize - 1));
         if (tails[bucket] is { } tail)
         {
@@ -92,19 +93,19 @@ public sealed partial class FrameLoop
     /// </summary>
     private void DetachFrameBucket(long frame)
     {
-        FrameWaiter?[]? heads = _ringHead;
+        PhaseWaiter?[]? heads = _ringHead;
         if (heads is null)
         {
             return;
         }
         int bucket = (int)(frame & (FrameRingSize - 1));
-        FrameWaiter? head = heads[bucket];
+        PhaseWaiter? head = heads[bucket];
         if (head is null)
         {
             return;
         }
         heads[bucket] = null;
-        FrameWaiter? tail = _ringTail![bucket];
+        PhaseWaiter? tail = _ringTail![bucket];
         _ringTail[bucket] = null;
         if (_dueTail is { } last)
         {
@@ -126,7 +127,7 @@ public sealed partial class FrameLoop
     /// </summary>
     private void TakeFrameBucket()
     {
-        FrameWaiter?[]? heads = _ringHead;
+        PhaseWaiter?[]? heads = _ringHead;
         if (heads is null)
         {
             return;
@@ -136,7 +137,7 @@ public sealed partial class FrameLoop
         {
             SweepFrameRing(heads);
         }
-        FrameWaiter? waiter = _dueHead;
+        PhaseWaiter? waiter = _dueHead;
         if (waiter is null)
         {
             return;
@@ -149,7 +150,7 @@ public sealed partial class FrameLoop
         do
         {
             // The link is read and cleared before the waiter is queued: once queued, it may be recycled and rented again.
-            FrameWaiter? next = waiter.NextInRing;
+            PhaseWaiter? next = waiter.NextInRing;
             waiter.NextInRing = null;
             if (direct)
             {
@@ -167,19 +168,19 @@ public sealed partial class FrameLoop
     }
 
     /// <summary>Drops the ring's finished waits (cancelled, or let go of), keeping the rest in order. Inside a step only.</summary>
-    private void SweepFrameRing(FrameWaiter?[] heads)
+    private void SweepFrameRing(PhaseWaiter?[] heads)
     {
         // Cleared first: a wait that finishes during the sweep counts towards the next one.
         Interlocked.Exchange(ref _frameRingDone, 0);
-        FrameWaiter?[] tails = _ringTail!;
+        PhaseWaiter?[] tails = _ringTail!;
         for (int bucket = 0; bucket < heads.Length; bucket++)
         {
-            FrameWaiter? kept = null;
-            FrameWaiter? waiter = heads[bucket];
+            PhaseWaiter? kept = null;
+            PhaseWaiter? waiter = heads[bucket];
             heads[bucket] = null;
             while (waiter is not null)
             {
-                FrameWaiter? next = waiter.NextInRing;
+                PhaseWaiter? next = waiter.NextInRing;
                 waiter.NextInRing = null;
                 if (waiter.IsDone)
                 {
@@ -213,15 +214,15 @@ public sealed partial class FrameLoop
         get
         {
             int pending = 0;
-            for (FrameWaiter? w = _dueHead; w is not null; w = w.NextInRing)
+            for (PhaseWaiter? w = _dueHead; w is not null; w = w.NextInRing)
             {
                 pending += w.IsDone ? 0 : 1;
             }
             if (_ringHead is { } heads)
             {
-                foreach (FrameWaiter? head in heads)
+                foreach (PhaseWaiter? head in heads)
                 {
-                    for (FrameWaiter? w = head; w is not null; w = w.NextInRing)
+                    for (PhaseWaiter? w = head; w is not null; w = w.NextInRing)
                     {
                         if (!w.IsDone)
                         {

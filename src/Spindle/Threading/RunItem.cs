@@ -23,7 +23,7 @@ namespace SpindleLib;
 /// it has two holders, and it goes back to the pool only when both have let go (<see cref="_holds"/>, counted down with
 /// an interlocked decrement, by the worker that dequeues it and finds it cancelled, and by the consumer's read). A
 /// started item has one holder again: the worker that claimed it drops the registration (waiting for a callback in
-/// flight, which can only lose the CAS) and clears <see cref="_cancelable"/> before it runs the delegate, so the rest
+/// flight, which can only lose the CAS) and clears <see cref="_cancelToken"/> before it runs the delegate, so the rest
 /// of that use is the token-free path, and the completion's publication orders those writes before the consumer's
 /// read. Reuse never meets a callback from the previous use: the starting worker drops it (a callback in flight is
 /// waited for, and loses the claim), and a cancelled item's callback is the one that claimed it, done with the item once
@@ -44,15 +44,22 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     private const int Started = 1;
     private const int Canceled = 2;
 
+    // Stands in _state for a use whose delegate takes no state (an Action or a Func<TResult>). With the token standing
+    // for "cancelable" (below), it replaces the item's two bool flags, which made every item 8 bytes larger (section 51).
+    private static readonly object s_noState = new();
+
     private Delegate? _delegate;
-    private object? _state;                // the state of a Run(action, state) use, given to the delegate
-    private bool _withState;               // the delegate takes _state (an Action<object?> or a Func<object?, TResult>)
+    // The state of a Run(action, state) use, given to the delegate (an Action<object?> or a Func<object?, TResult>), or
+    // s_noState; null once the delegate has run.
+    private object? _state;
     private ExecutionContext? _context;
     private SourceCore<TResult> _core;
     private RunItem<TResult>? _next;
 
-    /// <summary>This use was given a token that can be cancelled, and has not started yet (see the remarks).</summary>
-    private bool _cancelable;
+    // _claim, _holds and _registration are used only while _cancelToken can be canceled: a use given a cancelable token
+    // keeps it until its work starts (TryStart clears it) or, cancelled, until it is recycled. That token is the item's
+    // "cancelable" mark (no flag of its own, section 51): written by the renter before the item is queued, cleared by the
+    // thread that starts the work before that work can complete, so every reader of it below sees the value its path needs.
     private int _claim;
     private int _holds;
     private CancellationToken _cancelToken;
@@ -80,12 +87,10 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     {
         RunItem<TResult> item = ObjectPool<RunItem<TResult>>.TryRent() ?? new RunItem<TResult>();
         item._delegate = work;
-        item._withState = withState;
-        item._state = state;
+        item._state = withState ? state : s_noState;
         item._context = ExecutionContext.Capture();
         if (cancellationToken.CanBeCanceled)
         {
-            item._cancelable = true;
             item._claim = Queued;
             item._holds = 2; // the queue's and the consumer's
             item._cancelToken = cancellationToken;
@@ -176,11 +181,10 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     {
         Delegate work = _delegate!;
         object? state = _state;
-        bool withState = _withState;
+        bool withState = state != s_noState;
         _delegate = null;
         _state = null;
-        _withState = false;
-        if (_cancelable && !TryStart())
+        if (_cancelToken.CanBeCanceled && !TryStart())
         {
             return; // cancelled while it waited: the delegate never runs
         }
@@ -218,8 +222,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
             return false;
         }
         CancellationRegistrations.Drop(ref _registration); // a callback in flight loses the CAS above: waited for
-        _cancelToken = default;
-        _cancelable = false;
+        _cancelToken = default; // no longer cancelable: the consumer's read recycles the item
         return true;
     }
 
@@ -234,7 +237,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
 
     private void Recycle()
     {
-        if (_cancelable)
+        if (_cancelToken.CanBeCanceled)
         {
             // Cancelled: its claim proves the callback fired, and once it published the completion the callback touches
             // nothing of this item, so there is nothing to unregister and nothing to wait for. (Waiting, as Dispose does,
@@ -242,7 +245,6 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
             // when it ran inline there: a worker could wait on code that waits for the workers.)
             _registration = default;
             _cancelToken = default;
-            _cancelable = false;
         }
         _core.ClearForPool();
         ObjectPool<RunItem<TResult>>.Return(this);
@@ -276,7 +278,7 @@ internal sealed class RunItem<TResult> : WorkItem, ISpindleSource<TResult>, IPoo
     public TResult ReadQuietly(short token, out ExceptionDispatchInfo? error)
     {
         TResult result = _core.Consume(token, this, out error);
-        if (_cancelable)
+        if (_cancelToken.CanBeCanceled)
         {
             LetGo(); // cancelled: the queue may still hold the item
         }

@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Linq;
 using System.Threading;
 
 namespace SpindleLib.Tests.Frames;
@@ -285,5 +286,68 @@ public sealed class FrameRingTests
         {
             cts?.Dispose();
         }
+    }
+
+    /// <summary>
+    /// A ring wait's link to the next wait in its bucket is also its waiter's pool link (stop 54), and the ring's loop is
+    /// its phase's: chains of waits that alternate ring and wheel waits, frame after frame, rent back the waiters the
+    /// ring has just let go of (in the same frame) while other buckets hold others, some cancelled, and each wait still
+    /// resumes once, in exactly its frame, and the ring ends empty.
+    /// </summary>
+    [Fact]
+    public void RingWaiters_RentedAgainAsTheRingLetsGo_AlternatingWithWheelWaits_ResumeOnceInTheirFrame()
+    {
+        const int Chains = 200;
+        const int Steps = 30;
+        FrameLoop loop = FrameUtil.NewBoundLoop();
+        using var cts = new CancellationTokenSource();
+        var resumed = new int[Chains];
+        var cancelled = new int[Chains];
+        long wrongFrames = 0;
+
+        async SpindleTask Chain(int i)
+        {
+            await loop.Yield();
+            for (int s = 0; s < Steps; s++)
+            {
+                int frames = (i + s) % 5 == 0 ? FrameLoop.FrameRingSize + 1 : 2 + (i * 7 + s) % 9; // a wheel wait, or the ring
+                CancellationToken token = i % 4 == 0 ? cts.Token : default;
+                long due = loop.FrameCount + frames;
+                try
+                {
+                    await loop.DelayFrame(frames, token);
+                }
+                catch (OperationCanceledException)
+                {
+                    cancelled[i]++;
+                    continue;
+                }
+                if (loop.FrameCount != due)
+                {
+                    wrongFrames++;
+                }
+                resumed[i]++;
+            }
+        }
+
+        for (int i = 0; i < Chains; i++)
+        {
+            Chain(i).Forget();
+        }
+        loop.RunFrames(60);
+        cts.Cancel(); // the chains waiting on it go on at once, from inside Cancel, renting waiters the sweep will free
+        loop.RunFrames(Steps * (FrameLoop.FrameRingSize + 2));
+        Assert.Equal(0, wrongFrames);
+        for (int i = 0; i < Chains; i++)
+        {
+            Assert.Equal(Steps, resumed[i] + cancelled[i]);
+            if (i % 4 != 0)
+            {
+                Assert.Equal(Steps, resumed[i]); // never given the token: every wait resumed
+            }
+        }
+        Assert.True(cancelled.Sum() > Chains / 4, "the cancelled chains' waits ended as cancelled");
+        Assert.Equal(0, loop.FrameRingHeld);
+        Assert.Equal(0, loop.PendingTimers);
     }
 }

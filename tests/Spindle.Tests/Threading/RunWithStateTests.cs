@@ -124,6 +124,42 @@ public sealed class RunWithStateTests
         Assert.Equal(0, Scopes.TokenRegistrationLeakTests.RegistrationCount(cts));
     }
 
+    /// <summary>
+    /// The item marks a use without a state with a sentinel in its state field, and a cancelable use with its token (no
+    /// flags of their own, stop 54): one pooled item, rented again by each run, gives each use its own form (a null state
+    /// is still a state; a use without one gets none), and a cancelable run that started leaves no mark on the next.
+    /// </summary>
+    [Fact]
+    public void ThePooledItem_ReusedAcrossForms_GivesEachUseItsOwnStateAndToken()
+    {
+        using var cts = new CancellationTokenSource();
+        var marker = new object();
+        Func<object?, object?> withState = static s => s ?? "null state";
+        Func<object?> withoutState = () => marker;
+        ISpindleSource? item = null;
+
+        object? RunAndRead(SpindleTask<object?> task)
+        {
+            // Read on this thread: the item goes back to this thread's pool slot, and the next run rents it again.
+            item ??= task._source;
+            Assert.Same(item, task._source);
+            TestUtil.SpinUntil(() => task.IsCompleted);
+            return task.GetAwaiter().GetResult();
+        }
+
+        for (int round = 0; round < 3; round++)
+        {
+            Assert.Equal("null state", RunAndRead(Spindle.Run(withState, null)));
+            Assert.Same(marker, RunAndRead(Spindle.Run(withoutState)));
+            Assert.Equal("a", RunAndRead(Spindle.Run(withState, "a", cts.Token)));
+            Assert.Same(marker, RunAndRead(Spindle.Run(withoutState)));
+            Assert.Same(marker, RunAndRead(Spindle.Run(withoutState, cts.Token)));
+            Assert.Equal("b", RunAndRead(Spindle.Run(withState, "b")));
+        }
+        cts.Cancel(); // the started runs dropped their registrations: nothing of theirs runs now
+        Assert.Equal(0, Scopes.TokenRegistrationLeakTests.RegistrationCount(cts));
+    }
+
     [Fact]
     public async Task ThePooledItem_LetsGoOfTheState_OnceTheWorkHasRun()
     {
