@@ -177,7 +177,7 @@ internal abstract class CombinatorCore
         slot.Error = null;
         slot.ErrorOrigin = null;
         slot.TakenSet = null;
-        slot.Typed = null;
+        slot.DropCell();
         slot.ReadState = Slot.Unread;
         return slot;
     }
@@ -305,7 +305,7 @@ internal abstract class CombinatorCore
         for (int i = 0; i < _count; i++)
         {
             _slots[i].Typed?.Clear();
-            _slots[i].Typed = null;
+            _slots[i].DropCell();
         }
     }
 
@@ -643,7 +643,15 @@ internal abstract class CombinatorCore
         }
 
         /// <summary>This use's cell when the input's result is kept (a typed input); null for an untyped input.</summary>
-        public InputCell? Typed;
+        public InputCell? Typed => _typed ? _cellCache : null;
+
+        // True while this use keeps its result in _cellCache (UseCell), until DropCell. A flag, not a second reference:
+        // the cell a use keeps is always the slot's cached one, and a reference cost every slot 8 B (16 B per waiting
+        // WhenAny of two). Written where the reference was, so it is read under the same orderings.
+        private bool _typed;
+
+        /// <summary>This use keeps no result (a new use, or the values were dropped); the cell stays cached for the next.</summary>
+        public void DropCell() => _typed = false;
 
         /// <summary>The input's failure; for <see cref="InputKind.Read"/>, set before the slot completes.</summary>
         public ExceptionDispatchInfo? Error;
@@ -731,7 +739,7 @@ internal abstract class CombinatorCore
                 cell = new Cell<T>();
                 _cellCache = cell;
             }
-            Typed = cell;
+            _typed = true;
             return cell;
         }
 

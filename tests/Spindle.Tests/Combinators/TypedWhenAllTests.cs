@@ -187,4 +187,47 @@ public sealed class TypedWhenAllTests
         InvalidOperationException ex = Assert.Throws<InvalidOperationException>(() => all.GetAwaiter().GetResult());
         Assert.Contains("Preserve()", ex.Message, StringComparison.Ordinal);
     }
+
+    /// <summary>
+    /// A slot marks a typed use with a flag over the cell it keeps across uses (stop 54, no second reference): a pooled
+    /// combinator used with a typed input in a slot, then an untyped one in that same slot, reads the untyped input itself
+    /// (its failure surfaces; a stale mark would read the cell and succeed), and the typed one's result, whichever slot.
+    /// </summary>
+    [Fact]
+    public void APooledCombinator_ReusedWithTypedAndUntypedInputsInTheSameSlots_ReadsEachInputItsOwnWay()
+    {
+        object? first = null;
+        for (int round = 0; round < 20; round++)
+        {
+            int typedSlot = round % 2;
+            var typed = new Promise<int>();
+            var untyped = new Promise();
+            var c = Combinator<int>.RentAll(2, default, typedSlot == 0 ? static x => x.Value<int>(0) : static x => x.Value<int>(1));
+            first ??= c;
+            Assert.Same(first, c); // read on this thread, the one combinator goes back to this thread's pool each round
+            short token = c.Start(default);
+            if (typedSlot == 0)
+            {
+                c.Add(0, typed.Task);
+                c.Add(1, untyped.Task);
+            }
+            else
+            {
+                c.Add(0, untyped.Task);
+                c.Add(1, typed.Task);
+            }
+            SpindleTask<int> all = c.ToTask(token);
+            typed.SetResult(round);
+            if (round % 4 < 2)
+            {
+                untyped.SetResult();
+                Assert.Equal(round, all.GetAwaiter().GetResult());
+            }
+            else
+            {
+                untyped.SetException(new InvalidOperationException("untyped " + round));
+                Assert.Equal("untyped " + round, Assert.Throws<InvalidOperationException>(() => all.GetAwaiter().GetResult()).Message);
+            }
+        }
+    }
 }
