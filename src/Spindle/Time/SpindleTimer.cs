@@ -52,7 +52,7 @@ namespace SpindleLib;
 /// <para><b>Ending it.</b> <see cref="Dispose"/> stops the timer and returns its node to the pool; it is idempotent,
 /// and a copy of a disposed handle never acts on the timer that reuses the node (its <see cref="Change(TimeSpan, TimeSpan)"/> throws
 /// <see cref="ObjectDisposedException"/>, its Dispose does nothing). Disposing the wheel stops every timer on it and
-/// lets go of its callback and state; a Change then throws <see cref="ObjectDisposedException"/> naming the wheel, and
+/// lets go of its callback and state (a timer then stopped keeps them until its handle is disposed); a Change then throws <see cref="ObjectDisposedException"/> naming the wheel, and
 /// the handle's Dispose returns the node to the pool. So a Change that may race with the Dispose (a message handled as
 /// its session closes) catches that exception, or is ordered before the Dispose: .NET's <c>Timer.Change</c> and
 /// <c>ITimer.Change</c> return false there instead, and code ported from them that ignores the result meets an exception

@@ -188,7 +188,9 @@ public sealed partial class TimerWheel : IDisposable
     /// leaves the count on the wheel's next pass, which the cancellation triggers at once (on a wheel of the system clock,
     /// within about a millisecond, so that the cancellations of that while share one pass), and so does a fired one (code
     /// that runs inside a pass, such as a continuation a <see cref="ManualClock"/> wheel runs inline, still counts the
-    /// timers that pass fires). On <see cref="Default"/>, a timer started on a Spindle worker is in that worker's own
+    /// timers that pass fires). A callback timer (<see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/>)
+    /// that is started, stopped, re-armed or disposed enters or leaves the count on the wheel's next pass too, which the
+    /// change asks for at once (the owner links it then; a push back changes nothing the count sees). On <see cref="Default"/>, a timer started on a Spindle worker is in that worker's own
     /// wheel, whose passes only that worker runs (or, while it is parked, the canceller): one cancelled while its worker
     /// runs an item leaves the count when the worker next looks at its timers (after that item, or after at most 64
     /// items), so code that blocks a worker, other than in a Spindle wait, holds them counted until it returns. While
@@ -866,7 +868,8 @@ public sealed partial class TimerWheel : IDisposable
     /// awaits with <see cref="SpindleTask.SuppressCancellationThrow"/> allocate nothing however many timers end. Every
     /// callback timer on it (<see cref="CreateTimer(Action{object?}, object?, TimeSpan, TimeSpan)"/>) is ended as its own
     /// <see cref="SpindleTimer.Dispose"/> would stop it: it never fires again (a callback already handed to the workers
-    /// still runs), its callback and state are let go of, its <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/> throws
+    /// still runs), its callback and state are let go of (a timer stopped at the time, which the wheel does not hold,
+    /// keeps them until its handle's Dispose), its <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/> throws
     /// <see cref="ObjectDisposedException"/> naming the wheel, and its handle's Dispose returns its node to the pool. <see cref="Default"/> cannot be disposed. An infinite delay with
     /// no token (or one whose token's source is gone) is held weakly, as <c>Task.Delay(-1)</c> holds nothing: code awaiting
     /// it that nothing else references may have been collected by then, and its <c>finally</c> blocks never run.
