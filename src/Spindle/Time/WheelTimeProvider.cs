@@ -87,7 +87,7 @@ internal sealed class WheelTimeProvider : TimeProvider
             _context = context;
         }
 
-        /// <summary>Creates the wheel's timer. A due time of zero on a <see cref="ManualClock"/> fires it inside this call, before the handle is stored: the callback needs only the fields set in the constructor.</summary>
+        /// <summary>Creates the wheel's timer. A due time of zero may fire it before the handle is stored (inside this call on a <see cref="ManualClock"/>, or in an Advance under way on another thread; on a worker for the system clock): the callback needs only the fields set in the constructor.</summary>
         internal void Start(TimerWheel wheel, TimeSpan dueTime, TimeSpan period)
         {
             SpindleTimer timer = wheel.CreateTimer(s_fire, this, dueTime, period);
