@@ -1,6 +1,5 @@
 using System;
 using System.Collections.Generic;
-using System.Reflection;
 using System.Runtime.CompilerServices;
 using System.Threading;
 
@@ -17,26 +16,8 @@ public class SpindleTimerMutationTests
 
     private static readonly TimeSpan Infinite = Timeout.InfiniteTimeSpan;
 
-    private static readonly FieldInfo s_node = typeof(SpindleTimer).GetField("_node", BindingFlags.Instance | BindingFlags.NonPublic)!;
-
-    internal static CallbackTimerNode NodeOf(SpindleTimer timer) => (CallbackTimerNode)s_node.GetValue(timer)!;
-
-    private sealed class Log
-    {
-        private readonly TimeProvider _clock;
-        public readonly List<long> Fired = new();
-
-        public Log(TimeProvider clock) => _clock = clock;
-
-        public static readonly Action<object?> Callback = static s =>
-        {
-            var log = (Log)s!;
-            lock (log.Fired)
-            {
-                log.Fired.Add(log._clock.GetTimestamp() * 1000 / log._clock.TimestampFrequency);
-            }
-        };
-    }
+    /// <summary>The node behind a handle (its internal accessor).</summary>
+    internal static CallbackTimerNode NodeOf(SpindleTimer timer) => timer.Node!;
 
     /// <summary>
     /// A node reused more than 65,536 times on one thread (the pool gives it back to the next timer) goes through every
@@ -49,11 +30,11 @@ public class SpindleTimerMutationTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        var log = new Log(clock);
+        var log = new SpindleTimerTests.Log(clock);
         SpindleTimer previous = default;
         for (int use = 0; use < 66_000; use++)
         {
-            SpindleTimer timer = wheel.CreateTimer(Log.Callback, log, Infinite);
+            SpindleTimer timer = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Infinite);
             timer.Change(Ms(2), Infinite); // Queued for the owner
             timer.Change(Ms(3), Infinite); // still Queued: only the word moves
             if (use % 4096 == 0 || (use >= 32_760 && use <= 32_775))
@@ -85,8 +66,8 @@ public class SpindleTimerMutationTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        var log = new Log(clock);
-        using SpindleTimer timer = wheel.CreateTimer(Log.Callback, log, Ms(10));
+        var log = new SpindleTimerTests.Log(clock);
+        using SpindleTimer timer = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Ms(10));
         clock.Advance(Ms(1)); // linked at 10
         timer.Change(Ms(8), Infinite); // due at 9
         clock.Advance(Ms(8));
@@ -103,10 +84,10 @@ public class SpindleTimerMutationTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        var log = new Log(clock);
-        SpindleTimer stale = wheel.CreateTimer(Log.Callback, log, Infinite);
+        var log = new SpindleTimerTests.Log(clock);
+        SpindleTimer stale = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Infinite);
         stale.Dispose();
-        using SpindleTimer fresh = wheel.CreateTimer(Log.Callback, log, Ms(10), Ms(10));
+        using SpindleTimer fresh = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Ms(10), Ms(10));
         Assert.Throws<ObjectDisposedException>(() => stale.Change(Ms(1), Ms(3)));
         clock.Advance(Ms(30));
         Assert.Equal(new long[] { 10, 20, 30 }, log.Fired);
@@ -125,15 +106,15 @@ public class SpindleTimerMutationTests
     {
         var clock = new ManualClock();
         var wheel = new TimerWheel(clock);
-        var log = new Log(clock);
-        SpindleTimer timer = wheel.CreateTimer(Log.Callback, log, armed ? Ms(10) : Infinite);
+        var log = new SpindleTimerTests.Log(clock);
+        SpindleTimer timer = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, armed ? Ms(10) : Infinite);
         CallbackTimerNode node = NodeOf(timer);
         wheel.Dispose();
         Assert.Null(node.NextChange);
         timer.Dispose();
         Assert.Null(node.Wheel); // recycled: cleared
         using var other = new TimerWheel(clock);
-        using SpindleTimer next = other.CreateTimer(Log.Callback, log, Ms(5));
+        using SpindleTimer next = other.CreateTimer(SpindleTimerTests.Log.Callback, log, Ms(5));
         Assert.Same(node, NodeOf(next));
         Assert.Throws<ObjectDisposedException>(() => timer.Change(Ms(1), Infinite));
         clock.Advance(Ms(10));
@@ -183,8 +164,8 @@ public class SpindleTimerMutationTests
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
-        var log = new Log(clock);
-        using SpindleTimer timer = wheel.CreateTimer(Log.Callback, log, Ms(2), TimeSpan.FromTicks(15_000)); // 1.5 ms: 2 ms
+        var log = new SpindleTimerTests.Log(clock);
+        using SpindleTimer timer = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Ms(2), TimeSpan.FromTicks(15_000)); // 1.5 ms: 2 ms
         for (int i = 0; i < 8; i++)
         {
             clock.Advance(Ms(1)); // stops at every millisecond

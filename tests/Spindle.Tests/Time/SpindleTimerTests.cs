@@ -16,8 +16,8 @@ public class SpindleTimerTests
 
     private static readonly TimeSpan Infinite = Timeout.InfiniteTimeSpan;
 
-    /// <summary>Records each firing with the clock's time then, in milliseconds.</summary>
-    private sealed class Log
+    /// <summary>Records each firing with the clock's time then, in milliseconds (also used by SpindleTimerMutationTests).</summary>
+    internal sealed class Log
     {
         private readonly TimeProvider _clock;
         public readonly List<long> Fired = new();
