@@ -1,6 +1,5 @@
 using System;
 using System.Diagnostics;
-using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -104,41 +103,24 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
         ? "This SpindleTimer's TimerWheel has been disposed, which stopped the timer. Create timers on a wheel that is still in use (or on TimerWheel.Default)."
         : "This SpindleTimer has been disposed. Create a new one with TimerWheel.CreateTimer; a timer to stop and start again is stopped with Change(Timeout.InfiniteTimeSpan, ...), not disposed.");
 
-    /// <summary>
-    /// Use <paramref name="version"/>'s Change to due tick <paramref name="due"/> (<see cref="NeverDue"/>: stop) and
-    /// period <paramref name="periodMs"/> (<see cref="KeepPeriod"/>: the one it has): true if the caller must push the node to the change inbox (this call set
-    /// Queued). Throws <see cref="ObjectDisposedException"/> for a disposed or stale use.
-    /// </summary>
-    internal bool Change(short version, long due, long periodMs)
-    {
-        int result = ChangeCore(version, due, periodMs);
-        if (result == ChangeEnded)
-        {
-            ThrowEnded(version);
-        }
-        return result == ChangePush;
-    }
-
-    /// <summary>
-    /// As <see cref="Change"/>, for <c>ITimer.Change</c> (<see cref="WheelTimeProvider"/>), which returns false for a
-    /// disposed timer: <see cref="ChangeEnded"/> for a disposed or stale use, where <see cref="Change"/> throws;
-    /// <see cref="ChangePush"/> if the caller must push the node to the change inbox; <see cref="ChangeStored"/> otherwise.
-    /// </summary>
-    internal int TryChange(short version, long due, long periodMs) => ChangeCore(version, due, periodMs);
-
     /// <summary>As the period of <see cref="Change"/>: keep the timer's period (<see cref="SpindleTimer.Change(TimeSpan)"/>).</summary>
     internal const long KeepPeriod = -1;
 
-    /// <summary><see cref="TryChange"/>: the use is disposed or stale, and nothing was changed.</summary>
+    /// <summary><see cref="Change"/>: the use is disposed or stale, and nothing was changed.</summary>
     internal const int ChangeEnded = -1;
-    /// <summary><see cref="TryChange"/>: the word holds the change, and the owner needs no word of it.</summary>
+    /// <summary><see cref="Change"/>: the word holds the change, and the owner needs no word of it.</summary>
     internal const int ChangeStored = 0;
-    /// <summary><see cref="TryChange"/>: this call set Queued; the caller pushes the node to the change inbox.</summary>
+    /// <summary><see cref="Change"/>: this call set Queued; the caller pushes the node to the change inbox.</summary>
     internal const int ChangePush = 1;
 
-    /// <summary>The change both <see cref="Change"/> and <see cref="TryChange"/> make (inlined into each, so the throwing one keeps its code).</summary>
-    [MethodImpl(MethodImplOptions.AggressiveInlining)]
-    private int ChangeCore(short version, long due, long periodMs)
+    /// <summary>
+    /// Use <paramref name="version"/>'s Change to due tick <paramref name="due"/> (<see cref="NeverDue"/>: stop) and
+    /// period <paramref name="periodMs"/> (<see cref="KeepPeriod"/>: the one it has): <see cref="ChangePush"/> if the
+    /// caller must push the node to the change inbox (this call set Queued), <see cref="ChangeStored"/> if the word alone
+    /// holds it, <see cref="ChangeEnded"/> for a disposed or stale use, which the caller reports
+    /// (<see cref="ThrowEnded"/> for <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/>, false for <c>ITimer.Change</c>).
+    /// </summary>
+    internal int Change(short version, long due, long periodMs)
     {
         long period = Volatile.Read(ref _periodWord);
         while (((period & PeriodMask) != periodMs && periodMs != KeepPeriod) || (short)(period >> PeriodVersionShift) != version) // the same period, or kept: no write
@@ -185,8 +167,8 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
         }
     }
 
-    /// <summary>Throws for use <paramref name="version"/>, which <see cref="ChangeCore"/> found ended: naming the wheel if its Dispose ended it.</summary>
-    private void ThrowEnded(short version)
+    /// <summary>Throws for use <paramref name="version"/>, which <see cref="Change"/> found ended: naming the wheel if its Dispose ended it.</summary>
+    internal void ThrowEnded(short version)
     {
         long word = Volatile.Read(ref _word);
         ThrowDisposed(byWheel: (word & ByWheel) != 0 && (word & Disposed) != 0 && VersionOf(word) == version);
@@ -194,7 +176,7 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
 
 #if DEBUG
     /// <summary>
-    /// Tests only (a Debug build): run by <see cref="ChangeCore"/> (so by <see cref="Change"/> and <see cref="TryChange"/>) between its read of the word and its CAS, on the calling
+    /// Tests only (a Debug build): run by <see cref="Change"/> between its read of the word and its CAS, on the calling
     /// thread (<c>SpindleTimerChangeRaceTests</c> fires the timer there, or disposes its wheel).
     /// </summary>
     internal static Action<CallbackTimerNode>? TestHookBeforeChangeCas;

@@ -95,13 +95,7 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
     /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
     public bool Change(TimeSpan dueTime, TimeSpan period)
     {
-        CallbackTimerNode node = NodeOrThrow();
-        TimerWheel? wheel = node.Wheel;
-        if (wheel is null)
-        {
-            CallbackTimerNode.ThrowDisposed(byWheel: false); // recycled: the node is between uses, so this one is over
-        }
-        wheel!.ChangeTimer(node, _version, dueTime, period); // a stale read of the wheel fails the version check there
+        WheelOrThrow(out CallbackTimerNode node).ChangeTimer(node, _version, dueTime, period);
         return true;
     }
 
@@ -119,14 +113,21 @@ public readonly struct SpindleTimer : IDisposable, IEquatable<SpindleTimer>
     /// <exception cref="InvalidOperationException">This is <c>default(SpindleTimer)</c>, which no timer backs.</exception>
     public bool Change(TimeSpan dueTime)
     {
-        CallbackTimerNode node = NodeOrThrow();
+        WheelOrThrow(out CallbackTimerNode node).ChangeTimer(node, _version, dueTime);
+        return true;
+    }
+
+    /// <summary>The wheel of this handle's node, for a Change: a stale read of it fails the version check there.</summary>
+    /// <exception cref="ObjectDisposedException">The node is between uses (recycled), so this use is over.</exception>
+    private TimerWheel WheelOrThrow(out CallbackTimerNode node)
+    {
+        node = NodeOrThrow();
         TimerWheel? wheel = node.Wheel;
         if (wheel is null)
         {
-            CallbackTimerNode.ThrowDisposed(byWheel: false); // recycled: the node is between uses, so this one is over
+            CallbackTimerNode.ThrowDisposed(byWheel: false);
         }
-        wheel!.ChangeTimer(node, _version, dueTime); // a stale read of the wheel fails the version check there
-        return true;
+        return wheel!;
     }
 
     /// <summary>

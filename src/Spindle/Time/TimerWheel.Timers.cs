@@ -121,27 +121,11 @@ public sealed partial class TimerWheel
 
     /// <summary>Use <paramref name="version"/> of <paramref name="node"/> (a timer of this wheel) is changed: see <see cref="SpindleTimer.Change(TimeSpan, TimeSpan)"/>.</summary>
     internal void ChangeTimer(CallbackTimerNode node, short version, TimeSpan dueTime, TimeSpan period)
-        => ChangeTimer(node, version, TimerDue(dueTime, nameof(dueTime)), TimerPeriod(period, nameof(period)));
+        => ChangeTimer(node, version, TimerDue(dueTime, nameof(dueTime)), TimerPeriod(period, nameof(period)), throwIfEnded: true);
 
     /// <summary>Use <paramref name="version"/> of <paramref name="node"/> is changed, keeping its period: see <see cref="SpindleTimer.Change(TimeSpan)"/>.</summary>
     internal void ChangeTimer(CallbackTimerNode node, short version, TimeSpan dueTime)
-        => ChangeTimer(node, version, TimerDue(dueTime, nameof(dueTime)), CallbackTimerNode.KeepPeriod);
-
-    /// <summary>The change of both ChangeTimer overloads, with the due tick and period (or <see cref="CallbackTimerNode.KeepPeriod"/>) checked.</summary>
-    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]
-    private void ChangeTimer(CallbackTimerNode node, short version, long due, long periodMs)
-    {
-        if (_disposed)
-        {
-            // A timer stopped when the wheel was disposed is in no part of it, so nothing ended it: this call does. One the
-            // wheel's Dispose ended is kept for its handle until the user disposes it (CallbackTimerNode.DisposeByWheel).
-            CallbackTimerNode.ThrowDisposed(byWheel: node.IsLiveOrEndedByWheel(version));
-        }
-        if (node.Change(version, due, periodMs))
-        {
-            QueueChange(node, due);
-        }
-    }
+        => ChangeTimer(node, version, TimerDue(dueTime, nameof(dueTime)), CallbackTimerNode.KeepPeriod, throwIfEnded: true);
 
     /// <summary>
     /// As <see cref="ChangeTimer(CallbackTimerNode, short, TimeSpan, TimeSpan)"/>, for <c>ITimer.Change</c> (<see cref="WheelTimeProvider"/>): false, changing nothing,
@@ -149,19 +133,40 @@ public sealed partial class TimerWheel
     /// Bad arguments still throw, before anything else, as <c>TimeProvider.System</c>'s timers check them.
     /// </summary>
     internal bool TryChangeTimer(CallbackTimerNode node, short version, TimeSpan dueTime, TimeSpan period)
+        => ChangeTimer(node, version, TimerDue(dueTime, nameof(dueTime)), TimerPeriod(period, nameof(period)), throwIfEnded: false);
+
+    /// <summary>
+    /// The change of every ChangeTimer form, with the due tick and period (or <see cref="CallbackTimerNode.KeepPeriod"/>)
+    /// checked: true if made; for an ended use or a disposed wheel, <see cref="ObjectDisposedException"/> if
+    /// <paramref name="throwIfEnded"/>, else false.
+    /// </summary>
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveInlining)]
+    private bool ChangeTimer(CallbackTimerNode node, short version, long due, long periodMs, bool throwIfEnded)
     {
-        long due = TimerDue(dueTime, nameof(dueTime));
-        long periodMs = TimerPeriod(period, nameof(period));
         if (_disposed)
         {
+            if (throwIfEnded)
+            {
+                // A timer stopped when the wheel was disposed is in no part of it, so nothing ended it: this call does. One the
+                // wheel's Dispose ended is kept for its handle until the user disposes it (CallbackTimerNode.DisposeByWheel).
+                CallbackTimerNode.ThrowDisposed(byWheel: node.IsLiveOrEndedByWheel(version));
+            }
             return false;
         }
-        int result = node.TryChange(version, due, periodMs);
+        int result = node.Change(version, due, periodMs);
         if (result == CallbackTimerNode.ChangePush)
         {
             QueueChange(node, due);
         }
-        return result != CallbackTimerNode.ChangeEnded;
+        else if (result == CallbackTimerNode.ChangeEnded)
+        {
+            if (throwIfEnded)
+            {
+                node.ThrowEnded(version);
+            }
+            return false;
+        }
+        return true;
     }
 
     /// <summary>
