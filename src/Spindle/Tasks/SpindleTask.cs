@@ -63,6 +63,30 @@ public readonly partial struct SpindleTask
     /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
     public bool IsCompleted => Status != SpindleTaskStatus.Pending;
 
+    /// <summary>
+    /// True once the task has completed successfully: <see cref="Status"/> is <see cref="SpindleTaskStatus.Succeeded"/>, as
+    /// <see cref="Task.IsCompletedSuccessfully"/> reads. Reading it does not consume the task: await it (or read it with
+    /// <c>GetAwaiter().GetResult()</c>) once to take its result.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
+    public bool IsCompletedSuccessfully => Status == SpindleTaskStatus.Succeeded;
+
+    /// <summary>
+    /// True once the task has completed with an exception: <see cref="Status"/> is <see cref="SpindleTaskStatus.Faulted"/>,
+    /// as <see cref="Task.IsFaulted"/> reads. Reading it does not consume the task, and a Spindle task has no
+    /// <c>Exception</c> property: its await throws the exception (or, in a combinator, <see cref="WhenAllOptions.AggregateExceptions"/> keeps every one).
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
+    public bool IsFaulted => Status == SpindleTaskStatus.Faulted;
+
+    /// <summary>
+    /// True once the task has been canceled: <see cref="Status"/> is <see cref="SpindleTaskStatus.Canceled"/>, as
+    /// <see cref="Task.IsCanceled"/> reads; its await throws an <see cref="OperationCanceledException"/>. Reading it does
+    /// not consume the task.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The task was already awaited.</exception>
+    public bool IsCanceled => Status == SpindleTaskStatus.Canceled;
+
     /// <summary>What a debugger shows: the status and the async method or source behind the task; never throws.</summary>
     private string DebuggerDisplay
         => DebuggerText.OfTask(_source, _token);
