@@ -27,7 +27,12 @@ namespace SpindleLib;
 /// A copy kept longer than that (a pooled box reused that often, a promise reset that often) names a later use again,
 /// and reading it reads that use. Do not keep a task once it has been awaited or its source reset.</para>
 /// <para><b>Continuations</b> run on the thread that completes the task. No <see cref="SynchronizationContext"/> is
-/// captured. The <see cref="ExecutionContext"/> flows, so <see cref="AsyncLocal{T}"/> works.</para>
+/// captured, whatever kind of method awaits: an <c>async Task</c> method or <c>async void</c> handler on a UI thread or a
+/// game engine's main thread (Godot's, Unity's) that awaits a Spindle task resumes on the completing thread (a worker, a
+/// timer pass), where a <see cref="Task"/>'s await would have come back to the context; there is no
+/// <c>ConfigureAwait</c> (a Spindle await is already what <c>ConfigureAwait(false)</c> asks for). To come back to the
+/// context, await <see cref="AsValueTask"/> (or <see cref="AsTask"/>) instead, as any ValueTask resumes there.
+/// The <see cref="ExecutionContext"/> flows, so <see cref="AsyncLocal{T}"/> works.</para>
 /// <para><c>default(SpindleTask)</c> is a successfully completed task.</para>
 /// </remarks>
 [AsyncMethodBuilder(typeof(SpindleTaskMethodBuilder))]
