@@ -42,21 +42,45 @@ public sealed class TimerChangeScenario : Scenario
         "per system outside the timed rounds. Quick mode warms each system up with three rounds, not the harness's steady-state wait. " +
         "SpindleTimeProvider: the same operations through ITimer, from TimerWheel.AsTimeProvider() of a wheel of its own (its CreateTimer, Change, Dispose). " +
         "Case cts,n=...: the server's idle timeout written against TimeProvider: new CancellationTokenSource(600 s, provider), CancelAfter " +
-        "for each push back (ns_per_op), Dispose; Task: TimeProvider.System (the source's own timer), SpindleTimeProvider: the wheel's provider.";
+        "for each push back (ns_per_op), Dispose; Task: TimeProvider.System (the source's own timer), SpindleTimeProvider: the wheel's provider. " +
+        $"Cases threads,n=... (Task, Spindle, SpindleTimeProvider) and cts-threads,n=... (Task, SpindleTimeProvider): the same calls made by " +
+        $"{Threads} threads at once (one per logical core, at least two), each on its own share of the N timers, all on one wheel per system " +
+        "(the system clock's timer queues for Task); each phase starts the threads together and ends when the last one ends, so ns_per_op and " +
+        "ns_per_create_dispose are wall-clock time over all the threads' calls (the inverse of their throughput), not one call's latency.";
+
+    /// <summary>The threads of the many-thread cases: one per logical core, at least two.</summary>
+    private static int Threads => Math.Max(2, Environment.ProcessorCount);
 
     public override void Run(BenchContext context)
     {
         int n = context.Pick(2_000, 100_000, 1_000_000);
         int k = context.Pick(2, 2, 4);
         string caseName = $"n={(n >= 1000 ? n / 1000 + "k" : n.ToString())},k={k}";
-        using (var spindle = new SpindleTimers(n))
-        using (var provider = new ProviderTimers(n))
+        using (var spindleWheel = new TimerWheel(TimeProvider.System))
+        using (var providerWheel = new TimerWheel(TimeProvider.System))
         {
-            RunCase(context, caseName, n, k, [new TaskTimers(n), spindle, new DelayTimers(n), provider]);
+            RunCase(context, caseName, n, k, [new TaskTimers(n), new SpindleTimers(n, spindleWheel), new DelayTimers(n), new ProviderTimers(n, providerWheel)]);
         }
-        using (var providerCts = new ProviderSources(n))
+        using (var wheel = new TimerWheel(TimeProvider.System))
         {
-            RunCase(context, "cts," + caseName, n, k, [new SystemSources(n), providerCts]);
+            RunCase(context, "cts," + caseName, n, k, [Sources.OnSystem(n), Sources.OnWheel(n, wheel)]);
+        }
+        // The same calls made by many threads at once, each on a share of the N timers (a server's connections spread
+        // over its threads), all on one wheel per system.
+        int threads = Threads;
+        using (var spindleWheel = new TimerWheel(TimeProvider.System))
+        using (var providerWheel = new TimerWheel(TimeProvider.System))
+        using (var task = new Threaded(n, threads, static share => new TaskTimers(share)))
+        using (var spindle = new Threaded(n, threads, share => new SpindleTimers(share, spindleWheel)))
+        using (var provider = new Threaded(n, threads, share => new ProviderTimers(share, providerWheel)))
+        {
+            RunCase(context, "threads," + caseName, n, k, [task, spindle, provider]);
+        }
+        using (var wheel = new TimerWheel(TimeProvider.System))
+        using (var system = new Threaded(n, threads, static share => Sources.OnSystem(share)))
+        using (var provider = new Threaded(n, threads, share => Sources.OnWheel(share, wheel)))
+        {
+            RunCase(context, "cts-threads," + caseName, n, k, [system, provider]);
         }
     }
 
@@ -226,19 +250,19 @@ public sealed class TimerChangeScenario : Scenario
         }
     }
 
-    private sealed class SpindleTimers(int n) : ISystem, IDisposable
+    /// <summary>
+    /// <see cref="SpindleTimer"/>s on <paramref name="wheel"/>: a wheel of the system clock that holds this system's timers
+    /// alone. Not <see cref="TimerWheel.Default"/>: delays another system cancelled there leave its pending count at their
+    /// own pace, so a wait for an exact count there could miss it (the main command's run threw at 107,294 against 100,000).
+    /// </summary>
+    private sealed class SpindleTimers(int n, TimerWheel wheel) : ISystem
     {
         private readonly SpindleTimer[] _timers = new SpindleTimer[n];
-
-        // Not TimerWheel.Default: delays another system cancelled there leave its pending count at their own pace, so a
-        // wait for an exact count there could miss it (the main command's run threw at 107,294 against 100,000).
-        private readonly TimerWheel _wheel = new(TimeProvider.System);
+        private readonly TimerWheel _wheel = wheel;
 
         public string Name => "Spindle";
 
         public long Pending() => _wheel.PendingCount;
-
-        void IDisposable.Dispose() => _wheel.Dispose();
 
         public void Create()
         {
@@ -268,16 +292,14 @@ public sealed class TimerChangeScenario : Scenario
     }
 
     /// <summary>The same timers through <see cref="TimerWheel.AsTimeProvider"/>'s <see cref="ITimer"/> (tp55): what code written against <see cref="TimeProvider"/> gets.</summary>
-    private sealed class ProviderTimers(int n) : ISystem, IDisposable
+    private sealed class ProviderTimers(int n, TimerWheel wheel) : ISystem
     {
         private readonly ITimer?[] _timers = new ITimer?[n];
-        private readonly TimerWheel _wheel = new(TimeProvider.System); // of its own, as SpindleTimers' (its pending count)
+        private readonly TimerWheel _wheel = wheel; // holding this system's timers alone, as SpindleTimers' (its pending count)
 
         public string Name => "SpindleTimeProvider";
 
         public long Pending() => _wheel.PendingCount;
-
-        void IDisposable.Dispose() => _wheel.Dispose();
 
         public void Create()
         {
@@ -299,43 +321,36 @@ public sealed class TimerChangeScenario : Scenario
         public void Dispose() => DisposeAll(_timers);
     }
 
-    /// <summary>A server's idle timeouts as a <see cref="CancellationTokenSource"/> each, on <see cref="TimeProvider.System"/>.</summary>
-    private sealed class SystemSources(int n) : ISystem
+    /// <summary>
+    /// A server's idle timeouts as a <see cref="CancellationTokenSource"/> each, whose timer is the provider's:
+    /// <see cref="TimeProvider.System"/> (<see cref="OnSystem"/>, the source's own timer queue timer) or a wheel's
+    /// (<see cref="OnWheel"/>, <see cref="TimerWheel.AsTimeProvider"/> of a wheel holding this system's timers alone).
+    /// </summary>
+    private sealed class Sources : ISystem
     {
-        private readonly CancellationTokenSource?[] _sources = new CancellationTokenSource?[n];
+        private readonly CancellationTokenSource?[] _sources;
+        private readonly TimeProvider _provider;
+        private readonly TimerWheel? _wheel;
 
-        public string Name => "Task";
-
-        public long Pending() => -1;
-
-        public void Create()
+        private Sources(int n, string name, TimeProvider provider, TimerWheel? wheel)
         {
-            for (int i = 0; i < _sources.Length; i++)
-            {
-                _sources[i] = new CancellationTokenSource(Far, TimeProvider.System);
-            }
+            _sources = new CancellationTokenSource?[n];
+            Name = name;
+            _provider = provider;
+            _wheel = wheel;
         }
 
-        public void PushBack(TimeSpan due) => CancelAfterAll(_sources, due);
+        public static Sources OnSystem(int n) => new(n, "Task", TimeProvider.System, null);
 
-        public void Dispose() => DisposeAll(_sources);
-    }
+        public static Sources OnWheel(int n, TimerWheel wheel) => new(n, "SpindleTimeProvider", wheel.AsTimeProvider(), wheel);
 
-    /// <summary>As <see cref="SystemSources"/>, with the sources' timers from <see cref="TimerWheel.AsTimeProvider"/> of a wheel of its own.</summary>
-    private sealed class ProviderSources(int n) : ISystem, IDisposable
-    {
-        private readonly CancellationTokenSource?[] _sources = new CancellationTokenSource?[n];
-        private readonly TimerWheel _wheel = new(TimeProvider.System);
+        public string Name { get; }
 
-        public string Name => "SpindleTimeProvider";
-
-        public long Pending() => _wheel.PendingCount;
-
-        void IDisposable.Dispose() => _wheel.Dispose();
+        public long Pending() => _wheel is null ? -1 : _wheel.PendingCount;
 
         public void Create()
         {
-            TimeProvider provider = _wheel.AsTimeProvider();
+            TimeProvider provider = _provider;
             for (int i = 0; i < _sources.Length; i++)
             {
                 _sources[i] = new CancellationTokenSource(Far, provider);
@@ -363,6 +378,126 @@ public sealed class TimerChangeScenario : Scenario
         {
             items[i]!.Dispose();
             items[i] = null;
+        }
+    }
+
+    /// <summary>
+    /// A system's N timers split among threads (the many-thread cases): each thread has a part of its own, a system over
+    /// its share of the timers (all parts on one wheel, which counts them all), and each call runs every part's call at
+    /// once, one per thread, returning when all have returned, so a round times the calls' wall-clock time from the
+    /// first thread's start to the last one's end. The calling thread runs the first part; the others run on threads
+    /// of this object's own, started once, which wait on a barrier between calls.
+    /// </summary>
+    private sealed class Threaded : ISystem, IDisposable
+    {
+        private enum Phase
+        {
+            Create,
+            PushBack,
+            Dispose,
+            Exit,
+        }
+
+        private readonly ISystem[] _parts;
+        private readonly Thread[] _threads;
+        private readonly Barrier _barrier;
+        private Phase _phase;
+        private TimeSpan _due;
+        private Exception? _failure;
+
+        /// <param name="n">The timers in all.</param>
+        /// <param name="threads">The threads, the calling one included.</param>
+        /// <param name="part">A part over the number of timers it is given (n / threads, or one more).</param>
+        public Threaded(int n, int threads, Func<int, ISystem> part)
+        {
+            _parts = new ISystem[threads];
+            for (int t = 0; t < threads; t++)
+            {
+                _parts[t] = part(n / threads + (t < n % threads ? 1 : 0));
+            }
+            _barrier = new Barrier(threads);
+            _threads = new Thread[threads - 1];
+            for (int t = 1; t < threads; t++)
+            {
+                ISystem mine = _parts[t];
+                _threads[t - 1] = new Thread(() => Serve(mine)) { IsBackground = true, Name = "timer-change part " + t };
+                _threads[t - 1].Start();
+            }
+        }
+
+        public string Name => _parts[0].Name;
+
+        public long Pending() => _parts[0].Pending(); // the parts' wheel: one for all
+
+        public void Create() => RunAll(Phase.Create);
+
+        public void PushBack(TimeSpan due)
+        {
+            _due = due; // published to the other threads by the barrier
+            RunAll(Phase.PushBack);
+        }
+
+        public void Dispose() => RunAll(Phase.Dispose);
+
+        void IDisposable.Dispose()
+        {
+            _phase = Phase.Exit;
+            _barrier.SignalAndWait();
+            foreach (Thread thread in _threads)
+            {
+                thread.Join();
+            }
+            _barrier.Dispose();
+        }
+
+        private void RunAll(Phase phase)
+        {
+            _phase = phase;
+            _failure = null;
+            _barrier.SignalAndWait(); // start together
+            Run(_parts[0]);
+            _barrier.SignalAndWait(); // all ended
+            if (_failure is { } failure)
+            {
+                throw new InvalidOperationException($"{Name}: a thread's {phase} failed.", failure);
+            }
+        }
+
+        private void Serve(ISystem part)
+        {
+            while (true)
+            {
+                _barrier.SignalAndWait();
+                if (_phase == Phase.Exit)
+                {
+                    return;
+                }
+                Run(part);
+                _barrier.SignalAndWait();
+            }
+        }
+
+        private void Run(ISystem part)
+        {
+            try
+            {
+                switch (_phase)
+                {
+                    case Phase.Create:
+                        part.Create();
+                        break;
+                    case Phase.PushBack:
+                        part.PushBack(_due);
+                        break;
+                    default:
+                        part.Dispose();
+                        break;
+                }
+            }
+            catch (Exception ex)
+            {
+                Interlocked.CompareExchange(ref _failure, ex, null);
+            }
         }
     }
 
