@@ -6,174 +6,43 @@ namespace SpindleLib.Tests.Time;
 
 /// <summary>
 /// Several threads Change and Dispose shared callback timers (and create new ones in place of the disposed) while
-/// another thread drives the wheel. Checked in closed form: no timer fires more often than it was armed (each arming
-/// fires at most once); after Dispose returned, at most one callback of that timer starts (the one the wheel had already
-/// taken); once the changers stop, every live timer given a due time fires exactly once; and, all disposed, nothing is
-/// left in the wheel. On a <see cref="SpindleTimerStressTests.Run"/> of the system clock the callbacks run on the workers,
-/// where several taken callbacks may still be queued when Dispose returns, so only the other checks apply.
+/// another thread drives the wheel (<see cref="TimerChurnStress{TTimer}"/>, through <see cref="SpindleTimer"/>: a Change
+/// of a disposed timer throws <see cref="ObjectDisposedException"/>). After Dispose returned, at most one callback of
+/// that timer starts on a manual clock (the one the wheel had already taken); on the system clock the callbacks run on
+/// the workers, where several taken callbacks may still be queued when Dispose returns, so that check does not apply.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public class SpindleTimerStressTests
 {
-    private sealed class Cell
+    private sealed class Churn : TimerChurnStress<SpindleTimer>
     {
-        public SpindleTimer Timer;
-        public int Armings; // creations and Change calls that gave a due time and returned
-        public int Fires;
-        public int DisposeReturned;
-        public int FiresAfterDispose;
+        private static readonly Action<object?> s_callback = OnFire;
+
+        protected override SpindleTimer Create(TimerWheel wheel, Cell cell, TimeSpan due) => wheel.CreateTimer(s_callback, cell, due);
+
+        protected override bool Change(SpindleTimer timer, TimeSpan due)
+        {
+            try
+            {
+                timer.Change(due, Timeout.InfiniteTimeSpan);
+                return true;
+            }
+            catch (ObjectDisposedException)
+            {
+                return false;
+            }
+        }
+
+        protected override void Dispose(SpindleTimer timer, int way) => timer.Dispose();
+
+        protected override int FiresAfterDisposeAllowed(bool manual) => manual ? 1 : int.MaxValue;
     }
 
-    private static readonly Action<object?> s_callback = static s =>
-    {
-        var cell = (Cell)s!;
-        if (Volatile.Read(ref cell.DisposeReturned) != 0)
-        {
-            Interlocked.Increment(ref cell.FiresAfterDispose);
-        }
-        Interlocked.Increment(ref cell.Fires);
-    };
+    [Fact]
+    public void ManualClock_ChangeDisposeAndFiringRace_NothingLostNothingTwice() => new Churn().Run(manual: true, TestUtil.Stress(40_000));
 
     [Fact]
-    public void ManualClock_ChangeDisposeAndFiringRace_NothingLostNothingTwice() => Run(manual: true);
-
-    [Fact]
-    public void SystemClock_ChangeDisposeAndFiringRace_NothingLostNothingTwice() => Run(manual: false);
-
-    private static void Run(bool manual)
-    {
-        const int TimerCount = 64;
-        const int Changers = 3;
-        var clock = manual ? new ManualClock() : null;
-        using var wheel = new TimerWheel(clock ?? TimeProvider.System);
-        var cells = new Cell[TimerCount];
-        var retired = new System.Collections.Concurrent.ConcurrentBag<Cell>();
-        for (int i = 0; i < TimerCount; i++)
-        {
-            cells[i] = NewCell(wheel, TimeSpan.FromMilliseconds(1 + i % 5));
-        }
-        var stop = 0;
-        Exception? failure = null;
-        var driver = new Thread(() =>
-        {
-            while (Volatile.Read(ref stop) == 0)
-            {
-                if (clock is not null)
-                {
-                    clock.Advance(TimeSpan.FromMilliseconds(1));
-                }
-                else
-                {
-                    Thread.Sleep(1);
-                }
-            }
-        });
-        var changers = new Thread[Changers];
-        int iterations = TestUtil.Stress(manual ? 40_000 : 20_000);
-        for (int t = 0; t < Changers; t++)
-        {
-            int seed = t;
-            changers[t] = new Thread(() =>
-            {
-                try
-                {
-                    var random = new Random(seed);
-                    for (int n = 0; n < iterations; n++)
-                    {
-                        int i = random.Next(TimerCount);
-                        Cell cell = Volatile.Read(ref cells[i]);
-                        int op = random.Next(100);
-                        if (op < 3)
-                        {
-                            // Retire it: this thread disposes it and puts a new timer in its place; others may still hold the old.
-                            if (Interlocked.CompareExchange(ref cells[i], NewCell(wheel, TimeSpan.FromMilliseconds(random.Next(0, 4))), cell) is var seen && seen == cell)
-                            {
-                                cell.Timer.Dispose();
-                                Volatile.Write(ref cell.DisposeReturned, 1);
-                                retired.Add(cell);
-                            }
-                        }
-                        else
-                        {
-                            TimeSpan due = op < 10 ? Timeout.InfiniteTimeSpan : TimeSpan.FromMilliseconds(random.Next(0, 6));
-                            try
-                            {
-                                cell.Timer.Change(due, Timeout.InfiniteTimeSpan);
-                                if (due != Timeout.InfiniteTimeSpan)
-                                {
-                                    Interlocked.Increment(ref cell.Armings);
-                                }
-                            }
-                            catch (ObjectDisposedException)
-                            {
-                                Assert.True(Volatile.Read(ref cells[i]) != cell, "only a retired timer's handle is disposed");
-                            }
-                        }
-                        if ((n & 63) == 0)
-                        {
-                            Thread.Yield();
-                        }
-                    }
-                }
-                catch (Exception ex)
-                {
-                    failure = ex;
-                }
-            });
-        }
-        driver.Start();
-        foreach (Thread t in changers)
-        {
-            t.Start();
-        }
-        foreach (Thread t in changers)
-        {
-            Assert.True(t.Join(TimeSpan.FromSeconds(TestUtil.StressTimeout(60))), "a changer hung");
-        }
-        Volatile.Write(ref stop, 1);
-        Assert.True(driver.Join(TimeSpan.FromSeconds(30)), "the driver hung");
-        Assert.Null(failure);
-
-        // Quiet now: let everything in flight land, then each live timer, given a due time, fires exactly once.
-        Settle(clock, TimeSpan.FromMilliseconds(20));
-        var before = new int[TimerCount];
-        for (int i = 0; i < TimerCount; i++)
-        {
-            before[i] = Volatile.Read(ref cells[i].Fires);
-            cells[i].Timer.Change(TimeSpan.FromMilliseconds(2), Timeout.InfiniteTimeSpan);
-            cells[i].Armings++;
-        }
-        Settle(clock, TimeSpan.FromMilliseconds(20));
-        if (clock is null)
-        {
-            SpinWait.SpinUntil(() => Array.TrueForAll(cells, c => Volatile.Read(ref c.Fires) > 0) && AllFiredOnce(cells, before), TimeSpan.FromSeconds(10));
-        }
-        for (int i = 0; i < TimerCount; i++)
-        {
-            Assert.Equal(before[i] + 1, Volatile.Read(ref cells[i].Fires));
-        }
-        foreach (Cell cell in cells)
-        {
-            cell.Timer.Dispose();
-            Volatile.Write(ref cell.DisposeReturned, 1);
-            retired.Add(cell);
-        }
-        Assert.Equal(0, wheel.PendingCount);
-        Settle(clock, TimeSpan.FromMilliseconds(20));
-        int armings = 0;
-        int fires = 0;
-        foreach (Cell cell in retired)
-        {
-            Assert.True(cell.Fires <= cell.Armings, $"a timer fired {cell.Fires} times for {cell.Armings} armings");
-            if (manual)
-            {
-                Assert.True(cell.FiresAfterDispose <= 1, $"{cell.FiresAfterDispose} callbacks started after Dispose returned");
-            }
-            armings += cell.Armings;
-            fires += cell.Fires;
-        }
-        Assert.True(fires > 0 && armings >= fires, $"fires {fires}, armings {armings}");
-    }
+    public void SystemClock_ChangeDisposeAndFiringRace_NothingLostNothingTwice() => new Churn().Run(manual: false, TestUtil.Stress(20_000));
 
     /// <summary>
     /// Threads keep moving their timers (Change pulls forward and re-arms go through the change inbox) while the wheel is
@@ -234,37 +103,6 @@ public class SpindleTimerStressTests
             int settled = Volatile.Read(ref fires);
             Thread.Sleep(30);
             Assert.Equal(settled, Volatile.Read(ref fires));
-        }
-    }
-
-    private static bool AllFiredOnce(Cell[] cells, int[] before)
-    {
-        for (int i = 0; i < cells.Length; i++)
-        {
-            if (Volatile.Read(ref cells[i].Fires) < before[i] + 1)
-            {
-                return false;
-            }
-        }
-        return true;
-    }
-
-    private static Cell NewCell(TimerWheel wheel, TimeSpan due)
-    {
-        var cell = new Cell { Armings = 1 };
-        cell.Timer = wheel.CreateTimer(s_callback, cell, due);
-        return cell;
-    }
-
-    private static void Settle(ManualClock? clock, TimeSpan time)
-    {
-        if (clock is not null)
-        {
-            clock.Advance(time);
-        }
-        else
-        {
-            Thread.Sleep(time * 5);
         }
     }
 }
