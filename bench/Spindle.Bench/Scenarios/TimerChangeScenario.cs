@@ -46,7 +46,10 @@ public sealed class TimerChangeScenario : Scenario
         $"Cases threads,n=... (Task, Spindle, SpindleTimeProvider) and cts-threads,n=... (Task, SpindleTimeProvider): the same calls made by " +
         $"{Threads} threads at once (one per logical core, at least two), each on its own share of the N timers, all on one wheel per system " +
         "(the system clock's timer queues for Task); each phase starts the threads together and ends when the last one ends, so ns_per_op and " +
-        "ns_per_create_dispose are wall-clock time over all the threads' calls (the inverse of their throughput), not one call's latency.";
+        "ns_per_create_dispose are wall-clock time over all the threads' calls (the inverse of their throughput), not one call's latency. " +
+        "Case cts-one-creator,n=...: as cts-threads, but one thread creates and disposes all the sources, and all the threads push them back " +
+        "(a server whose timeouts are started where connections are accepted and pushed back where messages are handled): TimeProvider.System's " +
+        "timers then share one processor's timer queue and its lock.";
 
     /// <summary>The threads of the many-thread cases: one per logical core, at least two.</summary>
     private static int Threads => Math.Max(2, Environment.ProcessorCount);
@@ -81,6 +84,12 @@ public sealed class TimerChangeScenario : Scenario
         using (var provider = new Threaded(n, threads, share => Sources.OnWheel(share, wheel)))
         {
             RunCase(context, "cts-threads," + caseName, n, k, [system, provider]);
+        }
+        using (var wheel = new TimerWheel(TimeProvider.System))
+        using (var system = new Threaded(n, threads, static share => Sources.OnSystem(share), oneCreator: true))
+        using (var provider = new Threaded(n, threads, share => Sources.OnWheel(share, wheel), oneCreator: true))
+        {
+            RunCase(context, "cts-one-creator," + caseName, n, k, [system, provider]);
         }
     }
 
@@ -386,7 +395,9 @@ public sealed class TimerChangeScenario : Scenario
     /// its share of the timers (all parts on one wheel, which counts them all), and each call runs every part's call at
     /// once, one per thread, returning when all have returned, so a round times the calls' wall-clock time from the
     /// first thread's start to the last one's end. The calling thread runs the first part; the others run on threads
-    /// of this object's own, started once, which wait on a barrier between calls.
+    /// of this object's own, started once, which wait on a barrier between calls. With one creator, the calling thread
+    /// alone creates and disposes the timers, and all the threads push them back: <see cref="TimeProvider.System"/>'s
+    /// timers then share the timer queue of the processor that thread ran on, and its lock.
     /// </summary>
     private sealed class Threaded : ISystem, IDisposable
     {
@@ -401,6 +412,7 @@ public sealed class TimerChangeScenario : Scenario
         private readonly ISystem[] _parts;
         private readonly Thread[] _threads;
         private readonly Barrier _barrier;
+        private readonly bool _oneCreator;
         private Phase _phase;
         private TimeSpan _due;
         private Exception? _failure;
@@ -408,8 +420,10 @@ public sealed class TimerChangeScenario : Scenario
         /// <param name="n">The timers in all.</param>
         /// <param name="threads">The threads, the calling one included.</param>
         /// <param name="part">A part over the number of timers it is given (n / threads, or one more).</param>
-        public Threaded(int n, int threads, Func<int, ISystem> part)
+        /// <param name="oneCreator">True: the calling thread alone creates and disposes every part's timers (one after another), and only the push backs are made by all the threads.</param>
+        public Threaded(int n, int threads, Func<int, ISystem> part, bool oneCreator = false)
         {
+            _oneCreator = oneCreator;
             _parts = new ISystem[threads];
             for (int t = 0; t < threads; t++)
             {
@@ -429,7 +443,18 @@ public sealed class TimerChangeScenario : Scenario
 
         public long Pending() => _parts[0].Pending(); // the parts' wheel: one for all
 
-        public void Create() => RunAll(Phase.Create);
+        public void Create()
+        {
+            if (_oneCreator)
+            {
+                foreach (ISystem part in _parts)
+                {
+                    part.Create();
+                }
+                return;
+            }
+            RunAll(Phase.Create);
+        }
 
         public void PushBack(TimeSpan due)
         {
@@ -437,7 +462,18 @@ public sealed class TimerChangeScenario : Scenario
             RunAll(Phase.PushBack);
         }
 
-        public void Dispose() => RunAll(Phase.Dispose);
+        public void Dispose()
+        {
+            if (_oneCreator)
+            {
+                foreach (ISystem part in _parts)
+                {
+                    part.Dispose();
+                }
+                return;
+            }
+            RunAll(Phase.Dispose);
+        }
 
         void IDisposable.Dispose()
         {

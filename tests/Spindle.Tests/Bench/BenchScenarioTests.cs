@@ -51,8 +51,9 @@ public sealed class BenchScenarioTests
         ["timer-change"] =
         [
             // tp55: the wheel's TimeProvider, beside the ITimer calls of the first case and in a case of its own for the
-            // server's CancellationTokenSource(timeout, provider) pattern; tp56: both made by many threads at once.
-            (new[] { "n=2k,k=2", "cts,n=2k,k=2", "threads,n=2k,k=2", "cts-threads,n=2k,k=2" }, new[] { "Task", "SpindleTimeProvider" }, TimerChangeMetrics),
+            // server's CancellationTokenSource(timeout, provider) pattern; tp56: both made by many threads at once, and the
+            // sources created by one thread and pushed back by all.
+            (new[] { "n=2k,k=2", "cts,n=2k,k=2", "threads,n=2k,k=2", "cts-threads,n=2k,k=2", "cts-one-creator,n=2k,k=2" }, new[] { "Task", "SpindleTimeProvider" }, TimerChangeMetrics),
             // tp56: the many-thread case of the callback timers has SpindleTimer beside Timer and the wheel's ITimer.
             (new[] { "threads,n=2k,k=2" }, new[] { "Spindle" }, TimerChangeMetrics),
         ],
