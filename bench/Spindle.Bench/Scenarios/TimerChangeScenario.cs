@@ -12,6 +12,9 @@ namespace SpindleLib.Bench.Scenarios;
 /// wheel of the system clock of its own (so that its pending count, which the rounds wait on, counts its timers alone:
 /// the delays <c>SpindleDelay</c> cancelled on <see cref="TimerWheel.Default"/> leave it later) and its <c>Change</c>; <c>SpindleDelay</c>: what Spindle offered before, a loop
 /// awaiting <c>Spindle.Delay</c> with a <see cref="CancellationTokenSource"/> cancelled and replaced for each re-arm.
+/// Beside them, <c>SpindleTimeProvider</c> (the wheel's <see cref="ITimer"/>, tp55), a case of sources on either
+/// provider (<c>cts</c>), and the same calls made by many threads at once (<c>threads</c>, <c>cts-threads</c>,
+/// <c>cts-one-creator</c>, tp56: see <see cref="Threaded"/>).
 /// </summary>
 public sealed class TimerChangeScenario : Scenario
 {
@@ -43,7 +46,7 @@ public sealed class TimerChangeScenario : Scenario
         "SpindleTimeProvider: the same operations through ITimer, from TimerWheel.AsTimeProvider() of a wheel of its own (its CreateTimer, Change, Dispose). " +
         "Case cts,n=...: the server's idle timeout written against TimeProvider: new CancellationTokenSource(600 s, provider), CancelAfter " +
         "for each push back (ns_per_op), Dispose; Task: TimeProvider.System (the source's own timer), SpindleTimeProvider: the wheel's provider. " +
-        $"Cases threads,n=... (Task, Spindle, SpindleTimeProvider) and cts-threads,n=... (Task, SpindleTimeProvider): the same calls made by " +
+        "Cases threads,n=... (Task, Spindle, SpindleTimeProvider) and cts-threads,n=... (Task, SpindleTimeProvider): the same calls made by " +
         $"{Threads} threads at once (one per logical core, at least two), each on its own share of the N timers, all on one wheel per system " +
         "(the system clock's timer queues for Task); each phase starts the threads together and ends when the last one ends, so ns_per_op and " +
         "ns_per_create_dispose are wall-clock time over all the threads' calls (the inverse of their throughput), not one call's latency. " +
