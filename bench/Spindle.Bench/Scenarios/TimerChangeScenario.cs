@@ -446,18 +446,7 @@ public sealed class TimerChangeScenario : Scenario
 
         public long Pending() => _parts[0].Pending(); // the parts' wheel: one for all
 
-        public void Create()
-        {
-            if (_oneCreator)
-            {
-                foreach (ISystem part in _parts)
-                {
-                    part.Create();
-                }
-                return;
-            }
-            RunAll(Phase.Create);
-        }
+        public void Create() => RunAll(Phase.Create);
 
         public void PushBack(TimeSpan due)
         {
@@ -465,18 +454,7 @@ public sealed class TimerChangeScenario : Scenario
             RunAll(Phase.PushBack);
         }
 
-        public void Dispose()
-        {
-            if (_oneCreator)
-            {
-                foreach (ISystem part in _parts)
-                {
-                    part.Dispose();
-                }
-                return;
-            }
-            RunAll(Phase.Dispose);
-        }
+        public void Dispose() => RunAll(Phase.Dispose);
 
         void IDisposable.Dispose()
         {
@@ -489,13 +467,24 @@ public sealed class TimerChangeScenario : Scenario
             _barrier.Dispose();
         }
 
+        /// <summary>Runs <paramref name="phase"/> on every part: on all the threads at once, or, for a create or dispose with one creator, on the calling thread, part after part.</summary>
         private void RunAll(Phase phase)
         {
             _phase = phase;
             _failure = null;
-            _barrier.SignalAndWait(); // start together
-            Run(_parts[0]);
-            _barrier.SignalAndWait(); // all ended
+            if (_oneCreator && phase != Phase.PushBack)
+            {
+                foreach (ISystem part in _parts)
+                {
+                    Run(part);
+                }
+            }
+            else
+            {
+                _barrier.SignalAndWait(); // start together
+                Run(_parts[0]);
+                _barrier.SignalAndWait(); // all ended
+            }
             if (_failure is { } failure)
             {
                 throw new InvalidOperationException($"{Name}: a thread's {phase} failed.", failure);
