@@ -181,6 +181,24 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
     /// </summary>
     internal static Action<CallbackTimerNode>? TestHookBeforeChangeCas;
 
+    /// <summary>
+    /// Tests only (a Debug build): run by <see cref="Dispose"/> between its read of the word and the CAS that ends the use,
+    /// on the calling thread (<c>SpindleTimerSettlementRaceTests</c> lands a Change there).
+    /// </summary>
+    internal static Action<CallbackTimerNode>? TestHookBeforeDisposeCas;
+
+    /// <summary>
+    /// Tests only (a Debug build): run by <see cref="Settle"/> between its read of the word and its CAS, on the owner's
+    /// thread, inside its pass (<c>SpindleTimerSettlementRaceTests</c> lands a Change there).
+    /// </summary>
+    internal static Action<CallbackTimerNode>? TestHookBeforeSettleCas;
+
+    /// <summary>
+    /// Tests only (a Debug build): run by <see cref="Settle"/> just after its CAS succeeded, before it returns, on the
+    /// owner's thread (<c>SpindleTimerSettlementRaceTests</c> lands the user's Dispose there, which may recycle the node).
+    /// </summary>
+    internal static Action<CallbackTimerNode>? TestHookAfterSettleCas;
+
 #endif
     /// <summary>
     /// Ends use <paramref name="version"/> (idempotent; a stale use does nothing). Returns true if the caller must push the
@@ -221,6 +239,9 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
             {
                 next |= Queued;
             }
+#if DEBUG
+            TestHookBeforeDisposeCas?.Invoke(this);
+#endif
             long witnessed = Interlocked.CompareExchange(ref _word, next, word);
             if (witnessed == word)
             {
@@ -315,9 +336,15 @@ internal sealed class CallbackTimerNode : WheelNode, IPoolNode<CallbackTimerNode
                     settlement = Settlement.FireAndLink;
                 }
             }
+#if DEBUG
+            TestHookBeforeSettleCas?.Invoke(this);
+#endif
             long witnessed = Interlocked.CompareExchange(ref _word, next, word);
             if (witnessed == word)
             {
+#if DEBUG
+                TestHookAfterSettleCas?.Invoke(this);
+#endif
                 return settlement;
             }
             word = witnessed;
