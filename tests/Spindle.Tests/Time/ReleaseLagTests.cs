@@ -63,5 +63,59 @@ public class ReleaseLagTests
         Assert.False(lagWaited, "the release lag waited a tick with a timer already due");
         TestUtil.SpinUntil(() => wheel.PendingCount == 0, wheel.Describe);
     }
+
+    /// <summary>
+    /// The same lag, for a callback timer that a Change moves earlier while the release kick of another timer's stop is
+    /// pending: the Change lowers the wheel's wake time (<c>TimerWheel.QueueChange</c>, as a delay's insert does), which
+    /// bounds the lag, so the timer due at once is not held a tick. A QueueChange that never lowered the wake time (it
+    /// only kicked for a first push, as a cancellation does; mutation testing, M33, every earlier test passed) left the
+    /// lag bounded by the thread's plan, minutes away, and the due timer waited it out.
+    /// </summary>
+    [Fact]
+    public void ACallbackTimerMovedEarlierWhileTheReleaseKickIsPending_EndsTheLag_WhenItIsDue()
+    {
+        using var wheel = new TimerWheel(TimeProvider.System); // a thread-driven wheel of its own
+        using var fired = new ManualResetEventSlim();
+        using SpindleTimer stopped = wheel.CreateTimer(static _ => { }, null, TimeSpan.FromMinutes(10));
+        using SpindleTimer moved = wheel.CreateTimer(static s => ((ManualResetEventSlim)s!).Set(), fired, TimeSpan.FromMinutes(10));
+        TestUtil.SpinUntil(() => wheel.PassCount > 0 && wheel.Describe() == "main: count=2 linked=2", wheel.Describe);
+
+        int armed = 0;
+        bool? lagWaited = null;
+        ThreadTimerDriver.TestHookWoken = w =>
+        {
+            if (w != wheel || Interlocked.Exchange(ref armed, 0) == 0)
+            {
+                return;
+            }
+            // On the timer thread, woken by the stop's release kick and not yet past its Reset: this Change's kick finds
+            // the event set and sets nothing. The thread then stays here until the timer is overdue.
+            moved.Change(TimeSpan.FromMilliseconds(1), Timeout.InfiniteTimeSpan);
+            var held = Stopwatch.StartNew();
+            while (held.ElapsedTicks < Stopwatch.Frequency / 250) // 4 ms: past the timer's new due time
+            {
+            }
+        };
+        ThreadTimerDriver.TestHookLagDecided = (w, waits) =>
+        {
+            if (w == wheel && lagWaited is null)
+            {
+                lagWaited = waits;
+            }
+        };
+        try
+        {
+            Volatile.Write(ref armed, 1);
+            stopped.Change(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan); // the first change since the last pass: a stop, a release kick
+            TestUtil.SpinUntil(() => lagWaited is not null && fired.IsSet, () => "lag " + lagWaited + ", " + wheel.Describe());
+        }
+        finally
+        {
+            ThreadTimerDriver.TestHookWoken = null;
+            ThreadTimerDriver.TestHookLagDecided = null;
+        }
+        Assert.False(lagWaited, "the release lag waited a tick with a callback timer already due");
+        TestUtil.SpinUntil(() => wheel.PendingCount == 0, wheel.Describe);
+    }
 }
 #endif

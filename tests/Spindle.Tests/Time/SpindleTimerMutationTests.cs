@@ -239,4 +239,38 @@ public class SpindleTimerMutationTests
         clock.RunDue();
         Assert.Equal(new[] { "delay 5", "timer 8" }, order);
     }
+
+    /// <summary>
+    /// A periodic timer started due at once, settled from the change inbox by a pass at a tick the wheel has already
+    /// reached while it holds another timer (so the pass does not jump ahead, see <c>SettleChanged</c>), fires there and
+    /// is linked at its next period with the owner's hold (Armed) set, as every timer linked in a slot is. Its Dispose then
+    /// goes through the change inbox, and the owner unlinks it before it returns the node to the pool. A settlement that
+    /// linked it without Armed (mut55: M38; every earlier test passed) let the Dispose recycle the node at once while it
+    /// was still linked (the wheel went on counting it, and its slot would hand a pooled node, or the next timer's, to a
+    /// later pass). On that failure this test leaves the wheel alone, neither advanced nor disposed.
+    /// </summary>
+    [Fact]
+    public void PeriodicTimerStartedDueAtOnce_InATickTheWheelHasPassed_IsLinkedAsHeld_AndItsDisposeUnlinksIt()
+    {
+        var clock = new ManualClock();
+        var wheel = new TimerWheel(clock);
+        var log = new SpindleTimerTests.Log(clock);
+        SpindleTimer keeper = wheel.CreateTimer(static _ => { }, null, Ms(1000)); // the wheel is not empty
+        SpindleTimer passer = wheel.CreateTimer(static _ => { }, null, Ms(5));
+        clock.Advance(Ms(5)); // a pass at 5: the wheel's time is 5
+        SpindleTimer periodic = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, TimeSpan.Zero, Ms(10));
+        Assert.Equal(new long[] { 5 }, log.Fired); // settled from the inbox at 5: fired, and linked at 15
+        Assert.Equal(2, wheel.PendingCount);
+        CallbackTimerNode node = NodeOf(periodic);
+        periodic.Dispose();
+        Assert.True(wheel.PendingCount == 1,
+            $"After the periodic timer's Dispose the wheel should hold the keeper alone (it counts {wheel.PendingCount}): the Dispose recycled a node still linked.");
+        Assert.Null(node.Wheel); // recycled by the pass its push ran (a ManualClock's kick runs it inline)
+        using SpindleTimer next = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Ms(25)); // this thread's pool hands it the node
+        clock.Advance(Ms(40));
+        Assert.Equal(new long[] { 5, 30 }, log.Fired); // the disposed timer never again; the next one once, at its tick
+        passer.Dispose();
+        keeper.Dispose();
+        wheel.Dispose();
+    }
 }
