@@ -76,11 +76,12 @@ public class ReleaseLagTests
     {
         using var wheel = new TimerWheel(TimeProvider.System); // a thread-driven wheel of its own
         using var fired = new ManualResetEventSlim();
-        using SpindleTimer stopped = wheel.CreateTimer(static _ => { }, null, TimeSpan.FromMinutes(10));
         using SpindleTimer moved = wheel.CreateTimer(static s => ((ManualResetEventSlim)s!).Set(), fired, TimeSpan.FromMinutes(10));
-        TestUtil.SpinUntil(() => wheel.PassCount > 0 && wheel.Describe() == "main: count=2 linked=2", wheel.Describe);
+        using SpindleTimer stopped = wheel.CreateTimer(static _ => { }, null, TimeSpan.FromMinutes(9));
+        TestUtil.SpinUntil(() => wheel.PassCount > 0 && wheel.Describe() == "main: count=2 linked=2", wheel.Describe); // the change inbox drained
 
         int armed = 0;
+        int hookRan = 0;
         bool? lagWaited = null;
         ThreadTimerDriver.TestHookWoken = w =>
         {
@@ -88,26 +89,30 @@ public class ReleaseLagTests
             {
                 return;
             }
-            // On the timer thread, woken by the stop's release kick and not yet past its Reset: this Change's kick finds
-            // the event set and sets nothing. The thread then stays here until the timer is overdue.
+            // On the timer thread, at the top of its loop, before its Reset. The stop is the first change since the last
+            // pass (the inbox was empty): a release kick, which only this thread takes back, in the lag it decides next.
+            // The Change is pushed behind it; its kick finds the event set and sets nothing. The thread then stays here
+            // until the timer is overdue.
+            stopped.Change(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan);
             moved.Change(TimeSpan.FromMilliseconds(1), Timeout.InfiniteTimeSpan);
             var held = Stopwatch.StartNew();
             while (held.ElapsedTicks < Stopwatch.Frequency / 250) // 4 ms: past the timer's new due time
             {
             }
+            Volatile.Write(ref hookRan, 1);
         };
         ThreadTimerDriver.TestHookLagDecided = (w, waits) =>
         {
-            if (w == wheel && lagWaited is null)
+            if (w == wheel && Volatile.Read(ref hookRan) == 1 && lagWaited is null)
             {
-                lagWaited = waits;
+                lagWaited = waits; // the lag right after the hook, on the same thread (an earlier one is not this test's)
             }
         };
         try
         {
             Volatile.Write(ref armed, 1);
-            stopped.Change(Timeout.InfiniteTimeSpan, Timeout.InfiniteTimeSpan); // the first change since the last pass: a stop, a release kick
-            TestUtil.SpinUntil(() => lagWaited is not null && fired.IsSet, () => "lag " + lagWaited + ", " + wheel.Describe());
+            wheel.Driver.Kick(); // wakes the thread, as any kick does, with nothing pushed
+            TestUtil.SpinUntil(() => lagWaited is not null && fired.IsSet, () => "hook " + hookRan + ", lag " + lagWaited + ", " + wheel.Describe());
         }
         finally
         {
