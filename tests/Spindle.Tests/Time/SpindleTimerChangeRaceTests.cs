@@ -20,6 +20,32 @@ public sealed class SpindleTimerChangeRaceTests
 {
     private static TimeSpan Ms(long ms) => TimeSpan.FromMilliseconds(ms);
 
+    /// <summary>
+    /// Runs <paramref name="act"/> with <paramref name="hook"/> (one of the node's Debug hooks) set to run
+    /// <paramref name="landing"/> the first time it is reached for <paramref name="node"/>, clears the hook after, and
+    /// checks that it was reached (else the race the test sets up never happened).
+    /// </summary>
+    internal static void LandOnce(ref Action<CallbackTimerNode>? hook, CallbackTimerNode node, Action landing, Action act)
+    {
+        int hooked = 0;
+        try
+        {
+            hook = n =>
+            {
+                if (n == node && Interlocked.Exchange(ref hooked, 1) == 0)
+                {
+                    landing();
+                }
+            };
+            act();
+        }
+        finally
+        {
+            hook = null;
+        }
+        Assert.True(hooked == 1, "The hook never ran for this test's node: the race the test sets up did not happen.");
+    }
+
     [Theory]
     [InlineData(false)]
     [InlineData(true)]
@@ -32,24 +58,16 @@ public sealed class SpindleTimerChangeRaceTests
         using SpindleTimer timer = wheel.CreateTimer(callback, null, Ms(5), periodic ? Ms(100) : Timeout.InfiniteTimeSpan);
         clock.Advance(Ms(4)); // linked at 5
         CallbackTimerNode node = SpindleTimerMutationTests.NodeOf(timer);
-        int hooked = 0;
-        try
-        {
-            CallbackTimerNode.TestHookBeforeChangeCas = n =>
+        LandOnce(ref CallbackTimerNode.TestHookBeforeChangeCas, node,
+            () =>
             {
-                if (n == node && Interlocked.Exchange(ref hooked, 1) == 0)
-                {
-                    clock.Advance(Ms(1)); // the wheel fires it (due at 5) between the Change's read and its CAS
-                }
-            };
-            // At 4: due at 10, later than the word it read (a push-back); the period as it was.
-            timer.Change(Ms(6), periodic ? Ms(100) : Timeout.InfiniteTimeSpan);
-        }
-        finally
-        {
-            CallbackTimerNode.TestHookBeforeChangeCas = null;
-        }
-        Assert.Equal(1, hooked);
+                clock.Advance(Ms(1)); // the wheel fires it (due at 5) between the Change's read and its CAS
+            },
+            () =>
+            {
+                // At 4: due at 10, later than the word it read (a push-back); the period as it was.
+                timer.Change(Ms(6), periodic ? Ms(100) : Timeout.InfiniteTimeSpan);
+            });
         Assert.Equal(new long[] { 5 }, fired);
         clock.Advance(Ms(200));
         // The Change's due time, then its period's (the firing at 5 had linked a periodic timer at 105, the word
@@ -74,23 +92,15 @@ public sealed class SpindleTimerChangeRaceTests
         int fired = 0;
         SpindleTimer timer = wheel.CreateTimer(_ => fired++, null, Timeout.InfiniteTimeSpan); // stopped: in no part of the wheel
         CallbackTimerNode node = SpindleTimerMutationTests.NodeOf(timer);
-        int hooked = 0;
-        try
-        {
-            CallbackTimerNode.TestHookBeforeChangeCas = n =>
+        LandOnce(ref CallbackTimerNode.TestHookBeforeChangeCas, node,
+            () =>
             {
-                if (n == node && Interlocked.Exchange(ref hooked, 1) == 0)
-                {
-                    wheel.Dispose(); // after the Change's check of the wheel, before its CAS
-                }
-            };
-            timer.Change(Ms(5), Timeout.InfiniteTimeSpan); // arms it: Queued, pushed to the disposed wheel's inbox
-        }
-        finally
-        {
-            CallbackTimerNode.TestHookBeforeChangeCas = null;
-        }
-        Assert.Equal(1, hooked);
+                wheel.Dispose(); // after the Change's check of the wheel, before its CAS
+            },
+            () =>
+            {
+                timer.Change(Ms(5), Timeout.InfiniteTimeSpan); // arms it: Queued, pushed to the disposed wheel's inbox
+            });
         clock.Advance(Ms(10));
         Assert.Equal(0, fired);
         var ex = Assert.Throws<ObjectDisposedException>(() => timer.Change(Ms(1), Timeout.InfiniteTimeSpan));

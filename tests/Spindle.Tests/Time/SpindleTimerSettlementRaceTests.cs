@@ -41,28 +41,20 @@ public sealed class SpindleTimerSettlementRaceTests
         clock.Advance(Ms(4)); // linked at 5
         CallbackTimerNode node = SpindleTimerMutationTests.NodeOf(timer);
         SpindleTimer other = default;
-        int hooked = 0;
-        try
-        {
-            CallbackTimerNode.TestHookAfterSettleCas = n =>
+        SpindleTimerChangeRaceTests.LandOnce(ref CallbackTimerNode.TestHookAfterSettleCas, node,
+            () =>
             {
-                if (n == node && Interlocked.Exchange(ref hooked, 1) == 0)
+                timer.Dispose(); // between the wheel's CAS (it fires the timer) and its delivery of the callback
+                if (nodeRentedAgain)
                 {
-                    timer.Dispose(); // between the wheel's CAS (it fires the timer) and its delivery of the callback
-                    if (nodeRentedAgain)
-                    {
-                        // Stopped, so nothing is pushed: this thread's pool hands it the node the Dispose returned.
-                        other = wheel.CreateTimer(SpindleTimerTests.Log.Callback, otherLog, Infinite);
-                    }
+                    // Stopped, so nothing is pushed: this thread's pool hands it the node the Dispose returned.
+                    other = wheel.CreateTimer(SpindleTimerTests.Log.Callback, otherLog, Infinite);
                 }
-            };
-            clock.Advance(Ms(1));
-        }
-        finally
-        {
-            CallbackTimerNode.TestHookAfterSettleCas = null;
-        }
-        Assert.Equal(1, hooked);
+            },
+            () =>
+            {
+                clock.Advance(Ms(1));
+            });
         if (nodeRentedAgain)
         {
             Assert.True(ReferenceEquals(node, SpindleTimerMutationTests.NodeOf(other)),
@@ -105,24 +97,16 @@ public sealed class SpindleTimerSettlementRaceTests
         using SpindleTimer timer = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Ms(5), periodic ? Ms(100) : Infinite);
         clock.Advance(Ms(4)); // linked at 5
         CallbackTimerNode node = SpindleTimerMutationTests.NodeOf(timer);
-        int hooked = 0;
-        try
-        {
-            CallbackTimerNode.TestHookBeforeSettleCas = n =>
+        SpindleTimerChangeRaceTests.LandOnce(ref CallbackTimerNode.TestHookBeforeSettleCas, node,
+            () =>
             {
-                if (n == node && Interlocked.Exchange(ref hooked, 1) == 0)
-                {
-                    // At 5, inside the pass that found it due: due at 10 now, a push back (one CAS on the word), the period kept.
-                    timer.Change(Ms(5));
-                }
-            };
-            clock.Advance(Ms(1));
-        }
-        finally
-        {
-            CallbackTimerNode.TestHookBeforeSettleCas = null;
-        }
-        Assert.Equal(1, hooked);
+                // At 5, inside the pass that found it due: due at 10 now, a push back (one CAS on the word), the period kept.
+                timer.Change(Ms(5));
+            },
+            () =>
+            {
+                clock.Advance(Ms(1));
+            });
         Assert.Empty(log.Fired); // the Change landed before the wheel took the firing at 5
         clock.Advance(Ms(200));
         Assert.Equal(periodic ? new long[] { 10, 110 } : new long[] { 10 }, log.Fired);
@@ -147,24 +131,16 @@ public sealed class SpindleTimerSettlementRaceTests
         var log = new SpindleTimerTests.Log(clock);
         SpindleTimer timer = wheel.CreateTimer(SpindleTimerTests.Log.Callback, log, Infinite); // stopped: in no part of the wheel
         CallbackTimerNode node = SpindleTimerMutationTests.NodeOf(timer);
-        int hooked = 0;
-        try
-        {
-            CallbackTimerNode.TestHookBeforeDisposeCas = n =>
+        SpindleTimerChangeRaceTests.LandOnce(ref CallbackTimerNode.TestHookBeforeDisposeCas, node,
+            () =>
             {
-                if (n == node && Interlocked.Exchange(ref hooked, 1) == 0)
-                {
-                    timer.Change(Ms(5), Infinite); // re-armed: Queued, pushed, and linked at 5 by the pass its kick runs
-                    Assert.Equal(1, wheel.PendingCount);
-                }
-            };
-            timer.Dispose();
-        }
-        finally
-        {
-            CallbackTimerNode.TestHookBeforeDisposeCas = null;
-        }
-        Assert.Equal(1, hooked);
+                timer.Change(Ms(5), Infinite); // re-armed: Queued, pushed, and linked at 5 by the pass its kick runs
+                Assert.Equal(1, wheel.PendingCount);
+            },
+            () =>
+            {
+                timer.Dispose();
+            });
         Assert.True(wheel.PendingCount == 0,
             $"After the Dispose the wheel should hold no timer (it counts {wheel.PendingCount}): a Dispose that missed the re-arm recycled a node the wheel holds.");
         Assert.True(node.Wheel is null, "The Dispose's push should have had the owner recycle the node (a ManualClock's kick runs that pass inline).");
