@@ -17,9 +17,9 @@ namespace SpindleLib;
 /// <para><b>Who holds the node.</b> The wheel (its inbox, a slot list, or its cancel inbox) and the consumer (whoever
 /// reads the result). A fired node has already left the wheel when the core publishes, so its consumer recycles it
 /// at once. A cancelled node may still be linked in a slot; the canceller pushes it to the wheel's cancel inbox, and
-/// the wheel's owner and the consumer each add one to <see cref="_releases"/>: the second recycles. A node that never
+/// the wheel's owner and the consumer each add one to its count of holders that let go (<see cref="LetGo"/>): the second recycles. A node that never
 /// enters the wheel (a timer that is never due, such as an infinite delay, which its wheel holds weakly if at all, see
-/// <see cref="NeverDueTimers"/>) has <see cref="_releases"/> at 1 from the start, so its consumer alone recycles it.</para>
+/// <see cref="NeverDueTimers"/>) has that count at 1 from the start, so its consumer alone recycles it.</para>
 /// <para><b>Ordering.</b> A node is pushed to the insert inbox before its cancellation is registered, and its token is
 /// stored only then, so a cancellation (including a late callback from a previous use, which the token check filters)
 /// always reaches the cancel inbox after the node reached the insert inbox. The owner takes its cancel snapshot
@@ -39,15 +39,21 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     /// <summary>Next node in the cancel inbox; also the pool's link (a pooled node is in no inbox).</summary>
     internal TimerNode? NextCancel;
 
-    /// <summary>
-    /// How many nodes the insert inbox held with this one on top (written before the push; read only for PendingCount,
-    /// which it may leave wrong until the next drain: see <see cref="WheelShard.PendingCount"/>).
-    /// </summary>
-    internal int InboxDepth;
+    /// <summary>The deepest insert inbox <see cref="InboxDepth"/> counts (2^29 - 1): deeper, it stays there.</summary>
+    internal const int MaxInboxDepth = int.MaxValue >> ReleaseBits;
 
-    // Invariant: how many of the node's two holders (the wheel's owner, the consumer) have let go; exactly one of them
-    // moves it to 2, and that one recycles the node, once (a reference count of two, as COM's or Linux's kref, counted up).
-    private int _releases;
+    private const int ReleaseBits = 2;
+    private const int ReleasesMask = (1 << ReleaseBits) - 1;
+
+    // Two counts in one word. The low two bits: how many of the node's two holders (the wheel's owner, the consumer)
+    // have let go. Invariant: exactly one of them moves it to 2, and that one recycles the node, once (a reference count
+    // of two, as COM's or Linux's kref, counted up); it never passes 2, so an increment never carries into the bits above.
+    // The bits above: the insert inbox's depth with this node on top (InboxDepth). One word, since two ints left a 4 B
+    // hole before the core (its fields are 8 B aligned) and made the node 120 B instead of 112. The two never write at
+    // once: the depth is written only by the push that publishes the node (WheelShard.Push, before its CAS), and before
+    // that nothing can let go of it (its consumer has no task yet, its token is not registered, the wheel has not seen
+    // it, and every holder of its previous use let go before it was recycled); the holders' increments come after.
+    private int _depthAndReleases;
     private CancellationToken _token;
     private CancellationTokenRegistration _registration;
 
@@ -93,7 +99,7 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     public static TimerNode Rent(TimerWheel? wheel)
     {
         TimerNode node = ObjectPool<TimerNode>.TryRent() ?? new TimerNode();
-        node._releases = wheel is null ? 1 : 0;
+        node.SetReleases(wheel is null ? 1 : 0);
         return node;
     }
 
@@ -101,7 +107,38 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     /// This use will never be in a wheel (a timer that is never due, which its wheel holds weakly if at all): its consumer
     /// alone recycles it, as if it had been rented for no wheel. Before the node is published.
     /// </summary>
-    public void LeaveOutOfWheel() => _releases = 1;
+    public void LeaveOutOfWheel() => SetReleases(1);
+
+    /// <summary>
+    /// Starts a use's count of holders that let go, before the node is published. The depth bits stay: a producer that
+    /// read this node as its inbox's head during its previous use may still read its depth (see
+    /// <see cref="WheelShard.PendingCount"/>), and finds what it would have found before.
+    /// </summary>
+    private void SetReleases(int released) => _depthAndReleases = (_depthAndReleases & ~ReleasesMask) | released;
+
+    /// <summary>One of the node's two holders lets go: true for the second, which recycles the node.</summary>
+    private bool LetGo()
+    {
+        int released = Interlocked.Increment(ref _depthAndReleases) & ReleasesMask;
+        Debug.Assert(released is 1 or 2, "a holder let go twice: the count carried into the inbox depth");
+        return released == 2;
+    }
+
+    /// <summary>
+    /// How many nodes the insert inbox held with this one on top (written before the push; read only for PendingCount,
+    /// which it may leave wrong until the next drain: see <see cref="WheelShard.PendingCount"/>). At most
+    /// <see cref="MaxInboxDepth"/>.
+    /// </summary>
+    internal int InboxDepth
+    {
+        get => (int)((uint)_depthAndReleases >> ReleaseBits);
+        set
+        {
+            // Only the push that publishes the node writes it, before its CAS: nothing else writes the word meanwhile.
+            Debug.Assert(value is >= 0 and <= MaxInboxDepth, "a depth the word holds");
+            _depthAndReleases = (value << ReleaseBits) | (_depthAndReleases & ReleasesMask);
+        }
+    }
 
     /// <summary>True while this node is use <paramref name="use"/>, still pending, of a never-due timer that <paramref name="wheel"/> holds.</summary>
     public bool IsNeverDueOf(TimerWheel wheel, short use) => NeverDueOn == wheel && _core.Version == use && !_core.IsCompleted;
@@ -348,7 +385,7 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
         CancellationRegistrations.Drop(ref _registration);
         // As in GetResult: a node that fired has left the wheel, so its consumer recycles it at once; one cancelled is
         // still the wheel's until its owner lets go, and the second of the two recycles it.
-        if (error is null || Interlocked.Increment(ref _releases) == 2)
+        if (error is null || LetGo())
         {
             Recycle();
         }
@@ -388,7 +425,7 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
 #if DEBUG
         TestHookBeforeReleaseFromWheel?.Invoke(this);
 #endif
-        if (Interlocked.Increment(ref _releases) == 2)
+        if (LetGo())
         {
             Recycle();
         }
@@ -408,7 +445,7 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     {
         _core.Consume(token, this, out ExceptionDispatchInfo? error);
         CancellationRegistrations.Drop(ref _registration);
-        if (error is null || Interlocked.Increment(ref _releases) == 2)
+        if (error is null || LetGo())
         {
             Recycle();
         }

@@ -148,7 +148,7 @@ internal sealed class WheelShard : WorkerTimers
         {
             node.Next = head;
             int below = head is null ? 0 : head.InboxDepth;
-            node.InboxDepth = below + 1;
+            node.InboxDepth = below < TimerNode.MaxInboxDepth ? below + 1 : below;
 #if DEBUG
             TestHookBeforeInboxCas?.Invoke(head);
 #endif

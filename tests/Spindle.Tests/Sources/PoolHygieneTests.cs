@@ -123,8 +123,7 @@ public sealed class PoolHygieneTests
 
         // Timers.
         Add("TimerNode", "Slot", "-1, the rest value that Recycle sets (not in a wheel slot)", when: (_, v) => (int)v! == -1);
-        Add("TimerNode", "InboxDepth", "scalar, written when the node is pushed onto a shard's inbox, read only for the inbox head");
-        Add("TimerNode", "_releases", "scalar, set by Rent for every use");
+        Add("TimerNode", "_depthAndReleases", "scalar: its releases count is set by Rent for every use; its inbox depth is written when the node is pushed onto a shard's inbox, read only for the inbox head");
         Add("TimerBatch", "_waiters", "readonly array made once per pooled batch; its elements are walked", Keep.Inspect);
         Add("TimerBatch", "_states", "readonly array made once per pooled batch; its elements are walked", Keep.Inspect);
 
