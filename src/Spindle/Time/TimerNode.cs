@@ -59,7 +59,8 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
 
     // Where this use lives: its shard (a timer that is due) or the wheel that holds it as never due; one field, since a
     // never-due node never enters a shard (TimerWheel.InfiniteDelay leaves it out of the wheel), so the two are never both
-    // set. One field keeps a delay's node 8 B smaller (120 B; a million timed waits, 8 MB).
+    // set. One field keeps a delay's node 8 B smaller (128 → 120 B then, 112 B since the two counts share a word; a million
+    // timed waits, 8 MB).
     private object? _home;
 
     /// <summary>The shard the node was added to (set when it is pushed or linked); its cancellation goes there.</summary>
