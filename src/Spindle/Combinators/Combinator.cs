@@ -61,20 +61,62 @@ internal abstract class CombinatorCore
     protected int _count;
 
     /// <summary>
+    /// What a use was set up to do, seven flags in one byte (<see cref="Setup"/>). Invariant: only the thread that holds the
+    /// combinator alone writes it (its renter, before any input or callback can see it, and <c>RecycleNow</c>); other
+    /// threads only read it, so a flag's write, a read-modify-write of the byte, never loses another's. The flags that a
+    /// deciding thread writes during the race stay bytes of their own (<see cref="_hasValues"/>,
+    /// <see cref="_decidedEarly"/>, <see cref="_timedOut"/>). Seven bools of their own made every <c>Combinator&lt;T&gt;</c>
+    /// 8 B bigger (176 B for an int result; 168 B now): these four bytes fill the hole before <see cref="_core"/>.
+    /// </summary>
+    private Setup _setup;
+
+    /// <summary>A WhenAll's token or timeout completed the core (its outcome is no input's failure). Written by the deciding thread.</summary>
+    private protected bool _decidedEarly;
+
+    /// <summary>The timeout decided a use whose timeout is a result; written before the publication, by the deciding thread.</summary>
+    private protected bool _timedOut;
+
+    [Flags]
+    private protected enum Setup : byte
+    {
+        None = 0,
+        LetsGoOfLosers = 1,
+        IsAny = 2,
+        Aggregate = 4,
+        StartsProducers = 8,
+        Timed = 16,
+        CountsInputs = 32,
+        TimeoutIsResult = 64,
+    }
+
+    private protected bool Has(Setup flag) => (_setup & flag) != 0;
+
+    /// <summary>Sets or clears <paramref name="flag"/>: only by the thread that holds the combinator alone (see <see cref="_setup"/>).</summary>
+    private protected void Set(Setup flag, bool on) => _setup = on ? _setup | flag : _setup & ~flag;
+
+    /// <summary>
     /// Set for a WhenAny that lets go of its losers once its race is decided, and for a WhenAll whose token or timeout may
     /// decide it before its inputs finish (see <see cref="DetachInputs"/>): a Spindle input registered after the decision
     /// is let go of by its registering thread (<see cref="LetGoAfterDecision"/>).
     /// </summary>
-    protected bool _letsGoOfLosers;
+    protected bool LetsGoOfLosers
+    {
+        get => Has(Setup.LetsGoOfLosers);
+        set => Set(Setup.LetsGoOfLosers, value);
+    }
+
+    /// <summary>A WhenAny (a race), not a WhenAll.</summary>
+    protected bool IsAny
+    {
+        get => Has(Setup.IsAny);
+        set => Set(Setup.IsAny, value);
+    }
 
     /// <summary>The combined task's completion core (see <see cref="Combinator{TResult}"/>).</summary>
     protected SourceCore<VoidResult> _core;
 
     /// <summary>WhenAny: the index of the input that won (-1 until the race is decided), written by the decider before it publishes.</summary>
     protected int _winner;
-
-    /// <summary>A WhenAny (a race), not a WhenAll.</summary>
-    protected bool _isAny;
 
     /// <summary>
     /// A WhenAny whose winner failed: what that failure was read from (see <see cref="Slot.ErrorOrigin"/>, which holds it
@@ -199,7 +241,7 @@ internal abstract class CombinatorCore
 #if DEBUG
         TestHookAfterSlotPublished?.Invoke(slot.Index);
 #endif
-        if (_letsGoOfLosers && source is Signal signal)
+        if (LetsGoOfLosers && source is Signal signal)
         {
             // A set this combinator may give back (GiveBackSet): registered as a waiter that reads as a reader, so that a
             // misused read of the wait elsewhere leaves its mark for the give-back.
@@ -218,7 +260,7 @@ internal abstract class CombinatorCore
         // this registration (see DetachInputs). The registration is a full fence before the read below: the CAS that
         // registers, or, when the input had completed already, the inline callback (which settles the slot itself) or
         // the scheduler's interlocked enqueue that dispatches it past the nesting bound.
-        if (_letsGoOfLosers && _core.IsCompletingOrCompleted)
+        if (LetsGoOfLosers && _core.IsCompletingOrCompleted)
         {
             LetGoAfterDecision(slot);
         }
@@ -495,7 +537,7 @@ internal abstract class CombinatorCore
     /// </summary>
     private bool IsTheWinnersFailure(object? origin, short token)
     {
-        if (!_isAny || !FaultReport.IsRereadable(origin))
+        if (!IsAny || !FaultReport.IsRereadable(origin))
         {
             return false;
         }
@@ -994,25 +1036,49 @@ internal struct WhenAllFailures
 [StackTraceHidden]
 internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResult>, IPoolNode<Combinator<TResult>>, IQuietSource<TResult>, ILazyCanceledSource
 {
-    private bool _aggregate;
     private Func<Combinator<TResult>, TResult>? _compose;
     private TResult _destination = default!;
     private CancellationTokenRegistration _registration;
     private CancellationToken _cancelToken;
     private int _cancelState; // CancelIdle, CancelRunning or CancelRecycleDeferred: see RunCancel
     private CancellationTokenSource? _producerSource;
-    private bool _startsProducers;
     private int _unfinishedProducers;
     private TimeoutTimer _timer;
     private TimerWheel? _timers;
     private TimeSpan _timeout;
-    private bool _timed;
-    private bool _countsInputs;
     private int _inputsLeft;
     private Exception? _abandonedWith; // see AbandonAfterFailedRegistration; kept until Recycle: never reported, the caller got it
-    private bool _decidedEarly; // a WhenAll's token or timeout completed the core (its outcome is no input's failure)
-    private bool _timeoutIsResult; // TryWithTimeout: the timeout succeeds with TimedOut set, instead of failing
-    private bool _timedOut; // the timeout decided a use whose timeout is a result; written before the publication
+
+    private bool Aggregate
+    {
+        get => Has(Setup.Aggregate);
+        set => Set(Setup.Aggregate, value);
+    }
+
+    private bool StartsProducers
+    {
+        get => Has(Setup.StartsProducers);
+        set => Set(Setup.StartsProducers, value);
+    }
+
+    private bool Timed
+    {
+        get => Has(Setup.Timed);
+        set => Set(Setup.Timed, value);
+    }
+
+    private bool CountsInputs
+    {
+        get => Has(Setup.CountsInputs);
+        set => Set(Setup.CountsInputs, value);
+    }
+
+    /// <summary>TryWithTimeout: the timeout succeeds with TimedOut set, instead of failing.</summary>
+    private bool TimeoutIsResult
+    {
+        get => Has(Setup.TimeoutIsResult);
+        set => Set(Setup.TimeoutIsResult, value);
+    }
 
     private static readonly Action<object?> s_onTimeout = static o => ((Combinator<TResult>)o!).OnTimeout();
     // No callback outlives its use (see RunCancel), so the callback needs no check of which token fired: it is this use's.
@@ -1048,8 +1114,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         TimeSpan? timeout = options.FiniteTimeout;
         TimerWheel? timers = timeout is null ? null : TimerWheel.ForTimeouts(options.Timers); // before renting: may throw
         Combinator<TResult> c = Rent(count, compose);
-        c._isAny = false;
-        c._aggregate = options.AggregateExceptions;
+        c.IsAny = false;
+        c.Aggregate = options.AggregateExceptions;
         c._destination = destination;
         c._timers = timers;
         c._timeout = timeout.GetValueOrDefault();
@@ -1066,7 +1132,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public static Combinator<TResult> RentTimeoutAsResult(WhenAllOptions options, Func<Combinator<TResult>, TResult> compose)
     {
         Combinator<TResult> c = RentAll(1, options, compose);
-        c._timeoutIsResult = true;
+        c.TimeoutIsResult = true;
         return c;
     }
 
@@ -1080,8 +1146,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public static Combinator<TResult> RentAny(int count, Func<Combinator<TResult>, TResult> compose)
     {
         Combinator<TResult> c = Rent(count, compose);
-        c._isAny = true;
-        c._letsGoOfLosers = true;
+        c.IsAny = true;
+        c.LetsGoOfLosers = true;
         return c;
     }
 
@@ -1106,14 +1172,14 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     public short Start(CancellationToken cancellationToken)
     {
         short token = _core.Version;
-        if (!_isAny && (_timers is not null || cancellationToken.CanBeCanceled))
+        if (!IsAny && (_timers is not null || cancellationToken.CanBeCanceled))
         {
             // The combined task can complete before the last input (timed out or cancelled), and its consumer then drop
             // its reference early: so the last input is found by a count of its own, not by the reference count.
-            _countsInputs = true;
+            CountsInputs = true;
             _inputsLeft = _count;
             // And if the token or the timeout wins, the wait lets go of the inputs, as a WhenAny lets go of its losers.
-            _letsGoOfLosers = true;
+            LetsGoOfLosers = true;
         }
         // A token already cancelled decides at once (its callback runs in Register, below), before any timeout, as
         // Task.WaitAsync(timeout, token) checks the token first: so no timer is armed for it, and a zero timeout does
@@ -1141,7 +1207,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (_timeout == TimeSpan.Zero)
         {
             _decidedEarly = true;
-            if (_timeoutIsResult)
+            if (TimeoutIsResult)
             {
                 _timedOut = true; // nothing else can complete the core yet: no input is registered, no token registered
                 _core.TrySetResult(default);
@@ -1152,7 +1218,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             }
             return;
         }
-        _timed = true;
+        Timed = true;
         _references++;
         _timer.ArmAfter(timers, _timeout, s_onTimeout, this);
     }
@@ -1162,7 +1228,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // The IsCompleted check only saves allocating an exception that would lose; the core's CAS still decides.
         if (_timer.OnFired(out Exception? stopped) && !_core.IsCompleted)
         {
-            if (stopped is null && _timeoutIsResult)
+            if (stopped is null && TimeoutIsResult)
             {
                 DecideAllEarly(null, timedOut: true); // a result: no exception is built
             }
@@ -1193,7 +1259,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             return; // the last input, or the other of token and timeout, decided first
         }
         _decidedEarly = true; // before the publication, which ReadAbandoned follows
-        if (_timed)
+        if (Timed)
         {
             CancelTimer();
         }
@@ -1229,7 +1295,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// </summary>
     protected override void OnInputLetGo()
     {
-        if (_countsInputs)
+        if (CountsInputs)
         {
             InputsLetGo(1);
         }
@@ -1264,7 +1330,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     private void Cancel()
     {
-        if (_isAny && !_startsProducers)
+        if (IsAny && !StartsProducers)
         {
             // Cancellation takes the race like an input would, through the core's CAS (see CompleteAny), and lets go of
             // the inputs as a winner does.
@@ -1286,16 +1352,16 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // cancellations, which complete their inputs on this thread below, lose to it, and the combined task is cancelled
         // by the caller's token.
 #if DEBUG
-        if (_isAny)
+        if (IsAny)
         {
             TestHookBeforeWinnerClaim?.Invoke(this, true);
         }
 #endif
-        if (_isAny && Interlocked.CompareExchange(ref _winner, CancelledRace, -1) != -1)
+        if (IsAny && Interlocked.CompareExchange(ref _winner, CancelledRace, -1) != -1)
         {
             return; // an input won first: that is the outcome
         }
-        if (_startsProducers)
+        if (StartsProducers)
         {
             CancelProducers();
             _core.TrySetCanceledLazily();
@@ -1355,8 +1421,8 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// <summary>Makes this WhenAny the owner of its inputs' token (see the remarks); returns the token to hand to producers.</summary>
     public CancellationToken StartProducers()
     {
-        _startsProducers = true;
-        _letsGoOfLosers = false; // producers' losers answer their token instead
+        StartsProducers = true;
+        LetsGoOfLosers = false; // producers' losers answer their token instead
         _unfinishedProducers = 0;
         return (_producerSource ??= new CancellationTokenSource()).Token;
     }
@@ -1394,7 +1460,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         {
             // Before input `index` is settled, so that it still holds a count and the last-input tests stay true.
             Interlocked.Add(ref _references, -neverTaken);
-            if (_countsInputs)
+            if (CountsInputs)
             {
                 Interlocked.Add(ref _inputsLeft, -neverTaken);
             }
@@ -1428,16 +1494,16 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         Exception? thrown = _abandonedWith; // read first: the read below may recycle this object
         bool decidedEarly = _decidedEarly; // likewise; a token or timeout that decided reported the stored failures itself
         // A WhenAll's slots hold what CompleteAll kept for this reader; a WhenAny's losers may still be using theirs.
-        List<(ExceptionDispatchInfo Error, object? Origin, short Token)>? failures = decidedEarly || _isAny ? null : TakeKeptFailures(thrown);
+        List<(ExceptionDispatchInfo Error, object? Origin, short Token)>? failures = decidedEarly || IsAny ? null : TakeKeptFailures(thrown);
         // A WhenAny's failure is its winner's: the one input that can be its origin.
         object? winner = null;
         short winnerToken = 0;
-        if (_isAny && WinnerFaultOrigin is { } origin)
+        if (IsAny && WinnerFaultOrigin is { } origin)
         {
             winner = origin; // a source a read does not consume, or a BCL task
             winnerToken = Slots[_winner].Token;
         }
-        bool isAny = _isAny;
+        bool isAny = IsAny;
         ReadQuietly(_core.Version, out ExceptionDispatchInfo? error);
         LazyCancellation.PassedOn(error);
         if (error is null || decidedEarly)
@@ -1533,12 +1599,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 #if DEBUG
         TestHookBeforeInputRead?.Invoke(slot.Index);
 #endif
-        if (_isAny)
+        if (IsAny)
         {
             CompleteAny(slot); // reads the input and drops its reference
             return;
         }
-        if (_countsInputs)
+        if (CountsInputs)
         {
             // The token or the timeout may decide first and read this input itself (ReadLoserNow): the read is claimed,
             // and whoever loses the claim leaves it to the other (which reports a failure it reads).
@@ -1588,7 +1654,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     private void CompleteAny(Slot slot)
     {
-        if (_startsProducers)
+        if (StartsProducers)
         {
             CompleteAnyOfProducers(slot.Index, slot.ReadInput(out Signal? takenSet, out _), takenSet);
             return;
@@ -1653,7 +1719,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
 
     private void CompleteAll()
     {
-        if (_timed)
+        if (Timed)
         {
             CancelTimer();
         }
@@ -1663,7 +1729,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         // another use in it (inline, in the continuation that the publication runs), so nothing here touches a slot
         // afterwards.
         Slot[] slots = Slots;
-        var failures = new WhenAllFailures(_aggregate);
+        var failures = new WhenAllFailures(Aggregate);
         for (int i = 0; i < _count; i++)
         {
             failures.Add(slots[i].Error);
@@ -1748,24 +1814,24 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     {
         _cancelToken = default;
         _compose = null;
-        if (_isAny && (uint)_winner < (uint)_count)
+        if (IsAny && (uint)_winner < (uint)_count)
         {
             Slots[_winner].ErrorOrigin = null; // the winner's failure's origin (see Slot.ErrorOrigin)
         }
         _abandonedWith = null;
         _decidedEarly = false;
-        _timeoutIsResult = false;
+        TimeoutIsResult = false;
         _timedOut = false;
-        _timed = false;
-        _countsInputs = false;
-        _letsGoOfLosers = false;
+        Timed = false;
+        CountsInputs = false;
+        LetsGoOfLosers = false;
         _timers = null;
         _timer = default;
         _destination = default!;
         ClearValues();
-        if (_startsProducers)
+        if (StartsProducers)
         {
-            _startsProducers = false;
+            StartsProducers = false;
             ReleaseProducerSource();
         }
         _core.ClearForPool();

@@ -80,10 +80,9 @@ public sealed class PoolHygieneTests
         Add("Combinator", "_references", "scalar, set by Prepare for every use");
         Add("Combinator", "_count", "scalar, set by Prepare for every use");
         Add("Combinator", "_winner", "scalar, set to -1 by Rent for every use");
-        Add("Combinator", "_isAny", "scalar, set by Rent for every use");
-        Add("Combinator", "_aggregate", "scalar, set by Rent for every use");
-        Add("Combinator", "_timeout", "scalar, set by Rent for every use (read only when _timed)");
-        Add("Combinator", "_inputsLeft", "scalar, set when _countsInputs is set (read only then)");
+        Add("Combinator", "_setup", "flags: IsAny and Aggregate set by Rent for every use; the others cleared by RecycleNow", when: (_, v) => (System.Convert.ToInt32(v) & ~(2 | 4)) == 0);
+        Add("Combinator", "_timeout", "scalar, set by Rent for every use (read only when Timed)");
+        Add("Combinator", "_inputsLeft", "scalar, set when CountsInputs is set (read only then)");
         // Kept on purpose and tested (CancelLosersTests.TokenSource_KeptWhenNothingWasCancelled, zero allocations). Not a
         // leak (TryReset unregisters every callback), but a token that a producer kept past its own use is the next use's
         // token too, and is cancelled when that use cancels its losers: the documented contract of WhenAny over producers ("the
