@@ -200,6 +200,35 @@ internal static class TestUtil
     }
 
     /// <summary>
+    /// Waits until <paramref name="read"/> returns one value for <paramref name="quietMs"/> milliseconds running (sampled
+    /// every 10 ms), for up to <paramref name="seconds"/>; false if it was still changing then. For a count of callbacks
+    /// that a system-clock wheel took before a test stopped arming it: they run on workers, which a loaded machine may hold
+    /// off for longer than any fixed sleep (two stress tests' 20-100 ms sleeps were outrun so), so the count is read once it
+    /// has stopped moving rather than after a set time.
+    /// </summary>
+    public static bool WaitUntilUnchanged(Func<long> read, int quietMs = 250, int seconds = DefaultTimeoutSeconds)
+    {
+        var clock = Stopwatch.StartNew();
+        var quiet = Stopwatch.StartNew();
+        long last = read();
+        while (quiet.ElapsedMilliseconds < quietMs)
+        {
+            if (clock.Elapsed > TimeSpan.FromSeconds(seconds))
+            {
+                return false;
+            }
+            Thread.Sleep(10);
+            long now = read();
+            if (now != last)
+            {
+                last = now;
+                quiet.Restart();
+            }
+        }
+        return true;
+    }
+
+    /// <summary>
     /// Polls <paramref name="condition"/> for up to <paramref name="timeout"/>, running queued work between polls as a
     /// thread blocked in a job's Complete() does (a worker runs any of its work, another thread only jobs): work that is
     /// visible gets done even when the polling thread is the only worker (a test's code after an await may run on one),

@@ -149,7 +149,7 @@ internal abstract class TimerChurnStress<TTimer>
         Assert.Null(failure);
 
         // Quiet now: let everything in flight land, then each live timer, given a due time, fires exactly once.
-        Settle(clock);
+        Settle(clock, cells, retired);
         var before = new int[TimerCount];
         for (int i = 0; i < TimerCount; i++)
         {
@@ -157,7 +157,7 @@ internal abstract class TimerChurnStress<TTimer>
             Assert.True(Change(cells[i].Timer, TimeSpan.FromMilliseconds(2)), "a live timer's Change failed");
             cells[i].Armings++;
         }
-        Settle(clock);
+        Settle(clock, cells, retired);
         if (clock is null)
         {
             SpinWait.SpinUntil(() => AllFiredOnce(cells, before), TimeSpan.FromSeconds(10));
@@ -172,7 +172,7 @@ internal abstract class TimerChurnStress<TTimer>
             Volatile.Write(ref cell.Disposed, 1);
             retired.Add(cell);
         }
-        Settle(clock);
+        Settle(clock, cells, retired);
         Assert.Equal(0, wheel.PendingCount);
         int armings = 0;
         int fires = 0;
@@ -208,8 +208,12 @@ internal abstract class TimerChurnStress<TTimer>
         return true;
     }
 
-    /// <summary>Lets what is in flight land: 20 ms of a manual clock, a millisecond at a time, or 100 ms of the system clock.</summary>
-    private static void Settle(ManualClock? clock)
+    /// <summary>
+    /// Lets what is in flight land: 20 ms of a manual clock, a millisecond at a time; on the system clock, until no timer's
+    /// count of callbacks has moved for 250 ms (<see cref="TestUtil.WaitUntilUnchanged"/>: a fixed 100 ms sleep was
+    /// outrun under load, a churn callback landing after the quiet check read its counts).
+    /// </summary>
+    private static void Settle(ManualClock? clock, Cell[] cells, ConcurrentBag<Cell> retired)
     {
         if (clock is not null)
         {
@@ -220,7 +224,21 @@ internal abstract class TimerChurnStress<TTimer>
         }
         else
         {
-            Thread.Sleep(100);
+            Assert.True(TestUtil.WaitUntilUnchanged(() => TotalFires(cells, retired)), "the timers' callbacks never stopped landing");
         }
+    }
+
+    private static long TotalFires(Cell[] cells, ConcurrentBag<Cell> retired)
+    {
+        long total = 0;
+        foreach (Cell cell in cells)
+        {
+            total += Volatile.Read(ref cell.Fires);
+        }
+        foreach (Cell cell in retired)
+        {
+            total += Volatile.Read(ref cell.Fires);
+        }
+        return total;
     }
 }
