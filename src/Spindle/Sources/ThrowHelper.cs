@@ -87,6 +87,44 @@ internal static class ThrowHelper
     }
 
     /// <summary>
+    /// True if <paramref name="exception"/> is the await-once error a Spindle source threw on this thread; unlike
+    /// <see cref="IsRefusedRegistration"/>, leaves the mark in place.
+    /// </summary>
+    public static bool IsLastRefusal(Exception exception) => ReferenceEquals(exception, t_lastRefusal);
+
+    /// <summary>
+    /// Rethrows a refusal of an awaiter's <c>OnCompleted(Action)</c> (the await-once errors) with the name of the async
+    /// method whose await it refused. Only code that is not a Spindle async method registers that way, above all the
+    /// BCL's builders (<c>async Task</c>: every ASP.NET Core handler, a twenty-fifth user's review, docs/decisions.md
+    /// section 53), and they rethrow it on the thread pool, which ends the process with a trace of the builder's frames
+    /// alone; the message is then the one place that says which await to fix. Still a refusal (nothing was registered).
+    /// </summary>
+    [DoesNotReturn]
+    public static void ThrowRefusedAwaitIn(InvalidOperationException refusal, Action continuation)
+        => throw Refusal(new InvalidOperationException(refusal.Message + " The refused await is in " + AwaitingMethodOf(continuation) + "."));
+
+    /// <summary>
+    /// The async method a builder's continuation resumes: the BCL's builders hand over their box's MoveNext, and the
+    /// box's type (<c>AsyncStateMachineBox&lt;TStateMachine&gt;</c>) names the state machine; any other continuation is
+    /// named by its own method.
+    /// </summary>
+    private static string AwaitingMethodOf(Action continuation)
+    {
+        if (continuation.Target is { } target)
+        {
+            foreach (Type argument in target.GetType().GetGenericArguments())
+            {
+                if (typeof(System.Runtime.CompilerServices.IAsyncStateMachine).IsAssignableFrom(argument))
+                {
+                    return TaskTracker.MethodNameOf(argument);
+                }
+            }
+        }
+        System.Reflection.MethodInfo method = continuation.Method;
+        return method.DeclaringType is { } type ? (type.FullName ?? type.Name).Replace('+', '.') + "." + method.Name : method.Name;
+    }
+
+    /// <summary>
     /// The exception a Spindle task canceled by <paramref name="cancellationToken"/> throws: a
     /// <see cref="System.Threading.Tasks.TaskCanceledException"/> (an <see cref="OperationCanceledException"/>) carrying
     /// the token, as the await of a canceled BCL task throws (<c>Task.Delay</c>, <c>WaitAsync</c>,

@@ -190,7 +190,7 @@ public readonly partial struct SpindleTask<T>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
         /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask{TResult}"/>
-        /// awaited twice): share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
+        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -199,7 +199,14 @@ public readonly partial struct SpindleTask<T>
             }
             if (_task._source is { } s)
             {
-                ((IValueTaskSource<T>)s).OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
+                try
+                {
+                    ((IValueTaskSource<T>)s).OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
+                }
+                catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
+                {
+                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                }
             }
             else
             {
@@ -211,7 +218,7 @@ public readonly partial struct SpindleTask<T>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
         /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask{TResult}"/>
-        /// awaited twice): share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
+        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -220,7 +227,14 @@ public readonly partial struct SpindleTask<T>
             }
             if (_task._source is { } s)
             {
-                s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);
+                try
+                {
+                    s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);
+                }
+                catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
+                {
+                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                }
             }
             else
             {

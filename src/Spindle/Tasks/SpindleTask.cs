@@ -257,7 +257,7 @@ public readonly partial struct SpindleTask
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
         /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask"/>
-        /// awaited twice): share a task through <see cref="SpindleTask.Preserve"/>.</exception>
+        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask.Preserve"/>.</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -266,7 +266,14 @@ public readonly partial struct SpindleTask
             }
             if (_task._source is { } s)
             {
-                s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
+                try
+                {
+                    s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token, ValueTaskSourceOnCompletedFlags.FlowExecutionContext);
+                }
+                catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
+                {
+                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                }
             }
             else
             {
@@ -278,7 +285,7 @@ public readonly partial struct SpindleTask
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
         /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
         /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask"/>
-        /// awaited twice): share a task through <see cref="SpindleTask.Preserve"/>.</exception>
+        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask.Preserve"/>.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -287,7 +294,14 @@ public readonly partial struct SpindleTask
             }
             if (_task._source is { } s)
             {
-                s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);
+                try
+                {
+                    s.OnCompleted(ActionContinuation.s_invoke, continuation, _task._token);
+                }
+                catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
+                {
+                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                }
             }
             else
             {
