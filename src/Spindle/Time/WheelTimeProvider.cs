@@ -34,6 +34,27 @@ internal sealed class WheelTimeProvider : TimeProvider
 
     public override TimeZoneInfo LocalTimeZone => _clock.LocalTimeZone;
 
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): run by a timer's <see cref="IDisposable.Dispose"/> between its read of the running count
+    /// and the CAS that sets the disposed bit, on the calling thread (<c>WheelTimeProviderRaceTests</c> starts a
+    /// callback there).
+    /// </summary>
+    internal static Action<ITimer>? TestHookBeforeDisposeCas;
+
+    /// <summary>
+    /// Tests only (a Debug build): run by a timer's firing between its read of the running count and the CAS that
+    /// starts the callback, on the firing thread (<c>WheelTimeProviderRaceTests</c> disposes the timer there).
+    /// </summary>
+    internal static Action<ITimer>? TestHookBeforeRunClaim;
+
+    /// <summary>
+    /// Tests only (a Debug build): run by a timer's <see cref="IAsyncDisposable.DisposeAsync"/> after its first look at
+    /// the running count and before it publishes its waiter (<c>WheelTimeProviderRaceTests</c> ends the callback there).
+    /// </summary>
+    internal static Action<ITimer>? TestHookBeforeWaiterPublished;
+#endif
+
     public override ITimer CreateTimer(TimerCallback callback, object? state, TimeSpan dueTime, TimeSpan period)
     {
         if (callback is null)
@@ -112,6 +133,9 @@ internal sealed class WheelTimeProvider : TimeProvider
             int running = Volatile.Read(ref _running);
             while ((running & DisposedBit) == 0)
             {
+#if DEBUG
+                TestHookBeforeDisposeCas?.Invoke(this);
+#endif
                 int seen = Interlocked.CompareExchange(ref _running, running | DisposedBit, running);
                 if (seen == running)
                 {
@@ -130,6 +154,9 @@ internal sealed class WheelTimeProvider : TimeProvider
                 return default;
             }
             var waiter = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+#if DEBUG
+            TestHookBeforeWaiterPublished?.Invoke(this);
+#endif
             waiter = Interlocked.CompareExchange(ref _disposeWaiter, waiter, null) ?? waiter;
             if ((Volatile.Read(ref _running) & ~DisposedBit) == 0)
             {
@@ -148,6 +175,9 @@ internal sealed class WheelTimeProvider : TimeProvider
                 {
                     return;
                 }
+#if DEBUG
+                TestHookBeforeRunClaim?.Invoke(this);
+#endif
                 int seen = Interlocked.CompareExchange(ref _running, running + 1, running);
                 if (seen == running)
                 {

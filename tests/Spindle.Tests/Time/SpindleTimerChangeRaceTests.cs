@@ -21,18 +21,20 @@ public sealed class SpindleTimerChangeRaceTests
     private static TimeSpan Ms(long ms) => TimeSpan.FromMilliseconds(ms);
 
     /// <summary>
-    /// Runs <paramref name="act"/> with <paramref name="hook"/> (one of the node's Debug hooks) set to run
-    /// <paramref name="landing"/> the first time it is reached for <paramref name="node"/>, clears the hook after, and
-    /// checks that it was reached (else the race the test sets up never happened).
+    /// Runs <paramref name="act"/> with <paramref name="hook"/> (one of the library's Debug hooks that hand over the
+    /// object they act on: a node's, or a provider timer's) set to run <paramref name="landing"/> the first time it is
+    /// reached for <paramref name="node"/>, clears the hook after, and checks that it was reached (else the race the test
+    /// sets up never happened).
     /// </summary>
-    internal static void LandOnce(ref Action<CallbackTimerNode>? hook, CallbackTimerNode node, Action landing, Action act)
+    internal static void LandOnce<T>(ref Action<T>? hook, T node, Action landing, Action act)
+        where T : class
     {
         int hooked = 0;
         try
         {
             hook = n =>
             {
-                if (n == node && Interlocked.Exchange(ref hooked, 1) == 0)
+                if (ReferenceEquals(n, node) && Interlocked.Exchange(ref hooked, 1) == 0)
                 {
                     landing();
                 }
@@ -43,7 +45,7 @@ public sealed class SpindleTimerChangeRaceTests
         {
             hook = null;
         }
-        Assert.True(hooked == 1, "The hook never ran for this test's node: the race the test sets up did not happen.");
+        Assert.True(hooked == 1, "The hook never ran for this test's object: the race the test sets up did not happen.");
     }
 
     [Theory]

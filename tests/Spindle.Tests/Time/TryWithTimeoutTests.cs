@@ -175,6 +175,39 @@ public class TryWithTimeoutTests
     }
 
     /// <summary>
+    /// A combinator whose timeout was a result goes back to its pool with that setting cleared: the next use of the same
+    /// object, a WithTimeout, fails with a <see cref="TimeoutException"/> again, and a TryWithTimeout after it is a result
+    /// again. A recycle that kept the flag (the sixth mutation pass, mut57: M06) made the WithTimeout that reused the
+    /// object succeed at its timeout, with a default result, as if it had been asked for a TryWithTimeout.
+    /// </summary>
+    [Fact]
+    public void TryWithTimeout_ThenWithTimeoutOnTheReusedCombinator_TheTimeoutIsAFailureAgain()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var untyped = new Promise();
+        SpindleTask<bool> tried = untyped.Task.TryWithTimeout(OneSecond, wheel);
+        clock.Advance(OneSecond);
+        Assert.False(tried.GetAwaiter().GetResult());
+        untyped.Reset();
+
+        var typed = new Promise<bool>();
+        SpindleTask<bool> bounded = typed.Task.WithTimeout(OneSecond, wheel);
+        Assert.Same(tried._source, bounded._source); // the same pooled Combinator<bool>, a new use
+        clock.Advance(OneSecond);
+        Assert.Equal(SpindleTaskStatus.Faulted, bounded.Status);
+        Assert.Throws<TimeoutException>(() => bounded.GetAwaiter().GetResult());
+        typed.Reset();
+
+        SpindleTask<bool> triedAgain = untyped.Task.TryWithTimeout(OneSecond, wheel);
+        Assert.Same(tried._source, triedAgain._source);
+        clock.Advance(OneSecond);
+        Assert.False(triedAgain.GetAwaiter().GetResult());
+        untyped.Reset();
+        Assert.Equal(0, wheel.PendingCount);
+    }
+
+    /// <summary>
     /// README's ask recipe: the asker's timeout and a late reply meet through the ask's token. A reply that lands after the
     /// timeout but before the asker claims the ask is read (the claim fails); a reply after the claim completes nothing.
     /// </summary>
