@@ -1,11 +1,12 @@
 using System;
 using System.Threading;
+using System.Threading.Tasks;
 
 namespace SpindleLib.Tests.Time;
 
 /// <summary>
 /// What a timer of <see cref="TimerWheel.AsTimeProvider"/> allocates in steady state: its Change (push back, pull
-/// forward, stop, re-arm) nothing; its create and Dispose one object, the <see cref="ITimer"/> itself (the wheel's node
+/// forward, stop, re-arm) nothing; its create and Dispose (or DisposeAsync) one object, the <see cref="ITimer"/> itself (the wheel's node
 /// comes from its pool and goes back to it). Sequential, as the other allocation tests.
 /// </summary>
 [Collection(SequentialCollection.Name)]
@@ -51,8 +52,15 @@ public class WheelTimeProviderAllocationTests
         Assert.Equal(0, wheel.PendingCount);
     }
 
-    [Fact]
-    public void CreateFireDispose_SteadyState_AllocatesTheTimerObjectAlone()
+    /// <summary>
+    /// The timer object alone, whether it ends by Dispose or by DisposeAsync: with no callback running, DisposeAsync
+    /// completes at once without a waiter (a DisposeAsync that always made its waiter, the sixth mutation pass's M17,
+    /// allocated a TaskCompletionSource and its Task for every timer, and no other test saw it).
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void CreateFireDispose_SteadyState_AllocatesTheTimerObjectAlone(bool disposeAsync)
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
@@ -72,7 +80,18 @@ public class WheelTimeProviderAllocationTests
             clock.Advance(TimeSpan.FromMilliseconds(1));
             foreach (ITimer timer in timers)
             {
-                timer.Dispose();
+                if (disposeAsync)
+                {
+                    ValueTask disposing = timer.DisposeAsync();
+                    if (!disposing.IsCompleted)
+                    {
+                        throw new InvalidOperationException("DisposeAsync waited with no callback running");
+                    }
+                }
+                else
+                {
+                    timer.Dispose();
+                }
             }
             clock.Advance(TimeSpan.FromMilliseconds(1));
         }
