@@ -36,11 +36,7 @@ public sealed class WheelTimeProviderRaceTests
         using var wheel = new TimerWheel(clock);
         using var entered = new ManualResetEventSlim();
         using var release = new ManualResetEventSlim();
-        ITimer timer = wheel.AsTimeProvider().CreateTimer(_ =>
-        {
-            entered.Set();
-            release.Wait(Patience);
-        }, null, Ms(1), Infinite);
+        ITimer timer = WheelTimeProviderTests.CreateBlockingTimer(wheel, entered, release);
         Task advancing = Task.CompletedTask;
         bool started = false;
         bool disposedEarly;
@@ -101,11 +97,7 @@ public sealed class WheelTimeProviderRaceTests
         using var wheel = new TimerWheel(clock);
         using var entered = new ManualResetEventSlim();
         using var release = new ManualResetEventSlim();
-        ITimer timer = wheel.AsTimeProvider().CreateTimer(_ =>
-        {
-            entered.Set();
-            release.Wait(Patience);
-        }, null, Ms(1), Infinite);
+        ITimer timer = WheelTimeProviderTests.CreateBlockingTimer(wheel, entered, release);
         Task advancing = Task.Run(() => clock.Advance(Ms(1)));
         ValueTask disposing = default;
         bool ended = false;

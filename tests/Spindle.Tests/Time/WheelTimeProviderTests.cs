@@ -452,6 +452,17 @@ public class WheelTimeProviderTests
         Assert.False(second.Change(Ms(1), Infinite));
     }
 
+    /// <summary>
+    /// A provider timer due in 1 ms whose callback sets <paramref name="entered"/> and then blocks until
+    /// <paramref name="release"/> is set (at most 30 s): a callback that is running while the test acts.
+    /// </summary>
+    internal static ITimer CreateBlockingTimer(TimerWheel wheel, ManualResetEventSlim entered, ManualResetEventSlim release)
+        => wheel.AsTimeProvider().CreateTimer(_ =>
+        {
+            entered.Set();
+            release.Wait(TimeSpan.FromSeconds(30));
+        }, null, Ms(1), Infinite);
+
     [Fact]
     public async Task DisposeAsync_CompletesWhenTheRunningCallbackEnds()
     {
@@ -459,11 +470,7 @@ public class WheelTimeProviderTests
         using var wheel = new TimerWheel(clock);
         using var entered = new ManualResetEventSlim();
         using var release = new ManualResetEventSlim();
-        ITimer timer = wheel.AsTimeProvider().CreateTimer(_ =>
-        {
-            entered.Set();
-            release.Wait(TimeSpan.FromSeconds(30));
-        }, null, Ms(1), Infinite);
+        ITimer timer = CreateBlockingTimer(wheel, entered, release);
         Task advancing = Task.Run(() => clock.Advance(Ms(1)));
         Assert.True(entered.Wait(TimeSpan.FromSeconds(30)));
         ValueTask disposing = timer.DisposeAsync();
