@@ -42,7 +42,9 @@ public sealed class TimerChangeScenario : Scenario
         "Spindle.Delay(600 s, source.Token).SuppressCancellationThrow(); a re-arm swaps in a new CancellationTokenSource and cancels the old " +
         "one (the loop wakes inline and waits again), Dispose cancels without a replacement. The systems' rounds alternate (side by side). " +
         "bytes_per_timer: GC heap (after a full collection, pools trimmed) with the N timers pending, less before, over N, measured once " +
-        "per system outside the timed rounds. Quick mode warms each system up with three rounds, not the harness's steady-state wait. " +
+        "per system outside the timed rounds; both readings wait until every wheel of the case has let go of the timers disposed before " +
+        "(a wheel unlinks them after Dispose returns, so the previous system's would otherwise be counted in \"before\" and, let go of " +
+        "meanwhile, missing from \"after\"), and \"after\" also until the system's wheel counts the N timers pending. Quick mode warms each system up with three rounds, not the harness's steady-state wait. " +
         "SpindleTimeProvider: the same operations through ITimer, from TimerWheel.AsTimeProvider() of a wheel of its own (its CreateTimer, Change, Dispose). " +
         "Case cts,n=...: the server's idle timeout written against TimeProvider: new CancellationTokenSource(600 s, provider), CancelAfter " +
         "for each push back (ns_per_op), Dispose; Task: TimeProvider.System (the source's own timer), SpindleTimeProvider: the wheel's provider. " +
@@ -98,6 +100,11 @@ public sealed class TimerChangeScenario : Scenario
 
     private static void RunCase(BenchContext context, string caseName, int n, int k, ISystem[] systems)
     {
+        var resting = new long[systems.Length]; // what each system's wheel holds before this case (see LiveBytesPerTimer)
+        for (int s = 0; s < systems.Length; s++)
+        {
+            resting[s] = systems[s].Held();
+        }
         foreach (ISystem system in systems)
         {
             context.Progress($"{caseName} › {system.Name}: warm-up");
@@ -157,12 +164,49 @@ public sealed class TimerChangeScenario : Scenario
         foreach (ISystem system in systems)
         {
             context.Progress($"{caseName} › {system.Name}: live heap");
-            SpindlePool.Trim();
-            long before = Counters.Heap();
-            system.Create();
-            long after = Counters.Heap();
-            system.Dispose();
-            context.Add(caseName, system.Name, "bytes_per_timer", Math.Max(0, after - before) / (double)n);
+            context.Add(caseName, system.Name, "bytes_per_timer", LiveBytesPerTimer(system, n, systems, resting));
+        }
+    }
+
+    /// <summary>
+    /// bytes_per_timer: the GC heap (after a full collection, pools trimmed) with the system's N timers pending, less
+    /// before, over N. A wheel lets go of disposed timers after Dispose returns (its timer thread unlinks them), so a
+    /// reading taken while some wheel of the case still held timers disposed earlier (the previous system's, or a round's)
+    /// counted them in "before"; let go of during the measurement, past the pool's cap, they were garbage by "after",
+    /// and the system measured came out short by up to the node's 96 B a timer (tp57: the wheel's ITimer read 64–160 B at
+    /// n=2k and 97–160 at n=100k, in either case the system measured after another wheel's; each is a 64 B object and a
+    /// 96 B node). So both readings wait until every system of the case holds no more than it did before the case, and
+    /// "after" also until the system's own wheel counts the N timers as pending.
+    /// </summary>
+    private static double LiveBytesPerTimer(ISystem system, int n, ISystem[] systems, long[] resting)
+    {
+        WaitUntilLetGo(systems, resting);
+        long baseline = system.Pending();
+        SpindlePool.Trim();
+        long before = Counters.Heap();
+        system.Create();
+        WaitForPending(system, baseline < 0 ? -1 : baseline + n);
+        long after = Counters.Heap();
+        system.Dispose();
+        WaitUntilLetGo(systems, resting); // before the next system's reading, not inside it
+        return Math.Max(0, after - before) / (double)n;
+    }
+
+    /// <summary>Spins until each system's wheel holds at most what it held before the case (<see cref="ISystem.Held"/>); at most 10 s.</summary>
+    private static void WaitUntilLetGo(ISystem[] systems, long[] resting)
+    {
+        var clock = Stopwatch.StartNew();
+        var spin = default(SpinWait);
+        for (int s = 0; s < systems.Length; s++)
+        {
+            while (systems[s].Held() > resting[s])
+            {
+                if (clock.ElapsedMilliseconds > 10_000)
+                {
+                    throw new InvalidOperationException($"{systems[s].Name}: its wheel holds {systems[s].Held()} timers, not {resting[s]} as before the case, 10 s after they were disposed.");
+                }
+                spin.SpinOnce();
+            }
         }
     }
 
@@ -226,6 +270,13 @@ public sealed class TimerChangeScenario : Scenario
 
         /// <summary>The timers the system's wheel holds, once it has settled; -1 where creates and disposes take effect inside the calls.</summary>
         long Pending();
+
+        /// <summary>
+        /// What the wheel this system's timers live on holds, whoever else uses it: <see cref="Pending"/>'s count, or
+        /// <see cref="TimerWheel.Default"/>'s for <c>SpindleDelay</c>, whose cancelled delays leave it after the calls return; -1
+        /// where a dispose takes effect inside the call.
+        /// </summary>
+        long Held() => Pending();
     }
 
     private sealed class TaskTimers(int n) : ISystem
@@ -446,6 +497,8 @@ public sealed class TimerChangeScenario : Scenario
 
         public long Pending() => _parts[0].Pending(); // the parts' wheel: one for all
 
+        public long Held() => _parts[0].Held();
+
         public void Create() => RunAll(Phase.Create);
 
         public void PushBack(TimeSpan due)
@@ -537,6 +590,8 @@ public sealed class TimerChangeScenario : Scenario
         public string Name => "SpindleDelay";
 
         public long Pending() => -1;
+
+        public long Held() => TimerWheel.Default.PendingCount;
 
         private sealed class Entry
         {
