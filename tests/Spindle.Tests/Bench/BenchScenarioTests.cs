@@ -60,11 +60,11 @@ public sealed class BenchScenarioTests
     };
 
     /// <summary>
-    /// Figures one system must report alike in several cases (within 10%, what a tiny run's heap readings allow): a pending
-    /// timer holds the same objects whichever threads created it, so a system's bytes_per_timer is its one-thread case's
-    /// in the many-thread cases. tp57: the reading once counted in its "before" the timers the system measured just before
-    /// had disposed, which their wheel let go of during the measurement, so the wheel's ITimer read 64–158 B at this size,
-    /// where it holds 158 (at n=100k, 97–160 B against 160).
+    /// Figures one system must report alike in several cases (within 10%, what a tiny run's heap readings allow once each is
+    /// a median of <see cref="AlikeRuns"/> runs): a pending timer holds the same objects whichever threads created it, so a
+    /// system's bytes_per_timer is its one-thread case's in the many-thread cases. tp57: the reading once counted in its
+    /// "before" the timers the system measured just before had disposed, which their wheel let go of during the
+    /// measurement, so the wheel's ITimer read 64–158 B at this size, where it holds 158 (at n=100k, 97–160 B against 160).
     /// </summary>
     private static readonly Dictionary<string, (string Metric, string System, string[] Cases)[]> s_alikeAcrossCases = new()
     {
@@ -114,12 +114,6 @@ public sealed class BenchScenarioTests
                     }
                 }
             }
-            foreach (var (metric, system, cases) in s_alikeAcrossCases.GetValueOrDefault(id, []))
-            {
-                double[] values = cases.Select(c => results.Single(x => x.Scenario == id && x.Case == c && x.System == system && x.Metric == metric).Value).ToArray();
-                Assert.True(values.Max() <= values.Min() * 1.10,
-                    $"{id}/{system}/{metric} differs across cases {string.Join(", ", cases)}: {string.Join(", ", values)} (it should not depend on the case's threads).");
-            }
             // Every target the issues set on this scenario finds its figures (a misspelt case, system or metric would
             // silently check nothing).
             foreach (Target t in Targets.All.Where(t => t.Scenario == id))
@@ -136,6 +130,42 @@ public sealed class BenchScenarioTests
             Assert.Contains("\"machine\"", json, StringComparison.Ordinal);
             Assert.Contains($"\"scenario\": \"{id}\"", json, StringComparison.Ordinal);
         });
+    }
+
+    /// <summary>
+    /// Runs of a scenario whose medians <see cref="s_alikeAcrossCases"/> compares. One run's heap reading at the tiny size
+    /// (2,000 timers) moves by a few per cent from run to run, and in the test host now and then by more (review57: the
+    /// ITimer's cts figure read 234 B against 206 in its other two cases, 1 run of 8 with the fixed bench; the bench run
+    /// alone, 10 runs: up to 6% apart), so a check on one run failed now and then with nothing wrong; the misreading it
+    /// is there for was in every run (tp57: 4 of 4 at main), so it still shows in the median.
+    /// </summary>
+    private const int AlikeRuns = 3;
+
+    [Theory]
+    [InlineData("timer-change")]
+    public void Scenario_AtTinySize_ReportsAlikeFiguresAlikeAcrossCases(string id)
+    {
+        Assert.True(s_alikeAcrossCases.ContainsKey(id));
+        var runs = new List<IReadOnlyList<BenchResult>>();
+        for (int run = 0; run < AlikeRuns; run++)
+        {
+            InTemporaryDirectory(dir =>
+            {
+                var options = new BenchOptions { Size = BenchSize.Tiny, ReportDirectory = dir };
+                options.Scenarios.Add(id);
+                runs.Add(BenchRunner.Run(options, "test", print: false));
+            });
+        }
+        foreach (var (metric, system, cases) in s_alikeAcrossCases[id])
+        {
+            double[][] perCase = cases
+                .Select(c => runs.Select(results => results.Single(x => x.Scenario == id && x.Case == c && x.System == system && x.Metric == metric).Value).OrderBy(v => v).ToArray())
+                .ToArray();
+            double[] medians = perCase.Select(values => values[values.Length / 2]).ToArray();
+            Assert.True(medians.Max() <= medians.Min() * 1.10,
+                $"{id}/{system}/{metric} differs across cases {string.Join(", ", cases)}: medians {string.Join(", ", medians)} of "
+                + string.Join("; ", perCase.Select(values => string.Join(", ", values))) + " (it should not depend on the case's threads).");
+        }
     }
 
     [Fact]
