@@ -252,7 +252,9 @@ public sealed class NetStandardBuildTests
         SpindleTask<bool> pending = timer.WaitForNextTickAsync();
         timer.Dispose();
         Assert.False(pending.GetAwaiter().GetResult());
-        Assert.Throws<ObjectDisposedException>(() => timer.WaitForNextTickAsync());
+        SpindleTask<bool> afterDispose = timer.WaitForNextTickAsync(); // false at once, as PeriodicTimer's
+        Assert.True(afterDispose.IsCompleted);
+        Assert.False(afterDispose.GetAwaiter().GetResult());
 
         SpindleTask all = SpindleTask.WhenAll([new Promise().Task], new WhenAllOptions { Timeout = TimeSpan.FromMilliseconds(3), Timers = wheel });
         clock.Advance(TimeSpan.FromMilliseconds(3));

@@ -92,8 +92,10 @@ internal sealed class PeriodicTimerSource : ISpindleSource<bool>, IQuietSource<b
         {
             if (_disposed)
             {
-                throw new ObjectDisposedException(nameof(SpindlePeriodicTimer),
-                    "This SpindlePeriodicTimer has been disposed: a wait pending at Dispose returned false, and later waits are a mistake. Create a new timer.");
+                // As the BCL's PeriodicTimer: a stopped timer answers every wait with false, so a loop whose timer is
+                // disposed from another thread between two waits (a hosted service's StopAsync) ends, rather than throws;
+                // a token already cancelled still wins, as there.
+                return cancellationToken.IsCancellationRequested ? SpindleTask.FromCanceled<bool>(cancellationToken) : new SpindleTask<bool>(false);
             }
             if (_wheel.IsDisposed)
             {

@@ -25,10 +25,12 @@ namespace SpindleLib;
 /// ticks count as one, and the wait after that waits for the next tick still to come.</para>
 /// <para><b>Cost.</b> A wait that has to wait arms one pooled timer node in the wheel for the next tick's deadline;
 /// between waits nothing is in the wheel, so an idle periodic timer costs nothing.</para>
-/// <para><b>Dispose</b> stops the timer: a wait pending at that moment completes with <see langword="false"/>, as with
-/// the BCL's <c>PeriodicTimer</c>. Unlike the BCL's, a call to <see cref="WaitForNextTickAsync"/> made after
-/// <see cref="Dispose"/> throws <see cref="ObjectDisposedException"/> rather than returning <see langword="false"/>, so a
-/// loop that keeps using a disposed timer is caught at once.</para>
+/// <para><b>Dispose</b> stops the timer: a wait pending at that moment completes with <see langword="false"/>, and so
+/// does every wait started after it (at once; as canceled if its token is already cancelled), as with the BCL's <c>PeriodicTimer</c>, so a loop
+/// whose timer is disposed from another thread between two waits (a hosted service's <c>StopAsync</c>) ends. A timer
+/// whose <see cref="TimerWheel"/> has been disposed, but which was not disposed itself, answers its pending wait with
+/// <see langword="false"/> and throws <see cref="ObjectDisposedException"/> for later ones: a wheel disposed under a
+/// timer still in use is a mistake the user did not ask for.</para>
 /// <para><b>Racing a tick.</b> A wait may race others (<c>WhenAny(timer.WaitForNextTickAsync(), inbox.WaitAsync())</c>
 /// for a session's heartbeat or its next message). A wait that loses, or that <c>WithTimeout</c> or
 /// <c>WithCancellation</c> ends, is let go of as a cancelled one is: it leaves the wheel, the next wait may start at
@@ -67,7 +69,8 @@ public sealed class SpindlePeriodicTimer : IDisposable
 
     /// <summary>
     /// Waits for the next tick: <see langword="true"/> when it comes (at once if a tick was missed since the last wait),
-    /// <see langword="false"/> if the timer is disposed while this wait is pending. Allocates nothing in steady state.
+    /// <see langword="false"/> if the timer is disposed while this wait is pending, or was disposed before it (at once).
+    /// Allocates nothing in steady state.
     /// </summary>
     /// <param name="cancellationToken">
     /// Cancels this wait: it completes as canceled, its timer node leaves the wheel at once, and the tick it was waiting
@@ -76,13 +79,13 @@ public sealed class SpindlePeriodicTimer : IDisposable
     /// <see cref="System.Threading.Tasks.TaskCanceledException"/> is built only by a read that throws it, so an await with
     /// <see cref="SpindleTask{T}.SuppressCancellationThrow"/> builds none.
     /// </param>
-    /// <exception cref="ObjectDisposedException">The timer (or its wheel) has been disposed.</exception>
+    /// <exception cref="ObjectDisposedException">The timer's wheel has been disposed (and the timer was not).</exception>
     /// <exception cref="InvalidOperationException">Another wait is pending: only one consumer may wait at a time.</exception>
     public SpindleTask<bool> WaitForNextTickAsync(CancellationToken cancellationToken = default) => _source.Wait(cancellationToken);
 
     /// <summary>
-    /// Stops the timer. A wait pending at this moment completes with <see langword="false"/>; a later call to
-    /// <see cref="WaitForNextTickAsync"/> throws <see cref="ObjectDisposedException"/>. Calling it again does nothing.
+    /// Stops the timer. A wait pending at this moment completes with <see langword="false"/>, and a later call to
+    /// <see cref="WaitForNextTickAsync"/> returns <see langword="false"/> at once. Calling it again does nothing.
     /// </summary>
     public void Dispose() => _source.Dispose();
 }

@@ -163,18 +163,56 @@ public class PeriodicTimerTests
     }
 
     [Fact]
-    public void WaitForNextTick_AfterDispose_ThrowsObjectDisposed()
+    public void WaitForNextTick_AfterDispose_ReturnsFalseAtOnce_AsPeriodicTimer()
     {
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
         var timer = new SpindlePeriodicTimer(TimeSpan.FromMilliseconds(10), wheel);
         clock.Advance(TimeSpan.FromMilliseconds(15)); // a remembered tick does not outlive Dispose
         timer.Dispose();
-        ObjectDisposedException e = Assert.Throws<ObjectDisposedException>(() => timer.WaitForNextTickAsync());
-        Assert.Contains("SpindlePeriodicTimer", e.Message, StringComparison.Ordinal);
+        SpindleTask<bool> wait = timer.WaitForNextTickAsync();
+        Assert.True(wait.IsCompleted);
+        Assert.False(wait.GetAwaiter().GetResult());
         using var cts = new CancellationTokenSource();
         cts.Cancel();
-        Assert.Throws<ObjectDisposedException>(() => timer.WaitForNextTickAsync(cts.Token));
+        SpindleTask<bool> canceled = timer.WaitForNextTickAsync(cts.Token); // a cancelled token wins, as the BCL's
+        Assert.True(canceled.IsCompleted);
+        Assert.ThrowsAny<OperationCanceledException>(() => canceled.GetAwaiter().GetResult());
+        Assert.Equal(0, wheel.PendingCount);
+
+        // The BCL's PeriodicTimer, for the same calls.
+        var bcl = new PeriodicTimer(TimeSpan.FromMilliseconds(10));
+        bcl.Dispose();
+        Assert.False(bcl.WaitForNextTickAsync().AsTask().GetAwaiter().GetResult());
+        Assert.ThrowsAny<OperationCanceledException>(() => bcl.WaitForNextTickAsync(cts.Token).AsTask().GetAwaiter().GetResult());
+    }
+
+    [Fact]
+    public async Task ALoopWhoseTimerIsDisposedBetweenWaits_Ends()
+    {
+        // A hosted service's loop: its timer is disposed from another thread (StopAsync) while the body runs.
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        var timer = new SpindlePeriodicTimer(TimeSpan.FromMilliseconds(10), wheel);
+        var inBody = new Promise();
+        var disposed = new Promise();
+        int bodies = 0;
+        async SpindleTask Loop()
+        {
+            while (await timer.WaitForNextTickAsync())
+            {
+                bodies++;
+                inBody.TrySetResult();
+                await disposed.Task;
+            }
+        }
+        SpindleTask loop = Loop();
+        clock.Advance(TimeSpan.FromMilliseconds(10));
+        await inBody.Task;
+        timer.Dispose();
+        disposed.SetResult();
+        await loop; // ends, rather than faults with ObjectDisposedException
+        Assert.Equal(1, bodies);
         Assert.Equal(0, wheel.PendingCount);
     }
 
@@ -452,7 +490,7 @@ public class PeriodicTimerRaceTests
                     stopped++;
                 }
                 Assert.Equal(0, wheel.PendingCount);
-                Assert.Throws<ObjectDisposedException>(() => timer!.WaitForNextTickAsync());
+                Assert.False(timer!.WaitForNextTickAsync().GetAwaiter().GetResult()); // a stopped timer answers false
             },
             round =>
             {
