@@ -94,10 +94,67 @@ public sealed partial class ReadmeTests : IDisposable
     }
 
     [Fact]
+    public async Task RequestReplyExample_IsTheCodeBelow_AndTakesAReplyInTimeOrTimesOutWithoutAThrow()
+    {
+        string body = MarkedCode("    // README ask begin\n", "    // README ask end\n", indent: 4);
+        Assert.Equal(CSharpBlocks()[2], body);
+
+        var clock = new ManualClock();
+        using var timers = new TimerWheel(clock);
+        var reply = new Promise<int>();
+        short sent = 0;
+
+        // Answered in time, after the ask has suspended.
+        SpindleTask<int?> ask = AskAsync(reply, t => sent = t, TimeSpan.FromSeconds(1), timers);
+        Assert.False(ask.IsCompleted);
+        Assert.True(reply.TrySetResult(sent, 42));
+        Assert.Equal(42, await ask);
+
+        // Timed out: null, no exception; the late reply, with the old ask's token, completes nothing.
+        ask = AskAsync(reply, t => sent = t, TimeSpan.FromSeconds(1), timers);
+        short late = sent;
+        clock.Advance(TimeSpan.FromMilliseconds(999));
+        Assert.False(ask.IsCompleted);
+        clock.Advance(TimeSpan.FromMilliseconds(1));
+        Assert.True(ask.IsCompleted);
+        Assert.Null(await ask);
+        Assert.False(reply.TrySetResult(late, 7));
+
+        // Answered inside send, before the wait: no timer at all; the promise is ready for the next ask.
+        ask = AskAsync(reply, t => reply.TrySetResult(t, 5), TimeSpan.FromSeconds(1), timers);
+        Assert.Equal(5, await ask);
+        Assert.Equal(0, timers.PendingCount);
+        Assert.False(reply.IsCompleted);
+    }
+
+    // README ask begin
+    // One ask at a time on a reused promise. `send` hands the request and its token to the replier, which answers with
+    // reply.TrySetResult(token, value): an answer to an earlier ask completes nothing.
+    static async SpindleTask<int?> AskAsync(Promise<int> reply, Action<short> send, TimeSpan timeout, TimerWheel timers)
+    {
+        short token = reply.Token;
+        try
+        {
+            send(token);
+            var (answered, value) = await reply.Task.TryWithTimeout(timeout, timers);
+            if (answered)
+                return value;
+            if (!reply.TrySetCanceled(token, default))
+                return await reply.Task;                  // the reply came after the timeout, before this claim
+            return null;                                  // timed out: nothing thrown, nothing allocated
+        }
+        finally
+        {
+            reply.Reset();                                // a new use for the next ask
+        }
+    }
+    // README ask end
+
+    [Fact]
     public async Task CancellationExample_IsTheCodeBelow_AndEndsLoopsWithoutAThrow()
     {
         string body = MarkedCode("    // README cancellation begin\n", "    // README cancellation end\n", indent: 4);
-        Assert.Equal(CSharpBlocks()[2], body);
+        Assert.Equal(CSharpBlocks()[3], body);
 
         int loopThread = Environment.CurrentManagedThreadId;
         int throwsOnLoopThread = 0;
@@ -184,7 +241,7 @@ public sealed partial class ReadmeTests : IDisposable
     public void TimerExample_IsTheCodeBelow_AndClosesAnIdleSession()
     {
         string body = MarkedCode("    // README timer begin\n", "    // README timer end\n", indent: 4);
-        Assert.Equal(CSharpBlocks()[4], body);
+        Assert.Equal(CSharpBlocks()[5], body);
 
         var clock = new ManualClock();
         using var timers = new TimerWheel(clock);
@@ -219,7 +276,7 @@ public sealed partial class ReadmeTests : IDisposable
     public void TimeProviderExample_IsTheCodeBelow_AndCancelsAnIdleSource()
     {
         string body = MarkedCode("        // README timeprovider begin\n", "        // README timeprovider end\n", indent: 8);
-        Assert.Equal(CSharpBlocks()[5], body);
+        Assert.Equal(CSharpBlocks()[6], body);
 
         var clock = new ManualClock();
         using var wheel = new TimerWheel(clock);
@@ -241,7 +298,7 @@ public sealed partial class ReadmeTests : IDisposable
     public async Task UniTaskExample_IsTheCodeBelow_AndDoesWhatItsCommentsSay()
     {
         string body = MarkedCode("    // README unitask begin\n", "    // README unitask end\n", indent: 4);
-        Assert.Equal(CSharpBlocks()[3], body);
+        Assert.Equal(CSharpBlocks()[4], body);
 
         var loop = new FrameLoop();
         loop.RunFrame();
