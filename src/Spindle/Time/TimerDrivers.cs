@@ -430,6 +430,9 @@ internal sealed class ProviderTimerDriver : TimerDriver
     /// </remarks>
     private void OnFired()
     {
+#if DEBUG
+        TestHookFired?.Invoke(_wheel);
+#endif
         if (!_firesEarly && Interlocked.Exchange(ref _kicked, 0) == 0)
         {
             try
@@ -455,6 +458,14 @@ internal sealed class ProviderTimerDriver : TimerDriver
         }
         _wheel.RequestDrive();
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on the thread the provider's timer fires on, before the pass it asks for: on a
+    /// <see cref="ManualClock"/>, a kick's fire runs inside the kick (<see cref="Kicking"/> is true here).
+    /// </summary>
+    internal static Action<TimerWheel>? TestHookFired;
+#endif
 
     /// <summary>
     /// Finds out whether the provider's timers fire early: arms the probe for <paramref name="due"/> (TimeSpan ticks, more

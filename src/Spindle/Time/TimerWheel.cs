@@ -646,6 +646,9 @@ public sealed partial class TimerWheel : IDisposable
         }
         node.Deadline = deadline;
         _main.Push(node);
+#if DEBUG
+        TestHookAfterPush?.Invoke(this);
+#endif
         // Dekker with the owner (DriveAndPlan): the push above happens before this read, and the owner publishes
         // _wakeAt before it re-checks the inbox; so either the owner sees this node, or this read sees the owner's plan.
         if (LowerWakeAt(deadline))
@@ -658,6 +661,14 @@ public sealed partial class TimerWheel : IDisposable
             RequestDrive();
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on a thread adding a timer to the main shard (<see cref="Insert"/>) once the node is in the inbox,
+    /// before it reads <see cref="_wakeAt"/> and kicks: a timer counted, and not yet armed on the clock.
+    /// </summary>
+    internal static Action<TimerWheel>? TestHookAfterPush;
+#endif
 
     /// <summary>
     /// The first cancellation queued to a shard since its owner last looked makes sure it is released promptly: the
@@ -762,6 +773,9 @@ public sealed partial class TimerWheel : IDisposable
         long start = 0;
         while ((Volatile.Read(ref _driveRequests) != 0 || _driver is ProviderTimerDriver { Kicking: true }) && Volatile.Read(ref _driveOwner) != self)
         {
+#if DEBUG
+            TestHookSettleWaits?.Invoke(this);
+#endif
             if (spin.NextSpinWillYield)
             {
                 long now = Stopwatch.GetTimestamp();
@@ -785,6 +799,11 @@ public sealed partial class TimerWheel : IDisposable
     /// waited, and that pass's timers fire on their own thread.
     /// </summary>
     internal const int SettleLimitMs = 1000;
+
+#if DEBUG
+    /// <summary>Tests only: runs on an advancing thread each time round <see cref="SettleForAdvance"/>'s wait for another thread's pass or kick.</summary>
+    internal static Action<TimerWheel>? TestHookSettleWaits;
+#endif
 
     /// <summary>
     /// Asks the driver for a pass. A provider whose timer throws instead gets none: the pass then runs here, on the
@@ -856,10 +875,21 @@ public sealed partial class TimerWheel : IDisposable
             _driver.Arm(next);
             if (_driver.ServesReleaseKicksItself ? !_main.HasInsertInbox : !_main.HasInbox)
             {
+#if DEBUG
+                TestHookPassPlanned?.Invoke(this);
+#endif
                 return;
             }
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on the owner once its pass has planned and found both inboxes empty, as it returns: a timer pushed
+    /// here is seen by no re-check of this pass, so only its kick brings the next one (<c>LoopClockPassRequestTests</c>).
+    /// </summary>
+    internal static Action<TimerWheel>? TestHookPassPlanned;
+#endif
 
     /// <summary>
     /// Stops the wheel: every pending delay completes as canceled, and <see cref="Delay(TimeSpan, CancellationToken)"/>

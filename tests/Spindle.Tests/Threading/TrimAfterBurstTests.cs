@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Reflection;
 using System.Threading;
+using System.Threading.Tasks;
 
 namespace SpindleLib.Tests.Threading;
 
@@ -212,6 +213,36 @@ public sealed class TrimAfterBurstTests
             }
         }
         Assert.Equal(0, tookAStaleRequest);
+    }
+
+    /// <summary>
+    /// A trim request is answered once per Spindle thread: the idle moment after the one that emptied the stacks, with no
+    /// request made since, keeps what the thread has pooled meanwhile. A thread that did not record the requests it had
+    /// seen (a mutation of <c>ThreadSlots.TrimIfRequested</c>, decisions section 53's M27) emptied its stacks at every
+    /// idle moment after the first trim, for good: every worker's park threw its pooled objects to the GC.
+    /// </summary>
+    [Fact]
+    public void ATrimRequest_IsAnsweredOnce_AndTheNextIdleMomentKeepsTheStacks()
+    {
+        bool? first = null, second = null, third = null;
+        int keptAfterSecond = -1;
+        Task thread = TestUtil.RunOnThread(() =>
+        {
+            ThreadSlots.AdoptTrimRequests();
+            ThreadSlots.RequestTrim();
+            first = ThreadSlots.TrimIfRequested();
+            ObjectPool<Node>.Return(new Node());
+            ObjectPool<Node>.Return(new Node());
+            second = ThreadSlots.TrimIfRequested();
+            keptAfterSecond = ObjectPool<Node>.LocalCount;
+            ThreadSlots.RequestTrim();
+            third = ThreadSlots.TrimIfRequested();
+        }, "trim-once thread");
+        Assert.True(thread.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+        Assert.True(first, "the idle moment after a request should trim");
+        Assert.False(second, "the next idle moment, with no request since, trimmed again");
+        Assert.Equal(2, keptAfterSecond);
+        Assert.True(third, "a new request should be answered");
     }
 
     private static void RunOn(WorkerPool pool, Action action)

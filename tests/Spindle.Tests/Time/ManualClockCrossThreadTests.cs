@@ -219,6 +219,35 @@ public class ManualClockCrossThreadTests
         Assert.Equal(2, resumed);
         Assert.Equal(0, wheel.PendingCount);
     }
+
+    /// <summary>
+    /// An Advance inside its wheel's own pass, with a timer that code started waiting in the inbox, asks that wheel for no
+    /// pass: the pass it runs inside takes the timer in (its re-check of the inbox) and fires it once the clock has moved.
+    /// Without the settle's own-pass check (decisions section 53's M19) the Advance asked for a pass it does not wait for,
+    /// and the wheel ran one more, which found nothing: 3 passes where 2 do. Nothing fires differently; the count is what
+    /// shows it.
+    /// </summary>
+    [Fact]
+    public void AdvanceFromInsideAPass_WithATimerInTheInbox_AddsNoPass()
+    {
+        var clock = new ManualClock();
+        using var wheel = new TimerWheel(clock);
+        SpindleTask first = wheel.Delay(10);
+        SpindleTask second = default;
+        first.GetAwaiter().UnsafeOnCompleted(() =>
+        {
+            second = wheel.Delay(10); // later than the pass planned for: no kick, it waits in the inbox
+            clock.Advance(TimeSpan.FromMilliseconds(10)); // inside the pass that fired the first
+        });
+        long before = wheel.PassCount;
+        clock.Advance(TimeSpan.FromMilliseconds(10));
+        long passes = wheel.PassCount - before;
+        Assert.True(second.IsCompleted);
+        Assert.True(passes == 2, $"{passes} passes: the one that fired the first delay, and its re-check's for the second, should be all");
+        first.GetAwaiter().GetResult();
+        second.GetAwaiter().GetResult();
+        Assert.Equal(0, wheel.PendingCount);
+    }
     /// <summary>
     /// An Advance that finds another thread's pass of a wheel on its clock under way waits for it (see the tests above),
     /// but not for ever: code that pass resumed may block on what the advancing thread does next. The Advance goes on
