@@ -73,6 +73,9 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
 
     private void Release()
     {
+#if DEBUG
+        TestHookBeforeRelease?.Invoke(this);
+#endif
         if (Interlocked.Decrement(ref _holds) == 0)
         {
             _signal = null;
@@ -81,4 +84,12 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
             ObjectPool<SignalTimeout>.Return(this);
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on a holder's thread as it drops its hold, before the decrement: the timer's continuation and the
+    /// wait's end (<see cref="Stop"/>) may drop theirs at once, on two threads (<c>SignalTimeoutReleaseRaceTests</c>).
+    /// </summary>
+    internal static Action<SignalTimeout>? TestHookBeforeRelease;
+#endif
 }
