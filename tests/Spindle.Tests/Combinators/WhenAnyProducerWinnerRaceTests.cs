@@ -10,7 +10,12 @@ namespace SpindleLib.Tests.Combinators;
 /// A claim made of a read and a store let both finishers through: one completed the task and the other overwrote the
 /// winner's index, so a WhenAny that succeeded named the failed producer with a default result, and that failure was
 /// neither thrown nor reported; mutation testing (mut52, mutant C3) found no test that failed with it. Run alone: its two
-/// threads must run at once.
+/// threads must run at once. Each side first stores to cache lines the other wrote last
+/// (<see cref="ContinuationRacer.StoreToLines"/>), so that its store of the winner reaches the other side later while its
+/// read goes ahead: C3 then failed by round 47-116 (4 of 4 runs, load 24-31), against rounds 114, 5,268 and 5,806 without.
+/// On a loaded machine a round waits for both threads to be on a core at once: the 50,000 rounds took 153 s at load 5-10,
+/// and were 34,000 rounds into a 900 s hang timeout at load 30-45 (a run of the sixth mutation pass "hung" so, at a 240 s
+/// timeout), so a time cap ends the run, after a floor of rounds well above those.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public sealed class WhenAnyProducerWinnerRaceTests
@@ -22,7 +27,12 @@ public sealed class WhenAnyProducerWinnerRaceTests
         var thrown = new InvalidOperationException("producer 0 failed");
         int failedWins = 0;
         using UnobservedReports watch = UnobservedReports.Start(UnobservedReports.Own.Instances(thrown));
-        var race = new RaceRounds("WhenAnyProducerWinnerRaceTests", TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000));
+        long[][] lines = ContinuationRacer.NewLinePair();
+        var race = new RaceRounds("WhenAnyProducerWinnerRaceTests", TestUtil.Stress(Spinning.Helps ? 50_000 : 2_000))
+        {
+            TimeCap = TimeSpan.FromSeconds(5),
+            MinRounds = TestUtil.Stress(1_000),
+        };
         race.Run(round =>
         {
             var failing = new Promise<int>();
@@ -32,7 +42,18 @@ public sealed class WhenAnyProducerWinnerRaceTests
                 _ => failing.Task,
                 _ => succeeding.Task,
             ]);
-            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, () => failing.TrySetException(thrown), () => succeeding.TrySetResult(7));
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(
+                round,
+                () =>
+                {
+                    ContinuationRacer.StoreToLines(lines[round & 1], round);
+                    failing.TrySetException(thrown);
+                },
+                () =>
+                {
+                    ContinuationRacer.StoreToLines(lines[(round & 1) ^ 1], round); // the lines the other side wrote last round
+                    succeeding.TrySetResult(7);
+                });
             Assert.Null(mine);
             Assert.Null(theirs);
             if (!any.IsCompleted)
