@@ -1,4 +1,5 @@
 using System;
+using System.Threading;
 using SpindleLib.Tests.Sources;
 
 namespace SpindleLib.Tests.Combinators;
@@ -10,12 +11,13 @@ namespace SpindleLib.Tests.Combinators;
 /// A claim made of a read and a store let both finishers through: one completed the task and the other overwrote the
 /// winner's index, so a WhenAny that succeeded named the failed producer with a default result, and that failure was
 /// neither thrown nor reported; mutation testing (mut52, mutant C3) found no test that failed with it. Run alone: its two
-/// threads must run at once. Each side first stores to cache lines the other wrote last
-/// (<see cref="ContinuationRacer.StoreToLines"/>), so that its store of the winner reaches the other side later while its
-/// read goes ahead: C3 then failed by round 47-116 (4 of 4 runs, load 24-31), against rounds 114, 5,268 and 5,806 without.
-/// On a loaded machine a round waits for both threads to be on a core at once: the 50,000 rounds took 153 s at load 5-10,
-/// and were 34,000 rounds into a 900 s hang timeout at load 30-45 (a run of the sixth mutation pass "hung" so, at a 240 s
-/// timeout), so a time cap ends the run, after a floor of rounds well above those.
+/// threads must run at once. On a loaded machine a round waits for both threads to be on a core at once: the 50,000
+/// rounds took 153 s at load 5-10, and were 34,000 rounds into a 900 s hang timeout at load 30-45 (a run of the sixth
+/// mutation pass "hung" so, at a 240 s timeout), so a time cap ends the run after a floor of rounds. So that the floor
+/// still finds C3 there (it first failed at rounds 114, 5,268 and 5,806 at load 29-38), the two finishers meet just before
+/// their claims in a Debug build (<see cref="HookMeeting"/> at <c>CombinatorCore.TestHookBeforeWinnerClaim</c>), and each
+/// first stores to cache lines the other wrote last (<see cref="ContinuationRacer.StoreToLines"/>), so that its store of
+/// the winner reaches the other side later while its read goes ahead.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public sealed class WhenAnyProducerWinnerRaceTests
@@ -32,7 +34,23 @@ public sealed class WhenAnyProducerWinnerRaceTests
         {
             TimeCap = TimeSpan.FromSeconds(5),
             MinRounds = TestUtil.Stress(1_000),
+#if DEBUG
+            ClearHooks = () => CombinatorCore.TestHookBeforeWinnerClaim = null,
+#endif
         };
+#if DEBUG
+        var meeting = new HookMeeting();
+        object? target = null;
+        int current = -1;
+        int failingSide = Environment.CurrentManagedThreadId; // this thread finishes the failing producer, the racer the other
+        CombinatorCore.TestHookBeforeWinnerClaim = (combinator, _) =>
+        {
+            if (combinator == Volatile.Read(ref target))
+            {
+                meeting.Arrive(Environment.CurrentManagedThreadId == failingSide ? 0 : 1, Volatile.Read(ref current));
+            }
+        };
+#endif
         race.Run(round =>
         {
             var failing = new Promise<int>();
@@ -42,6 +60,10 @@ public sealed class WhenAnyProducerWinnerRaceTests
                 _ => failing.Task,
                 _ => succeeding.Task,
             ]);
+#if DEBUG
+            Volatile.Write(ref current, round);
+            Volatile.Write(ref target, any._source);
+#endif
             (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(
                 round,
                 () =>
@@ -54,6 +76,9 @@ public sealed class WhenAnyProducerWinnerRaceTests
                     ContinuationRacer.StoreToLines(lines[(round & 1) ^ 1], round); // the lines the other side wrote last round
                     succeeding.TrySetResult(7);
                 });
+#if DEBUG
+            Volatile.Write(ref target, null);
+#endif
             Assert.Null(mine);
             Assert.Null(theirs);
             if (!any.IsCompleted)
@@ -74,7 +99,10 @@ public sealed class WhenAnyProducerWinnerRaceTests
                 failedWins++;
             }
         });
-        race.AssertNone("two producers finishing at once gave a mixed outcome");
+#if DEBUG
+        Assert.True(meeting.Missed == -1, $"round {meeting.Missed}: the two producers did not both reach their claim within 10 s");
+#endif
+        race.AssertNone($"two producers finishing at once gave a mixed outcome ({race.Ran} rounds)");
         // The failure was thrown where its producer won, and reported, once, where it lost: never both, never neither.
         Assert.Equal(race.Ran - failedWins, watch.Reports.Count);
     }
