@@ -93,22 +93,23 @@ internal static class ThrowHelper
     public static bool IsLastRefusal(Exception exception) => ReferenceEquals(exception, t_lastRefusal);
 
     /// <summary>
-    /// Rethrows a refusal of an awaiter's <c>OnCompleted(Action)</c> (the await-once errors) with the name of the async
-    /// method whose await it refused. Only code that is not a Spindle async method registers that way, above all the
-    /// BCL's builders (<c>async Task</c>: every ASP.NET Core handler, a twenty-fifth user's review, docs/decisions.md
-    /// section 53), and they rethrow it on the thread pool, which ends the process with a trace of the builder's frames
-    /// alone; the message is then the one place that says which await to fix. Still a refusal (nothing was registered).
+    /// The message of a refusal of an awaiter's <c>OnCompleted(Action)</c> (the await-once errors) with the name of the
+    /// async method whose await it refused. Only code that is not a Spindle async method registers that way, above all
+    /// the BCL's builders (<c>async Task</c>: every ASP.NET Core handler, a twenty-fifth user's review, docs/decisions.md
+    /// section 53); a trace of their frames says nothing of which await to fix, so the message does.
     /// </summary>
+    public static string RefusedAwaitMessage(InvalidOperationException refusal, Action continuation)
+        => refusal.Message + " The refused await is in " + AwaitingMethodOf(continuation) + ".";
+
+    /// <summary>Throws a refused await's error (<see cref="RefusedAwaitMessage"/>), marked as a refusal: nothing was registered.</summary>
     [DoesNotReturn]
-    public static void ThrowRefusedAwaitIn(InvalidOperationException refusal, Action continuation)
-        => throw Refusal(new InvalidOperationException(refusal.Message + " The refused await is in " + AwaitingMethodOf(continuation) + "."));
+    public static void ThrowRefusedAwait(string message) => throw Refusal(new InvalidOperationException(message));
 
     /// <summary>
-    /// The async method a builder's continuation resumes: the BCL's builders hand over their box's MoveNext, and the
-    /// box's type (<c>AsyncStateMachineBox&lt;TStateMachine&gt;</c>) names the state machine; any other continuation is
-    /// named by its own method.
+    /// The state machine a builder's continuation resumes, or null: the builders hand over their box's MoveNext, and the
+    /// box's type (<c>AsyncStateMachineBox&lt;TStateMachine&gt;</c>) is generic over the state machine.
     /// </summary>
-    private static string AwaitingMethodOf(Action continuation)
+    public static Type? StateMachineOf(Action continuation)
     {
         if (continuation.Target is { } target)
         {
@@ -116,9 +117,19 @@ internal static class ThrowHelper
             {
                 if (typeof(System.Runtime.CompilerServices.IAsyncStateMachine).IsAssignableFrom(argument))
                 {
-                    return TaskTracker.MethodNameOf(argument);
+                    return argument;
                 }
             }
+        }
+        return null;
+    }
+
+    /// <summary>The async method a builder's continuation resumes (<see cref="StateMachineOf"/>); any other continuation is named by its own method.</summary>
+    private static string AwaitingMethodOf(Action continuation)
+    {
+        if (StateMachineOf(continuation) is { } stateMachine)
+        {
+            return TaskTracker.MethodNameOf(stateMachine);
         }
         System.Reflection.MethodInfo method = continuation.Method;
         return method.DeclaringType is { } type ? (type.FullName ?? type.Name).Replace('+', '.') + "." + method.Name : method.Name;

@@ -172,6 +172,7 @@ public readonly partial struct SpindleTask<T>
             {
                 return _task._result;
             }
+            RefusedAwaits.ThrowIfRefused(s, _task._token); // a BCL builder's refused await, resumed to throw here
             return s.GetResult(_task._token); // Spindle's sources block here if the task is still pending
         }
 
@@ -183,14 +184,17 @@ public readonly partial struct SpindleTask<T>
                 canceled = false;
                 return _task._result;
             }
+            RefusedAwaits.ThrowIfRefused(s, _task._token);
             return QuietRead.ReadCanceled(s, _task._token, out canceled);
         }
 
         /// <summary>Schedules the continuation, flowing the current <see cref="System.Threading.ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
-        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
-        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask{TResult}"/>
-        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited; the message
+        /// ends by naming the awaiting method (share a task through <see cref="SpindleTask{T}.Preserve"/>). Not thrown to a BCL async
+        /// method builder on .NET (<c>async Task</c>, <c>async ValueTask</c>, <c>async void</c>), which would rethrow it on
+        /// the thread pool and end the process, as for a <see cref="ValueTask{TResult}"/> awaited twice: that method resumes on the
+        /// thread pool instead, and its await throws this.</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -205,7 +209,7 @@ public readonly partial struct SpindleTask<T>
                 }
                 catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
                 {
-                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                    RefusedAwaits.OnRefused(refusal, continuation, s, _task._token, flowContext: true);
                 }
             }
             else
@@ -216,9 +220,11 @@ public readonly partial struct SpindleTask<T>
 
         /// <summary>Schedules the continuation without flowing the <see cref="System.Threading.ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
-        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
-        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask{TResult}"/>
-        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask{T}.Preserve"/>.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited; the message
+        /// ends by naming the awaiting method (share a task through <see cref="SpindleTask{T}.Preserve"/>). Not thrown to a BCL async
+        /// method builder on .NET (<c>async Task</c>, <c>async ValueTask</c>, <c>async void</c>), which would rethrow it on
+        /// the thread pool and end the process, as for a <see cref="ValueTask{TResult}"/> awaited twice: that method resumes on the
+        /// thread pool instead, and its await throws this.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -233,7 +239,7 @@ public readonly partial struct SpindleTask<T>
                 }
                 catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
                 {
-                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                    RefusedAwaits.OnRefused(refusal, continuation, s, _task._token, flowContext: false);
                 }
             }
             else

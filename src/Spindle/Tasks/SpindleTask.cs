@@ -246,18 +246,29 @@ public readonly partial struct SpindleTask
         {
             if (_task._source is { } s)
             {
+                RefusedAwaits.ThrowIfRefused(s, _task._token); // a BCL builder's refused await, resumed to throw here
                 s.GetResult(_task._token); // Spindle's sources block here if the task is still pending
             }
         }
 
         /// <summary>As <see cref="GetResult"/>, returning a cancellation instead of throwing it (<see cref="SpindleTask.SuppressCancellationThrow"/>).</summary>
-        internal bool GetResultOrCanceled() => _task._source is { } s && QuietRead.ReadCanceled(s, _task._token);
+        internal bool GetResultOrCanceled()
+        {
+            if (_task._source is not { } s)
+            {
+                return false;
+            }
+            RefusedAwaits.ThrowIfRefused(s, _task._token);
+            return QuietRead.ReadCanceled(s, _task._token);
+        }
 
         /// <summary>Schedules the continuation, flowing the current <see cref="ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
-        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
-        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask"/>
-        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask.Preserve"/>.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited; the message
+        /// ends by naming the awaiting method (share a task through <see cref="SpindleTask.Preserve"/>). Not thrown to a BCL async
+        /// method builder on .NET (<c>async Task</c>, <c>async ValueTask</c>, <c>async void</c>), which would rethrow it on
+        /// the thread pool and end the process, as for a <see cref="ValueTask"/> awaited twice: that method resumes on the
+        /// thread pool instead, and its await throws this.</exception>
         public void OnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -272,7 +283,7 @@ public readonly partial struct SpindleTask
                 }
                 catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
                 {
-                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                    RefusedAwaits.OnRefused(refusal, continuation, s, _task._token, flowContext: true);
                 }
             }
             else
@@ -283,9 +294,11 @@ public readonly partial struct SpindleTask
 
         /// <summary>Schedules the continuation without flowing the <see cref="ExecutionContext"/>.</summary>
         /// <exception cref="ArgumentNullException"><paramref name="continuation"/> is null.</exception>
-        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited. The BCL's
-        /// async method builders rethrow this on the thread pool, which ends the process (as for a <see cref="ValueTask"/>
-        /// awaited twice), so its message ends by naming the async method whose await it refused: share a task through <see cref="SpindleTask.Preserve"/>.</exception>
+        /// <exception cref="InvalidOperationException">The task already has an awaiter, or was already awaited; the message
+        /// ends by naming the awaiting method (share a task through <see cref="SpindleTask.Preserve"/>). Not thrown to a BCL async
+        /// method builder on .NET (<c>async Task</c>, <c>async ValueTask</c>, <c>async void</c>), which would rethrow it on
+        /// the thread pool and end the process, as for a <see cref="ValueTask"/> awaited twice: that method resumes on the
+        /// thread pool instead, and its await throws this.</exception>
         public void UnsafeOnCompleted(Action continuation)
         {
             if (continuation is null)
@@ -300,7 +313,7 @@ public readonly partial struct SpindleTask
                 }
                 catch (InvalidOperationException refusal) when (ThrowHelper.IsLastRefusal(refusal))
                 {
-                    ThrowHelper.ThrowRefusedAwaitIn(refusal, continuation); // a BCL builder rethrows it on the thread pool
+                    RefusedAwaits.OnRefused(refusal, continuation, s, _task._token, flowContext: false);
                 }
             }
             else
