@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Threading;
 
@@ -29,6 +30,7 @@ namespace SpindleLib;
 /// <para>The cost on every await: <c>GetResult</c> reads <see cref="RefusedAwaitGate.Queued"/>, a static that is not zero only while
 /// a refused resumption is queued or running (docs/decisions.md section 55 has the A/B figures).</para>
 /// </remarks>
+[StackTraceHidden] // the refusal's trace starts at the await
 internal static class RefusedAwaits
 {
     /// <summary>Refused resumptions queued or running now (tests read it back to zero).</summary>

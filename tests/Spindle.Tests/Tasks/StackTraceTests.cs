@@ -157,6 +157,21 @@ public sealed class StackTraceTests
         AssertRanElsewhere(Assert.Throws<InvalidOperationException>(() => Spindle.Run(new Action(() => throw new InvalidOperationException("run"))).GetAwaiter().GetResult()), Test, Test);
     }
 
+    private static async Task AwaitInABclMethod(SpindleTask ready) => await ready;
+
+    /// <summary>A second pending await from a BCL method throws at its await (docs/decisions.md section 55): the trace starts there.</summary>
+    [NetBuildFact(NotOnNetStandard)]
+    public async Task RefusedSecondAwait_FromABclMethod_ShowsOnlyTheMethod()
+    {
+        var ready = new Promise();
+        Task first = AwaitInABclMethod(ready.Task);
+        Exception e = await TestUtil.Catch(() => AwaitInABclMethod(ready.Task));
+        Assert.IsType<InvalidOperationException>(e);
+        AssertOnlyUserFrames(e, nameof(AwaitInABclMethod));
+        ready.SetResult();
+        await TestUtil.WithTimeout(first);
+    }
+
     [NetBuildFact(NotOnNetStandard)]
     public async Task Combinators_ShowTheInputsFrames_NotTheCombinators()
     {
