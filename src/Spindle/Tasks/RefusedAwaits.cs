@@ -51,6 +51,9 @@ internal static class RefusedAwaits
     private static readonly WaitCallback s_resume = static state =>
     {
         var resumption = (Resumption)state!;
+#if DEBUG
+        TestHookBeforeResume?.Invoke(resumption.Source);
+#endif
         t_resuming = resumption;
         try
         {
@@ -62,6 +65,14 @@ internal static class RefusedAwaits
             Interlocked.Decrement(ref RefusedAwaitGate.Queued);
         }
     };
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on the thread pool as a refused resumption starts, before its read, with the refused use's
+    /// source: a test holds it there until the source has completed (<c>RefusedAwaitFromBclMethodTests</c>).
+    /// </summary>
+    internal static Action<object>? TestHookBeforeResume;
+#endif
 
     /// <summary>
     /// Handles a refused registration of <paramref name="continuation"/> on use <paramref name="token"/> of

@@ -112,6 +112,50 @@ public sealed class RefusedAwaitFromBclMethodTests
         QueuedReturnsToZero();
     }
 
+#if DEBUG
+    /// <summary>
+    /// The refused method's resumption held until the source has completed, and the owner not yet read it: the
+    /// resumed read finds the use completed, under the same token, so only the record of the refusal stops it from
+    /// taking the owner's value (and from giving the pooled box back under it).
+    /// </summary>
+    [Fact]
+    public async Task RefusedResumption_RunningAfterTheCompletion_NeverTakesTheOwnersValue()
+    {
+        static async SpindleTask<int> Load(Promise<int> gate) => await gate.Task;
+
+        var gate = new Promise<int>();
+        SpindleTask<int> load = Load(gate);
+        object source = load._source!;
+        SpindleTask<int>.Awaiter owner = load.GetAwaiter();
+        using var ownerResumed = new ManualResetEventSlim();
+        owner.UnsafeOnCompleted(ownerResumed.Set); // the owner reads later, by hand
+        using var completed = new ManualResetEventSlim();
+        RefusedAwaits.TestHookBeforeResume = s =>
+        {
+            if (ReferenceEquals(s, source))
+            {
+                completed.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // no assert: a throw here would end the process
+            }
+        };
+        try
+        {
+            Task<int> second = ServeValue(load); // refused; its resumption waits in the hook
+            gate.SetResult(20);
+            Assert.True(ownerResumed.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)));
+            completed.Set();
+            InvalidOperationException e = await Refused(second);
+            Assert.StartsWith(ThrowHelper.SecondAwaiterMessage, e.Message, StringComparison.Ordinal);
+            Assert.Equal(20, owner.GetResult());
+        }
+        finally
+        {
+            completed.Set();
+            RefusedAwaits.TestHookBeforeResume = null;
+        }
+        QueuedReturnsToZero();
+    }
+#endif
+
     /// <summary>An <c>async void</c> method's fault goes where the BCL sends it: to the context it started under.</summary>
     [Fact]
     public async Task SecondPendingAwait_FromAsyncVoid_PostsTheRefusalToItsContext()
