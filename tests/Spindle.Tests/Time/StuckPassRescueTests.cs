@@ -32,7 +32,9 @@ public class StuckPassRescueTests
     /// </remarks>
     private static async Task<bool> HoldAPassOnce(Action<ManualResetEventSlim> hold, int others)
     {
-        using var release = new ManualResetEventSlim();
+        // Not disposed: a holder that reaches hold() only after this method has left (a timeout below) must meet an event
+        // that is set, not a disposed one.
+        var release = new ManualResetEventSlim();
         var fired = new TaskCompletionSource[others];
         for (int i = 0; i < others; i++)
         {
@@ -77,20 +79,22 @@ public class StuckPassRescueTests
 
         bool InsideTheItem() => Environment.CurrentManagedThreadId == Volatile.Read(ref ownerThread) && Volatile.Read(ref itemReturned) == 0;
 
-        await TestUtil.WithTimeout(Spindle.Run(() =>
-        {
-            Volatile.Write(ref ownerThread, Environment.CurrentManagedThreadId);
-            Holder().Forget(); // every delay goes into this worker's own shard, the holder's first
-            for (int i = 0; i < others; i++)
-            {
-                Other(i).Forget();
-            }
-            // The item returns at once: the worker's own pass fires the holder, and runs its continuation inline.
-            Volatile.Write(ref itemReturned, 1);
-        }));
-        await TestUtil.LeaveSpindleWorkers(); // the item's completion may resume this method on its worker
+        // The holder holds a worker until the event is set: set on every path, the run's own timeout too (else that
+        // worker of the shared pool stays held for the hold's bound, into the tests that follow).
         try
         {
+            await TestUtil.WithTimeout(Spindle.Run(() =>
+            {
+                Volatile.Write(ref ownerThread, Environment.CurrentManagedThreadId);
+                Holder().Forget(); // every delay goes into this worker's own shard, the holder's first
+                for (int i = 0; i < others; i++)
+                {
+                    Other(i).Forget();
+                }
+                // The item returns at once: the worker's own pass fires the holder, and runs its continuation inline.
+                Volatile.Write(ref itemReturned, 1);
+            }));
+            await TestUtil.LeaveSpindleWorkers(); // the item's completion may resume this method on its worker
             // Not held if the holder's delay was fired elsewhere (a rescue while the item still ran, on a preempted thread).
             tested = await TestUtil.WithTimeout(holding.Task) == ownerThread;
             if (tested)
