@@ -172,51 +172,52 @@ public class StuckPassRescueTests
         for (int attempt = 0; attempt < 10; attempt++)
         {
             var order = new ConcurrentQueue<int>();
-            using var rest = new ManualResetEventSlim();
+            var rest = new ManualResetEventSlim(); // not disposed: the first timer may reach its wait after a timeout below
             int ownerThread = 0;
             int itemReturned = 0;
             int ranInsideTheItem = 0;
             int heldOnItsWorker = -1;
             var ranOn = new ConcurrentQueue<int>();
-            await TestUtil.WithTimeout(Spindle.Run(() =>
-            {
-                Volatile.Write(ref ownerThread, Environment.CurrentManagedThreadId);
-                for (int i = 0; i < Count; i++)
-                {
-                    int index = i;
-                    Spindle.Delay(30).ContinueWithForTest(() =>
-                    {
-                        // On the owner before the item has returned: fired by a rescuer before this continuation was
-                        // registered (the item preempted for 30 ms), so it runs inline, inside the item, which must
-                        // not block (the rest would never be started: a 30 s timeout under load), and tests nothing.
-                        bool insideTheItem = Environment.CurrentManagedThreadId == Volatile.Read(ref ownerThread) && Volatile.Read(ref itemReturned) == 0;
-                        if (insideTheItem)
-                        {
-                            Volatile.Write(ref ranInsideTheItem, 1);
-                        }
-                        if (index == 0)
-                        {
-                            bool onOwner = Environment.CurrentManagedThreadId == Volatile.Read(ref ownerThread) && !insideTheItem;
-                            Volatile.Write(ref heldOnItsWorker, onOwner ? 1 : 0);
-                            if (onOwner)
-                            {
-                                rest.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // blocks, not helping
-                            }
-                            return;
-                        }
-                        ranOn.Enqueue(Environment.CurrentManagedThreadId);
-                        order.Enqueue(index);
-                        if (order.Count == Count - 1)
-                        {
-                            rest.Set();
-                        }
-                    });
-                }
-                Volatile.Write(ref itemReturned, 1);
-            }));
-            await TestUtil.LeaveSpindleWorkers(); // the item's completion may resume this method on its worker
+            // The first timer holds its worker until rest is set: set on every path, the run's own timeout too.
             try
             {
+                await TestUtil.WithTimeout(Spindle.Run(() =>
+                {
+                    Volatile.Write(ref ownerThread, Environment.CurrentManagedThreadId);
+                    for (int i = 0; i < Count; i++)
+                    {
+                        int index = i;
+                        Spindle.Delay(30).ContinueWithForTest(() =>
+                        {
+                            // On the owner before the item has returned: fired by a rescuer before this continuation was
+                            // registered (the item preempted for 30 ms), so it runs inline, inside the item, which must
+                            // not block (the rest would never be started: a 30 s timeout under load), and tests nothing.
+                            bool insideTheItem = Environment.CurrentManagedThreadId == Volatile.Read(ref ownerThread) && Volatile.Read(ref itemReturned) == 0;
+                            if (insideTheItem)
+                            {
+                                Volatile.Write(ref ranInsideTheItem, 1);
+                            }
+                            if (index == 0)
+                            {
+                                bool onOwner = Environment.CurrentManagedThreadId == Volatile.Read(ref ownerThread) && !insideTheItem;
+                                Volatile.Write(ref heldOnItsWorker, onOwner ? 1 : 0);
+                                if (onOwner)
+                                {
+                                    rest.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)); // blocks, not helping
+                                }
+                                return;
+                            }
+                            ranOn.Enqueue(Environment.CurrentManagedThreadId);
+                            order.Enqueue(index);
+                            if (order.Count == Count - 1)
+                            {
+                                rest.Set();
+                            }
+                        });
+                    }
+                    Volatile.Write(ref itemReturned, 1);
+                }));
+                await TestUtil.LeaveSpindleWorkers(); // the item's completion may resume this method on its worker
                 Assert.True(rest.Wait(TimeSpan.FromSeconds(TestUtil.DefaultTimeoutSeconds)),
                     $"the timers due with one that held its worker's pass did not run; {TimerWheel.Default.Describe()}; {WorkerPool.Shared.Describe()}");
             }
