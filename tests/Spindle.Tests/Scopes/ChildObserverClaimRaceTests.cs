@@ -14,7 +14,13 @@ namespace SpindleLib.Tests.Scopes;
 /// no children running (and its count went below zero when the sibling finished, so its wait never completed), and
 /// neither run was refused. Mutation testing (mut51) found that <c>ContinuationRunTwiceTests</c>' race, two threads
 /// released by a Barrier a round apart, met there too seldom to fail with such a claim. Run alone: its two threads must
-/// run at once, on the two cores a small machine has.
+/// run at once, on the two cores a small machine has. On a loaded machine a round waits for both threads to be on a core:
+/// the 100,000 rounds took 1 s quiet and 19-26 s at load 10-12 (six spinners on two cores, tests59), so a time cap ends
+/// the run after a floor of 10,000 rounds. The two runs used to race bare, and then that claim (M25) first failed anywhere
+/// from round 156 to 71,020 and passed 2 of 5 whole runs at load 10-17; so each run first stores to cache lines the other
+/// wrote last (<see cref="ContinuationRacer.StoreToLines"/>), so that its store of the flag reaches the other side later
+/// while its read goes ahead, and the claim then first failed by round 978 in each of 21 runs (load 7-14): the floor is
+/// ten times that.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public sealed class ChildObserverClaimRaceTests
@@ -27,14 +33,30 @@ public sealed class ChildObserverClaimRaceTests
     [Fact]
     public void TwoRunsAtOnce_OfAChildsContinuation_CountTheChildOutOnce_AndRefuseTheOther()
     {
-        var race = new RaceRounds("ChildObserverClaimRaceTests", TestUtil.Stress(100_000));
+        long[][] lines = ContinuationRacer.NewLinePair();
+        var race = new RaceRounds("ChildObserverClaimRaceTests", TestUtil.Stress(100_000))
+        {
+            TimeCap = TimeSpan.FromSeconds(5),
+            MinRounds = TestUtil.Stress(10_000),
+        };
         race.Run(round =>
         {
             var scope = RerunningSource.ScopeWithChildAndSibling(out var source, out var sibling);
             Assert.Equal(2, scope.RunningChildren);
             source.MarkCompleted();
 
-            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, source);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(
+                round,
+                () =>
+                {
+                    ContinuationRacer.StoreToLines(lines[round & 1], round);
+                    source.RunAgain();
+                },
+                () =>
+                {
+                    ContinuationRacer.StoreToLines(lines[(round & 1) ^ 1], round); // the lines the other side wrote last round
+                    source.RunAgain();
+                });
             int refused = ContinuationRacer.Refusals(round, mine, theirs);
             int running = scope.RunningChildren;
             if (refused != 1 || running != 1)
