@@ -27,6 +27,9 @@ internal static class SpindleMetrics
 
     static SpindleMetrics()
     {
+        // The meter is a root of Spindle's context (the runtime's list of meters holds it, and its callbacks are Spindle
+        // code): if that context is collectible, its Unloading event disposes it (CollectibleContext).
+        CollectibleContext.EnsureSubscribed();
         // Names follow the OpenTelemetry conventions the runtime's own meters use (dotnet.thread_pool.thread.count,
         // dotnet.thread_pool.queue.length, dotnet.timer.count): lowercase, dotted, singular, split by attributes.
         s_meter.CreateObservableGauge("spindle.worker.count", static () => WorkerCounts(),
@@ -47,6 +50,12 @@ internal static class SpindleMetrics
         // Reading a static field runs the static constructor, once, before the first read.
         _ = s_meter;
     }
+
+    /// <summary>
+    /// Spindle's collectible context is unloading (<see cref="CollectibleContext.StopForUnload"/>): disposes the meter, so
+    /// the runtime's list of meters lets go of it and of its callbacks. Recording on its instruments afterwards does nothing.
+    /// </summary>
+    public static void DisposeForUnload() => s_meter.Dispose();
 
     private static Measurement<int>[] WorkerCounts()
     {
@@ -147,6 +156,10 @@ internal static class SpindleMetrics
     }
 
     public static void ExceptionReported()
+    {
+    }
+
+    public static void DisposeForUnload()
     {
     }
 }

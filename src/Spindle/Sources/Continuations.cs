@@ -140,8 +140,11 @@ internal static class Continuations
         return true;
     }
 
-    /// <summary>Queues the continuation to the default scheduler. A direct waiter is queued as itself, allocation-free.</summary>
-    public static void Dispatch(object continuation, object? state) => Scheduler.Default.Queue(AsWorkItem(continuation, state));
+    /// <summary>
+    /// Queues the continuation to the default scheduler. A direct waiter is queued as itself, allocation-free. Once
+    /// Spindle's collectible context is unloading, the continuation is dropped (<see cref="Scheduler.ForHandOff"/>).
+    /// </summary>
+    public static void Dispatch(object continuation, object? state) => Scheduler.ForHandOff.Queue(AsWorkItem(continuation, state));
 
     /// <summary>The continuation as a work item: a direct waiter is itself, allocation-free; a delegate is wrapped in a pooled item.</summary>
     private static WorkItem AsWorkItem(object continuation, object? state)

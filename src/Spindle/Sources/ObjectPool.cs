@@ -416,13 +416,19 @@ internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
     /// through the return path, so past the shared stack's cap it is dropped like any return (a thread in a frame loop's
     /// step keeps it, as it keeps what it returns).</para>
     /// </remarks>
+    /// <summary>
+    /// The shared pool's worker count, without starting the workers: a refill is no reason to start threads (a game that
+    /// only awaits promises would start them), and after Spindle's collectible context has unloaded it must not throw.
+    /// </summary>
+    private static int SharedWorkerCount() => WorkerPool.SharedIfCreated is { } pool ? pool.WorkerCount : WorkerPool.SharedSlot.WorkerCount;
+
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static T Allocate()
     {
         int made = 1;
         if (ObjectPool<T>.Count == 0)
         {
-            int refill = Math.Min(ObjectPool<T>.CirculatingMax * (WorkerPool.Shared.WorkerCount + 2), SpindlePool.MaxRetainedPerType);
+            int refill = Math.Min(ObjectPool<T>.CirculatingMax * (SharedWorkerCount() + 2), SpindlePool.MaxRetainedPerType);
             for (int i = 0; i < refill; i++)
             {
                 ObjectPool<T>.ReturnToCirculation(new T());

@@ -15,6 +15,7 @@ internal sealed class SharedPoolSlot
     private readonly Func<int, WorkerPool> _create;
     private WorkerPool? _pool;
     private int _configured;
+    private bool _closed; // guarded by _lock: set once by Close, and then no pool is ever created again
 
     public SharedPoolSlot(Func<int, WorkerPool> create) => _create = create;
 
@@ -32,6 +33,11 @@ internal sealed class SharedPoolSlot
             {
                 return existing;
             }
+            if (_closed)
+            {
+                CollectibleContext.ThrowUnloading();
+            }
+            CollectibleContext.EnsureSubscribed();
             WorkerPool pool = _create(CountForNewPool());
             Volatile.Write(ref _pool, pool);
             return pool;
@@ -48,6 +54,25 @@ internal sealed class SharedPoolSlot
                 return _pool?.WorkerCount ?? CountForNewPool();
             }
         }
+    }
+
+    /// <summary>
+    /// Spindle's collectible context is unloading (<see cref="CollectibleContext.StopForUnload"/>): disposes the pool if
+    /// there is one (each worker finishes its current item and exits; queued items are dropped) and creates none from now
+    /// on. The disposed pool stays in the slot, so code still running on a worker that reads <see cref="WorkerPool.Shared"/>
+    /// gets it, queues to it (dropped) and does not throw on a thread that would not catch it; new work is refused where it
+    /// enters, at <see cref="Scheduler.Default"/> (see Scheduler.InitDefault). Takes the lock, so a creation under way
+    /// either finished before (and its pool is disposed here) or sees the slot closed and throws.
+    /// </summary>
+    public void Close()
+    {
+        WorkerPool? pool;
+        lock (_lock)
+        {
+            _closed = true;
+            pool = _pool;
+        }
+        pool?.Dispose();
     }
 
     private int CountForNewPool() => _configured > 0 ? _configured : WorkerPool.DefaultWorkerCount();

@@ -1,4 +1,5 @@
 using System;
+using System.Runtime.CompilerServices;
 using System.Threading;
 
 namespace SpindleLib;
@@ -57,8 +58,58 @@ internal abstract class Scheduler
 
     private static Scheduler InitDefault()
     {
-        Interlocked.CompareExchange(ref s_default, WorkerPool.Shared, null);
-        return s_default!;
+        WorkerPool pool = WorkerPool.Shared; // throws ObjectDisposedException if the slot was closed before any pool existed
+        if (pool.IsDisposed)
+        {
+            CollectibleContext.ThrowUnloading();
+        }
+        Interlocked.CompareExchange(ref s_default, pool, null);
+        // Invariant (with ForgetDefaultForUnload): the unloading side disposes the pool (a volatile write), then clears
+        // s_default (an exchange, a full fence); this side publishes (the CAS above, a full fence), then reads _disposed.
+        // So either the clear comes after this publish and removes it, or this read sees the pool disposed, and the
+        // publish is taken back: a disposed pool never stays the default, where work queued to it would wait for ever.
+        if (pool.IsDisposed)
+        {
+            Interlocked.CompareExchange(ref s_default, null, pool);
+            CollectibleContext.ThrowUnloading();
+        }
+        return Volatile.Read(ref s_default) ?? InitDefault();
+    }
+
+    /// <summary>
+    /// <see cref="Default"/>, for a hand-off whose caller cannot be told: a completion's continuation queued to the workers
+    /// (<see cref="Continuations.Dispatch"/>), a timer thread's batch. Once Spindle's collectible context is unloading
+    /// (<see cref="CollectibleContext"/>), a scheduler that drops what it is given: the completing thread may be any thread
+    /// (a BCL timer cancelling a token, the .NET ThreadPool), where an exception would end the process, and the work is
+    /// code of the context being unloaded, which the stopped workers would never run anyway. The same cost as
+    /// <see cref="Default"/> until then: the difference is on the path that finds no scheduler.
+    /// </summary>
+    public static Scheduler ForHandOff => Volatile.Read(ref s_default) ?? InitForHandOff();
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    private static Scheduler InitForHandOff()
+    {
+        try
+        {
+            return InitDefault();
+        }
+        catch (ObjectDisposedException) when (CollectibleContext.IsUnloading)
+        {
+            return DroppingScheduler.Instance;
+        }
+    }
+
+    /// <summary>
+    /// Spindle's collectible context is unloading, and the shared pool has been disposed (<see cref="CollectibleContext"/>):
+    /// forgets the default scheduler, so the next read of <see cref="Default"/> finds the pool disposed and throws
+    /// <see cref="ObjectDisposedException"/>. Only the shared pool is forgotten; a scheduler a test swapped in stays.
+    /// </summary>
+    internal static void ForgetDefaultForUnload()
+    {
+        if (Volatile.Read(ref s_default) is WorkerPool { IsDisposed: true } pool)
+        {
+            Interlocked.CompareExchange(ref s_default, null, pool);
+        }
     }
 
     /// <summary>
@@ -92,6 +143,10 @@ internal abstract class Scheduler
             EnsureDefault();
             return true;
         }
+        catch (ObjectDisposedException) when (CollectibleContext.IsUnloading)
+        {
+            return true; // the hand-off goes to ForHandOff, which drops it (see there)
+        }
         catch (InvalidOperationException ex)
         {
             if (Interlocked.Exchange(ref s_failedAtHandOff, 1) == 0)
@@ -123,4 +178,25 @@ internal abstract class Scheduler
 
     /// <summary>Runs one queued item on the calling thread, if there is one it may take. Used by threads that block on work.</summary>
     public abstract bool TryRunOne();
+}
+
+/// <summary>
+/// What <see cref="Scheduler.ForHandOff"/> gives once Spindle's collectible context is unloading: it drops every item (the
+/// continuations of code being unloaded; see <see cref="CollectibleContext"/>), runs none, and has no workers.
+/// </summary>
+internal sealed class DroppingScheduler : Scheduler
+{
+    public static readonly DroppingScheduler Instance = new();
+
+    private DroppingScheduler()
+    {
+    }
+
+    public override void Queue(WorkItem item)
+    {
+    }
+
+    public override bool IsWorkerThread => false;
+
+    public override bool TryRunOne() => false;
 }

@@ -1268,11 +1268,24 @@ internal sealed class WorkerPool : Scheduler
         return capacities;
     }
 
+    /// <summary>
+    /// Stops the pool's workers, without waiting for them: each finishes the item it is running and exits; items still
+    /// queued are dropped. For the shared pool, only when Spindle's collectible context unloads (<see cref="SharedPoolSlot.Close"/>).
+    /// </summary>
+    /// <remarks>
+    /// Invariant: no worker stays parked after this. <see cref="_disposed"/> is written before the releases; each worker's
+    /// semaphore gets one more permit, which counts even if the worker is not parked yet, so its next park returns at once;
+    /// and every return from a park is followed by the loop's read of <see cref="_disposed"/>, which the release (under the
+    /// semaphore's lock) happens before.
+    /// </remarks>
     public void Dispose()
     {
         _disposed = true;
         _idle.ReleaseAll();
     }
+
+    /// <summary>True once <see cref="Dispose"/> has been called.</summary>
+    internal bool IsDisposed => _disposed;
 
     private sealed class Worker
     {

@@ -268,12 +268,21 @@ public sealed partial class TimerWheel : IDisposable
 
     private static TimerWheel InitDefault()
     {
+        CollectibleContext.EnsureSubscribed();
         TimerWheel wheel = new(TimeProvider.System, workerShards: true);
         TimerWheel? raced = Interlocked.CompareExchange(ref s_default, wheel, null);
         if (raced is not null)
         {
             wheel._driver.Dispose();
             return raced;
+        }
+        // Invariant (with CollectibleContext.StopForUnload): the handler sets its flag, then (after a full fence) reads
+        // s_default and disposes that wheel's driver; this side publishes (the CAS above, a full fence), then reads the
+        // flag. So a wheel created while Spindle's context unloads has its driver disposed by one side or both (Dispose is
+        // idempotent), and no timer thread starts for it that would never end. Its delays then throw at EnsureWorkers.
+        if (CollectibleContext.IsUnloading)
+        {
+            wheel._driver.Dispose();
         }
         return wheel;
     }

@@ -1033,7 +1033,7 @@ internal sealed class WheelShard : WorkerTimers
         }
         else
         {
-            Scheduler.Default.QueueTimers(batch);
+            Scheduler.ForHandOff.QueueTimers(batch); // dropped once Spindle's collectible context is unloading
         }
     }
 
