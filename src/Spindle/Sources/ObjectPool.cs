@@ -396,6 +396,12 @@ internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
     public static void Return(T item) => ObjectPool<T>.ReturnToCirculation(item);
 
     /// <summary>
+    /// The shared pool's worker count, without starting the workers: a refill is no reason to start threads (a game that
+    /// only awaits promises would start them), and after Spindle's collectible context has unloaded it must not throw.
+    /// </summary>
+    private static int SharedWorkerCount() => WorkerPool.SharedIfCreated is { } pool ? pool.WorkerCount : WorkerPool.SharedSlot.WorkerCount;
+
+    /// <summary>
     /// The calling thread's stack was empty, and the shared stack too: a new object (a rent of a circulating type waits
     /// for a busy gate, see <see cref="ObjectPool{T}.TryRentCirculating"/>). When the
     /// shared stack was empty, the pool also gets a refill of <see cref="ObjectPool{T}.CirculatingMax"/> objects for each
@@ -416,12 +422,6 @@ internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
     /// through the return path, so past the shared stack's cap it is dropped like any return (a thread in a frame loop's
     /// step keeps it, as it keeps what it returns).</para>
     /// </remarks>
-    /// <summary>
-    /// The shared pool's worker count, without starting the workers: a refill is no reason to start threads (a game that
-    /// only awaits promises would start them), and after Spindle's collectible context has unloaded it must not throw.
-    /// </summary>
-    private static int SharedWorkerCount() => WorkerPool.SharedIfCreated is { } pool ? pool.WorkerCount : WorkerPool.SharedSlot.WorkerCount;
-
     [MethodImpl(MethodImplOptions.NoInlining)]
     private static T Allocate()
     {
