@@ -9,7 +9,7 @@ namespace SpindleLib;
 /// <summary>
 /// Stops Spindle's process-wide machinery when the <c>AssemblyLoadContext</c> that loaded Spindle itself is collectible
 /// and starts unloading (Godot 4's .NET editor unloads the game's context, with the Spindle it loaded, on every rebuild).
-/// Without this, three roots kept such a context alive for the life of the process (<c>docs/stop59-user26.md</c>): the
+/// Without this, three roots kept such a context alive for the life of the process (<c>docs/decisions.md</c> section 55): the
 /// shared pool's worker threads, which never exit; <see cref="TimerWheel.Default"/>'s timer thread, which never ends
 /// when idle; and Spindle's <c>Meter</c>, which the runtime's list of meters holds, with callbacks into Spindle code.
 /// </summary>

@@ -11,7 +11,7 @@ namespace SpindleLib.Tests.Threading;
 /// <summary>
 /// Spindle loaded in a collectible <see cref="AssemblyLoadContext"/> (Godot 4's .NET editor, on every rebuild) lets the
 /// context unload: its Unloading event stops the shared workers, <see cref="TimerWheel.Default"/>'s thread and the meter
-/// (<see cref="CollectibleContext"/>; docs/stop59-user26.md found all three pinning the context for ever). The tests load
+/// (<see cref="CollectibleContext"/>; docs/decisions.md section 55 found all three pinning the context for ever). The tests load
 /// a second copy of Spindle.dll (the one this project references) into a new collectible context and drive it only
 /// through reflection on its public API, from helpers that return nothing of the context's but a
 /// <see cref="WeakReference"/>.
