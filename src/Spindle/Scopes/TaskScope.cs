@@ -386,20 +386,41 @@ public sealed class TaskScope : IAsyncDisposable
     /// in its order, as Task.WhenAll keeps them. Each is judged alone: an <see cref="OperationCanceledException"/> while
     /// the scope is cancelled is not a failure.
     /// </summary>
+    /// <remarks>
+    /// Invariant: a failure cancels <see cref="Token"/> before this child stops counting as running, so before the scope
+    /// can complete (and disposal dispose the token's source). The failure is kept under the lock, the token cancelled
+    /// outside it (cancellation runs callbacks), and only then is the child counted out. Counted out first, a
+    /// <see cref="WaitAsync"/> on another thread could close and complete the scope in between, and its disposal dispose
+    /// the source, so that the cancel found it disposed and the token was never cancelled though a child had failed
+    /// (<c>CancellationModelTests</c>, once in a fresh-clone CI run; docs/decisions.md section 55).
+    /// </remarks>
     private void ChildFinished(ExceptionDispatchInfo? error, IReadOnlyList<Exception>? more)
     {
-        bool cancel = false;
+        if (error is not null || more is not null)
+        {
+            bool cancel = false;
+            lock (_outcome)
+            {
+                if (error is not null)
+                {
+                    cancel = Keep(error);
+                }
+                for (int i = 0; more is not null && i < more.Count; i++)
+                {
+                    cancel |= Keep(ExceptionDispatchInfo.Capture(more[i]));
+                }
+            }
+            if (cancel)
+            {
+                CancelChildren(); // the first failure cancels the siblings; outside the lock, as cancellation runs callbacks
+            }
+#if DEBUG
+            TestHookFailureCancelled?.Invoke(this);
+#endif
+        }
         bool complete;
         lock (_outcome)
         {
-            if (error is not null)
-            {
-                cancel = Keep(error);
-            }
-            for (int i = 0; more is not null && i < more.Count; i++)
-            {
-                cancel |= Keep(ExceptionDispatchInfo.Capture(more[i]));
-            }
             if (--_running == 0)
             {
                 // Sampled here, not when the scope completes: children that had all finished before the outer token was
@@ -408,15 +429,19 @@ public sealed class TaskScope : IAsyncDisposable
             }
             complete = _closed && _running == 0;
         }
-        if (cancel)
-        {
-            CancelChildren(); // the first failure cancels the siblings; outside the lock, as cancellation runs callbacks
-        }
         if (complete)
         {
             CompleteScope();
         }
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: runs on a failing child's thread once its failure is kept and the token cancelled, before the child is
+    /// counted out (<c>TaskScopeFailureCancelRaceTests</c>).
+    /// </summary>
+    internal static Action<TaskScope>? TestHookFailureCancelled;
+#endif
 
     /// <summary>
     /// The source behind <see cref="WaitAsync"/>: completes when every child has, and throws the children's failures when
