@@ -45,18 +45,7 @@ public sealed class ChildObserverClaimRaceTests
             Assert.Equal(2, scope.RunningChildren);
             source.MarkCompleted();
 
-            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(
-                round,
-                () =>
-                {
-                    ContinuationRacer.StoreToLines(lines[round & 1], round);
-                    source.RunAgain();
-                },
-                () =>
-                {
-                    ContinuationRacer.StoreToLines(lines[(round & 1) ^ 1], round); // the lines the other side wrote last round
-                    source.RunAgain();
-                });
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, source, lines);
             int refused = ContinuationRacer.Refusals(round, mine, theirs);
             int running = scope.RunningChildren;
             if (refused != 1 || running != 1)

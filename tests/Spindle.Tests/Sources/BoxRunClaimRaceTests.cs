@@ -10,7 +10,13 @@ namespace SpindleLib.Tests.Sources;
 /// resume the method once and have the other run refused with the misuse's error. A claim made of a read of the mark and
 /// a store let both runs through when they met between the two, and the method resumed twice from one await; mutation
 /// testing (mut52) found that <see cref="ContinuationRunTwiceTests"/>' race, two threads released by a Barrier, met there
-/// too seldom to fail with such a claim. Run alone: its two threads must run at once.
+/// too seldom to fail with such a claim. Run alone: its two threads must run at once. On a loaded machine a round waits
+/// for both threads to be on a core: the 100,000 rounds took 0.7 s quiet and 6-11 s with three spinners on two cores
+/// (race59), so a time cap ends the run after a floor of 10,000 rounds. The two runs used to race bare, and then that
+/// claim (S3) first failed anywhere from round 767 to 24,830 (6 runs), the latest past the floor; so each run first
+/// stores to cache lines the other wrote last (<see cref="ContinuationRacer.StoreToLines"/>), so that its store of the
+/// claim reaches the other side later while its read goes ahead, and the claim then first failed by round 2,666 in each
+/// of 18 runs (with and without three spinners; 15 of them by round 833): the floor is nearly four times that.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public sealed class BoxRunClaimRaceTests
@@ -35,7 +41,12 @@ public sealed class BoxRunClaimRaceTests
     [Fact]
     public void TwoRunsAtOnce_OfAMethodsContinuation_ResumeItOnce_AndRefuseTheOther()
     {
-        var race = new RaceRounds("BoxRunClaimRaceTests", TestUtil.Stress(100_000));
+        long[][] lines = ContinuationRacer.NewLinePair();
+        var race = new RaceRounds("BoxRunClaimRaceTests", TestUtil.Stress(100_000))
+        {
+            TimeCap = TimeSpan.FromSeconds(5),
+            MinRounds = TestUtil.Stress(10_000),
+        };
         race.Run(round =>
         {
             var source = new RerunningSource();
@@ -43,7 +54,7 @@ public sealed class BoxRunClaimRaceTests
             SpindleTask<int> method = AwaitOnce(source.Task, resumed);
             source.MarkCompleted();
 
-            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, source);
+            (Exception? mine, Exception? theirs) = race.Racer.RunBothAtOnce(round, source, lines);
             int refused;
             try
             {

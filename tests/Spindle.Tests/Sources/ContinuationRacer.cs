@@ -51,6 +51,24 @@ internal sealed class ContinuationRacer : IDisposable
         => RunBothAtOnce(round, source.RunAgain, source.RunAgain);
 
     /// <summary>
+    /// As <see cref="RunBothAtOnce(int, RerunningSource)"/>, each side first storing to the cache lines of
+    /// <paramref name="lines"/> (<see cref="NewLinePair"/>) the other side wrote last (<see cref="StoreToLines"/>).
+    /// </summary>
+    public (Exception? Mine, Exception? Theirs) RunBothAtOnce(int round, RerunningSource source, long[][] lines)
+        => RunBothAtOnce(
+            round,
+            () =>
+            {
+                StoreToLines(lines[round & 1], round);
+                source.RunAgain();
+            },
+            () =>
+            {
+                StoreToLines(lines[(round & 1) ^ 1], round); // the lines the other side wrote last round
+                source.RunAgain();
+            });
+
+    /// <summary>
     /// Runs <paramref name="mine"/> on this thread while the racing one waits for <paramref name="ready"/>, then spins
     /// <paramref name="spins"/> iterations and runs <paramref name="theirs"/>. Returns what <paramref name="mine"/> threw,
     /// and what <paramref name="theirs"/> threw once it has run. <paramref name="mine"/> must make <paramref name="ready"/>
