@@ -396,12 +396,6 @@ internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
     public static void Return(T item) => ObjectPool<T>.ReturnToCirculation(item);
 
     /// <summary>
-    /// The shared pool's worker count, without starting the workers: a refill is no reason to start threads (a game that
-    /// only awaits promises would start them), and after Spindle's collectible context has unloaded it must not throw.
-    /// </summary>
-    private static int SharedWorkerCount() => WorkerPool.SharedIfCreated is { } pool ? pool.WorkerCount : WorkerPool.SharedSlot.WorkerCount;
-
-    /// <summary>
     /// The calling thread's stack was empty, and the shared stack too: a new object (a rent of a circulating type waits
     /// for a busy gate, see <see cref="ObjectPool{T}.TryRentCirculating"/>). When the
     /// shared stack was empty, the pool also gets a refill of <see cref="ObjectPool{T}.CirculatingMax"/> objects for each
@@ -428,7 +422,9 @@ internal static class CirculatingPool<T> where T : class, IPoolNode<T>, new()
         int made = 1;
         if (ObjectPool<T>.Count == 0)
         {
-            int refill = Math.Min(ObjectPool<T>.CirculatingMax * (SharedWorkerCount() + 2), SpindlePool.MaxRetainedPerType);
+            // The slot's count starts no workers: a refill is no reason to start threads (a game that only awaits promises
+            // would), and after Spindle's collectible context has unloaded it does not throw.
+            int refill = Math.Min(ObjectPool<T>.CirculatingMax * (WorkerPool.SharedSlot.WorkerCount + 2), SpindlePool.MaxRetainedPerType);
             for (int i = 0; i < refill; i++)
             {
                 ObjectPool<T>.ReturnToCirculation(new T());
