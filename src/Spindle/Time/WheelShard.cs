@@ -134,7 +134,7 @@ internal sealed class WheelShard : WorkerTimers
                         return count;
                     }
                 }
-                spin.SpinOnce(sleep1Threshold: -1);
+                spin.SpinOnce();
             }
         }
     }
