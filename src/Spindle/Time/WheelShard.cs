@@ -77,7 +77,8 @@ internal sealed class WheelShard : WorkerTimers
     // Odd while the owner moves the insert inbox's timers into _linked's count (DrainInboxes takes the inbox, then writes
     // the count that holds them): a sequence lock (Lamport's, as Linux's seqcount) for PendingCount, whose two reads
     // (the count, then the inbox) could straddle that move and miss the timers moved (CI at b43d9e0: 3,983 of 4,000 read
-    // after the last push). Owner-written only; nothing but user-free stores runs while it is odd.
+    // after the last push). Owner-written only; nothing but the take and the count's store (and, in Debug builds, a
+    // test's hook) runs while it is odd.
     private int _inboxMoves;
 
     /// <param name="wheel">The wheel whose clock this shard reads.</param>
@@ -109,10 +110,10 @@ internal sealed class WheelShard : WorkerTimers
     /// The inbox's part is the depth on its head (<see cref="Push"/>), which may be wrong until the owner's next drain: a
     /// push whose head was taken, recycled and pushed again between its read of the depth and its CAS (an ABA on the
     /// head's identity, harmless to the stack itself) carries the depth of the node's previous use, and so do the pushes
-    /// above it; and this read may meet a head the owner has just taken and reused. Off by at most the depth the inbox
-    /// had then (<c>InboxDepthAbaTests</c>). The count and the inbox are read as one, retried while a pass moves the
-    /// inbox's timers into the count (<c>_inboxMoves</c>): read one after the other, a pass between them made those timers
-    /// count nowhere (<c>PendingCountInboxMoveTests</c>). Only counts read it (<see cref="TimerWheel.PendingCount"/> and diagnostics):
+    /// above it. Off by at most the depth the inbox had then (<c>InboxDepthAbaTests</c>). The count and the inbox are read
+    /// as one, retried while a pass moves the inbox's timers into the count or if one moved them meanwhile
+    /// (<c>_inboxMoves</c>): read one after the other, a pass between them made those timers count nowhere
+    /// (<c>PendingCountInboxMoveTests</c>), and a head it took and reused meanwhile carried its new use's depth. Only counts read it (<see cref="TimerWheel.PendingCount"/> and diagnostics):
     /// the owner links by walking the nodes, and decides when to run by <see cref="HasInbox"/> and
     /// <see cref="HasPending"/>, which read no depth.
     /// </remarks>
@@ -129,6 +130,9 @@ internal sealed class WheelShard : WorkerTimers
                 if ((moves & 1) == 0)
                 {
                     long count = Volatile.Read(ref _linked) + (Volatile.Read(ref _inbox)?.InboxDepth ?? 0);
+                    // The depth is a plain read: a full fence keeps it before the check below (Linux's smp_rmb in
+                    // read_seqcount_retry), so a head taken and reused since the read of _inbox is caught by the check.
+                    Interlocked.MemoryBarrier();
                     if (Volatile.Read(ref _inboxMoves) == moves)
                     {
                         return count;
@@ -619,15 +623,23 @@ internal sealed class WheelShard : WorkerTimers
         // The timers taken leave the inbox's count and join the linked one inside one odd stretch of _inboxMoves, so a
         // reader of PendingCount sees them in one place or the other, never in neither (nor in both).
         Volatile.Write(ref _inboxMoves, _inboxMoves + 1);
-        TimerNode? added = Interlocked.Exchange(ref _inbox, null); // a full fence: the odd count is seen before the take
-        if (added is not null)
+        TimerNode? added;
+        try
         {
+            added = Interlocked.Exchange(ref _inbox, null); // a full fence: the odd count is seen before the take
+            if (added is not null)
+            {
 #if DEBUG
-            TestHookInboxTaken?.Invoke();
+                TestHookInboxTaken?.Invoke();
 #endif
-            Volatile.Write(ref _linked, _linkedOwner + added.InboxDepth);
+                Volatile.Write(ref _linked, _linkedOwner + added.InboxDepth);
+            }
         }
-        Volatile.Write(ref _inboxMoves, _inboxMoves + 1);
+        finally
+        {
+            // Even again whatever happened: an odd count left behind would hold every later reader in its retry loop.
+            Volatile.Write(ref _inboxMoves, _inboxMoves + 1);
+        }
         if (Volatile.Read(ref _changeInbox) is not null)
         {
             // Before the due delays join: a callback timer moved to a tick this pass covers is linked, and the pass fires
