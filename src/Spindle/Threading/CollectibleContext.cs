@@ -31,6 +31,10 @@ namespace SpindleLib;
 /// the workers, a blocking wait that would help them) throws <see cref="ObjectDisposedException"/> saying the context is
 /// unloading, rather than restart threads that would pin the context again, or queue work that nothing runs. Jobs
 /// scheduled afterwards run only if a thread waits on them (<c>Complete()</c> runs them itself).</para>
+/// <para><b>At process exit</b> the runtime raises every context's Unloading before <c>AppDomain.ProcessExit</c> (a
+/// collectible context's before the default one's, as a throwaway host showed), and nothing the handler can see tells
+/// that from an <c>Unload()</c>: Spindle stops then too, and a ProcessExit handler of that context's code that starts
+/// Spindle work gets the exception (README, "Spindle in a collectible AssemblyLoadContext"; decisions section 56).</para>
 /// </remarks>
 internal static class CollectibleContext
 {
