@@ -113,9 +113,9 @@ internal sealed class WheelShard : WorkerTimers
     /// above it. Off by at most the depth the inbox had then (<c>InboxDepthAbaTests</c>). The count and the inbox are read
     /// as one, retried while a pass moves the inbox's timers into the count or if one moved them meanwhile
     /// (<c>_inboxMoves</c>): read one after the other, a pass between them made those timers count nowhere
-    /// (<c>PendingCountInboxMoveTests</c>), and a head it took and reused meanwhile carried its new use's depth. Only counts read it (<see cref="TimerWheel.PendingCount"/> and diagnostics):
-    /// the owner links by walking the nodes, and decides when to run by <see cref="HasInbox"/> and
-    /// <see cref="HasPending"/>, which read no depth.
+    /// (<c>PendingCountInboxMoveTests</c>), and a head it took and reused meanwhile carried its new use's depth. Only
+    /// counts read it (<see cref="TimerWheel.PendingCount"/> and diagnostics): the owner links by walking the nodes, and
+    /// decides when to run by <see cref="HasInbox"/> and <see cref="HasPending"/>, which read no depth.
     /// </remarks>
     public long PendingCount
     {
