@@ -110,12 +110,9 @@ internal static class CollectibleContext
         SpindleMetrics.DisposeForUnload();
     }
 
-    /// <summary>The exception a call made after the Unloading handler throws.</summary>
-    internal static ObjectDisposedException UnloadingException() => new("Spindle",
+    /// <summary>Throws the exception a call made after the Unloading handler throws.</summary>
+    internal static void ThrowUnloading() => throw new ObjectDisposedException("Spindle",
         $"Spindle has stopped: the collectible AssemblyLoadContext '{s_contextName}' that loaded it is unloading. Its worker threads and " +
         "TimerWheel.Default's timer thread were ended by the context's Unloading event, and work still queued to them was dropped; " +
         "code of an unloading context cannot start new Spindle work.");
-
-    /// <summary>Throws <see cref="UnloadingException"/>.</summary>
-    internal static void ThrowUnloading() => throw UnloadingException();
 }

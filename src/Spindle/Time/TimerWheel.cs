@@ -197,9 +197,9 @@ public sealed partial class TimerWheel : IDisposable
     /// timers are being added and fired concurrently, the count is approximate: timers added from other threads are
     /// counted by the depth each addition records in the queue it joins, and an addition that races a pass which takes that
     /// queue and reuses a timer of it for a new delay can count those additions wrongly, by at most the number of timers
-    /// then waiting in the queue, until the wheel's next pass publishes
-    /// the exact count. It is a diagnostic (as <c>spindle.timer.count</c>): nothing in Spindle decides anything by it, and
-    /// every timer fires or is cancelled as it should whatever it says.
+    /// then waiting in the queue, until the wheel's next pass publishes the exact count. It is a diagnostic (as
+    /// <c>spindle.timer.count</c>): nothing in Spindle decides anything by it, and every timer fires or is cancelled as it
+    /// should whatever it says.
     /// </summary>
     public long PendingCount
     {
