@@ -38,7 +38,8 @@ public readonly struct WhenAllOptions
     /// <para>As with the overloads' <see cref="CancellationToken"/>, the timeout ends the wait, not the inputs: the wait
     /// lets go of them as a WhenAny lets go of its losers (a promise's task can be awaited again or the promise reset, a signal's wait ends), and a
     /// failure among them that nobody will read goes to <see cref="Spindle.UnobservedException"/>, once. When
-    /// the inputs finish first, the timer is cancelled at once and nothing is left in the wheel. The deadline is rounded
+    /// the inputs finish first, the timer is cancelled at once (it never fires; it leaves the wheel then on the worker that
+    /// armed it, else at the wheel's next pass). The deadline is rounded
     /// up to the wheel's 1 ms tick, so it never fires early. <see cref="TimeSpan.Zero"/> times out at once unless every
     /// input has already finished, or the token is already cancelled (then it is canceled, as the token is checked
     /// first, and no timer is armed). Inputs that have all finished at the call need no timer and never time out.</para>

@@ -237,6 +237,13 @@ internal sealed class WorkerPool : Scheduler
     public override bool IsWorkerThread => t_worker is { } w && w.Pool == this;
 
     /// <summary>
+    /// True when the calling thread is the worker that owns <paramref name="timers"/> (created by
+    /// <see cref="GetOrAddCurrentWorkerTimers"/> on it): a worker's timers are its own for its life, so the answer cannot
+    /// change while the caller runs. Any thread; one thread-static read.
+    /// </summary>
+    public static bool OwnsTimers(WorkerTimers timers) => t_worker is { } w && w.Timers == timers;
+
+    /// <summary>
     /// The timers owned by the calling worker, created with <paramref name="create"/> on its first use; null when the
     /// caller is not one of this pool's workers.
     /// </summary>

@@ -19,7 +19,9 @@ public readonly partial struct SpindleTask
     /// will read then goes to <see cref="Spindle.UnobservedException"/>, once (a cancellation does not). The operation
     /// behind this task is not cancelled: to stop it, give it a token of its own.</para>
     /// <para><b>Timing.</b> The deadline is rounded up to the wheel's 1 ms tick, so the timeout never fires early. If this
-    /// task finishes first, the timer is cancelled at once and nothing is left in the wheel. If the wheel is disposed
+    /// task finishes first, the timer is cancelled at once, with no exception and nothing allocated: it never fires, and it
+    /// leaves the wheel then if this task finished on the worker that armed it (the common case: a reply that resumes the
+    /// asker inline), else at the wheel's next pass. If the wheel is disposed
     /// while the timeout is pending, the returned task completes as canceled, as the wheel's delays do.</para>
     /// <para><b>No timer when none is needed.</b> A task that has already completed is returned as it is, and so is any
     /// task given <see cref="Timeout.InfiniteTimeSpan"/> with a token that cannot be cancelled (with one that can, the

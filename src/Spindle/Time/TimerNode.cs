@@ -17,7 +17,10 @@ namespace SpindleLib;
 /// <para><b>Who holds the node.</b> The wheel (its inbox, a slot list, or its cancel inbox) and the consumer (whoever
 /// reads the result). A fired node has already left the wheel when the core publishes, so its consumer recycles it
 /// at once. A cancelled node may still be linked in a slot; the canceller pushes it to the wheel's cancel inbox, and
-/// the wheel's owner and the consumer each add one to its count of holders that let go (<see cref="LetGo"/>): the second recycles. A node that never
+/// the wheel's owner and the consumer each add one to its count of holders that let go (<see cref="LetGo"/>): the second recycles.
+/// A canceller that is the shard's owner (a worker ending a timer of its own shard) unlinks it at once instead and lets
+/// go for the wheel itself (<see cref="WheelShard.TryUnlinkAsOwner"/>); one that is the consumer too (a timeout whose task
+/// won, a delay let go of unread) holds both parts, and recycles the node there. A node that never
 /// enters the wheel (a timer that is never due, such as an infinite delay, which its wheel holds weakly if at all, see
 /// <see cref="NeverDueTimers"/>) has that count at 1 from the start, so its consumer alone recycles it.</para>
 /// <para><b>Ordering.</b> A node is pushed to the insert inbox before its cancellation is registered, and its token is
@@ -241,9 +244,16 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
         finally
         {
             // The consumer may already have read the result, but cannot recycle the node before the wheel releases it.
-            if (won)
+            if (won && shard is not null)
             {
-                shard?.PushCancel(this);
+                if (shard.TryUnlinkAsOwner(this))
+                {
+                    ReleaseFromWheel(); // cancelled on the worker that owns the shard: the wheel's hold, let go of now
+                }
+                else
+                {
+                    shard.PushCancel(this);
+                }
             }
         }
         return won;
@@ -256,7 +266,9 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     /// </summary>
     /// <remarks>
     /// The one CAS in the core still decides between firing and this; the node then goes to its shard's cancel inbox
-    /// exactly as a cancellation does (the owner unlinks it and lets go of it). The continuation the caller registered
+    /// exactly as a cancellation does (the owner unlinks it and lets go of it), or, on the worker that owns the shard,
+    /// leaves the wheel here and is recycled at once (<see cref="WheelShard.TryUnlinkAsOwner"/>: about 30 ns less for a
+    /// timeout answered in time on a worker, <c>docs/decisions.md</c> section 57). The continuation the caller registered
     /// is dropped, not run: the caller is the consumer, and lets go of the consumer's hold here. The version is not
     /// advanced (nothing reads the result), which is harmless because the token never left the caller, except for a node
     /// in no shard (a timer that is never due), whose wheel's never-due list holds the token: its version steps, so that
@@ -273,6 +285,11 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
         }
         if (shard is not null)
         {
+            if (shard.TryUnlinkAsOwner(this))
+            {
+                Recycle(); // the two holders, the wheel's owner and the consumer, are both this thread: nothing else holds it
+                return true;
+            }
             shard.PushCancel(this);
         }
         else
@@ -312,6 +329,12 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     /// </summary>
     private void LeaveWheelUnread(WheelShard? shard)
     {
+        if (shard is not null && shard.TryUnlinkAsOwner(this))
+        {
+            CancellationRegistrations.Drop(ref _registration);
+            Recycle(); // the two holders, the wheel's owner and the consumer, are both this thread: nothing else holds it
+            return;
+        }
         shard?.PushCancel(this);
         CancellationRegistrations.Drop(ref _registration);
         ReleaseFromWheel(); // the consumer's hold; the second of consumer and owner recycles the node

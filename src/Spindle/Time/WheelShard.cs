@@ -30,6 +30,7 @@ internal sealed class WheelShard : WorkerTimers
     /// <summary>True when fired continuations are handed to the workers rather than run inline (a timer thread's shard).</summary>
     public bool Dispatches => _dispatch;
     private readonly bool _lendsContinuations; // a worker's shard: lent around each continuation its passes run inline
+    private readonly bool _ofWorker; // a worker's own shard (WorkerPool.OwnsTimers tells its owner)
     // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
     // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
     private readonly WheelNode?[] _slots = new WheelNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
@@ -90,6 +91,7 @@ internal sealed class WheelShard : WorkerTimers
         _wheel = wheel;
         _dispatch = dispatch;
         _lendsContinuations = worker && !dispatch;
+        _ofWorker = worker;
     }
 
     /// <summary>
@@ -289,6 +291,59 @@ internal sealed class WheelShard : WorkerTimers
         Link(node);
         Volatile.Write(ref _linked, _linked + 1);
     }
+
+    /// <summary>
+    /// Takes a node whose use has ended (the caller's claim of its core won, so it never fires) out of a worker's own
+    /// shard at once, when the calling thread is that worker: true, and the wheel's hold on the node is the caller's to
+    /// let go of (no cancel-inbox entry, no later pass). False on any other thread, or for a shard that is not a
+    /// worker's: the caller pushes the node (<see cref="PushCancel"/>).
+    /// </summary>
+    /// <remarks>
+    /// The owner may be anywhere in its own code: in an item (the shard lent, taken back here as <see cref="AddOwned"/>
+    /// takes it, waiting for a rescuer's pass to end), or in a continuation its own pass runs inline (then the slots are
+    /// consistent, see <see cref="Advance"/>, whose fine-slot loop reads the slot's head again after each continuation). A
+    /// worker's shard takes its timers only through <see cref="AddOwned"/>, so a node of this use is either linked or was
+    /// unlinked by a pass that then failed to fire it (the caller's claim came first): never in a list a pass is walking.
+    /// The published next deadline may be left early: a hint, corrected by the owner's next pass.
+    /// </remarks>
+    public bool TryUnlinkAsOwner(TimerNode node)
+    {
+        if (!_ofWorker || !IsOwnedByCaller())
+        {
+            return false;
+        }
+        if (IsLent)
+        {
+            Reclaim();
+        }
+        if (node.Slot >= 0)
+        {
+            Unlink(node);
+        }
+        PublishCount();
+        LendAgain();
+        return true;
+    }
+
+    /// <summary>True when the calling thread owns this worker's shard (its worker, or in Debug builds a test that drives it by hand).</summary>
+    private bool IsOwnedByCaller()
+    {
+#if DEBUG
+        if (OwnerThreadForTests != 0)
+        {
+            return OwnerThreadForTests == Environment.CurrentManagedThreadId;
+        }
+#endif
+        return WorkerPool.OwnsTimers(this);
+    }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only: the managed thread id of the thread that owns this worker's shard (made with <c>worker: true</c>) as
+    /// its worker would, for a test that drives it by hand; 0 for the real owner, its worker.
+    /// </summary>
+    internal int OwnerThreadForTests;
+#endif
 
     /// <summary>Hands a cancelled node to the owner (one CAS); the first since the owner last looked sees that it is released promptly (<see cref="TimerWheel.OnCancelQueued"/>).</summary>
     public void PushCancel(TimerNode node)
