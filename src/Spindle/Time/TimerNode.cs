@@ -278,6 +278,7 @@ internal sealed class TimerNode : WheelNode, ISpindleSource, IDetachableSource, 
     /// </remarks>
     public bool TryCancelQuietly()
     {
+        Debug.Assert(_registration.Equals(default(CancellationTokenRegistration)), "a quiet cancel drops no registration: a timeout's node has none");
         WheelShard? shard = Shard;
         if (!_core.TrySetVoidResultDeferred(out _, out _))
         {
