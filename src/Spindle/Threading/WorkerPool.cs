@@ -394,7 +394,27 @@ internal sealed class WorkerPool : Scheduler
         {
             return;
         }
-        long by = NowMs() + (long)until.TotalMilliseconds + RunNextLookMilliseconds;
+        WakeOneUnlessOneLooksBy(NowMs() + (long)until.TotalMilliseconds + RunNextLookMilliseconds);
+    }
+
+    /// <summary>
+    /// As <see cref="WakeOneIdleToWatch"/>, for a timer due at <paramref name="dueTimestamp"/>, a
+    /// <see cref="Stopwatch.GetTimestamp"/> reading (the system clock's, which every worker's timers run on), with no
+    /// clock read: a worker whose asks each arm a timeout in an emptied shard makes this look once an ask, and two clock
+    /// reads here cost more than the rest of the timer's cancellation (<c>docs/decisions.md</c> section 57).
+    /// </summary>
+    internal void WakeOneIdleToWatchAt(long dueTimestamp)
+    {
+        if (_idle.Count == 0)
+        {
+            return;
+        }
+        WakeOneUnlessOneLooksBy(dueTimestamp / s_timestampsPerMs + RunNextLookMilliseconds);
+    }
+
+    /// <summary>Wakes one idle worker unless a parked one will look by <paramref name="by"/> (<see cref="NowMs"/>'s milliseconds) anyway.</summary>
+    private void WakeOneUnlessOneLooksBy(long by)
+    {
         foreach (Worker w in _workers)
         {
             if (Volatile.Read(ref w.ParkedUntilMs) <= by)

@@ -260,7 +260,7 @@ internal sealed class WheelShard : WorkerTimers
         {
             // A parked worker sleeps until the other workers' timers were due when it parked: wake one, so it parks
             // again no longer than until this one, and rescues it if this item still runs then.
-            WorkerPool.Shared.WakeOneIdleToWatch(_wheel.TimeUntil(node.Deadline));
+            WorkerPool.Shared.WakeOneIdleToWatchAt(_wheel.TimestampAt(node.Deadline)); // a worker's shard: the system clock
         }
     }
 
