@@ -3,7 +3,10 @@ using System;
 namespace SpindleLib;
 
 /// <summary>Schedules struct jobs. Every method is generic over the job type: jobs are never boxed.</summary>
-/// <remarks>All methods are thread-safe. Scheduling allocates nothing in steady state: job slots and dependency edges are pooled.</remarks>
+/// <remarks>All methods are thread-safe. Scheduling allocates nothing in steady state: job slots and dependency edges are pooled.
+/// Once a collectible <c>AssemblyLoadContext</c> that loaded Spindle is unloading, every Schedule throws
+/// <see cref="System.ObjectDisposedException"/>, as <c>Spindle.Run</c> does: the workers have stopped (README, "Spindle in a
+/// collectible AssemblyLoadContext").</remarks>
 public static class JobExtensions
 {
     /// <summary>Schedules <paramref name="job"/> to run after <paramref name="dependsOn"/> (default: no dependency).</summary>

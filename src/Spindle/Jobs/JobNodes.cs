@@ -431,8 +431,18 @@ internal static class JobBatch
 
     public static bool IsEmpty => Volatile.Read(ref s_head) is null;
 
+    /// <summary>
+    /// Publishes a rented job: into the batch if it is ready, else behind its dependency. Every Schedule method ends here.
+    /// </summary>
+    /// <exception cref="ObjectDisposedException">Spindle's collectible context is unloading (<see cref="CollectibleContext"/>):
+    /// its workers have stopped, so the job would never run on them, and an await of its handle would never end. The node,
+    /// never published, is left to the GC with the rest of the context.</exception>
     public static JobHandle Submit(JobNode node, JobHandle dependsOn)
     {
+        if (CollectibleContext.IsUnloading)
+        {
+            CollectibleContext.ThrowUnloading();
+        }
         int version = node.Version; // read first: once the job is reachable it may finish and be recycled at any time
         if (node.DependOnSingle(dependsOn))
         {

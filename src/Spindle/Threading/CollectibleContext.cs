@@ -28,9 +28,10 @@ namespace SpindleLib;
 /// <para><b>After it</b>, Spindle stays stopped in that context: a call that needs the workers or a timer on the system
 /// clock (<see cref="Spindle.Run(Action)"/>, <see cref="Spindle.Yield"/>, a delay or timeout on
 /// <see cref="TimerWheel.Default"/> or on a created wheel on <see cref="TimeProvider.System"/>, a continuation handed to
-/// the workers, a blocking wait that would help them) throws <see cref="ObjectDisposedException"/> saying the context is
-/// unloading, rather than restart threads that would pin the context again, or queue work that nothing runs. Jobs
-/// scheduled afterwards run only if a thread waits on them (<c>Complete()</c> runs them itself).</para>
+/// the workers, a blocking wait that would help them, a job's <c>Schedule</c>) throws <see cref="ObjectDisposedException"/>
+/// saying the context is unloading, rather than restart threads that would pin the context again, or queue work that
+/// nothing runs. A job scheduled before and ready only afterwards runs only if a thread waits on it (<c>Complete()</c>
+/// runs it itself).</para>
 /// <para><b>At process exit</b> the runtime raises every context's Unloading before <c>AppDomain.ProcessExit</c> (a
 /// collectible context's before the default one's, as a throwaway host showed), and nothing the handler can see tells
 /// that from an <c>Unload()</c>: Spindle stops then too, and a ProcessExit handler of that context's code that starts

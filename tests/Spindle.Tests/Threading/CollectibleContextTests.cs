@@ -1,7 +1,9 @@
 using System;
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
+using System.Linq;
 using System.Reflection;
+using System.Reflection.Emit;
 using System.Runtime.CompilerServices;
 using System.Runtime.Loader;
 using System.Threading;
@@ -39,11 +41,13 @@ public class CollectibleContextTests
         var outcome = new StrongBox<string?>();
         WeakReference context = RunScenarioInCollectibleContext(outcome, callAfterUnloading: true);
         Assert.True(WaitUntilCollected(context), "The collectible context was still alive " + UnloadBound + " after Unload(). " + outcome.Value);
-        // Run, Delay on Default, Yield and a blocking wait on a pending task: each refuses at once, none hangs.
+        // A job's Schedule, Run, Delay on Default, Yield and a blocking wait on a pending task: each refuses at once, none
+        // hangs (a job scheduled after the unloading was queued to the stopped workers, and an await of it never ended).
         // A cancelled delay runs its continuation on the cancelling thread, as it always does; a continuation handed to
         // the workers by a completion (a promise made with runContinuationsAsynchronously) is dropped, and neither
         // completer sees an exception.
-        Assert.Equal("Run: ObjectDisposedException unloading; Delay: ObjectDisposedException unloading; Yield: ObjectDisposedException unloading; " +
+        Assert.Equal("Schedule: ObjectDisposedException unloading; " +
+                     "Run: ObjectDisposedException unloading; Delay: ObjectDisposedException unloading; Yield: ObjectDisposedException unloading; " +
                      "Block: ObjectDisposedException unloading; " +
                      "Cancel: no exception; SetResult: no exception; resumed by Cancel 1, by SetResult 0", outcome.Value);
     }
@@ -170,10 +174,17 @@ public class CollectibleContextTests
             int resumedBySet = 0;
             promisedAwaiter.GetType().GetMethod("OnCompleted", new[] { typeof(Action) })!
                 .Invoke(promisedAwaiter, new object[] { (Action)(() => Interlocked.Increment(ref resumedBySet)) });
+            // A struct job of the context's own IJob (Spindle.dll has none), emitted into the context, and its Schedule.
+            Type jobType = EmitNoOpJob(alc, spindle.GetType("SpindleLib.IJob", throwOnError: true)!);
+            Type handleType = spindle.GetType("SpindleLib.JobHandle", throwOnError: true)!;
+            MethodInfo schedule = spindle.GetType("SpindleLib.JobExtensions", throwOnError: true)!.GetMethods()
+                .Single(m => m.Name == "Schedule" && m.GetParameters().Length == 2)
+                .MakeGenericMethod(jobType);
             // Added after Spindle's own handler (subscribed at the first root above), so it runs after it.
             alc.Unloading += _ =>
             {
                 outcome.Value =
+                    "Schedule: " + Describe(() => schedule.Invoke(null, new[] { Activator.CreateInstance(jobType)!, Activator.CreateInstance(handleType)! })) + "; " +
                     "Run: " + Describe(() => run.Invoke(null, new object[] { (Action)(() => { }) })) +
                     "; Delay: " + Describe(() => delay.Invoke(null, new object[] { 10, CancellationToken.None })) +
                     "; Yield: " + Describe(() => { object awaitable = yield.Invoke(null, null)!; Wait(awaitable); }) +
@@ -186,6 +197,26 @@ public class CollectibleContextTests
         }
         alc.Unload();
         return new WeakReference(alc);
+    }
+
+    /// <summary>
+    /// A public struct that implements <paramref name="jobInterface"/> (the context's <c>IJob</c>) with an empty
+    /// <c>Execute</c>, emitted into <paramref name="context"/> (a collectible assembly, unloaded with it).
+    /// </summary>
+    private static Type EmitNoOpJob(AssemblyLoadContext context, Type jobInterface)
+    {
+        using (context.EnterContextualReflection())
+        {
+            AssemblyBuilder assembly = AssemblyBuilder.DefineDynamicAssembly(new AssemblyName("alc61 jobs"), AssemblyBuilderAccess.RunAndCollect);
+            TypeBuilder type = assembly.DefineDynamicModule("alc61 jobs").DefineType(
+                "NoOpJob", TypeAttributes.Public | TypeAttributes.Sealed | TypeAttributes.SequentialLayout, typeof(ValueType), new[] { jobInterface });
+            MethodBuilder execute = type.DefineMethod(
+                "Execute", MethodAttributes.Public | MethodAttributes.Virtual | MethodAttributes.Final | MethodAttributes.HideBySig | MethodAttributes.NewSlot,
+                typeof(void), Type.EmptyTypes);
+            execute.GetILGenerator().Emit(OpCodes.Ret);
+            type.DefineMethodOverride(execute, jobInterface.GetMethod("Execute")!);
+            return type.CreateType();
+        }
     }
 
     private static string Describe(Action call)
