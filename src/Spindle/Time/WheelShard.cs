@@ -29,8 +29,9 @@ internal sealed class WheelShard : WorkerTimers
 
     /// <summary>True when fired continuations are handed to the workers rather than run inline (a timer thread's shard).</summary>
     public bool Dispatches => _dispatch;
-    private readonly bool _lendsContinuations; // a worker's shard: lent around each continuation its passes run inline
-    private readonly bool _ofWorker; // a worker's own shard (WorkerPool.OwnsTimers tells its owner)
+    // A worker's own shard (WorkerPool.OwnsTimers tells its owner): lent around each continuation its passes run inline
+    // (when it does not dispatch them), and ended timers may leave it at once (TryUnlinkAsOwner).
+    private readonly bool _ofWorker;
     // Each slot is a doubly linked list, kept in the order its timers were linked: a timer is appended at the tail, and a
     // pass fires from the head. So timers due at the same millisecond fire in the order they were started.
     private readonly WheelNode?[] _slots = new WheelNode?[TimerWheel.Levels * TimerWheel.SlotsPerLevel];
@@ -90,7 +91,6 @@ internal sealed class WheelShard : WorkerTimers
     {
         _wheel = wheel;
         _dispatch = dispatch;
-        _lendsContinuations = worker && !dispatch;
         _ofWorker = worker;
     }
 
@@ -1109,7 +1109,7 @@ internal sealed class WheelShard : WorkerTimers
             // Inline on the owner, in the middle of a pass: a continuation that throws must not unwind the pass (the rest
             // of the slot would be lost, a worker's thread would die, a wheel's drive would stay held). It is reported,
             // as a dispatched batch reports it (TimerBatch.Execute).
-            if (_lendsContinuations)
+            if (_ofWorker)
             {
                 // A worker's pass: lent while the continuation runs (the slots are consistent here, see Advance), so an
                 // idle worker can fire the rest of the pass if this continuation blocks or computes for long.
