@@ -365,6 +365,15 @@ internal abstract class CombinatorCore
         }
     }
 
+    /// <summary>Drops <paramref name="count"/> references with one interlocked operation (none for zero); the last recycles.</summary>
+    protected void Release(int count)
+    {
+        if (count > 0 && Interlocked.Add(ref _references, -count) == 0)
+        {
+            Recycle();
+        }
+    }
+
     /// <summary>
     /// Drops a reference that the caller knows is the last one but for its own when the count reads 1: nobody else holds
     /// one, and a count never goes up, so no interlocked operation is needed to recycle (the other holders' decrements
@@ -1316,9 +1325,9 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     }
 
     /// <summary>
-    /// Takes a WhenAll's timer out of the wheel once the outcome is known otherwise (the inputs finished, or the token
-    /// fired). Called before the combined task completes, so nothing is left in the wheel when the consumer resumes; the
-    /// caller holds a reference, so the release below never recycles.
+    /// Takes a WhenAll's timer out of the wheel once its token decided (<see cref="CompleteAll"/> takes it out itself when
+    /// the inputs finish). Called before the combined task completes, so nothing is left in the wheel when the consumer
+    /// resumes; the caller holds a reference, so the release below never recycles.
     /// </summary>
     private void CancelTimer()
     {
@@ -1629,10 +1638,14 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 slot.EndRead();
             }
             // The combined task may already have completed (timed out, cancelled) and its consumer dropped its reference:
-            // the last input is the one that brings the input count to zero, and it still holds its own reference.
-            if (Interlocked.Decrement(ref _inputsLeft) == 0)
+            // the last input is the one that brings the input count to zero, and it still holds its own reference, which
+            // CompleteAll drops. A lone input is the last by itself (WithTimeout, WithCancellation): it is accounted for
+            // either here or, if it was detached, by InputsLetGo, never both (a detached input never calls back), so its
+            // count needs no interlocked step and stays as Start set it.
+            if (_count == 1 || Interlocked.Decrement(ref _inputsLeft) == 0)
             {
-                CompleteAll();
+                CompleteAll(inputReferences: 1);
+                return;
             }
             Release();
             return;
@@ -1649,7 +1662,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
         // The last input: only the consumer's reference is left, and the consumer acts only once the combined task has
         // completed, which is below.
-        CompleteAll();
+        CompleteAll(inputReferences: 0);
     }
 
     private void CompleteAny(Slot slot)
@@ -1717,11 +1730,20 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         }
     }
 
-    private void CompleteAll()
+    /// <summary>
+    /// The last input finished: completes the combined task from the inputs, unless the token or the timeout decided
+    /// first. <paramref name="inputReferences"/> is the calling input's own reference if it still holds one (a WhenAll
+    /// that counts its inputs apart from its references): dropped here, with the timer's if its cancellation took it, in
+    /// one interlocked step before the publication, while the consumer's reference keeps the object. So the consumer's
+    /// read then finds its reference the last (<see cref="CombinatorCore.ReleaseLast"/>: no interlocked step there either),
+    /// where the timer's, the reader's and the input's releases were three (<c>docs/decisions.md</c> section 58).
+    /// </summary>
+    private void CompleteAll(int inputReferences)
     {
-        if (Timed)
+        int drop = inputReferences;
+        if (Timed && _timer.TryCancel() == TimerCancel.Cancelled)
         {
-            CancelTimer();
+            drop++; // its continuation will never run: the reference it held goes with the input's
         }
         // The combined failure is built before the core is claimed (others wait while it is held, and an allocation that
         // failed under the claim would leave it held for ever); the core is claimed before the slots are cleared, and they
@@ -1737,8 +1759,10 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         ExceptionDispatchInfo? outcome = failures.Result;
         if (!_core.TryBeginCompletion(out object? waiter))
         {
-            // Cancelled or timed out first: the failures are reported, not lost, and the sets are given back.
+            // Cancelled or timed out first: the failures are reported, not lost, and the sets are given back. Then the
+            // references go, which may recycle this object (its consumer may have read it already).
             ReportStoredFailures();
+            Release(drop);
             return;
         }
         // A combination whose registration failed keeps its slots' failures for its one reader, which reports them and
@@ -1752,6 +1776,12 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
                 slots[i].ErrorOrigin = null;
             }
             slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
+        }
+        if (drop > 0)
+        {
+            // Never the last: the consumer's reference keeps the object until its read, which follows the publication.
+            int left = Interlocked.Add(ref _references, -drop);
+            Debug.Assert(left > 0, "the consumer's reference is still held");
         }
         _core.EndCompletion(waiter, outcome);
     }
