@@ -66,7 +66,11 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
     {
         if (_timer.TryCancel() == TimerCancel.Cancelled)
         {
-            Release(); // the continuation will never run: its hold is dropped here
+            // The continuation will never run, so the caller holds the object alone: both holds go at once, with no
+            // interlocked step (the wait answered in time, the common case; two decrements before).
+            _holds = 0;
+            Recycle();
+            return;
         }
         Release();
     }
@@ -78,11 +82,17 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
 #endif
         if (Interlocked.Decrement(ref _holds) == 0)
         {
-            _signal = null;
-            _wait = 0;
-            _timer = default;
-            ObjectPool<SignalTimeout>.Return(this);
+            Recycle();
         }
+    }
+
+    /// <summary>Clears this object and returns it to its pool: no hold is left.</summary>
+    private void Recycle()
+    {
+        _signal = null;
+        _wait = 0;
+        _timer = default;
+        ObjectPool<SignalTimeout>.Return(this);
     }
 
 #if DEBUG

@@ -103,6 +103,9 @@ internal struct TimeoutTimer
     /// </summary>
     public bool OnFired(out Exception? stopped)
     {
+#if DEBUG
+        TestHookBeforeFiredClaim?.Invoke();
+#endif
         stopped = null;
         if (Interlocked.Exchange(ref _state, Claimed) == Claimed)
         {
@@ -111,6 +114,14 @@ internal struct TimeoutTimer
         stopped = Consume();
         return true;
     }
+
+#if DEBUG
+    /// <summary>
+    /// Tests only (a Debug build): runs on the thread of a timer's continuation, before it claims the timer: the window in
+    /// which the node has fired and a canceller may still claim it (<see cref="TimerCancel.CancelledAfterFiring"/>).
+    /// </summary>
+    internal static Action? TestHookBeforeFiredClaim;
+#endif
 
     /// <summary>Cancels the timer, unless it fired and its continuation claimed it first. Any thread; any number of times.</summary>
     public TimerCancel TryCancel()
