@@ -1325,9 +1325,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     }
 
     /// <summary>
-    /// Takes a WhenAll's timer out of the wheel once its token decided (<see cref="CompleteAll"/> takes it out itself when
-    /// the inputs finish). Called before the combined task completes, so nothing is left in the wheel when the consumer
-    /// resumes; the caller holds a reference, so the release below never recycles.
+    /// Takes a WhenAll's timer out of the wheel once its token or its timeout decided (<see cref="DecideAllEarly"/>; the
+    /// timeout's own continuation finds it claimed, <see cref="TimerCancel.TooLate"/>), where <see cref="CompleteAll"/> takes
+    /// it out itself when the inputs finish. Called before the combined task completes, so nothing is left in the wheel when
+    /// the consumer resumes; the consumer's reference, which it drops only after that publication, keeps the object, so the
+    /// release below never recycles.
     /// </summary>
     private void CancelTimer()
     {
@@ -1734,9 +1736,11 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
     /// The last input finished: completes the combined task from the inputs, unless the token or the timeout decided
     /// first. <paramref name="inputReferences"/> is the calling input's own reference if it still holds one (a WhenAll
     /// that counts its inputs apart from its references): dropped here, with the timer's if its cancellation took it, in
-    /// one interlocked step before the publication, while the consumer's reference keeps the object. So the consumer's
-    /// read then finds its reference the last (<see cref="CombinatorCore.ReleaseLast"/>: no interlocked step there either),
-    /// where the timer's, the reader's and the input's releases were three (<c>docs/decisions.md</c> section 58).
+    /// one interlocked step before the publication, while the consumer's reference keeps the object. With one input whose
+    /// timer the cancel took (an in-time <c>WithTimeout</c>), the consumer's read then finds its reference the last
+    /// (<see cref="CombinatorCore.ReleaseLast"/>: no interlocked step there either), where the timer's, the reader's and the
+    /// input's releases were three (<c>docs/decisions.md</c> section 58); other inputs still releasing, or a timer's
+    /// continuation that fired first (<see cref="TimerCancel.CancelledAfterFiring"/>, which keeps its own), leave it more.
     /// </summary>
     private void CompleteAll(int inputReferences)
     {

@@ -28,8 +28,9 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
     private TimeoutTimer _timer;
 
     // 2 from Start: the signal's and the timer continuation's. Invariant: each holder drops its hold exactly once (the
-    // continuation when it has run, or Stop for it when the cancel took the node before it could run), and only the
-    // last drop touches the object afterwards.
+    // continuation when it has run), and only the last drop touches the object afterwards. When the cancel took the node
+    // before it could run (Stop, TimerCancel.Cancelled), the continuation never will: Stop then drops both holds at once,
+    // as the only holder left, with a plain store (no Release, so no hook either).
     private int _holds;
     private SignalTimeout? _poolNext;
 
@@ -98,7 +99,8 @@ internal sealed class SignalTimeout : IPoolNode<SignalTimeout>
 #if DEBUG
     /// <summary>
     /// Tests only: runs on a holder's thread as it drops its hold, before the decrement: the timer's continuation and the
-    /// wait's end (<see cref="Stop"/>) may drop theirs at once, on two threads (<c>SignalTimeoutReleaseRaceTests</c>).
+    /// wait's end (<see cref="Stop"/>) may drop theirs at once, on two threads (<c>SignalTimeoutReleaseRaceTests</c>). Not
+    /// run when <see cref="Stop"/> drops both holds at once (the cancel took the node): nobody else holds it then.
     /// </summary>
     internal static Action<SignalTimeout>? TestHookBeforeRelease;
 #endif

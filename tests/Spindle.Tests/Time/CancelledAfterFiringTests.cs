@@ -18,7 +18,8 @@ namespace SpindleLib.Tests.Time;
 /// one-input WhenAll behind <c>WithTimeout</c>, <c>docs/decisions.md</c> section 58) are driven into that window by the
 /// Debug hook before the continuation's claim: the wait ends and is read on another thread while the advancing thread
 /// waits in the hook. A mutant that took this outcome for a plain cancel recycled the owner there; the continuation
-/// then claimed a cleared timer, read no node, and dropped a hold the recycled object no longer had.
+/// then claimed a cleared timer and threw a NullReferenceException reading its node, which is null once cleared, before
+/// it dropped any hold: so the count the test reads stays where the early recycle left it.
 /// </summary>
 [Collection(SequentialCollection.Name)]
 public sealed class CancelledAfterFiringTests
