@@ -19,7 +19,11 @@ namespace SpindleLib;
 /// and by <c>await</c>, on this handle and on the handle of every job that depends on it, directly or not: the dependents
 /// of a failed job do not run, and they complete with the same exception. A failure that nobody observes is reported to
 /// <see cref="Spindle.UnobservedException"/> when the failed job is garbage-collected (a failed job is never recycled; it is
-/// collected once no handle to it remains).</para>
+/// collected once no handle to it remains). A job that throws an <see cref="System.OperationCanceledException"/> ends
+/// canceled rather than faulted: <see cref="Complete"/> and <c>await</c> rethrow it all the same, and its task
+/// (<see cref="AsSpindleTask"/>) reads canceled. A data-parallel job fails at its first exception and skips the batches
+/// not started yet (<see cref="JobExtensions.Schedule{T}(T, int, int, JobHandle)"/>'s remarks). The pools refill after
+/// failures, so a burst of failed jobs is followed by a few allocating frames.</para>
 /// <para><b>Stale handles.</b> Once a job has succeeded its slot is reused; an old handle then counts as completed, as
 /// in Unity. It never waits on the job that reuses the slot.</para>
 /// </remarks>
