@@ -210,55 +210,6 @@ public class JobFaultTests
         Assert.Equal(0, ran.Read());
     }
 
-    /// <summary>
-    /// Schedule's Faults remarks: a parallel-for fails at its first exception and skips the batches not started yet, so
-    /// it runs some of its indices, not all. Each index that does not throw takes a little while, so batches are claimed
-    /// one by one while the first one throws; a thread preempted between its claim and its throw could let the others run
-    /// every batch meanwhile, so the test passes on the first of a few attempts that shows a batch skipped.
-    /// </summary>
-    [Fact]
-    public async Task ParallelFor_TheFirstIndexThrows_SkipsTheBatchesNotStartedYet()
-    {
-        const int Length = 200_000;
-        int[] runs = new int[5];
-        await JobTestUtil.Bounded(() =>
-        {
-            for (int attempt = 0; attempt < runs.Length; attempt++)
-            {
-                var error = new InvalidTimeZoneException("index 0, attempt " + attempt);
-                var hits = new int[Length];
-                AssertThrowsSame(error, new SlowThrowAtZeroJob { Error = error, Hits = hits }.Schedule(Length, 1_000));
-                foreach (int hit in hits)
-                {
-                    Assert.True(hit <= 1, "an index ran twice");
-                    runs[attempt] += hit;
-                }
-                if (runs[attempt] < Length - 1_000)
-                {
-                    return; // whole batches were skipped
-                }
-            }
-        }, seconds: 4 * TestUtil.DefaultTimeoutSeconds);
-        Assert.True(Array.Exists(runs, r => r < Length - 1_000), // an attempt that returned early leaves the later ones at 0
-            $"every attempt ran every batch but the failed one: indices run {string.Join(", ", runs)} of {Length - 1}");
-    }
-
-    private struct SlowThrowAtZeroJob : IJobParallelFor
-    {
-        public Exception Error;
-        public int[] Hits;
-
-        public readonly void Execute(int index)
-        {
-            if (index == 0)
-            {
-                throw Error;
-            }
-            Thread.SpinWait(20);
-            Interlocked.Increment(ref Hits[index]);
-        }
-    }
-
     [Fact]
     public async Task ParallelForBatch_OneBatchThrows_CompleteThrowsIt()
     {
