@@ -17,7 +17,7 @@ namespace SpindleLib.Micro;
 public class WorkerTimeoutBenchmarks
 {
     /// <summary>The asks one invocation runs on a worker.</summary>
-    public const int Asks = 1000;
+    public const int Asks = 10_000;
 
     private static readonly TimeSpan Timeout = TimeSpan.FromSeconds(5);
 
