@@ -375,6 +375,20 @@ internal abstract class CombinatorCore
     }
 
     /// <summary>
+    /// Drops <paramref name="count"/> references (none for zero) that the caller knows are not the last: another holder's
+    /// keeps the object (the consumer's, which it drops only in its read, after the publication; or an input's still to
+    /// be settled). One interlocked operation, and never a recycle.
+    /// </summary>
+    public void ReleaseKept(int count)
+    {
+        if (count > 0)
+        {
+            int left = Interlocked.Add(ref _references, -count);
+            Debug.Assert(left > 0, "another reference still keeps the object");
+        }
+    }
+
+    /// <summary>
     /// Drops a reference that the caller knows is the last one but for its own when the count reads 1: nobody else holds
     /// one, and a count never goes up, so no interlocked operation is needed to recycle (the other holders' decrements
     /// were full fences, and this read sees them).
@@ -434,11 +448,7 @@ internal abstract class CombinatorCore
             _references = 1;
             return;
         }
-        int drop = detached + (winner < 0 ? 0 : 1);
-        if (drop > 0)
-        {
-            Interlocked.Add(ref _references, -drop); // the consumer's reference keeps the object until it reads
-        }
+        ReleaseKept(detached + (winner < 0 ? 0 : 1)); // the consumer's reference keeps the object until it reads
     }
 
     /// <summary>
@@ -1280,7 +1290,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (detached > 0)
         {
             // The consumer's reference keeps the object until it reads, which it can only do after the publication below.
-            Interlocked.Add(ref _references, -detached);
+            ReleaseKept(detached);
             InputsLetGo(detached);
         }
         if (timedOut)
@@ -1470,7 +1480,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
         if (neverTaken > 0)
         {
             // Before input `index` is settled, so that it still holds a count and the last-input tests stay true.
-            Interlocked.Add(ref _references, -neverTaken);
+            ReleaseKept(neverTaken);
             if (CountsInputs)
             {
                 Interlocked.Add(ref _inputsLeft, -neverTaken);
@@ -1559,16 +1569,6 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             slots[i].ErrorOrigin = null;
         }
         return failures;
-    }
-
-    /// <summary>Drops the references of inputs that were never started (the race was decided first).</summary>
-    public void SkipUnstarted(int count)
-    {
-        if (count > 0)
-        {
-            int remaining = Interlocked.Add(ref _references, -count);
-            Debug.Assert(remaining > 0, "the consumer's reference is still held");
-        }
     }
 
     private void CancelProducers()
@@ -1781,12 +1781,7 @@ internal sealed class Combinator<TResult> : CombinatorCore, ISpindleSource<TResu
             }
             slots[i].TakenSet = null; // completed from its inputs (a success, or an input's fault): their sets go with them
         }
-        if (drop > 0)
-        {
-            // Never the last: the consumer's reference keeps the object until its read, which follows the publication.
-            int left = Interlocked.Add(ref _references, -drop);
-            Debug.Assert(left > 0, "the consumer's reference is still held");
-        }
+        ReleaseKept(drop); // never the last: the consumer's reference keeps the object until its read, after the publication
         _core.EndCompletion(waiter, outcome);
     }
 

@@ -169,7 +169,7 @@ internal static class Combine
                 c.AddFailed(index, ex);
             }
         }
-        c.SkipUnstarted(producers.Length - started);
+        c.ReleaseKept(producers.Length - started); // the producers never started (the race was decided first)
         return c.ToTask(token);
     }
 
